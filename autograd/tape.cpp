@@ -1,0 +1,179 @@
+#include "autograd/tape.h"
+
+#include <unordered_set>
+
+namespace mixtape {
+
+namespace {
+thread_local Tape* g_current = nullptr;
+thread_local bool g_no_grad = false;
+}  // namespace
+
+Tape::Tape() : prev_(g_current) { g_current = this; }
+Tape::~Tape() { g_current = prev_; }
+Tape* Tape::current() { return g_current; }
+
+NoGrad::NoGrad() : prev_(g_no_grad) { g_no_grad = true; }
+NoGrad::~NoGrad() { g_no_grad = prev_; }
+bool NoGrad::active() { return g_no_grad; }
+
+float gemm_beta(const GemmGradQuery& q) {
+  Tape* t = Tape::current();
+  return t && t->scaling_rule() ? t->scaling_rule()->gemm_beta(q) : 1.0f;
+}
+
+float cast_beta(const CastGradQuery& q) {
+  Tape* t = Tape::current();
+  return t && t->scaling_rule() ? t->scaling_rule()->cast_beta(q) : 1.0f;
+}
+
+// ---- recording ---------------------------------------------------------------------------
+
+bool should_record(std::initializer_list<const Variable*> inputs) {
+  if (!g_current || g_no_grad) return false;
+  for (const Variable* v : inputs)
+    if (v->defined() && v->requires_grad()) return true;
+  return false;
+}
+
+bool should_record(const std::vector<Variable>& inputs) {
+  if (!g_current || g_no_grad) return false;
+  for (const Variable& v : inputs)
+    if (v.defined() && v.requires_grad()) return true;
+  return false;
+}
+
+std::vector<Variable> record_multi_scaled(OpId op, const std::vector<Variable>& inputs,
+                                          std::vector<Tensor> outs, BackwardFn fn) {
+  std::vector<Variable> vars;
+  vars.reserve(outs.size());
+  const bool rec = should_record(inputs);
+  for (Tensor& t : outs) {
+    Variable v(std::move(t), rec);
+    v.impl().is_leaf = !rec;
+    vars.push_back(std::move(v));
+  }
+  if (!rec) return vars;
+  auto node = std::make_unique<Node>();
+  node->op = op;
+  for (const Variable& v : inputs)
+    node->inputs.push_back(v.defined() && v.requires_grad() ? v.ptr() : nullptr);
+  for (const Variable& v : vars) node->outputs.push_back(v.ptr());
+  node->backward = std::move(fn);
+  g_current->push(std::move(node));
+  return vars;
+}
+
+namespace {
+BackwardFn pass_through(PlainBackwardFn fn) {
+  return [fn = std::move(fn)](const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs) {
+    std::vector<Tensor> plain;
+    plain.reserve(dys.size());
+    for (const ScaledGrad& d : dys) plain.push_back(d.g);
+    std::vector<Tensor> dx = fn(plain, needs);
+    std::vector<ScaledGrad> out(dx.size());
+    for (size_t i = 0; i < dx.size(); ++i) out[i] = {std::move(dx[i]), dys.front().scale};
+    return out;
+  };
+}
+}  // namespace
+
+std::vector<Variable> record_multi(OpId op, const std::vector<Variable>& inputs,
+                                   std::vector<Tensor> outs, PlainBackwardFn fn) {
+  return record_multi_scaled(op, inputs, std::move(outs), pass_through(std::move(fn)));
+}
+
+Variable record_scaled(OpId op, const std::vector<Variable>& inputs, Tensor out, BackwardFn fn) {
+  std::vector<Tensor> outs;
+  outs.push_back(std::move(out));
+  return record_multi_scaled(op, inputs, std::move(outs), std::move(fn)).front();
+}
+
+Variable record(OpId op, const std::vector<Variable>& inputs, Tensor out, PlainBackwardFn fn) {
+  return record_scaled(op, inputs, std::move(out), pass_through(std::move(fn)));
+}
+
+// ---- backward ----------------------------------------------------------------------------
+
+void Tape::backward(const Variable& root, float scale) {
+  MT_CHECK(is_power_of_two(scale), "backward: the loss scale must be a power of two, got ", scale);
+  backward(root, ScaledGrad{full(root.shape(), double(scale), root.dtype(), root.device()), scale});
+}
+
+void Tape::backward(const Variable& root, ScaledGrad seed) {
+  MT_CHECK(root.defined() && root.requires_grad(),
+           "backward: the root does not require a gradient (was it computed inside this Tape "
+           "from variables with requires_grad?)");
+  MT_CHECK(seed.g.shape() == root.shape() && seed.g.dtype() == root.dtype(), "backward: seed ",
+           seed.g.meta(), " does not match the root ", root.data().meta());
+  MT_CHECK(is_power_of_two(seed.scale), "backward: seed scale must be a power of two, got ", seed.scale);
+
+  // Every variable that receives a gradient; leaves keep theirs, the rest are cleared at the end
+  // (a non-leaf recorded on another tape would otherwise hold a stale gradient).
+  std::vector<std::shared_ptr<VarImpl>> touched;
+  std::unordered_set<VarImpl*> seen;
+  auto deliver = [&](const std::shared_ptr<VarImpl>& v, ScaledGrad g) {
+    v->pending.push_back(std::move(g));
+    if (seen.insert(v.get()).second) touched.push_back(v);
+  };
+  deliver(root.ptr(), std::move(seed));
+
+  // Nodes run in reverse recording order; by then every consumer of their outputs has run.
+  for (size_t k = nodes_.size(); k-- > 0;) {
+    Node& node = *nodes_[k];
+    std::vector<ScaledGrad> dys(node.outputs.size());
+    bool any = false;
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      auto out = node.outputs[o].lock();
+      if (!out || out->pending.empty()) continue;
+      dys[o] = combine_branch(std::move(out->pending));  // branch rule: a tensor used twice
+      out->pending.clear();
+      any = true;
+    }
+    if (!any) continue;
+    // Outputs of one node (split pieces, LSTM c and h) share one scale: Algorithm 1's split rule.
+    if (dys.size() > 1) {
+      std::vector<ScaledGrad> present;
+      for (const ScaledGrad& d : dys)
+        if (d.defined()) present.push_back(d);
+      const float common = common_scale(present);
+      for (size_t o = 0; o < dys.size(); ++o) {
+        if (dys[o].defined()) {
+          dys[o] = {rescale(dys[o].g, common / dys[o].scale), common};
+        } else {
+          auto out = node.outputs[o].lock();
+          const Tensor& ref = out ? out->data : present.front().g;
+          dys[o] = {zeros(ref.shape(), ref.dtype(), ref.device()), common};
+        }
+      }
+    }
+    std::vector<bool> needs(node.inputs.size());
+    for (size_t i = 0; i < needs.size(); ++i) needs[i] = node.inputs[i] != nullptr;
+    std::vector<ScaledGrad> dxs = node.backward(dys, needs);
+    MT_ASSERT(dxs.size() == node.inputs.size(), op_name(node.op), " returned ", dxs.size(),
+              " gradients for ", node.inputs.size(), " inputs");
+    for (size_t i = 0; i < dxs.size(); ++i) {
+      if (!needs[i]) continue;
+      MT_ASSERT(dxs[i].defined(), op_name(node.op), " gave no gradient for input ", i);
+      MT_ASSERT(dxs[i].g.shape() == node.inputs[i]->data.shape(), op_name(node.op), " gradient ",
+                dxs[i].g.meta(), " for input ", node.inputs[i]->data.meta());
+      if (observer_) observer_->on_node_grad(node, i, dxs[i]);
+      deliver(node.inputs[i], std::move(dxs[i]));
+    }
+  }
+
+  for (const auto& leaf : touched) {
+    if (leaf->pending.empty()) continue;
+    if (!leaf->is_leaf) {
+      leaf->pending.clear();
+      continue;
+    }
+    if (leaf->grad) leaf->pending.push_back(std::move(*leaf->grad));
+    leaf->grad = combine_branch(std::move(leaf->pending));
+    leaf->pending.clear();
+    if (observer_) observer_->on_leaf_grad(*leaf, *leaf->grad);
+  }
+  nodes_.clear();
+}
+
+}  // namespace mixtape

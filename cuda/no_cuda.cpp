@@ -1,0 +1,33 @@
+// Built without CUDA: the runtime and every launcher exist and throw, so a CPU-only build keeps
+// the same API and a CUDA tensor gives a clear message instead of a link error.
+#include "cuda/backend.h"
+#include "cuda/runtime.h"
+#include "tensor/error.h"
+
+namespace mixtape::cuda {
+
+namespace {
+[[noreturn]] void unavailable(const char* what) {
+  throw Error(detail::cat(what, ": mixtape was built without CUDA (reconfigure with nvcc on the PATH "
+                                "or -DMIXTAPE_CUDA=ON)"));
+}
+}  // namespace
+
+bool built_with_cuda() { return false; }
+int device_count() { return 0; }
+bool is_available() { return false; }
+void* device_malloc(size_t, int) { unavailable("cuda::device_malloc"); }
+void device_free(void*, int) noexcept {}
+void copy_host_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_host_to_device"); }
+void copy_device_to_host(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_host"); }
+void copy_device_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_device"); }
+
+#define MT_CUDA_LAUNCHER(name, params) void name params { unavailable("cuda::" #name); }
+#define MT_CUDA_PENDING(name, params) MT_CUDA_LAUNCHER(name, params)
+#include "cuda/launchers.def"
+#undef MT_CUDA_LAUNCHER
+#undef MT_CUDA_PENDING
+
+double max_abs(const Tensor&) { unavailable("cuda::max_abs"); }
+
+}  // namespace mixtape::cuda

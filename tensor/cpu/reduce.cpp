@@ -1,0 +1,109 @@
+#include "tensor/cpu/reduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tensor/cpu/loops.h"
+
+namespace mixtape::cpu {
+
+namespace {
+
+// Split x's dims into kept (outer) and reduced (inner) shapes/strides.
+struct Split {
+  Shape outer_shape, outer_strides, inner_shape, inner_strides;
+};
+
+Split split_dims(const Tensor& x, const std::vector<int64_t>& dims) {
+  Split s;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const bool red = std::find(dims.begin(), dims.end(), d) != dims.end();
+    (red ? s.inner_shape : s.outer_shape).push_back(x.shape()[size_t(d)]);
+    (red ? s.inner_strides : s.outer_strides).push_back(x.strides()[size_t(d)]);
+  }
+  return s;
+}
+
+// The keepdim tensor `t` viewed with only the kept dims (its reduced dims all have size 1).
+Shape kept_strides(const Tensor& t, const std::vector<int64_t>& dims) {
+  Shape st;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) st.push_back(t.strides()[size_t(d)]);
+  return st;
+}
+
+}  // namespace
+
+void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tensor& out) {
+  const Split s = split_dims(x, dims);
+  const int64_t n = numel_of(s.inner_shape);
+  dispatch_float(x.dtype(), reduce_op_name(op), [&]<class T>() {
+    const T* px = static_cast<const T*>(x.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
+    for_each_offset<2>(s.outer_shape, {s.outer_strides, kept_strides(out, dims)},
+                       [&](const std::array<int64_t, 2>& o) {
+      double acc = (op == ReduceOp::sum || op == ReduceOp::mean) ? 0.0 : -std::numeric_limits<double>::infinity();
+      bool nan = false;
+      for_each_offset<1>(s.inner_shape, {s.inner_strides}, [&](const std::array<int64_t, 1>& i) {
+        const double v = double(load(px[o[0] + i[0]]));
+        if (op == ReduceOp::sum || op == ReduceOp::mean) acc += v;
+        else if (std::isnan(v)) nan = true;
+        else if (v > acc) acc = v;
+      });
+      if (op == ReduceOp::mean) acc /= double(n);
+      if (nan) acc = std::numeric_limits<double>::quiet_NaN();
+      po[o[1]] = store<T>(compute_t<T>(acc));
+    });
+  });
+}
+
+void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                     const std::vector<int64_t>& dims, Tensor& dx) {
+  const Split s = split_dims(x, dims);
+  const Split sdx = split_dims(dx, dims);
+  const int64_t n = numel_of(s.inner_shape);
+  dispatch_float(x.dtype(), reduce_op_name(op), [&]<class T>() {
+    using C = compute_t<T>;
+    const T* px = static_cast<const T*>(x.raw_data());
+    const T* py = static_cast<const T*>(y.raw_data());
+    const T* pdy = static_cast<const T*>(dy.raw_data());
+    T* pdx = static_cast<T*>(dx.raw_data());
+    for_each_offset<4>(s.outer_shape, {s.outer_strides, sdx.outer_strides, kept_strides(y, dims), kept_strides(dy, dims)},
+                       [&](const std::array<int64_t, 4>& o) {
+      const C g = load(pdy[o[3]]);
+      const C ymax = load(py[o[2]]);
+      if (op == ReduceOp::sum || op == ReduceOp::mean) {  // x and y are not read
+        const T v = store<T>(op == ReduceOp::sum ? g : C(g / C(n)));
+        for_each_offset<1>(s.inner_shape, {sdx.inner_strides}, [&](const std::array<int64_t, 1>& i) { pdx[o[1] + i[0]] = v; });
+        return;
+      }
+      // max: the first maximum takes all of dy; amax: every maximum takes dy / count.
+      int64_t count = 0;
+      for_each_offset<1>(s.inner_shape, {s.inner_strides}, [&](const std::array<int64_t, 1>& i) {
+        if (load(px[o[0] + i[0]]) == ymax) ++count;
+      });
+      const C share = op == ReduceOp::max ? g : (count > 0 ? C(g / C(count)) : C(0));
+      bool given = false;
+      for_each_offset<2>(s.inner_shape, {s.inner_strides, sdx.inner_strides}, [&](const std::array<int64_t, 2>& i) {
+        const bool hit = load(px[o[0] + i[0]]) == ymax && !(op == ReduceOp::max && given);
+        if (hit) given = true;
+        pdx[o[1] + i[1]] = store<T>(hit ? share : C(0));
+      });
+    });
+  });
+}
+
+double max_abs(const Tensor& x) {
+  double m = 0.0;
+  dispatch_float(x.dtype(), "max_abs", [&]<class T>() {
+    const T* px = static_cast<const T*>(x.raw_data());
+    for_each_offset<1>(x.shape(), {x.strides()}, [&](const std::array<int64_t, 1>& o) {
+      const double v = std::abs(double(load(px[o[0]])));
+      if (v > m || std::isnan(v)) m = std::isnan(m) ? m : v;
+    });
+  });
+  return m;
+}
+
+}  // namespace mixtape::cpu

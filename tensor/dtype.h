@@ -1,0 +1,102 @@
+// Runtime element types. f64 is CPU-only (gradient checks); i64 holds indices and class labels.
+#pragma once
+
+#include <cstddef>
+#include <ostream>
+#include <cstdint>
+#include <string>
+
+#include "tensor/error.h"
+#include "tensor/half.h"
+
+namespace mixtape {
+
+enum class DType : uint8_t { f32, f64, f16, bf16, i64 };
+
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::i64: return 8;
+  }
+  return 0;
+}
+
+constexpr const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i64: return "i64";
+  }
+  return "?";
+}
+
+constexpr bool is_floating(DType t) { return t != DType::i64; }
+constexpr bool is_16bit(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+// Machine epsilon (2^-p, the unit roundoff times two) used by dtype-aware tolerances.
+constexpr double dtype_eps(DType t) {
+  switch (t) {
+    case DType::f32: return 1.1920928955078125e-07;
+    case DType::f64: return 2.220446049250313e-16;
+    case DType::f16: return 9.765625e-04;
+    case DType::bf16: return 7.8125e-03;
+    case DType::i64: return 0.0;
+  }
+  return 0.0;
+}
+
+DType dtype_from_name(const std::string& name);  // throws on an unknown name
+
+inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
+
+// C++ type <-> DType.
+template <class T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
+template <> struct dtype_of<half> { static constexpr DType value = DType::f16; };
+template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bf16; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
+
+// Compute type: 16-bit and f32 storage compute in float, f64 in double (numerics contract).
+template <class T> struct compute_type { using type = float; };
+template <> struct compute_type<double> { using type = double; };
+template <> struct compute_type<int64_t> { using type = int64_t; };
+template <class T> using compute_t = typename compute_type<T>::type;
+
+// Loading a stored element into its compute type, and storing a computed value back.
+// store<T> is the single round-to-16-bit (RNE) point for every CPU kernel.
+template <class T> inline compute_t<T> load(T v) { return v; }
+template <> inline float load<half>(half v) { return to_float(v); }
+template <> inline float load<bfloat16>(bfloat16 v) { return to_float(v); }
+
+template <class T, class C> inline T store(C v) { return static_cast<T>(v); }
+template <> inline half store<half, float>(float v) { return round_to_half(v); }
+template <> inline bfloat16 store<bfloat16, float>(float v) { return round_to_bf16(v); }
+template <> inline half store<half, double>(double v) { return round_to_half(float(v)); }
+template <> inline bfloat16 store<bfloat16, double>(double v) { return round_to_bf16(float(v)); }
+
+// Dispatch on a floating dtype: MT_DISPATCH_FLOAT(dtype, "op", [&]<class T>() { ... });
+template <class F>
+decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: return f.template operator()<float>();
+    case DType::f64: return f.template operator()<double>();
+    case DType::f16: return f.template operator()<half>();
+    case DType::bf16: return f.template operator()<bfloat16>();
+    default: break;
+  }
+  throw Error(detail::cat(op, ": expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(t)));
+}
+
+template <class F>
+decltype(auto) dispatch_all(DType t, const char* op, F&& f) {
+  if (t == DType::i64) return f.template operator()<int64_t>();
+  return dispatch_float(t, op, std::forward<F>(f));
+}
+
+}  // namespace mixtape

@@ -1,0 +1,13 @@
+// Every tensor-level op front-end (no autograd).
+#pragma once
+
+#include "tensor/ops/conv.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/ops/linalg.h"
+#include "tensor/ops/loss.h"
+#include "tensor/ops/lstm.h"
+#include "tensor/ops/nn.h"
+#include "tensor/ops/pool.h"
+#include "tensor/ops/reduce.h"
+#include "tensor/ops/shape.h"
+#include "tensor/tensor.h"

@@ -1,0 +1,26 @@
+// Helpers shared by the op front-ends: argument checks with messages that name the op, the
+// shapes and the dtypes, and the one device switch.
+#pragma once
+
+#include <initializer_list>
+
+#include "tensor/tensor.h"
+
+namespace mixtape::ops {
+
+// All tensors defined, on one device, and (when same_dtype) of one dtype.
+void check_same(const char* op, std::initializer_list<const Tensor*> ts, bool same_dtype = true);
+void check_floating(const char* op, const Tensor& t);
+void check_dim(const char* op, const Tensor& t, int64_t ndim, const char* what);
+
+// Runs the CPU or the CUDA kernel: the single device switch of an op front-end.
+template <class Cpu, class Cuda>
+decltype(auto) on_device(Device d, Cpu&& cpu, Cuda&& cuda) {
+  switch (d.kind) {
+    case Device::Kind::cpu: return cpu();
+    case Device::Kind::cuda: return cuda();
+  }
+  return cpu();
+}
+
+}  // namespace mixtape::ops

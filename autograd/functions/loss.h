@@ -1,3 +1,30 @@
+// Differentiable softmax, log-softmax and losses (tensor-level kernels: tensor/ops/loss.h, which
+// also defines Reduction). Every node passes the incoming gradient scale through; each backward
+// formula is linear in dy, so a loss scale S reaches the inputs exactly.
 #pragma once
 
+#include <cstdint>
+
 #include "autograd/variable.h"
+#include "tensor/ops/loss.h"
+
+namespace mixtape {
+
+Variable softmax(const Variable& x, int64_t dim);
+Variable log_softmax(const Variable& x, int64_t dim);
+
+// logits [N, C] (or [N, C, d...]) against i64 class targets [N] (or [N, d...]).
+Variable cross_entropy(const Variable& logits, const Tensor& targets, Reduction reduction = Reduction::mean);
+
+// Differentiable in both logits and targets (d/dt = -logits).
+Variable binary_cross_entropy_with_logits(const Variable& logits, const Variable& targets,
+                                          Reduction reduction = Reduction::mean);
+// Targets as a constant.
+Variable binary_cross_entropy_with_logits(const Variable& logits, const Tensor& targets,
+                                          Reduction reduction = Reduction::mean);
+
+// Differentiable in both inputs.
+Variable mse_loss(const Variable& input, const Variable& target, Reduction reduction = Reduction::mean);
+Variable mse_loss(const Variable& input, const Tensor& target, Reduction reduction = Reduction::mean);
+
+}  // namespace mixtape

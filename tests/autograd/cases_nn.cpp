@@ -1,0 +1,53 @@
+// Op cases for batch norm, dropout and embedding (see support/op_cases.h).
+#include "support/op_cases.h"
+
+namespace {
+using namespace mixtape;
+using namespace mixtape::test;
+using V = std::vector<Variable>;
+
+// Running buffers are made inside each case function: training mode updates them in place,
+// and the suites call a case function many times on the same inputs.
+
+MT_OP_CASE(OpCase{"batch_norm training, 4-D non-contiguous input, affine",
+                  [](DType dt) {
+                    return std::vector<Tensor>{rand_noncontig({2, 3, 2, 2}, dt, 51), rand_input({3}, dt, 52, 0.5, 1.5),
+                                               rand_input({3}, dt, 53)};
+                  },
+                  [](const V& v) {
+                    Tensor rm = zeros({3}), rv = ones({3});
+                    return batch_norm(v[0], v[1], v[2], rm, rv, true);
+                  }});
+
+MT_OP_CASE(OpCase{"batch_norm training, 2-D, no affine, no running statistics",
+                  [](DType dt) { return std::vector<Tensor>{rand_input({5, 3}, dt, 54)}; },
+                  [](const V& v) { return batch_norm(v[0], Variable(), Variable(), Tensor(), Tensor(), true); }});
+
+MT_OP_CASE(OpCase{"batch_norm eval, 3-D [N, C, L], affine",
+                  [](DType dt) {
+                    return std::vector<Tensor>{rand_input({3, 2, 4}, dt, 55), rand_input({2}, dt, 56, 0.5, 1.5),
+                                               rand_input({2}, dt, 57)};
+                  },
+                  [](const V& v) {
+                    Tensor rm = from_vector(std::vector<double>{0.1, -0.2}, {2});
+                    Tensor rv = from_vector(std::vector<double>{0.5, 1.5}, {2});
+                    return batch_norm(v[0], v[1], v[2], rm, rv, false);
+                  }});
+
+// A generator with a fixed seed per call: every forward of the case draws the same mask, and the
+// mask does not depend on the dtype, so the 16-bit comparison applies too.
+MT_OP_CASE(OpCase{"dropout p = 0.3, non-contiguous",
+                  [](DType dt) { return std::vector<Tensor>{rand_noncontig({4, 5}, dt, 61)}; },
+                  [](const V& v) {
+                    Generator gen(1234);
+                    return dropout(v[0], 0.3, true, gen);
+                  }});
+
+MT_OP_CASE(OpCase{"embedding with repeated indices",
+                  [](DType dt) {
+                    return std::vector<Tensor>{from_vector(std::vector<int64_t>{1, 3, 1, 0, 3, 3}, {2, 3}),
+                                               rand_input({4, 3}, dt, 62)};
+                  },
+                  [](const V& v) { return embedding(v[0].data(), v[1]); }});
+
+}  // namespace

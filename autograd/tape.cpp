@@ -58,7 +58,11 @@ std::vector<Variable> record_multi_scaled(OpId op, const std::vector<Variable>& 
   node->op = op;
   for (const Variable& v : inputs)
     node->inputs.push_back(v.defined() && v.requires_grad() ? v.ptr() : nullptr);
-  for (const Variable& v : vars) node->outputs.push_back(v.ptr());
+  for (const Variable& v : vars) {
+    node->outputs.push_back(v.ptr());
+    node->output_shapes.push_back(v.shape());
+    node->output_dtypes.push_back(v.dtype());
+  }
   node->backward = std::move(fn);
   g_current->push(std::move(node));
   return vars;
@@ -141,9 +145,7 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
         if (dys[o].defined()) {
           dys[o] = {rescale(dys[o].g, common / dys[o].scale), common};
         } else {
-          auto out = node.outputs[o].lock();
-          const Tensor& ref = out ? out->data : present.front().g;
-          dys[o] = {zeros(ref.shape(), ref.dtype(), ref.device()), common};
+          dys[o] = {zeros(node.output_shapes[o], node.output_dtypes[o], present.front().g.device()), common};
         }
       }
     }

@@ -33,6 +33,10 @@ struct Node {
   OpId op;
   std::vector<std::shared_ptr<VarImpl>> inputs;  // nullptr where the input needs no gradient
   std::vector<std::weak_ptr<VarImpl>> outputs;
+  // Shape and dtype of each output: an output nobody used may be gone by backward time, and
+  // its zero gradient still needs them (a split piece that is never read).
+  std::vector<Shape> output_shapes;
+  std::vector<DType> output_dtypes;
   BackwardFn backward;
 };
 

@@ -1,0 +1,14 @@
+// Shape CPU kernels. Inputs have any strides; the output is freshly allocated by the front-end.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace mixtape::cpu {
+
+// out = the xs laid end to end along `dim` (normalized); shapes and dtypes already validated.
+void concat(const std::vector<Tensor>& xs, int64_t dim, Tensor& out);
+
+}  // namespace mixtape::cpu

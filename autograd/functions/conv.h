@@ -1,3 +1,17 @@
+// Differentiable convolutions (GEMM-like nodes, autograd/scaling.h): dX is computed from
+// beta * dY with beta from gemm_beta and carries beta * alpha; dW and db keep alpha.
 #pragma once
 
 #include "autograd/variable.h"
+#include "tensor/ops/conv.h"
+
+namespace mixtape {
+
+// x [N, C, H, W], w [OC, C, KH, KW], b [OC] or an undefined Variable -> [N, OC, OH, OW].
+Variable conv2d(const Variable& x, const Variable& w, const Variable& b = Variable(), Size2 stride = 1,
+                Size2 padding = 0, Size2 dilation = 1);
+// x [N, IC, H, W], w [IC, OC, KH, KW], b [OC] or undefined -> [N, OC, OH, OW], the adjoint of conv2d.
+Variable conv_transpose2d(const Variable& x, const Variable& w, const Variable& b = Variable(), Size2 stride = 1,
+                          Size2 padding = 0, Size2 output_padding = 0, Size2 dilation = 1);
+
+}  // namespace mixtape

@@ -1,0 +1,53 @@
+#include "autograd/functions/conv.h"
+
+#include "autograd/tape.h"
+
+namespace mixtape {
+
+Variable conv2d(const Variable& x, const Variable& w, const Variable& b, Size2 stride, Size2 padding,
+                Size2 dilation) {
+  MT_CHECK(x.defined() && w.defined(), "conv2d: got an undefined Variable");
+  Tensor y = mixtape::conv2d(x.data(), w.data(), b.defined() ? b.data() : Tensor(), stride, padding, dilation);
+  const Tensor sx = w.requires_grad() ? x.data() : Tensor();
+  const Tensor sw = x.requires_grad() ? w.data() : Tensor();
+  const Shape xs = x.shape(), ws = w.shape();
+  return record_scaled(OpId::conv2d, {x, w, b}, y,
+                       [=](const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs) {
+    const ScaledGrad& dy = dys[0];
+    std::vector<ScaledGrad> g(3);
+    if (needs[0]) {
+      // dx = col2im(W^T (beta dY)): each element sums OC*KH*KW products.
+      const float beta = gemm_beta(GemmGradQuery{OpId::conv2d, &dy, &sw, ws[0] * ws[2] * ws[3]});
+      g[0] = {conv2d_backward_input(rescale(dy.g, beta), sw, xs, stride, padding, dilation), beta * dy.scale};
+    }
+    if (needs[1]) g[1] = {conv2d_backward_weight(sx, dy.g, ws, stride, padding, dilation), dy.scale};
+    if (needs[2]) g[2] = {conv2d_backward_bias(dy.g), dy.scale};
+    return g;
+  });
+}
+
+Variable conv_transpose2d(const Variable& x, const Variable& w, const Variable& b, Size2 stride, Size2 padding,
+                          Size2 output_padding, Size2 dilation) {
+  MT_CHECK(x.defined() && w.defined(), "conv_transpose2d: got an undefined Variable");
+  Tensor y = mixtape::conv_transpose2d(x.data(), w.data(), b.defined() ? b.data() : Tensor(), stride, padding,
+                                       output_padding, dilation);
+  const Tensor sx = w.requires_grad() ? x.data() : Tensor();
+  const Tensor sw = x.requires_grad() ? w.data() : Tensor();
+  const Shape xs = x.shape(), ws = w.shape();
+  return record_scaled(OpId::conv_transpose2d, {x, w, b}, y,
+                       [=](const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs) {
+    const ScaledGrad& dy = dys[0];
+    std::vector<ScaledGrad> g(3);
+    if (needs[0]) {
+      // dx = conv2d(beta dY, w): each element sums OC*KH*KW products (w is [IC, OC, KH, KW]).
+      const float beta = gemm_beta(GemmGradQuery{OpId::conv_transpose2d, &dy, &sw, ws[1] * ws[2] * ws[3]});
+      g[0] = {conv_transpose2d_backward_input(rescale(dy.g, beta), sw, xs, stride, padding, dilation),
+              beta * dy.scale};
+    }
+    if (needs[1]) g[1] = {conv_transpose2d_backward_weight(sx, dy.g, ws, stride, padding, dilation), dy.scale};
+    if (needs[2]) g[2] = {conv_transpose2d_backward_bias(dy.g), dy.scale};
+    return g;
+  });
+}
+
+}  // namespace mixtape

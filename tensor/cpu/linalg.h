@@ -1,0 +1,28 @@
+// GEMM CPU kernels. f32/f64 go straight to OpenBLAS (sgemm/dgemm); f16/bf16 operands are
+// loaded into f32 buffers, multiplied with sgemm (fp32 accumulation), and the output is rounded
+// once (Note [16-bit GEMM] in linalg.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace mixtape::cpu {
+
+// Row-major C[M, N] = op(A)[M, K] op(B)[K, N] + beta * C through OpenBLAS, where op(A) = A^T
+// when trans_a (A then stored as [K, M] with leading dimension lda). Sizes must fit a blasint.
+void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
+              const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+
+// out[..., M, N] = a[..., M, K] b[..., K, N] (+ bias[N] on every row), one GEMM per batch entry.
+// a and b carry out's batch dims (broadcast entries with stride 0); the last two dims of each
+// are row-major or column-major (blas_layout_ok). `bias` may be undefined. `out` is contiguous.
+void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out);
+
+// Whether a logical [rows, cols] matrix with these strides is a BLAS operand as it is: row-major
+// (col stride 1) or column-major (row stride 1) with a valid leading dimension.
+bool blas_layout_ok(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride);
+
+}  // namespace mixtape::cpu

@@ -77,8 +77,12 @@ template <> inline float load<bfloat16>(bfloat16 v) { return to_float(v); }
 template <class T, class C> inline T store(C v) { return static_cast<T>(v); }
 template <> inline half store<half, float>(float v) { return round_to_half(v); }
 template <> inline bfloat16 store<bfloat16, float>(float v) { return round_to_bf16(v); }
-template <> inline half store<half, double>(double v) { return round_to_half(float(v)); }
-template <> inline bfloat16 store<bfloat16, double>(double v) { return round_to_bf16(float(v)); }
+// From double and int64 the value is rounded once, not through float (Note [Rounding f64 and i64
+// to 16 bits] in half.h).
+template <> inline half store<half, double>(double v) { return round_to_half_f64(v); }
+template <> inline bfloat16 store<bfloat16, double>(double v) { return round_to_bf16_f64(v); }
+template <> inline half store<half, int64_t>(int64_t v) { return round_to_half_i64(v); }
+template <> inline bfloat16 store<bfloat16, int64_t>(int64_t v) { return round_to_bf16_i64(v); }
 
 // Dispatch on a floating dtype: MT_DISPATCH_FLOAT(dtype, "op", [&]<class T>() { ... });
 template <class F>

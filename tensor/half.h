@@ -1,8 +1,9 @@
 // 16-bit floating-point scalars: IEEE binary16 (`half`) and bfloat16 (`bfloat16`).
 //
 // Every place mixtape rounds a value to 16 bits goes through the functions in this header:
-//   round_to_half / round_to_bf16              round-to-nearest-even (RNE)
-//   round_to_half_stochastic / ..._bf16_...    stochastic rounding from a random 32-bit word
+//   round_to_half / round_to_bf16                  round-to-nearest-even (RNE) from float
+//   round_to_half_f64 / round_to_bf16_f64 (_i64)   RNE from double (int64), rounding once
+//   round_to_half_stochastic / ..._bf16_...        stochastic rounding from a random 32-bit word
 // Search for "round_to_" to find them all.
 //
 // The RNE conversions are bit-identical to CUDA's __float2half_rn and __float2bfloat16_rn:
@@ -82,6 +83,45 @@ constexpr uint16_t float_to_bf16_rn(float f) {
 
 constexpr float bf16_to_float(uint16_t b) { return f32_from(uint32_t(b) << 16); }
 
+// ---- from f64 and i64: one rounding (Note [Rounding f64 and i64 to 16 bits]) --------------
+//
+// Note [Rounding f64 and i64 to 16 bits]
+// Going through float rounds twice and can land on the wrong side of a tie: the double
+// 1 + 2^-11 + 2^-40 becomes the tie 1 + 2^-11 in float, then 1.0 in fp16, where the nearest fp16
+// is 1 + 2^-10 (likewise 65520 - 2^-30 would overflow to inf). Rounding to float *to odd* first
+// (truncate, then set the last bit when anything was dropped) keeps the information that the
+// value is not a tie; a round-to-odd value with at least two more significand bits than the
+// target then rounds to nearest even exactly as the original does (Boldo & Melquiond, "When
+// double rounding is odd", 2005). float keeps >= 13 more bits than fp16 and 16 more than bf16 at
+// every magnitude, subnormals included, and values past FLT_MAX become FLT_MAX, which still
+// rounds to inf in both formats.
+
+// double -> float, rounded to odd.
+constexpr float f64_to_f32_round_odd(double d) {
+  const float f = float(d);  // nearest even
+  const double back = double(f);
+  if (back == d || d != d) return f;  // exact (zeros, inf included) or NaN
+  uint32_t b = f32_bits(f);
+  if ((back > d) == (d > 0)) --b;  // rounded away from zero: step the magnitude back (inf -> FLT_MAX)
+  return f32_from(b | 1u);
+}
+
+// int64 -> float, rounded to odd.
+constexpr float i64_to_f32_round_odd(int64_t v) {
+  const uint64_t a = v < 0 ? 0 - uint64_t(v) : uint64_t(v);
+  const int n = std::bit_width(a);
+  if (n <= 24) return float(v);  // exact
+  const int shift = n - 24;      // 1..40
+  const uint64_t m = (a >> shift) | uint64_t((a & ((uint64_t(1) << shift) - 1)) != 0);
+  const float f = float(m) * float(uint64_t(1) << shift);  // 24-bit m times a power of two: exact
+  return v < 0 ? -f : f;
+}
+
+constexpr uint16_t double_to_half_rn(double d) { return float_to_half_rn(f64_to_f32_round_odd(d)); }
+constexpr uint16_t double_to_bf16_rn(double d) { return float_to_bf16_rn(f64_to_f32_round_odd(d)); }
+constexpr uint16_t i64_to_half_rn(int64_t v) { return float_to_half_rn(i64_to_f32_round_odd(v)); }
+constexpr uint16_t i64_to_bf16_rn(int64_t v) { return float_to_bf16_rn(i64_to_f32_round_odd(v)); }
+
 // ---- stochastic rounding (Note [Stochastic rounding]) --------------------------------------
 
 constexpr bool sr_round_up(double frac, uint32_t r) {
@@ -145,6 +185,10 @@ inline float to_float(bfloat16 b) { return bits16::bf16_to_float(b.bits); }
 
 inline half round_to_half(float f) { return half::from_bits(bits16::float_to_half_rn(f)); }
 inline bfloat16 round_to_bf16(float f) { return bfloat16::from_bits(bits16::float_to_bf16_rn(f)); }
+inline half round_to_half_f64(double d) { return half::from_bits(bits16::double_to_half_rn(d)); }
+inline bfloat16 round_to_bf16_f64(double d) { return bfloat16::from_bits(bits16::double_to_bf16_rn(d)); }
+inline half round_to_half_i64(int64_t v) { return half::from_bits(bits16::i64_to_half_rn(v)); }
+inline bfloat16 round_to_bf16_i64(int64_t v) { return bfloat16::from_bits(bits16::i64_to_bf16_rn(v)); }
 inline half round_to_half_stochastic(float f, uint32_t r) {
   return half::from_bits(bits16::float_to_half_sr(f, r));
 }

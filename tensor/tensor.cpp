@@ -1,6 +1,7 @@
 #include "tensor/tensor.h"
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
 #include <optional>
 #include <cmath>
@@ -29,7 +30,9 @@ Device Device::parse(const std::string& s) {
   if (s == "cuda") return cuda(0);
   if (s.rfind("cuda:", 0) == 0) {
     const std::string n = s.substr(5);
-    MT_CHECK(!n.empty() && std::all_of(n.begin(), n.end(), ::isdigit),
+    // At most 9 digits, so std::stoi cannot overflow.
+    MT_CHECK(!n.empty() && n.size() <= 9 &&
+                 std::all_of(n.begin(), n.end(), [](unsigned char c) { return std::isdigit(c) != 0; }),
              "bad device '", s, "' (expected cpu, cuda or cuda:N)");
     return cuda(std::stoi(n));
   }
@@ -266,7 +269,8 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 
 void Tensor::copy_(const Tensor& src) {
   MT_CHECK(device() == src.device(), "copy_: source on ", src.device(), ", destination on ", device());
-  broadcast_shapes(src.shape(), shape(), "copy_");
+  MT_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "copy_: cannot broadcast source ",
+           src.meta(), " to destination ", meta());
   Tensor s = src.expand(shape());
   Tensor d = *this;
   if (device().is_cpu()) cpu::copy_cast(s, d, Rounding::nearest, 0, 0);
@@ -335,7 +339,7 @@ void Tensor::flat_set(int64_t i, double v) {
   MT_CHECK(device().is_cpu(), "flat_set: tensor is on ", device());
   const int64_t off = flat_offset(*this, i);
   dispatch_all(dtype(), "flat_set", [&]<class T>() {
-    static_cast<T*>(storage()->data())[off] = store<T>(compute_t<T>(v));
+    static_cast<T*>(storage()->data())[off] = store<T>(v);  // one rounding from double
   });
 }
 
@@ -442,7 +446,7 @@ Tensor from_vector(const std::vector<double>& data, const Shape& shape, DType dt
   Tensor t = empty(shape, dtype);
   dispatch_all(dtype, "from_vector", [&]<class T>() {
     T* p = t.data<T>();
-    for (size_t i = 0; i < data.size(); ++i) p[i] = store<T>(compute_t<T>(data[i]));
+    for (size_t i = 0; i < data.size(); ++i) p[i] = store<T>(data[i]);  // one rounding from double
   });
   return t;
 }

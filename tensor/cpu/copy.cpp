@@ -45,7 +45,7 @@ void copy_cast(const Tensor& src, Tensor& dst, Rounding rounding, uint64_t seed,
 
 void fill(Tensor& out, double value) {
   dispatch_all(out.dtype(), "fill", [&]<class T>() {
-    const T v = store<T>(compute_t<T>(value));
+    const T v = store<T>(value);  // one rounding from double
     T* d = static_cast<T*>(out.raw_data());
     for_each_offset<1>(out.shape(), {out.strides()}, [&](const std::array<int64_t, 1>& o) { d[o[0]] = v; });
   });

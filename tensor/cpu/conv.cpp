@@ -231,7 +231,7 @@ void conv_bias_grad(const Tensor& dy, Tensor& db) {
           for (int k = 0; k < 4; ++k) acc[k] += double(load(row[(w + k) * ds[3]]));
         for (; w < W; ++w) acc[0] += double(load(row[w * ds[3]]));
       }
-    pdb[oc * db.strides()[0]] = store<T>(compute_t<T>((acc[0] + acc[1]) + (acc[2] + acc[3])));
+    pdb[oc * db.strides()[0]] = store<T>((acc[0] + acc[1]) + (acc[2] + acc[3]));
   }
 }
 

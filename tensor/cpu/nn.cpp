@@ -42,7 +42,7 @@ std::vector<double> read_vec(const Tensor& t) {
 // Element i of a 1-D tensor, rounded once from double.
 void write_at(Tensor& t, int64_t i, double value) {
   dispatch_float(t.dtype(), "batch_norm", [&]<class T>() {
-    static_cast<T*>(t.raw_data())[i * t.strides()[0]] = store<T>(compute_t<T>(value));
+    static_cast<T*>(t.raw_data())[i * t.strides()[0]] = store<T>(value);
   });
 }
 
@@ -203,7 +203,7 @@ void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight
       for (int64_t j = 0; j < D; ++j) a[j] += double(load(pdy[o[1] + j * dstride]));
     });
     T* pw = static_cast<T*>(dweight.raw_data());  // contiguous, allocated by the front-end
-    for (size_t i = 0; i < acc.size(); ++i) pw[i] = store<T>(compute_t<T>(acc[i]));
+    for (size_t i = 0; i < acc.size(); ++i) pw[i] = store<T>(acc[i]);
   });
 }
 

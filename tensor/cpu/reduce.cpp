@@ -53,7 +53,7 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tens
       });
       if (op == ReduceOp::mean) acc /= double(n);
       if (nan) acc = std::numeric_limits<double>::quiet_NaN();
-      po[o[1]] = store<T>(compute_t<T>(acc));
+      po[o[1]] = store<T>(acc);  // rounded once, from the f64 accumulator
     });
   });
 }

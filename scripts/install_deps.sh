@@ -6,6 +6,10 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   nlohmann-json3-dev catch2 libstb-dev zlib1g-dev libopenblas-dev libcli11-dev
+  # data for the example programs: Fashion-MNIST (IDX) and the fortunes text corpus
+  dataset-fashion-mnist fortunes
+  # plots of the training metrics
+  python3 python3-matplotlib
 )
 
 missing=()

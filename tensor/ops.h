@@ -11,3 +11,4 @@
 #include "tensor/ops/reduce.h"
 #include "tensor/ops/shape.h"
 #include "tensor/tensor.h"
+#include "tensor/threads.h"

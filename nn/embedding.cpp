@@ -1,0 +1,33 @@
+#include "nn/embedding.h"
+
+#include "autograd/functions/nn.h"
+#include "autograd/functions/shape.h"
+#include "nn/init.h"
+
+namespace mixtape::nn {
+
+Embedding::Embedding(const EmbeddingOptions& o, Generator& gen) : Module("Embedding"), options_(o) {
+  MT_CHECK(o.num_embeddings > 0 && o.embedding_dim > 0, "Embedding: num_embeddings and embedding_dim must be "
+           "positive, got ", o.num_embeddings, " and ", o.embedding_dim);
+  weight = register_parameter("weight", empty({o.num_embeddings, o.embedding_dim}));
+  reset_parameters(gen);
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator& gen)
+    : Embedding(EmbeddingOptions{num_embeddings, embedding_dim}, gen) {}
+
+void Embedding::reset_parameters(Generator& gen) { init::normal_(weight, gen, 0.0, 1.0); }
+
+Variable Embedding::forward(const Tensor& indices) {
+  MT_CHECK(indices.defined() && indices.dtype() == DType::i64, str(), ": expected i64 indices, got ",
+           indices.defined() ? indices.meta() : "an undefined tensor");
+  return embedding(indices, weight);  // range-checks every index against V
+}
+
+Variable Embedding::forward(const Tensor& indices, DType dtype) { return cast(forward(indices), dtype); }
+
+std::string Embedding::extra_repr() const {
+  return detail::cat(options_.num_embeddings, ", ", options_.embedding_dim);
+}
+
+}  // namespace mixtape::nn

@@ -1,0 +1,250 @@
+// Layers: shapes, hand-computed values, train/eval behaviour, mixed-precision casts, losses,
+// argument validation.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "mixtape.h"
+#include "nn/nn.h"
+
+using namespace mixtape;
+using Catch::Matchers::Contains;
+
+namespace {
+
+Tensor randn(const Shape& s, uint64_t seed, DType dt = DType::f32) {
+  Generator g(seed);
+  return normal(s, 0.0, 1.0, g, dt);
+}
+
+void set_values(const Variable& v, const std::vector<double>& vals) {
+  Tensor t = v.data();
+  t.copy_(from_vector(vals, v.shape(), v.dtype()));
+}
+
+}  // namespace
+
+TEST_CASE("every layer produces the documented output shape", "[nn][layers]") {
+  Generator gen(1);
+  const Variable img(randn({2, 3, 8, 8}, 1));
+  CHECK(nn::Conv2d(3, 4, 3, 2, 1, 1, true, gen)(img).shape() == Shape{2, 4, 4, 4});
+  CHECK(nn::Conv2d(nn::Conv2dOptions{.in_channels = 3, .out_channels = 5, .kernel_size = {3, 1}, .dilation = 2},
+                   gen)(img)
+            .shape() == Shape{2, 5, 4, 8});
+  CHECK(nn::ConvTranspose2d(3, 6, 4, 2, 1, 0, 1, true, gen)(img).shape() == Shape{2, 6, 16, 16});
+  CHECK(nn::ConvTranspose2d(3, 6, 3, 2, 1, 1, 1, false, gen)(img).shape() == Shape{2, 6, 16, 16});
+  CHECK(nn::BatchNorm2d(3)(img).shape() == Shape{2, 3, 8, 8});
+  CHECK(nn::BatchNorm1d(5)(Variable(randn({4, 5}, 2))).shape() == Shape{4, 5});
+  CHECK(nn::BatchNorm1d(5)(Variable(randn({4, 5, 7}, 2))).shape() == Shape{4, 5, 7});
+  CHECK(nn::MaxPool2d(2)(img).shape() == Shape{2, 3, 4, 4});
+  CHECK(nn::MaxPool2d(3, 2, 1)(img).shape() == Shape{2, 3, 4, 4});
+  CHECK(nn::AvgPool2d(2, 1)(img).shape() == Shape{2, 3, 7, 7});
+  CHECK(nn::Flatten()(img).shape() == Shape{2, 192});
+  CHECK(nn::Flatten(2)(img).shape() == Shape{2, 3, 64});
+  CHECK(nn::Linear(8, 5, gen)(img).shape() == Shape{2, 3, 8, 5});
+  for (auto m : std::vector<std::shared_ptr<nn::UnaryModule>>{
+           std::make_shared<nn::ReLU>(), std::make_shared<nn::LeakyReLU>(0.2), std::make_shared<nn::Sigmoid>(),
+           std::make_shared<nn::Tanh>(), std::make_shared<nn::Dropout>(0.5, gen)})
+    CHECK((*m)(img).shape() == img.shape());
+  nn::Embedding emb(10, 4, gen);
+  CHECK(emb(from_vector(std::vector<int64_t>{1, 2, 3, 9, 0, 0}, {2, 3})).shape() == Shape{2, 3, 4});
+  auto [out, state] = nn::LSTM(8, 6, 2, false, true, 0.0, gen)(Variable(randn({5, 3, 8}, 3)));
+  CHECK(out.shape() == Shape{5, 3, 6});
+  CHECK(state.h.shape() == Shape{2, 3, 6});
+  CHECK(state.c.shape() == Shape{2, 3, 6});
+  CHECK(nn::CrossEntropyLoss()(Variable(randn({4, 3}, 4)), from_vector(std::vector<int64_t>{0, 1, 2, 1}, {4}))
+            .shape() == Shape{});
+  CHECK(nn::MSELoss(Reduction::none)(Variable(randn({4, 3}, 4)), randn({4, 3}, 5)).shape() == Shape{4, 3});
+}
+
+TEST_CASE("Linear and Conv2d compute the hand-worked values", "[nn][layers]") {
+  nn::Linear lin(2, 3);
+  set_values(lin.weight, {1, 2, 3, 4, 5, 6});  // [3, 2]
+  set_values(lin.bias, {0.5, -1, 0});
+  const Tensor y = lin(from_vector(std::vector<double>{1, -1, 2, 0.5}, {2, 2})).data();
+  // [1, -1] -> [1-2+0.5, 3-4-1, 5-6] ; [2, 0.5] -> [2+1+0.5, 6+2-1, 10+3]
+  CHECK(y.to_vector() == std::vector<double>{-0.5, -2, -1, 3.5, 7, 13});
+
+  nn::Conv2d conv(1, 1, 2);
+  set_values(conv.weight, {1, 1, 1, 1});
+  set_values(conv.bias, {0.5});
+  const Tensor x = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
+  CHECK(conv(x).data().to_vector() == std::vector<double>{12.5, 16.5, 24.5, 28.5});
+
+  // ConvTranspose2d with stride 2 and a 1x1 kernel spreads the input over every other pixel.
+  nn::ConvTranspose2d up(1, 1, 1, 2, 0, 1);
+  set_values(up.weight, {2});
+  set_values(up.bias, {1});
+  const Tensor u = up(from_vector(std::vector<double>{1, 2, 3, 4}, {1, 1, 2, 2})).data();
+  CHECK(u.shape() == Shape{1, 1, 4, 4});
+  CHECK(u.to_vector() == std::vector<double>{3, 1, 5, 1, 1, 1, 1, 1, 7, 1, 9, 1, 1, 1, 1, 1});
+}
+
+TEST_CASE("Dropout drops in training, is the identity in eval, and is reproducible", "[nn][layers][dropout]") {
+  nn::Dropout drop(0.25, uint64_t(42));
+  const Tensor x = ones({64, 64});
+  const Tensor y = drop(x).data();
+  int64_t zeros_count = 0;
+  for (double v : y.to_vector()) {
+    if (v == 0.0) ++zeros_count;
+    else CHECK(v == Approx(1.0 / 0.75).epsilon(1e-6));
+  }
+  const double frac = double(zeros_count) / double(x.numel());
+  CHECK(frac == Approx(0.25).margin(0.03));
+  // A second call draws a fresh mask; re-seeding replays the first.
+  CHECK(drop(x).data().to_vector() != y.to_vector());
+  drop.set_seed(42);
+  CHECK(drop(x).data().to_vector() == y.to_vector());
+
+  drop.eval();
+  const Variable xv(x);
+  CHECK(drop(xv).same(xv));  // no node, no copy
+  // Seeds drawn from a generator differ between layers built one after the other.
+  Generator gen(9);
+  nn::Dropout d1(0.5, gen), d2(0.5, gen);
+  CHECK(d1.generator().seed() != d2.generator().seed());
+  CHECK_THROWS_WITH(nn::Dropout(1.0), Contains("Dropout: p must be in [0, 1)"));
+}
+
+TEST_CASE("BatchNorm uses batch statistics in training and running statistics in eval", "[nn][layers][batchnorm]") {
+  nn::BatchNorm1d bn(2);
+  // Channel 0: {1, 3, 5, 7} mean 4, biased var 5, unbiased 20/3; channel 1: {2, 2, 4, 4} mean 3, var 1, unbiased 4/3.
+  const Tensor x = from_vector(std::vector<double>{1, 2, 3, 2, 5, 4, 7, 4}, {4, 2});
+  set_values(bn.weight, {2, 1});
+  set_values(bn.bias, {0, 10});
+  const Tensor y = bn(x).data();
+  const double s0 = 1.0 / std::sqrt(5.0 + 1e-5), s1 = 1.0 / std::sqrt(1.0 + 1e-5);
+  const std::vector<double> want = {2 * -3 * s0, 10 - s1, 2 * -1 * s0, 10 - s1,
+                                    2 * 1 * s0,  10 + s1, 2 * 3 * s0,  10 + s1};
+  for (int64_t i = 0; i < 8; ++i) CHECK(y.flat_get(i) == Approx(want[size_t(i)]).epsilon(1e-6));
+  CHECK(bn.running_mean().to_vector()[0] == Approx(0.4).epsilon(1e-6));
+  CHECK(bn.running_mean().to_vector()[1] == Approx(0.3).epsilon(1e-6));
+  CHECK(bn.running_var().to_vector()[0] == Approx(0.9 + 0.1 * 20.0 / 3.0).epsilon(1e-6));
+  CHECK(bn.running_var().to_vector()[1] == Approx(0.9 + 0.1 * 4.0 / 3.0).epsilon(1e-6));
+  CHECK(bn.num_batches_tracked().item() == 1.0);
+
+  bn.eval();
+  const Tensor ye = bn(x).data();
+  const std::vector<double> rm = bn.running_mean().to_vector(), rv = bn.running_var().to_vector();
+  for (int64_t i = 0; i < 8; ++i) {
+    const size_t c = size_t(i % 2);
+    const double w = c == 0 ? 2.0 : 1.0, b = c == 0 ? 0.0 : 10.0;
+    CHECK(ye.flat_get(i) == Approx((x.flat_get(i) - rm[c]) / std::sqrt(rv[c] + 1e-5) * w + b).epsilon(1e-6));
+  }
+  CHECK(bn.num_batches_tracked().item() == 1.0);  // eval does not count
+  CHECK(bn.running_mean().to_vector() == rm);      // nor update
+
+  // Without running statistics both modes normalize with the batch.
+  nn::BatchNorm1d free_bn(nn::BatchNormOptions{.num_features = 2, .affine = false, .track_running_stats = false});
+  CHECK(free_bn.named_buffers().empty());
+  CHECK(free_bn.parameters().empty());
+  free_bn.eval();
+  CHECK(free_bn(x).data().flat_get(0) == Approx(-3 * s0).epsilon(1e-6));
+  CHECK(free_bn.str() == "BatchNorm1d(2, eps=1e-05, momentum=0.1, affine=false, track_running_stats=false)");
+}
+
+TEST_CASE("layers cast fp32 parameters to a 16-bit input and gradients reach the fp32 masters",
+          "[nn][layers][mixed]") {
+  Generator gen(3);
+  for (DType dt : {DType::f16, DType::bf16}) {
+    INFO(dtype_name(dt));
+    nn::Linear lin(4, 3, gen);
+    nn::Conv2d conv(2, 3, 3, 1, 1, 1, true, gen);
+    nn::BatchNorm2d bn(3);
+    const Tensor x32 = randn({2, 2, 5, 5}, 7);
+    Tape tape;
+    const Variable h = bn(conv(Variable(x32.to(dt))));
+    CHECK(h.dtype() == dt);
+    const Variable y = lin(Variable(randn({6, 4}, 8).to(dt)));
+    CHECK(y.dtype() == dt);
+    const Variable loss = nn::MSELoss()(h, zeros(h.shape())) + nn::MSELoss()(y, zeros(y.shape()));
+    CHECK(loss.dtype() == DType::f32);  // losses run in fp32
+    tape.backward(loss);
+    for (const Variable& p : {conv.weight, conv.bias, bn.weight, bn.bias, lin.weight, lin.bias}) {
+      INFO(p.name());
+      REQUIRE(p.grad().has_value());
+      CHECK(p.grad()->g.dtype() == DType::f32);
+      CHECK(p.grad()->g.shape() == p.shape());
+    }
+    // BatchNorm's statistics stay f32.
+    CHECK(bn.running_mean().dtype() == DType::f32);
+  }
+  // Same dtype: no cast node is recorded.
+  nn::Linear lin(4, 3, gen);
+  Tape tape;
+  lin(Variable(randn({2, 4}, 1)));
+  CHECK(tape.size() == 1);
+}
+
+TEST_CASE("Embedding gathers rows and casts the gathered rows on request", "[nn][layers]") {
+  Generator gen(4);
+  nn::Embedding emb(5, 3, gen);
+  const Tensor idx = from_vector(std::vector<int64_t>{4, 0, 4}, {3});
+  const Tensor rows = emb(idx).data();
+  const Tensor w = emb.weight.data();
+  for (int64_t j = 0; j < 3; ++j) {
+    CHECK(rows.flat_get(j) == w.flat_get(4 * 3 + j));
+    CHECK(rows.flat_get(3 + j) == w.flat_get(j));
+  }
+  Tape tape;
+  const Variable r16 = emb(idx, DType::bf16);
+  CHECK(r16.dtype() == DType::bf16);
+  tape.backward(sum(cast(r16, DType::f32)));
+  REQUIRE(emb.weight.grad().has_value());
+  const Tensor g = emb.weight.grad()->unscaled();
+  CHECK(g.dtype() == DType::f32);
+  CHECK(g.flat_get(4 * 3) == 2.0);  // row 4 used twice
+  CHECK(g.flat_get(0) == 1.0);
+  CHECK(g.flat_get(3) == 0.0);
+  CHECK_THROWS_WITH(emb(from_vector(std::vector<double>{1}, {1})), Contains("expected i64 indices"));
+}
+
+TEST_CASE("loss modules compute the hand-worked values in fp32", "[nn][layers][loss]") {
+  const Tensor logits = from_vector(std::vector<double>{0, 0, std::log(2.0), 0}, {2, 2});
+  const Tensor labels = from_vector(std::vector<int64_t>{1, 0}, {2});
+  // row 0: uniform -> log 2; row 1: p(class 0) = 2/3 -> log(3/2)
+  const double ce = 0.5 * (std::log(2.0) + std::log(1.5));
+  CHECK(nn::CrossEntropyLoss()(Variable(logits), labels).item() == Approx(ce).epsilon(1e-6));
+  CHECK(nn::CrossEntropyLoss(Reduction::sum)(Variable(logits), labels).item() == Approx(2 * ce).epsilon(1e-6));
+  const Variable ce16 = nn::CrossEntropyLoss()(Variable(logits.to(DType::f16)), labels);
+  CHECK(ce16.dtype() == DType::f32);
+  CHECK(ce16.item() == Approx(ce).epsilon(1e-3));
+
+  const Tensor a = from_vector(std::vector<double>{1, 2, 3}, {3});
+  const Tensor b = from_vector(std::vector<double>{1, 0, 0}, {3});
+  CHECK(nn::MSELoss()(Variable(a), b).item() == Approx(13.0 / 3.0));
+  // BCE with logit 0 is log 2 for any target; logit x, target 1: log(1 + e^-x).
+  const Tensor z = from_vector(std::vector<double>{0, 2}, {2});
+  const Tensor t = from_vector(std::vector<double>{0.3, 1}, {2});
+  CHECK(nn::BCEWithLogitsLoss(Reduction::sum)(Variable(z), t).item() ==
+        Approx(std::log(2.0) + std::log(1.0 + std::exp(-2.0))).epsilon(1e-6));
+  CHECK(nn::BCEWithLogitsLoss()(Variable(z.to(DType::bf16)), t).dtype() == DType::f32);
+}
+
+TEST_CASE("layers reject bad arguments and bad inputs with clear messages", "[nn][layers][errors]") {
+  Generator gen(5);
+  CHECK_THROWS_WITH(nn::Linear(0, 3), Contains("Linear: in_features and out_features must be positive"));
+  CHECK_THROWS_WITH(nn::Linear(3, 4, gen)(Variable(zeros({2, 5}))),
+                    Contains("Linear(3, 4): expected input [..., 3], got f32[2, 5]"));
+  CHECK_THROWS_WITH(nn::Conv2d(3, 4, 0), Contains("kernel_size must be positive"));
+  CHECK_THROWS_WITH(nn::Conv2d(3, 4, 3, 0), Contains("stride must be positive"));
+  CHECK_THROWS_WITH(nn::Conv2d(3, 4, 3)(Variable(zeros({1, 2, 5, 5}))),
+                    Contains("Conv2d(3, 4, kernel=3, stride=1, padding=0): expected input [N, 3, H, W], got "
+                             "f32[1, 2, 5, 5]"));
+  CHECK_THROWS_WITH(nn::ConvTranspose2d(3, 4, 3, 2, 1, 2), Contains("output_padding [2, 2] must be >= 0 and smaller"));
+  CHECK_THROWS_WITH(nn::BatchNorm2d(0), Contains("num_features must be positive"));
+  CHECK_THROWS_WITH(nn::BatchNorm2d(3, -1.0), Contains("eps must be positive"));
+  CHECK_THROWS_WITH(nn::BatchNorm2d(3, 1e-5, 2.0), Contains("momentum must be in [0, 1]"));
+  CHECK_THROWS_WITH(nn::BatchNorm2d(3)(Variable(zeros({2, 3, 4}))),
+                    Contains("BatchNorm2d(3, eps=1e-05, momentum=0.1): expected input [N, 3, H, W]"));
+  CHECK_THROWS_WITH(nn::BatchNorm1d(3)(Variable(zeros({2, 4}))), Contains("expected input [N, 3] or [N, 3, L]"));
+  CHECK_THROWS_WITH(nn::MaxPool2d(2, 2, 2), Contains("at most half the kernel"));
+  CHECK_THROWS_WITH(nn::AvgPool2d(2)(Variable(zeros({2, 4}))), Contains("expected input [N, C, H, W]"));
+  CHECK_THROWS_WITH(nn::Embedding(0, 2), Contains("must be positive"));
+  CHECK_THROWS_WITH(nn::LSTM(3, 0), Contains("hidden_size must be positive"));
+  CHECK_THROWS_WITH(nn::LSTM(3, 4, 1, false, true, 1.5), Contains("dropout must be in [0, 1)"));
+  // A failed batch-norm call does not count as a tracked batch.
+  nn::BatchNorm1d bn(2);
+  CHECK_THROWS(bn(Variable(zeros({1, 2}))));  // one value per channel cannot train
+  CHECK(bn.num_batches_tracked().item() == 0.0);
+}

@@ -2,5 +2,6 @@
 #pragma once
 
 #include "autograd/autograd.h"
+#include "nn/nn.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"

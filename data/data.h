@@ -1,0 +1,7 @@
+// Datasets and batching: IDX (MNIST-format) files, text corpora, image folders, DataLoader.
+#pragma once
+
+#include "data/idx.h"
+#include "data/image_folder.h"
+#include "data/loader.h"
+#include "data/text.h"

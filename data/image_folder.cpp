@@ -1,0 +1,211 @@
+#include "data/image_folder.h"
+
+// Debian's libstb-dev ships the implementations compiled into libstb; only declarations here.
+#include <stb/stb_image.h>
+#include <stb/stb_image_resize.h>
+#include <stb/stb_image_write.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+namespace mixtape::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_image_file(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+}
+
+std::vector<fs::path> list_images(const std::string& dir, bool recursive) {
+  std::error_code ec;
+  MT_CHECK(fs::is_directory(dir, ec), "load_image_folder: '", dir, "' is not a directory");
+  std::vector<fs::path> files;
+  auto take = [&](const fs::directory_entry& e) {
+    if (e.is_regular_file(ec) && is_image_file(e.path())) files.push_back(e.path());
+  };
+  if (recursive) {
+    for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied)) take(e);
+  } else {
+    for (const auto& e : fs::directory_iterator(dir)) take(e);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+struct StbiFree {
+  void operator()(unsigned char* p) const { stbi_image_free(p); }
+};
+
+// Decodes one file into `out` (C x N x N floats in [-1, 1], appended). Returns "" on success,
+// else the reason the file was rejected.
+std::string decode_one(const fs::path& path, int channels, int n, std::vector<float>& out) {
+  int w = 0, h = 0, file_channels = 0;
+  std::unique_ptr<unsigned char, StbiFree> px(stbi_load(path.c_str(), &w, &h, &file_channels, channels));
+  if (!px) {
+    const char* why = stbi_failure_reason();
+    return why ? why : "unknown stb_image failure";
+  }
+  if (w <= 0 || h <= 0) return "empty image";
+
+  // Shorter side -> n, the longer side scaled to keep the aspect ratio (truncated, >= n).
+  const bool wide = w >= h;
+  const int64_t shorter = wide ? h : w, longer = wide ? w : h;
+  const int64_t new_long = std::max<int64_t>(n, int64_t(double(n) * double(longer) / double(shorter)));
+  const int rw = int(wide ? new_long : n), rh = int(wide ? n : new_long);
+
+  // HWC floats in [0, 1].
+  const size_t count = size_t(w) * size_t(h) * size_t(channels);
+  std::vector<float> src(count);
+  for (size_t i = 0; i < count; ++i) src[i] = float(px.get()[i]) * (1.0f / 255.0f);
+  std::vector<float> resized;
+  if (rw == w && rh == h) {
+    resized = std::move(src);
+  } else {
+    resized.resize(size_t(rw) * size_t(rh) * size_t(channels));
+    if (!stbir_resize_float(src.data(), w, h, 0, resized.data(), rw, rh, 0, channels))
+      return detail::cat("stb_image_resize failed resizing ", w, "x", h, " to ", rw, "x", rh);
+  }
+
+  // Centre crop, HWC -> CHW, [0, 1] -> [-1, 1] (the cubic filters can overshoot: clamp first).
+  const int top = int(std::lround((rh - n) / 2.0)), left = int(std::lround((rw - n) / 2.0));
+  const size_t base = out.size();
+  out.resize(base + size_t(channels) * size_t(n) * size_t(n));
+  for (int c = 0; c < channels; ++c)
+    for (int y = 0; y < n; ++y)
+      for (int x = 0; x < n; ++x) {
+        const float v = resized[(size_t(top + y) * size_t(rw) + size_t(left + x)) * size_t(channels) + size_t(c)];
+        out[base + (size_t(c) * size_t(n) + size_t(y)) * size_t(n) + size_t(x)] =
+            2.0f * std::clamp(v, 0.0f, 1.0f) - 1.0f;
+      }
+  return "";
+}
+
+}  // namespace
+
+ImageFolder load_image_folder(const std::string& dir, const ImageFolderOptions& options) {
+  MT_CHECK(options.size > 0 && options.size <= 16384, "load_image_folder: size must be in [1, 16384], got ",
+           options.size);
+  const std::vector<fs::path> files = list_images(dir, options.recursive);
+  MT_CHECK(!files.empty(), "load_image_folder: no .png/.jpg/.jpeg files in '", dir, "'",
+           options.recursive ? "" : " (not searching sub-folders; set recursive)");
+
+  const int channels = options.grayscale ? 1 : 3;
+  const int n = int(options.size);
+  ImageFolder result;
+  std::vector<float> pixels;
+  for (const fs::path& p : files) {
+    if (options.limit >= 0 && int64_t(result.paths.size()) >= options.limit) break;
+    const std::string why = decode_one(p, channels, n, pixels);
+    if (why.empty()) {
+      result.paths.push_back(p.string());
+      continue;
+    }
+    MT_CHECK(options.skip_unreadable, "load_image_folder: cannot decode '", p.string(), "': ", why);
+    ++result.skipped;
+    result.skipped_reasons.push_back(p.string() + ": " + why);
+  }
+  MT_CHECK(!result.paths.empty(), "load_image_folder: none of the ", files.size(), " image files in '", dir,
+           "' could be decoded (first: ", result.skipped_reasons.empty() ? "" : result.skipped_reasons[0], ")");
+
+  const int64_t m = int64_t(result.paths.size());
+  result.images = empty({m, channels, n, n}, DType::f32);
+  std::copy(pixels.begin(), pixels.end(), result.images.data<float>());
+  return result;
+}
+
+// ---- PNG grids -------------------------------------------------------------------------------
+
+namespace {
+
+void append_bytes(void* context, void* data, int size) {
+  auto* buf = static_cast<std::vector<unsigned char>*>(context);
+  const auto* p = static_cast<const unsigned char*>(data);
+  buf->insert(buf->end(), p, p + size);
+}
+
+unsigned char to_byte(float v) {
+  if (std::isnan(v)) v = -1.0f;
+  v = std::clamp(v, -1.0f, 1.0f);
+  return static_cast<unsigned char>(std::lround((v + 1.0f) * 127.5f));
+}
+
+// Writes bytes to `path` atomically: `<path>.tmp.<pid>`, fsync, rename (then fsync the folder).
+void write_file_atomic(const std::string& path, const std::vector<unsigned char>& bytes, const char* op) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  MT_CHECK(fd >= 0, op, ": cannot create '", tmp, "': ", std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error(detail::cat(op, ": writing '", tmp, "' failed: ", std::strerror(err)));
+    }
+    done += size_t(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(detail::cat(op, ": flushing '", tmp, "' failed: ", std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(detail::cat(op, ": renaming '", tmp, "' to '", path, "' failed: ", std::strerror(err)));
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  const int dfd = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // best effort: makes the rename durable
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
+void write_png_grid(const std::string& path, const Tensor& images, int64_t rows, int64_t cols, int64_t padding,
+                    double pad_value) {
+  MT_CHECK(images.dim() == 4 && (images.size(1) == 1 || images.size(1) == 3),
+           "write_png_grid: expected images [M, C, H, W] with C = 1 or 3, got ", images.meta());
+  MT_CHECK(is_floating(images.dtype()), "write_png_grid: expected a floating dtype, got ", images.meta());
+  MT_CHECK(rows > 0 && cols > 0 && padding >= 0, "write_png_grid: rows and cols must be positive and padding ",
+           "non-negative, got rows ", rows, " cols ", cols, " padding ", padding);
+  const int64_t m = images.size(0), c = images.size(1), h = images.size(2), w = images.size(3);
+  MT_CHECK(m <= rows * cols, "write_png_grid: ", m, " images do not fit a ", rows, " x ", cols, " grid");
+  const int64_t gw = cols * w + (cols + 1) * padding, gh = rows * h + (rows + 1) * padding;
+  MT_CHECK(gw > 0 && gh > 0 && gw <= (1 << 16) && gh <= (1 << 16), "write_png_grid: grid of ", gw, " x ", gh,
+           " pixels is out of range");
+
+  const std::vector<float> v = images.to(Device::cpu()).values<float>();  // [M, C, H, W] row-major
+  std::vector<unsigned char> grid(size_t(gw * gh * c), to_byte(float(pad_value)));
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t y0 = padding + (i / cols) * (h + padding), x0 = padding + (i % cols) * (w + padding);
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x)
+          grid[size_t(((y0 + y) * gw + (x0 + x)) * c + ch)] = to_byte(v[size_t(((i * c + ch) * h + y) * w + x)]);
+  }
+
+  std::vector<unsigned char> png;
+  const int ok = stbi_write_png_to_func(append_bytes, &png, int(gw), int(gh), int(c), grid.data(), int(gw * c));
+  MT_CHECK(ok && !png.empty(), "write_png_grid: stb_image_write could not encode a ", gw, " x ", gh, " PNG for '",
+           path, "'");
+  write_file_atomic(path, png, "write_png_grid");
+}
+
+}  // namespace mixtape::data

@@ -1,0 +1,231 @@
+// Image folders (data/image_folder.h): decoding, resize + centre crop, value range, errors, and
+// PNG grids. Fixtures are written with stb_image_write, independently of the code under test.
+#include <catch2/catch.hpp>
+
+#include <stb/stb_image.h>
+#include <stb/stb_image_write.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "data/image_folder.h"
+
+using namespace mixtape;
+using namespace mixtape::data;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("mixtape-test-images-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The fixture folder:
+//   a.png   16 x 8 RGB: left half black, right half white
+//   b.PNG    4 x 4 grayscale, every byte 51
+//   c.jpeg  12 x 10 RGB, every pixel (200, 100, 50)
+//   notes.txt (ignored), sub/d.png 8 x 8 RGB white (recursive only)
+void write_fixtures(const fs::path& dir) {
+  std::vector<unsigned char> a(16 * 8 * 3);
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 16; ++x)
+      for (int c = 0; c < 3; ++c) a[size_t((y * 16 + x) * 3 + c)] = x < 8 ? 0 : 255;
+  REQUIRE(stbi_write_png((dir / "a.png").c_str(), 16, 8, 3, a.data(), 16 * 3));
+  std::vector<unsigned char> b(4 * 4, 51);
+  REQUIRE(stbi_write_png((dir / "b.PNG").c_str(), 4, 4, 1, b.data(), 4));
+  std::vector<unsigned char> c(12 * 10 * 3);
+  for (size_t i = 0; i < c.size(); i += 3) {
+    c[i] = 200;
+    c[i + 1] = 100;
+    c[i + 2] = 50;
+  }
+  REQUIRE(stbi_write_jpg((dir / "c.jpeg").c_str(), 12, 10, 3, c.data(), 95));
+  std::ofstream(dir / "notes.txt") << "not an image\n";
+  fs::create_directory(dir / "sub");
+  std::vector<unsigned char> d(8 * 8 * 3, 255);
+  REQUIRE(stbi_write_png((dir / "sub" / "d.png").c_str(), 8, 8, 3, d.data(), 8 * 3));
+}
+
+// Value of image i, channel c, pixel (y, x) of a [M, C, N, N] tensor.
+float at(const Tensor& t, int64_t i, int64_t c, int64_t y, int64_t x) {
+  const int64_t C = t.size(1), N = t.size(2);
+  return t.data<float>()[((i * C + c) * N + y) * N + x];
+}
+
+}  // namespace
+
+TEST_CASE("load_image_folder: shapes, order, crop and values", "[data]") {
+  TempDir dir;
+  write_fixtures(dir.path);
+  ImageFolderOptions opt;
+  opt.size = 8;
+  const ImageFolder f = load_image_folder(dir.path.string(), opt);
+  REQUIRE(f.images.shape() == Shape{3, 3, 8, 8});
+  REQUIRE(f.paths.size() == 3);
+  CHECK(fs::path(f.paths[0]).filename() == "a.png");
+  CHECK(fs::path(f.paths[1]).filename() == "b.PNG");
+  CHECK(fs::path(f.paths[2]).filename() == "c.jpeg");
+  CHECK(f.skipped == 0);
+  for (float v : f.images.values<float>()) {
+    REQUIRE(v >= -1.0f);
+    REQUIRE(v <= 1.0f);
+  }
+  // a.png: height 8 is already N, so no resize; the centre crop keeps columns 4..11: four black
+  // columns then four white ones.
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t y = 0; y < 8; ++y)
+      for (int64_t x = 0; x < 8; ++x) REQUIRE(at(f.images, 0, c, y, x) == (x < 4 ? -1.0f : 1.0f));
+  // b.PNG: a constant 51 upsampled stays 51 -> 2 * 51/255 - 1 = -0.6, copied to all three channels.
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t y = 0; y < 8; ++y)
+      for (int64_t x = 0; x < 8; ++x) REQUIRE(at(f.images, 1, c, y, x) == Approx(-0.6).margin(1e-5));
+  // c.jpeg: (200, 100, 50) through a lossy codec: within 3 levels.
+  const double expect[3] = {200.0 / 127.5 - 1.0, 100.0 / 127.5 - 1.0, 50.0 / 127.5 - 1.0};
+  for (int64_t c = 0; c < 3; ++c) CHECK(at(f.images, 2, c, 4, 4) == Approx(expect[c]).margin(3.0 / 127.5));
+
+  opt.recursive = true;
+  const ImageFolder r = load_image_folder(dir.path.string(), opt);
+  CHECK(r.images.size(0) == 4);
+  CHECK(fs::path(r.paths[3]).filename() == "d.png");
+  CHECK(at(r.images, 3, 1, 0, 0) == 1.0f);
+
+  opt.recursive = false;
+  opt.grayscale = true;
+  opt.limit = 2;
+  const ImageFolder g = load_image_folder(dir.path.string(), opt);
+  REQUIRE(g.images.shape() == Shape{2, 1, 8, 8});
+  CHECK(at(g.images, 0, 0, 3, 3) == -1.0f);
+  CHECK(at(g.images, 0, 0, 3, 4) == 1.0f);  // stb luma of white is 255
+  CHECK(at(g.images, 1, 0, 0, 0) == Approx(-0.6).margin(1e-5));
+}
+
+TEST_CASE("load_image_folder resizes the shorter side, then crops the centre", "[data]") {
+  TempDir dir;
+  // 8 x 4 (w x h), left half 0, right half 255. Shorter side 4 -> 2 halves both sides: 4 x 2,
+  // and the 2 x 2 centre crop keeps output columns 1 and 2. The image is antisymmetric under a
+  // left-right flip (v(x) = 255 - v(7 - x)) and the filter is symmetric, so the two kept columns
+  // are mirror values: left = -right in [-1, 1], with left < 0.
+  std::vector<unsigned char> px(8 * 4);
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 8; ++x) px[size_t(y * 8 + x)] = x < 4 ? 0 : 255;
+  REQUIRE(stbi_write_png((dir.path / "s.png").c_str(), 8, 4, 1, px.data(), 8));
+  ImageFolderOptions opt;
+  opt.size = 2;
+  opt.grayscale = true;
+  const ImageFolder f = load_image_folder(dir.path.string(), opt);
+  REQUIRE(f.images.shape() == Shape{1, 1, 2, 2});
+  const float left = at(f.images, 0, 0, 0, 0), right = at(f.images, 0, 0, 0, 1);
+  CHECK(left < -0.5f);
+  CHECK(left + right == Approx(0.0).margin(1e-5));
+  CHECK(at(f.images, 0, 0, 1, 0) == Approx(left).margin(1e-6));  // rows identical
+  CHECK(at(f.images, 0, 0, 1, 1) == Approx(right).margin(1e-6));
+}
+
+TEST_CASE("load_image_folder reports corrupt files by name, or skips them", "[data]") {
+  TempDir dir;
+  write_fixtures(dir.path);
+  std::ofstream(dir.path / "bad.png", std::ios::binary) << "this is not a png file at all";
+  ImageFolderOptions opt;
+  opt.size = 8;
+  const std::string msg = error_of([&] { load_image_folder(dir.path.string(), opt); });
+  CHECK_THAT(msg, Contains((dir.path / "bad.png").string()) && Contains("cannot decode"));
+  INFO(msg);
+
+  opt.skip_unreadable = true;
+  const ImageFolder f = load_image_folder(dir.path.string(), opt);
+  CHECK(f.images.size(0) == 3);
+  CHECK(f.skipped == 1);
+  REQUIRE(f.skipped_reasons.size() == 1);
+  CHECK_THAT(f.skipped_reasons[0], Contains("bad.png"));
+
+  fs::create_directory(dir.path / "empty");
+  CHECK_THAT(error_of([&] { load_image_folder((dir.path / "empty").string(), opt); }), Contains("no .png"));
+  CHECK_THAT(error_of([&] { load_image_folder((dir.path / "missing").string(), opt); }),
+             Contains("not a directory"));
+}
+
+TEST_CASE("write_png_grid tiles, pads, clamps and writes atomically", "[data]") {
+  TempDir dir;
+  // 3 RGB images of 2 x 2 on a 2 x 2 grid with 1 pixel of padding: 7 x 7 pixels.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> v(3 * 3 * 2 * 2, 0.0f);
+  v[0] = -1.0f;         // image 0, R, (0, 0) -> 0
+  v[1] = 1.0f;          // image 0, R, (0, 1) -> 255
+  v[2] = 0.5f;          // image 0, R, (1, 0) -> 191
+  v[3] = 3.0f;          // image 0, R, (1, 1) clamps -> 255
+  v[4 + 0] = nan;       // image 0, G, (0, 0) -> 0
+  v[12 + 8 + 3] = -7.f; // image 1, B, (1, 1) clamps -> 0
+  const Tensor images = from_vector(v, {3, 3, 2, 2});
+  const std::string path = (dir.path / "grid.png").string();
+  write_png_grid(path, images, 2, 2, 1);
+
+  int w = 0, h = 0, c = 0;
+  unsigned char* px = stbi_load(path.c_str(), &w, &h, &c, 3);
+  REQUIRE(px != nullptr);
+  CHECK(w == 7);
+  CHECK(h == 7);
+  auto pix = [&](int x, int y, int ch) { return int(px[(y * 7 + x) * 3 + ch]); };
+  CHECK(pix(0, 0, 0) == 0);  // padding (pad_value -1)
+  CHECK(pix(1, 1, 0) == 0);
+  CHECK(pix(2, 1, 0) == 255);
+  CHECK(pix(1, 2, 0) == 191);
+  CHECK(pix(2, 2, 0) == 255);
+  CHECK(pix(1, 1, 1) == 0);    // NaN
+  CHECK(pix(1, 1, 2) == 128);  // 0 -> round(127.5)
+  CHECK(pix(4, 1, 0) == 128);  // image 1 at column 1: x0 = 1 + 2 + 1 = 4
+  CHECK(pix(5, 2, 2) == 0);
+  CHECK(pix(1, 4, 1) == 128);  // image 2 at row 1
+  CHECK(pix(4, 4, 0) == 0);    // the empty fourth cell is padding
+  CHECK(pix(3, 3, 1) == 0);
+  stbi_image_free(px);
+
+  // Nothing but the grid is left in the folder (the temporary file was renamed).
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir.path)) files += e.is_regular_file() ? 1 : 0;
+  CHECK(files == 1);
+
+  // A grid written from a loaded image loads back to the same values (8-bit quantization).
+  fs::create_directory(dir.path / "one");
+  const Tensor gray = from_vector(std::vector<float>{-1.0f, -0.5f, 0.25f, 1.0f}, {1, 1, 2, 2}).to(DType::bf16);
+  write_png_grid((dir.path / "one" / "g.png").string(), gray, 1, 1, 0);
+  ImageFolderOptions opt;
+  opt.size = 2;
+  opt.grayscale = true;
+  const std::vector<float> back = load_image_folder((dir.path / "one").string(), opt).images.values<float>();
+  const std::vector<float> want = {-1.0f, -0.5f, 0.25f, 1.0f};
+  for (size_t i = 0; i < 4; ++i) CHECK(back[i] == Approx(want[i]).margin(1.0 / 127.5));
+
+  CHECK_THAT(error_of([&] { write_png_grid(path, zeros({3, 2, 2, 2}), 2, 2); }), Contains("C = 1 or 3"));
+  CHECK_THAT(error_of([&] { write_png_grid(path, zeros({5, 3, 2, 2}), 2, 2); }), Contains("do not fit"));
+  CHECK_THAT(error_of([&] { write_png_grid((dir.path / "no" / "x.png").string(), zeros({1, 3, 2, 2}), 1, 1); }),
+             Contains("cannot create"));
+}

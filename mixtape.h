@@ -2,6 +2,7 @@
 #pragma once
 
 #include "autograd/autograd.h"
+#include "data/data.h"
 #include "nn/nn.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"

@@ -337,3 +337,39 @@ TEST_CASE("TensorDict prefixes put several state dicts in one checkpoint", "[saf
   CHECK(o.meta("optimizer") == "Adam");
   CHECK_THROWS_WITH(o.at("fc.weight"), Catch::Contains("no tensor named 'fc.weight'"));
 }
+
+TEST_CASE("damaged safetensors files throw mixtape::Error and nothing else", "[safetensors]") {
+  TempDir d;
+  const std::string path = d / "good.safetensors";
+  save_safetensors(path, {{"a", arange(0, 6).reshape({2, 3})}, {"b", ones({3}, DType::bf16)},
+                          {"c", from_vector(std::vector<int64_t>{1, 2}, {2})}},
+                   {{"k", "v"}});
+  const std::string good = read_bytes(path);
+  auto outcome = [&](const std::string& bytes) {
+    write_bytes(path, bytes);
+    try {
+      load_safetensors(path);
+      return 0;
+    } catch (const Error&) {
+      return 1;
+    } catch (...) {
+      return 2;  // anything but mixtape::Error is a bug
+    }
+  };
+  int loaded = 0;
+  for (size_t cut = 0; cut < good.size(); ++cut) {
+    INFO("truncated to " << cut << " bytes");
+    CHECK(outcome(good.substr(0, cut)) == 1);
+  }
+  for (int trial = 0; trial < 400; ++trial) {
+    std::string bytes = good;
+    const auto w = philox_words(11, uint64_t(trial));  // four random 32-bit words
+    bytes[w[0] % bytes.size()] = char(w[1] & 0xff);
+    if (trial % 2) bytes[w[2] % bytes.size()] = char(w[3] & 0xff);
+    const int r = outcome(bytes);
+    INFO("trial " << trial);
+    CHECK(r != 2);
+    loaded += r == 0;
+  }
+  CHECK(loaded > 0);  // changes inside the data or to metadata text still load
+}

@@ -1,0 +1,49 @@
+#include "optim/adam.h"
+
+#include <cmath>
+
+#include "optim/state_io.h"
+#include "tensor/ops/optim.h"
+
+namespace mixtape {
+
+Adam::Adam(std::vector<Variable> params, AdamOptions options) : Adam(std::move(params), options, false) {}
+
+Adam::Adam(std::vector<Variable> params, AdamOptions options, bool decoupled)
+    : Optimizer(options.lr, options.weight_decay), options_(options), decoupled_(decoupled) {
+  validate(options_);
+  add_param_group(std::move(params));
+}
+
+AdamW::AdamW(std::vector<Variable> params, AdamWOptions o)
+    : Adam(std::move(params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, true) {}
+
+void Adam::validate(const AdamOptions& o) const {
+  check_lr(o.lr);
+  check_weight_decay(o.weight_decay);
+  MT_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, name(), ": beta1 must be in [0, 1), got ", o.beta1);
+  MT_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, name(), ": beta2 must be in [0, 1), got ", o.beta2);
+  MT_CHECK(std::isfinite(o.eps) && o.eps >= 0.0, name(), ": eps must be finite and >= 0, got ", o.eps);
+}
+
+void Adam::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step) {
+  adam_update_(param, grad, state.buffers[0], state.buffers[1], group.lr, options_.beta1, options_.beta2,
+               options_.eps, group.weight_decay, decoupled_, step);
+}
+
+void Adam::save_options(TensorDict& d) const {
+  d.set_meta("beta1", state_io::format(options_.beta1));
+  d.set_meta("beta2", state_io::format(options_.beta2));
+  d.set_meta("eps", state_io::format(options_.eps));
+}
+
+void Adam::load_options(const TensorDict& d) {
+  AdamOptions o = options_;
+  o.beta1 = state_io::get_double(d, "beta1", name());
+  o.beta2 = state_io::get_double(d, "beta2", name());
+  o.eps = state_io::get_double(d, "eps", name());
+  validate(o);
+  options_ = o;
+}
+
+}  // namespace mixtape

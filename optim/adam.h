@@ -1,0 +1,54 @@
+// Adam (Kingma & Ba) with L2 weight decay folded into the gradient, and AdamW (Loshchilov &
+// Hutter) with weight decay applied to the weights, as torch.optim.Adam / AdamW (formulas in
+// tensor/ops/optim.h, adam_update_). Bias corrections use each parameter's own step count.
+//
+//   AdamW opt(params, {.lr = 3e-4, .weight_decay = 0.05});
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace mixtape {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // default for groups that do not set their own
+};
+
+// The same settings with AdamW's default decay.
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+class Adam : public Optimizer {
+ public:
+  explicit Adam(std::vector<Variable> params, AdamOptions options = {});
+  const char* name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  const AdamOptions& options() const { return options_; }
+  bool decoupled() const { return decoupled_; }
+
+ protected:
+  Adam(std::vector<Variable> params, AdamOptions options, bool decoupled);
+  std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step) override;
+  void save_options(TensorDict& dict) const override;
+  void load_options(const TensorDict& dict) override;
+
+ private:
+  void validate(const AdamOptions& o) const;
+  AdamOptions options_;
+  bool decoupled_ = false;
+};
+
+class AdamW : public Adam {
+ public:
+  explicit AdamW(std::vector<Variable> params, AdamWOptions options = {});
+};
+
+}  // namespace mixtape

@@ -1,0 +1,59 @@
+#include "optim/clip.h"
+
+#include <cmath>
+
+#include "autograd/tape.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/ops/reduce.h"
+
+namespace mixtape {
+
+namespace {
+
+// sum(u^2) of one unscaled gradient without overflow or underflow: u is first multiplied by
+// 2^-e, e = floor(log2 max|u|), so the fp32 squares are below 4, and the sum (accumulated in
+// double, rounded once to fp32) is scaled back by 2^(2e) in double. The factor goes in two
+// halves so that each fits in fp32 (max|u| may be subnormal); scaling by powers of two is exact.
+double sum_squares(const Tensor& u) {
+  const double m = max_abs(u);
+  if (!std::isfinite(m)) return m * m;  // inf, or NaN
+  if (m == 0.0) return 0.0;
+  const int e = std::ilogb(m);
+  const int half = -e / 2;
+  Tensor v = u;
+  if (half != 0) v = std::ldexp(1.0, half) * v;
+  if (-e - half != 0) v = std::ldexp(1.0, -e - half) * v;
+  return std::ldexp(sum(v * v).item(), 2 * e);
+}
+
+}  // namespace
+
+double grad_norm(const std::vector<Variable>& params) {
+  NoGrad no_grad;
+  double total = 0.0;
+  for (const Variable& p : params) {
+    const std::optional<ScaledGrad>& g = p.grad();
+    if (!g || !g->defined()) continue;
+    total += sum_squares(g->unscaled());
+  }
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
+  MT_CHECK(std::isfinite(max_norm) && max_norm >= 0.0, "clip_grad_norm: max_norm must be finite and >= 0, got ",
+           max_norm);
+  const double norm = grad_norm(params);
+  if (!std::isfinite(norm)) return norm;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return norm;
+  NoGrad no_grad;
+  for (const Variable& p : params) {
+    const std::optional<ScaledGrad>& g = p.grad();
+    if (!g || !g->defined()) continue;
+    Variable v = p;
+    v.set_grad(ScaledGrad{coef * g->g, g->scale});
+  }
+  return norm;
+}
+
+}  // namespace mixtape

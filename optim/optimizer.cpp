@@ -1,0 +1,227 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <map>
+
+#include "autograd/tape.h"
+#include "optim/state_io.h"
+
+namespace mixtape {
+
+void Optimizer::check_lr(double lr) const {
+  MT_CHECK(std::isfinite(lr) && lr >= 0.0, name(), ": learning rate must be finite and >= 0, got ", lr);
+}
+
+void Optimizer::check_weight_decay(double wd) const {
+  MT_CHECK(std::isfinite(wd) && wd >= 0.0, name(), ": weight decay must be finite and >= 0, got ", wd);
+}
+
+size_t Optimizer::add_param_group(std::vector<Variable> params, GroupOptions options) {
+  MT_CHECK(!params.empty(), name(), ": a parameter group needs at least one parameter");
+  ParamGroup g;
+  g.lr = options.lr.value_or(default_lr_);
+  g.weight_decay = options.weight_decay.value_or(default_weight_decay_);
+  check_lr(g.lr);
+  check_weight_decay(g.weight_decay);
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Variable& p = params[k];
+    MT_CHECK(p.defined(), name(), ": parameter ", k, " of group ", groups_.size(), " is undefined");
+    MT_CHECK(p.is_leaf(), name(), ": parameter '", p.name(), "' ", p.data().meta(),
+             " is not a leaf; optimizers update leaf variables");
+    MT_CHECK(is_floating(p.dtype()), name(), ": parameter '", p.name(), "' ", p.data().meta(), " is not floating");
+    for (const ParamGroup& other : groups_)
+      for (const Variable& q : other.params)
+        MT_CHECK(!q.same(p), name(), ": parameter '", p.name(), "' ", p.data().meta(),
+                 " appears in more than one group");
+    for (size_t j = 0; j < k; ++j)
+      MT_CHECK(!params[j].same(p), name(), ": parameter '", p.name(), "' ", p.data().meta(),
+               " appears twice in one group");
+  }
+  const size_t gi = groups_.size();
+  for (size_t k = 0; k < params.size(); ++k) {
+    group_of_.push_back(gi);
+    state_.emplace_back();
+  }
+  g.params = std::move(params);
+  groups_.push_back(std::move(g));
+  return gi;
+}
+
+const Variable& Optimizer::param(size_t index) const {
+  MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(),
+           " parameters)");
+  size_t first = 0;
+  for (const ParamGroup& g : groups_) {
+    if (index < first + g.params.size()) return g.params[index - first];
+    first += g.params.size();
+  }
+  MT_ASSERT(false, "parameter index bookkeeping");
+}
+
+int64_t Optimizer::step_count(size_t index) const {
+  MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(),
+           " parameters)");
+  return state_[index].step;
+}
+
+double Optimizer::lr(size_t group) const {
+  MT_CHECK(group < groups_.size(), name(), ": no parameter group ", group, " (", groups_.size(), " groups)");
+  return groups_[group].lr;
+}
+
+double Optimizer::weight_decay(size_t group) const {
+  MT_CHECK(group < groups_.size(), name(), ": no parameter group ", group, " (", groups_.size(), " groups)");
+  return groups_[group].weight_decay;
+}
+
+void Optimizer::set_lr(double lr) {
+  check_lr(lr);
+  for (ParamGroup& g : groups_) g.lr = lr;
+}
+
+void Optimizer::set_lr(size_t group, double lr) {
+  MT_CHECK(group < groups_.size(), name(), ": no parameter group ", group, " (", groups_.size(), " groups)");
+  check_lr(lr);
+  groups_[group].lr = lr;
+}
+
+void Optimizer::update(size_t index, Tensor& param, const Tensor& grad) {
+  MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(),
+           " parameters)");
+  ParamState& st = state_[index];
+  const std::vector<std::string> names = buffer_names();
+  if (st.buffers.size() != names.size()) {  // first update, or the rule now keeps other buffers
+    st.buffers.clear();
+    for (size_t b = 0; b < names.size(); ++b) st.buffers.push_back(zeros_like(param));
+  }
+  for (size_t b = 0; b < names.size(); ++b)
+    MT_CHECK(st.buffers[b].shape() == param.shape(), name(), ": state '", names[b], "' of parameter ", index, " ",
+             st.buffers[b].meta(), " does not match the tensor being updated ", param.meta());
+  const int64_t next = st.step + 1;
+  apply(groups_[group_of_[index]], param, grad, st, next);
+  st.step = next;
+}
+
+void Optimizer::step() {
+  NoGrad no_grad;
+  size_t index = 0;
+  for (const ParamGroup& g : groups_) {
+    for (const Variable& p : g.params) {
+      const std::optional<ScaledGrad>& grad = p.grad();
+      if (grad && grad->defined()) {
+        Tensor data = p.data();  // a handle: the update writes the parameter's storage
+        update(index, data, grad->unscaled());
+      }
+      ++index;
+    }
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (ParamGroup& g : groups_)
+    for (Variable& p : g.params) p.zero_grad();
+}
+
+// ---- state dict --------------------------------------------------------------------------
+
+TensorDict Optimizer::state_dict() const {
+  using state_io::format;
+  TensorDict d;
+  d.set_meta("optimizer", name());
+  d.set_meta("param_groups", format(int64_t(groups_.size())));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string k = "param_groups." + std::to_string(g) + ".";
+    d.set_meta(k + "lr", format(groups_[g].lr));
+    d.set_meta(k + "weight_decay", format(groups_[g].weight_decay));
+    d.set_meta(k + "params", format(int64_t(groups_[g].params.size())));
+  }
+  save_options(d);
+  const std::vector<std::string> names = buffer_names();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const ParamState& st = state_[i];
+    if (st.step == 0) continue;
+    const std::string k = "state." + std::to_string(i) + ".";
+    d.set_meta(k + "step", format(st.step));
+    for (size_t b = 0; b < st.buffers.size() && b < names.size(); ++b) d.add(k + names[b], st.buffers[b]);
+  }
+  return d;
+}
+
+void Optimizer::load_state_dict(const TensorDict& d) {
+  using namespace state_io;
+  const std::string kind = d.has_meta("optimizer") ? d.meta("optimizer") : std::string("(none)");
+  MT_CHECK(kind == name(), name(), "::load_state_dict: the state dict was saved by optimizer '", kind, "'");
+  const int64_t ngroups = get_int(d, "param_groups", name());
+  MT_CHECK(ngroups == int64_t(groups_.size()), name(), "::load_state_dict: the state dict has ", ngroups,
+           " parameter groups, this optimizer ", groups_.size());
+  std::vector<std::pair<double, double>> settings;  // (lr, weight decay) per group
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string k = "param_groups." + std::to_string(g) + ".";
+    const int64_t n = get_int(d, k + "params", name());
+    MT_CHECK(n == int64_t(groups_[g].params.size()), name(), "::load_state_dict: group ", g, " has ", n,
+             " parameters in the state dict, ", groups_[g].params.size(), " here");
+    settings.emplace_back(get_double(d, k + "lr", name()), get_double(d, k + "weight_decay", name()));
+    check_lr(settings.back().first);
+    check_weight_decay(settings.back().second);
+  }
+
+  std::vector<ParamState> state(num_params());
+  std::map<std::string, const Tensor*> tensors;
+  for (const auto& [n, t] : d.tensors) {
+    MT_CHECK(n.starts_with("state."), name(), "::load_state_dict: unexpected tensor '", n, "'");
+    tensors[n] = &t;
+  }
+  size_t steps_found = 0;
+  for (size_t i = 0; i < num_params(); ++i) {
+    const std::string k = "state." + std::to_string(i) + ".";
+    if (d.has_meta(k + "step")) {
+      ++steps_found;
+      state[i].step = get_int(d, k + "step", name());
+      MT_CHECK(state[i].step >= 1, name(), "::load_state_dict: '", k, "step' must be >= 1, got ", state[i].step);
+    }
+  }
+
+  size_t steps_total = 0;
+  for (const auto& [k, v] : d.metadata) steps_total += k.starts_with("state.") ? 1 : 0;
+  MT_CHECK(steps_total == steps_found, name(), "::load_state_dict: the state dict has ", steps_total,
+           " 'state.*' metadata entries but only ", steps_found, " are step counts of the ", num_params(),
+           " parameters");
+
+  // The buffer names may depend on the hyper-parameters (SGD keeps a momentum buffer only with
+  // momentum), so the buffers are checked after load_options; a failure restores the old options.
+  TensorDict old_options;
+  save_options(old_options);
+  load_options(d);
+  try {
+    const std::vector<std::string> names = buffer_names();
+    for (size_t i = 0; i < num_params(); ++i) {
+      const std::string k = "state." + std::to_string(i) + ".";
+      const Tensor& p = param(i).data();
+      for (const std::string& b : names) {
+        auto it = tensors.find(k + b);
+        if (state[i].step == 0) {
+          MT_CHECK(it == tensors.end(), name(), "::load_state_dict: tensor '", k + b, "' without '", k, "step'");
+          continue;
+        }
+        MT_CHECK(it != tensors.end(), name(), "::load_state_dict: missing tensor '", k + b, "'");
+        const Tensor& t = *it->second;
+        MT_CHECK(t.shape() == p.shape(), name(), "::load_state_dict: tensor '", k + b, "' ", t.meta(),
+                 " does not match parameter ", i, " ", p.meta());
+        state[i].buffers.push_back(t.to(p.device()).clone());
+        tensors.erase(it);
+      }
+    }
+    MT_CHECK(tensors.empty(), name(), "::load_state_dict: unexpected tensor '",
+             tensors.empty() ? "" : tensors.begin()->first, "'");
+  } catch (...) {
+    load_options(old_options);
+    throw;
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    groups_[g].lr = settings[g].first;
+    groups_[g].weight_decay = settings[g].second;
+  }
+  state_ = std::move(state);
+}
+
+}  // namespace mixtape

@@ -1,0 +1,119 @@
+// Optimizer: the base of SGD, Adam and AdamW. It holds parameter groups (each with its own
+// learning rate and weight decay), per-parameter state (a step count and the rule's buffers),
+// and turns each parameter's ScaledGrad into an in-place update:
+//
+//   step():  for every parameter p with a gradient, in group order (index i counts over all
+//            groups):  update(i, p.data(), p.grad()->unscaled())      under NoGrad
+//
+// Unscaling happens only in ScaledGrad::unscaled (fp32, or f64 for f64 gradients); parameters
+// without a gradient are skipped, and their step count does not advance.
+//
+// Note [Optimizer seam for mixed precision]
+// update(i, param, grad) is the whole update rule for one tensor: it allocates the state on
+// first use (zeros shaped and typed like `param`) and calls the fused kernel of
+// tensor/ops/optim.h. A master-weight layer keeps fp32 copies of 16-bit model parameters and
+// calls update(i, master, grad) on the copies (then rounds them back into the model), so the
+// state lives in fp32 next to the masters. Pure 16-bit rules (stochastic rounding, Kahan
+// summation) are further kernels called from an optimizer's apply().
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/variable.h"
+#include "tensor/safetensors.h"
+
+namespace mixtape {
+
+struct ParamGroup {
+  std::vector<Variable> params;
+  double lr = 0.0;
+  double weight_decay = 0.0;
+};
+
+// Per-group overrides; unset values take the optimizer's defaults.
+struct GroupOptions {
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // "SGD", "Adam", "AdamW": names the optimizer in messages and state dicts.
+  virtual const char* name() const = 0;
+
+  // One update of every parameter that has a gradient.
+  void step();
+  // Drops every parameter's gradient (the next backward starts from nothing).
+  void zero_grad();
+
+  // Learning rate of a group; set_lr(lr) sets every group's.
+  double lr(size_t group = 0) const;
+  void set_lr(double lr);
+  void set_lr(size_t group, double lr);
+  double weight_decay(size_t group = 0) const;
+
+  // Appends a group; returns its index. A parameter may belong to one group only.
+  size_t add_param_group(std::vector<Variable> params, GroupOptions options = {});
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  size_t num_params() const { return group_of_.size(); }
+  const Variable& param(size_t index) const;
+  // Updates applied so far to parameter `index` (0 before its first).
+  int64_t step_count(size_t index) const;
+
+  // The update rule for parameter `index` applied to the tensor `param` (that parameter's data,
+  // or its master copy) with the unscaled gradient `grad` (param's compute dtype: f32, or f64
+  // for f64 params). See Note [Optimizer seam for mixed precision].
+  void update(size_t index, Tensor& param, const Tensor& grad);
+
+  // State for checkpoints (tensor/safetensors.h):
+  //   metadata  "optimizer" = name(), "param_groups" = G,
+  //             "param_groups.<g>.lr", ".weight_decay", ".params" (how many),
+  //             the rule's hyper-parameters ("momentum", "beta1", ...),
+  //             "state.<i>.step" for every parameter that has been updated
+  //   tensors   "state.<i>.<buffer>" ("momentum_buffer", "exp_avg", "exp_avg_sq")
+  // The tensors are the live buffers (save or clone them); load_state_dict copies what it reads,
+  // checks it against this optimizer (kind, group sizes, buffer names and shapes) before
+  // changing anything, and restores the hyper-parameters, so the next step() is the one the
+  // saved optimizer would have taken.
+  TensorDict state_dict() const;
+  void load_state_dict(const TensorDict& dict);
+
+ protected:
+  struct ParamState {
+    int64_t step = 0;             // updates applied so far
+    std::vector<Tensor> buffers;  // one per buffer_names(), allocated at the first update
+  };
+
+  // Default group settings. A derived constructor validates its options, then adds its
+  // parameters with add_param_group (virtual calls such as name() work from there on).
+  Optimizer(double lr, double weight_decay) : default_lr_(lr), default_weight_decay_(weight_decay) {}
+
+  // Names of the state buffers the rule keeps per parameter (may depend on hyper-parameters).
+  virtual std::vector<std::string> buffer_names() const = 0;
+  // Applies the rule to `param` at its `step`-th update (1-based) with the group's settings.
+  virtual void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state,
+                     int64_t step) = 0;
+  // The rule's hyper-parameters in the state dict. load_options validates everything before it
+  // changes anything.
+  virtual void save_options(TensorDict& dict) const = 0;
+  virtual void load_options(const TensorDict& dict) = 0;
+
+  void check_lr(double lr) const;
+  void check_weight_decay(double wd) const;
+
+ private:
+  std::vector<ParamGroup> groups_;
+  std::vector<size_t> group_of_;  // parameter index -> group
+  std::vector<ParamState> state_;  // parameter index -> state
+  double default_lr_;
+  double default_weight_decay_;
+};
+
+}  // namespace mixtape

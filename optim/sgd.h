@@ -1,0 +1,36 @@
+// Stochastic gradient descent with momentum, dampening, Nesterov momentum and L2 weight decay,
+// as torch.optim.SGD (formulas in tensor/ops/optim.h, sgd_update_).
+//
+//   SGD opt(model_params, {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace mixtape {
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;  // default for groups that do not set their own
+  bool nesterov = false;      // needs momentum > 0 and dampening == 0
+};
+
+class SGD : public Optimizer {
+ public:
+  explicit SGD(std::vector<Variable> params, SGDOptions options = {});
+  const char* name() const override { return "SGD"; }
+  const SGDOptions& options() const { return options_; }
+
+ protected:
+  std::vector<std::string> buffer_names() const override;
+  void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step) override;
+  void save_options(TensorDict& dict) const override;
+  void load_options(const TensorDict& dict) override;
+
+ private:
+  void validate(const SGDOptions& o) const;
+  SGDOptions options_;
+};
+
+}  // namespace mixtape

@@ -1,0 +1,89 @@
+#include "tensor/ops/optim.h"
+
+#include <cmath>
+
+#include "cuda/backend.h"
+#include "tensor/cpu/optim.h"
+#include "tensor/ops/common.h"
+
+namespace mixtape {
+
+namespace {
+
+// The dtype an update kernel wants its gradient in: the parameter's compute dtype.
+DType grad_dtype_for(DType param) { return param == DType::f64 ? DType::f64 : DType::f32; }
+
+void check_param(const char* op, const Tensor& param, const Tensor& grad) {
+  ops::check_same(op, {&param, &grad}, /*same_dtype=*/false);
+  MT_CHECK(param.dtype() == DType::f32 || param.dtype() == DType::f64, op, ": parameter ", param.meta(),
+           " must be f32 or f64; 16-bit parameters are updated through fp32 master weights or a 16-bit "
+           "update rule");
+  MT_CHECK(grad.dtype() == grad_dtype_for(param.dtype()), op, ": gradient ", grad.meta(), " must be ",
+           dtype_name(grad_dtype_for(param.dtype())), " (the unscaled gradient) for parameter ", param.meta());
+  MT_CHECK(grad.shape() == param.shape(), op, ": gradient ", grad.meta(), " does not match parameter ",
+           param.meta());
+}
+
+// A tensor written in place: same shape, dtype and device as the parameter, and no element
+// reachable through two indices (a broadcast view would receive racing updates).
+void check_written(const char* op, const Tensor& t, const Tensor& param, const char* what) {
+  MT_CHECK(t.defined(), op, ": ", what, " is undefined (parameter ", param.meta(), ")");
+  MT_CHECK(t.device() == param.device() && t.dtype() == param.dtype() && t.shape() == param.shape(), op, ": ",
+           what, " ", t.meta(), " must match parameter ", param.meta());
+  for (int64_t d = 0; d < t.dim(); ++d)
+    MT_CHECK(t.shape()[size_t(d)] <= 1 || t.strides()[size_t(d)] != 0, op, ": ", what, " ", t.meta(),
+             " is a broadcast view (stride 0 in dim ", d, ") and cannot be updated in place");
+}
+
+void check_hyper(const char* op, bool ok, const char* what, double v) {
+  MT_CHECK(ok, op, ": invalid ", what, " ", v);
+}
+
+}  // namespace
+
+void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
+                 double dampening, double weight_decay, bool nesterov, int64_t step) {
+  const char* op = "sgd_update_";
+  check_param(op, param, grad);
+  check_written(op, param, param, "parameter");
+  if (momentum != 0.0) check_written(op, momentum_buf, param, "momentum buffer");
+  check_hyper(op, std::isfinite(lr) && lr >= 0.0, "learning rate (need a finite value >= 0)", lr);
+  check_hyper(op, std::isfinite(momentum) && momentum >= 0.0, "momentum (need a finite value >= 0)", momentum);
+  check_hyper(op, std::isfinite(dampening), "dampening (need a finite value)", dampening);
+  check_hyper(op, std::isfinite(weight_decay) && weight_decay >= 0.0, "weight decay (need a finite value >= 0)",
+              weight_decay);
+  MT_CHECK(!nesterov || (momentum > 0.0 && dampening == 0.0), op,
+           ": Nesterov momentum needs momentum > 0 and dampening 0, got momentum ", momentum, ", dampening ",
+           dampening);
+  MT_CHECK(step >= 1, op, ": step counts updates from 1, got ", step);
+  ops::on_device(
+      param.device(),
+      [&] { cpu::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step); },
+      [&] { cuda::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step); });
+}
+
+void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr,
+                  double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step) {
+  const char* op = decoupled ? "adamw_update_" : "adam_update_";
+  check_param(op, param, grad);
+  check_written(op, param, param, "parameter");
+  check_written(op, exp_avg, param, "exp_avg");
+  check_written(op, exp_avg_sq, param, "exp_avg_sq");
+  check_hyper(op, std::isfinite(lr) && lr >= 0.0, "learning rate (need a finite value >= 0)", lr);
+  check_hyper(op, beta1 >= 0.0 && beta1 < 1.0, "beta1 (need 0 <= beta1 < 1)", beta1);
+  check_hyper(op, beta2 >= 0.0 && beta2 < 1.0, "beta2 (need 0 <= beta2 < 1)", beta2);
+  check_hyper(op, std::isfinite(eps) && eps >= 0.0, "eps (need a finite value >= 0)", eps);
+  check_hyper(op, std::isfinite(weight_decay) && weight_decay >= 0.0, "weight decay (need a finite value >= 0)",
+              weight_decay);
+  MT_CHECK(step >= 1, op, ": step counts updates from 1, got ", step);
+  ops::on_device(
+      param.device(),
+      [&] {
+        cpu::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+      },
+      [&] {
+        cuda::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+      });
+}
+
+}  // namespace mixtape

@@ -1,0 +1,377 @@
+#include "tensor/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_set>
+
+namespace mixtape {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors stores little-endian bytes; mixtape writes its host bytes as they are");
+
+// ---- TensorDict --------------------------------------------------------------------------
+
+bool TensorDict::contains(const std::string& name) const {
+  return std::any_of(tensors.begin(), tensors.end(), [&](const auto& e) { return e.first == name; });
+}
+
+const Tensor& TensorDict::at(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return t;
+  throw Error(detail::cat("TensorDict: no tensor named '", name, "' (", tensors.size(), " tensors)"));
+}
+
+const std::string& TensorDict::meta(const std::string& key) const {
+  auto it = metadata.find(key);
+  MT_CHECK(it != metadata.end(), "TensorDict: no metadata entry '", key, "'");
+  return it->second;
+}
+
+void TensorDict::add(std::string name, Tensor t) {
+  MT_CHECK(t.defined(), "TensorDict::add: tensor '", name, "' is undefined");
+  MT_CHECK(!contains(name), "TensorDict::add: duplicate tensor name '", name, "'");
+  tensors.emplace_back(std::move(name), std::move(t));
+}
+
+void TensorDict::merge(const std::string& prefix, const TensorDict& other) {
+  for (const auto& [n, t] : other.tensors) add(prefix + n, t);
+  for (const auto& [k, v] : other.metadata) {
+    MT_CHECK(!metadata.count(prefix + k), "TensorDict::merge: duplicate metadata key '", prefix + k, "'");
+    metadata[prefix + k] = v;
+  }
+}
+
+TensorDict TensorDict::sub(const std::string& prefix) const {
+  TensorDict out;
+  for (const auto& [n, t] : tensors)
+    if (n.starts_with(prefix)) out.tensors.emplace_back(n.substr(prefix.size()), t);
+  for (const auto& [k, v] : metadata)
+    if (k.starts_with(prefix)) out.metadata[k.substr(prefix.size())] = v;
+  return out;
+}
+
+// ---- dtypes ------------------------------------------------------------------------------
+
+const char* safetensors_dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    case DType::i64: return "I64";
+  }
+  return "?";
+}
+
+DType dtype_from_safetensors(const std::string& name) {
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64})
+    if (name == safetensors_dtype_name(t)) return t;
+  throw Error(detail::cat("unsupported safetensors dtype '", name, "' (mixtape reads F32, F64, F16, BF16, I64)"));
+}
+
+namespace {
+
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+// The reference writer's layout order: descending by its dtype enum (which orders by
+// alignment, then I64 > F64 > F32 > BF16 > F16 among ours), then by name.
+int layout_rank(DType t) {
+  switch (t) {
+    case DType::i64: return 4;
+    case DType::f64: return 3;
+    case DType::f32: return 2;
+    case DType::bf16: return 1;
+    case DType::f16: return 0;
+  }
+  return 0;
+}
+
+// The reference implementation refuses headers above this size; so do we.
+constexpr uint64_t kMaxHeader = 100'000'000;
+
+std::string errno_str() { return std::strerror(errno); }
+
+// Closes on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  int release() {
+    int f = fd;
+    fd = -1;
+    return f;
+  }
+};
+
+void write_all(int fd, const void* data, size_t n, const std::string& tmp) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    MT_CHECK(w > 0, "save_safetensors: writing ", tmp, " failed: ", w < 0 ? errno_str() : "wrote nothing");
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+void read_at(int fd, void* data, size_t n, uint64_t offset, const std::string& path, const std::string& what) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, n, off_t(offset));
+    if (r < 0 && errno == EINTR) continue;
+    MT_CHECK(r > 0, "load_safetensors(", path, "): reading ", what, " at byte ", offset, " failed: ",
+             r < 0 ? errno_str() : "unexpected end of file");
+    p += r;
+    n -= size_t(r);
+    offset += uint64_t(r);
+  }
+}
+
+// Writes `header` and the tensors' bytes to a temporary file next to `path` and renames it over
+// `path` (see save_safetensors). Throws with the temporary removed on any failure.
+void write_atomically(const std::string& path, const std::string& header, const std::vector<Tensor>& host) {
+  namespace fs = std::filesystem;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  Fd f;
+  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  MT_CHECK(f.fd >= 0, "save_safetensors: cannot create ", tmp, ": ", errno_str());
+  try {
+    const uint64_t n = header.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    write_all(f.fd, len, 8, tmp);
+    write_all(f.fd, header.data(), header.size(), tmp);
+    for (const Tensor& t : host)
+      if (t.numel() > 0) write_all(f.fd, t.raw_data(), size_t(t.numel()) * dtype_size(t.dtype()), tmp);
+    MT_CHECK(::fsync(f.fd) == 0, "save_safetensors: fsync of ", tmp, " failed: ", errno_str());
+    MT_CHECK(::close(f.release()) == 0, "save_safetensors: closing ", tmp, " failed: ", errno_str());
+    MT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "save_safetensors: cannot rename ", tmp, " to ", path, ": ",
+             errno_str());
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  // Make the rename itself durable. Some file systems cannot sync a directory (EINVAL).
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  Fd d;
+  d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  MT_CHECK(d.fd >= 0, "save_safetensors: wrote ", path, " but cannot open its directory to sync it: ", errno_str());
+  MT_CHECK(::fsync(d.fd) == 0 || errno == EINVAL, "save_safetensors: wrote ", path,
+           " but syncing its directory failed: ", errno_str());
+}
+
+// Checked a * b for sizes read from a file.
+uint64_t mul_checked(uint64_t a, uint64_t b, const std::string& path, const std::string& name) {
+  uint64_t r = 0;
+  MT_CHECK(!__builtin_mul_overflow(a, b, &r), "load_safetensors(", path, "): tensor '", name,
+           "': shape times element size overflows 64 bits");
+  return r;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+Entry parse_entry(const std::string& path, const std::string& name, const json& v) {
+  const std::string where = detail::cat("load_safetensors(", path, "): tensor '", name, "'");
+  MT_CHECK(v.is_object(), where, ": expected an object {dtype, shape, data_offsets}, got ", v.dump());
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    MT_CHECK(v.contains(key), where, ": missing \"", key, "\"");
+  Entry e;
+  e.name = name;
+  const json& dt = v.at("dtype");
+  MT_CHECK(dt.is_string(), where, ": dtype must be a string, got ", dt.dump());
+  try {
+    e.dtype = dtype_from_safetensors(dt.get<std::string>());
+  } catch (const Error& err) {
+    throw Error(detail::cat(where, ": ", err.what()));
+  }
+  const json& sh = v.at("shape");
+  MT_CHECK(sh.is_array(), where, ": shape must be an array, got ", sh.dump());
+  uint64_t numel = 1;
+  for (const json& d : sh) {
+    MT_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()), where,
+             ": shape entries must be non-negative integers, got ", sh.dump());
+    e.shape.push_back(int64_t(d.get<uint64_t>()));
+    numel = mul_checked(numel, d.get<uint64_t>(), path, name);
+  }
+  const json& off = v.at("data_offsets");
+  MT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
+           ": data_offsets must be [begin, end] with non-negative integers, got ", off.dump());
+  e.begin = off[0].get<uint64_t>();
+  e.end = off[1].get<uint64_t>();
+  MT_CHECK(e.begin <= e.end, where, ": data_offsets [", e.begin, ", ", e.end, "] end before they begin");
+  const uint64_t nbytes = mul_checked(numel, dtype_size(e.dtype), path, name);
+  MT_CHECK(e.end - e.begin == nbytes, where, ": data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin,
+           " bytes but ", dt.get<std::string>(), " ", shape_str(e.shape), " needs ", nbytes);
+  return e;
+}
+
+// Parses the header, rejecting duplicate keys in any object (nlohmann keeps the last one).
+json parse_header(const std::string& path, const std::string& text) {
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  std::string duplicate;
+  int duplicate_depth = 0;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    else if (event == json::parse_event_t::object_end) keys.pop_back();
+    else if (event == json::parse_event_t::key && !keys.empty() && duplicate.empty() &&
+             !keys.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+      duplicate_depth = depth;
+    }
+    return true;
+  };
+  json h;
+  try {
+    h = json::parse(text, cb);
+  } catch (const json::exception& e) {
+    throw Error(detail::cat("load_safetensors(", path, "): the header is not valid JSON: ", e.what()));
+  }
+  MT_CHECK(duplicate.empty(), "load_safetensors(", path, "): duplicate ",
+           duplicate_depth == 1 ? "tensor name '" : "key '", duplicate, "' in the header");
+  return h;
+}
+
+}  // namespace
+
+// ---- save --------------------------------------------------------------------------------
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const StringMap& metadata) {
+  // Validate and bring every tensor to contiguous host memory before touching the file system.
+  std::unordered_set<std::string> seen;
+  std::vector<size_t> order(tensors.size());
+  std::vector<Tensor> host(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, t] = tensors[i];
+    MT_CHECK(name != "__metadata__", "save_safetensors(", path, "): '__metadata__' is reserved, not a tensor name");
+    MT_CHECK(seen.insert(name).second, "save_safetensors(", path, "): duplicate tensor name '", name, "'");
+    MT_CHECK(t.defined(), "save_safetensors(", path, "): tensor '", name, "' is undefined");
+    host[i] = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
+    order[i] = i;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const int ra = layout_rank(host[a].dtype()), rb = layout_rank(host[b].dtype());
+    return ra != rb ? ra > rb : tensors[a].first < tensors[b].first;
+  });
+
+  ordered_json header = ordered_json::object();
+  if (!metadata.empty()) {
+    ordered_json m = ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header["__metadata__"] = std::move(m);
+  }
+  std::vector<Tensor> laid_out;
+  uint64_t offset = 0;
+  for (size_t i : order) {
+    const Tensor& t = host[i];
+    const uint64_t nbytes = uint64_t(t.numel()) * dtype_size(t.dtype());
+    ordered_json e = ordered_json::object();
+    e["dtype"] = safetensors_dtype_name(t.dtype());
+    e["shape"] = t.shape();
+    e["data_offsets"] = {offset, offset + nbytes};
+    header[tensors[i].first] = std::move(e);
+    offset += nbytes;
+    laid_out.push_back(t);
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const ordered_json::exception& e) {
+    throw Error(detail::cat("save_safetensors(", path, "): a tensor name or metadata entry is not valid UTF-8: ",
+                            e.what()));
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  write_atomically(path, text, laid_out);
+}
+
+// ---- load --------------------------------------------------------------------------------
+
+TensorDict load_safetensors(const std::string& path) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  MT_CHECK(f.fd >= 0, "load_safetensors: cannot open ", path, ": ", errno_str());
+  struct stat st {};
+  MT_CHECK(::fstat(f.fd, &st) == 0, "load_safetensors: cannot stat ", path, ": ", errno_str());
+  MT_CHECK(S_ISREG(st.st_mode), "load_safetensors: ", path, " is not a regular file");
+  const uint64_t file_size = uint64_t(st.st_size);
+  MT_CHECK(file_size >= 8, "load_safetensors(", path, "): file is ", file_size,
+           " bytes, too short for the 8-byte header length");
+
+  unsigned char len[8];
+  read_at(f.fd, len, 8, 0, path, "the header length");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(len[i]) << (8 * i);
+  MT_CHECK(n <= kMaxHeader, "load_safetensors(", path, "): header length ", n, " exceeds the limit of ", kMaxHeader,
+           " bytes (not a safetensors file?)");
+  MT_CHECK(n <= file_size - 8, "load_safetensors(", path, "): header length ", n, " runs past the end of the ",
+           file_size, "-byte file");
+  std::string text(size_t(n), '\0');
+  read_at(f.fd, text.data(), text.size(), 8, path, "the header");
+  MT_CHECK(!text.empty() && text[0] == '{', "load_safetensors(", path, "): the header does not start with '{'");
+  const json h = parse_header(path, text);
+  MT_CHECK(h.is_object(), "load_safetensors(", path, "): the header is not a JSON object");
+
+  TensorDict out;
+  std::vector<Entry> entries;
+  for (const auto& [key, v] : h.items()) {
+    if (key == "__metadata__") {
+      MT_CHECK(v.is_object(), "load_safetensors(", path, "): __metadata__ must be an object of strings, got ",
+               v.dump());
+      for (const auto& [mk, mv] : v.items()) {
+        MT_CHECK(mv.is_string(), "load_safetensors(", path, "): __metadata__ entry '", mk,
+                 "' must be a string, got ", mv.dump());
+        out.metadata[mk] = mv.get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(path, key, v));
+  }
+
+  // Sorted by offset the tensors must tile the data buffer: no overlap, no hole, nothing after.
+  const uint64_t data_start = 8 + n, data_size = file_size - data_start;
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  uint64_t expected = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    const std::string where = detail::cat("load_safetensors(", path, "): tensor '", e.name, "'");
+    MT_CHECK(e.end <= data_size, where, ": data_offsets [", e.begin, ", ", e.end, "] run past the ", data_size,
+             "-byte data buffer (file truncated?)");
+    MT_CHECK(e.begin >= expected, where, ": data_offsets [", e.begin, ", ", e.end, "] overlap tensor '",
+             prev ? prev->name : "", "' which ends at ", expected);
+    MT_CHECK(e.begin == expected, where, ": data_offsets [", e.begin, ", ", e.end, "] leave a hole of ",
+             e.begin - expected, " bytes after byte ", expected, " of the data buffer");
+    expected = e.end;
+    prev = &e;
+  }
+  MT_CHECK(expected == data_size, "load_safetensors(", path, "): the tensors cover ", expected,
+           " bytes but the data buffer after the header has ", data_size, " (trailing bytes or a missing tensor)");
+
+  for (const Entry& e : entries) {
+    Tensor t = empty(e.shape, e.dtype);
+    if (e.end > e.begin)
+      read_at(f.fd, t.raw_data(), size_t(e.end - e.begin), data_start + e.begin, path,
+              detail::cat("tensor '", e.name, "'"));
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace mixtape

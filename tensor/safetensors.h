@@ -1,0 +1,78 @@
+// Checkpoints in the safetensors format (Hugging Face), readable and writable by Python's
+// `safetensors` package:
+//
+//   [8 bytes]  N, the header length, unsigned little-endian
+//   [N bytes]  UTF-8 JSON object, padded with spaces to a multiple of 8:
+//              {"__metadata__": {"key": "value", ...},                      (optional, str -> str)
+//               "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...}
+//   [rest]     the tensors' bytes, little-endian, row-major, back to back
+//
+// data_offsets are byte offsets into the buffer after the header; sorted by offset the tensors
+// must tile that buffer exactly (the first begins at 0, each begins where the previous ends, the
+// last ends at the end of the file) and end - begin must equal numel * element size.
+// Dtypes: F32, F64, F16, BF16, I64.
+//
+// The writer lays the tensors out as the reference implementation does (by descending
+// alignment, then by name; the header holds __metadata__ first), so every tensor is aligned to
+// its element size and a file written here is byte-identical to the one Python's
+// `safetensors.torch.save_file` writes for the same tensors and metadata.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace mixtape {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+using StringMap = std::map<std::string, std::string>;
+
+// Named tensors plus string metadata: the contents of one safetensors file, and the form of the
+// state dicts of optimizers and schedulers. Names are unique. A checkpoint puts several state
+// dicts in one file under prefixes:
+//   TensorDict ckpt;
+//   ckpt.merge("model.", model_state);  ckpt.merge("optim.", optimizer.state_dict());
+//   save_safetensors(path, ckpt);
+//   ... optimizer.load_state_dict(load_safetensors(path).sub("optim."));
+struct TensorDict {
+  NamedTensors tensors;
+  StringMap metadata;
+
+  bool contains(const std::string& name) const;
+  const Tensor& at(const std::string& name) const;            // throws naming the missing tensor
+  bool has_meta(const std::string& key) const { return metadata.count(key) != 0; }
+  const std::string& meta(const std::string& key) const;      // throws naming the missing key
+  void add(std::string name, Tensor t);                       // throws on a duplicate name
+  void set_meta(std::string key, std::string value) { metadata[std::move(key)] = std::move(value); }
+
+  // Adds every tensor and metadata entry of `other`, each name prefixed with `prefix`.
+  void merge(const std::string& prefix, const TensorDict& other);
+  // The tensors and metadata entries whose names start with `prefix`, with the prefix removed.
+  TensorDict sub(const std::string& prefix) const;
+};
+
+// Writes atomically: the bytes go to `path.tmp.<pid>` in the same directory, which is fsynced
+// and renamed over `path`, and then the directory is fsynced. On any error the temporary file is
+// removed, an existing file at `path` is left as it was, and mixtape::Error says what failed.
+// Tensors may be non-contiguous (written row-major) or on a CUDA device (copied to the host).
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const StringMap& metadata = {});
+inline void save_safetensors(const std::string& path, const TensorDict& dict) {
+  save_safetensors(path, dict.tensors, dict.metadata);
+}
+
+// Reads and validates a whole file into CPU tensors, in the order of their data in the file.
+// Every inconsistency throws mixtape::Error naming the file and, where there is one, the tensor:
+// a file shorter than its header, a header length beyond the file, a header that is not a JSON
+// object, an unknown dtype, a malformed shape or offsets, offsets outside the data, overlapping
+// or leaving holes, a size that is not numel * element size, duplicate names, non-string
+// metadata.
+TensorDict load_safetensors(const std::string& path);
+
+// The safetensors dtype string of a dtype ("F32", ...) and back (throws on an unknown string).
+const char* safetensors_dtype_name(DType t);
+DType dtype_from_safetensors(const std::string& name);
+
+}  // namespace mixtape

@@ -4,5 +4,7 @@
 #include "autograd/autograd.h"
 #include "data/data.h"
 #include "nn/nn.h"
+#include "optim/optim.h"
+#include "tensor/safetensors.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"

@@ -8,6 +8,15 @@ cmake --preset default
 cmake --build --preset default -j "$(nproc)"
 status=0
 ctest --preset default "$@" || status=$?
+# Install the package and build an out-of-tree consumer against it (the README's model).
+cmake --install build --prefix build/install >/dev/null
+cmake -S tests/consumer -B build/consumer -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
+cmake --build build/consumer -j "$(nproc)" >/dev/null
+if ./build/consumer/readme_model; then
+  echo "installed package: out-of-tree consumer built and ran"
+else
+  echo "installed package: out-of-tree consumer FAILED"; status=1
+fi
 # The gradient-check suite reports how many differentiable ops it covered.
 grep -h -o 'gradcheck: .*' build/Testing/Temporary/LastTest.log 2>/dev/null | head -n 1 || true
 exit $status

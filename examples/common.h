@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unistd.h>
 
 #include "mixtape.h"
 
@@ -53,26 +54,29 @@ class Metrics {
   std::ofstream out_;
 };
 
-// "epoch 2/10 [ 312/ 938] loss 0.4123  41.2 steps/s  ETA 15s", redrawn in place on a terminal.
+// "epoch 2/10 [ 312/ 938] loss 0.4123  41.2 steps/s  ETA 15s": redrawn in place twice a second
+// on a terminal, one line every 15 s when stderr is a file or a pipe.
 class Progress {
  public:
-  Progress(int epochs, int64_t steps_per_epoch) : epochs_(epochs), steps_(steps_per_epoch) {}
+  Progress(int epochs, int64_t steps_per_epoch)
+      : epochs_(epochs), steps_(steps_per_epoch), tty_(isatty(fileno(stderr)) != 0) {}
   void start_epoch() { t0_ = std::chrono::steady_clock::now(); }
   void update(int epoch, int64_t step, double loss, bool force = false) {
     const auto now = std::chrono::steady_clock::now();
-    if (!force && now - last_ < std::chrono::milliseconds(500)) return;
+    if (!force && now - last_ < (tty_ ? std::chrono::milliseconds(500) : std::chrono::milliseconds(15000))) return;
     last_ = now;
     const double secs = std::chrono::duration<double>(now - t0_).count();
     const double rate = secs > 0 ? double(step) / secs : 0.0;
     const double eta = rate > 0 ? double(steps_ - step) / rate : 0.0;
-    std::fprintf(stderr, "\repoch %d/%d [%5lld/%5lld] loss %.4f  %6.1f steps/s  ETA %4.0fs ", epoch, epochs_,
-                 (long long)step, (long long)steps_, loss, rate, eta);
-    if (force) std::fputc('\n', stderr);
+    std::fprintf(stderr, "%sepoch %d/%d [%5lld/%5lld] loss %.4f  %6.1f steps/s  ETA %4.0fs ", tty_ ? "\r" : "", epoch,
+                 epochs_, (long long)step, (long long)steps_, loss, rate, eta);
+    if (force || !tty_) std::fputc('\n', stderr);
   }
 
  private:
   int epochs_;
   int64_t steps_;
+  bool tty_;
   std::chrono::steady_clock::time_point t0_{}, last_{};
 };
 

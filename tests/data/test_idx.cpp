@@ -18,30 +18,17 @@
 #include <unistd.h>
 
 #include "data/idx.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 using namespace mixtape::data;
 using Catch::Contains;
 namespace fs = std::filesystem;
 
-namespace {
+using mixtape::test::TempDir;
+using mixtape::test::error_of;
 
-// A fresh folder under the system temp dir, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("mixtape-test-idx-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+namespace {
 
 using Bytes = std::vector<uint8_t>;
 
@@ -70,16 +57,6 @@ Bytes header(uint8_t type, const std::vector<uint32_t>& dims) {
 Bytes cat(Bytes a, const Bytes& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -16,38 +16,17 @@
 #include <unistd.h>
 
 #include "data/image_folder.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 using namespace mixtape::data;
 using Catch::Contains;
 namespace fs = std::filesystem;
 
+using mixtape::test::TempDir;
+using mixtape::test::error_of;
+
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("mixtape-test-images-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // The fixture folder:
 //   a.png   16 x 8 RGB: left half black, right half white

@@ -12,23 +12,17 @@
 #include <vector>
 
 #include "data/loader.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 using namespace mixtape::data;
 using Catch::Contains;
 using Clock = std::chrono::steady_clock;
 
-namespace {
+using mixtape::test::TempDir;
+using mixtape::test::error_of;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+namespace {
 
 // x[i] = {3i, 3i + 1, 3i + 2} (f32 [n, 3]), y[i] = i (i64 [n]).
 TensorDataset rows(int64_t n) {

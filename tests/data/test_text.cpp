@@ -11,43 +11,22 @@
 #include <unistd.h>
 
 #include "data/text.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 using namespace mixtape::data;
 using Catch::Contains;
 namespace fs = std::filesystem;
 
-namespace {
+using mixtape::test::TempDir;
+using mixtape::test::error_of;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("mixtape-test-text-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+namespace {
 
 void write_file(const fs::path& p, const std::string& s) {
   std::ofstream out(p, std::ios::binary);
   out << s;
   REQUIRE(out.good());
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::vector<int64_t> row(const Tensor& t, int64_t r) {

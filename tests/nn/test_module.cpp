@@ -6,9 +6,13 @@
 
 #include "mixtape.h"
 #include "nn/nn.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 using Catch::Matchers::Contains;
+
+using mixtape::test::TempDir;
+using mixtape::test::error_of;
 
 namespace {
 
@@ -39,15 +43,6 @@ std::vector<std::string> names_of(const std::vector<std::pair<std::string, Varia
 }
 
 bool same_values(const Tensor& a, const Tensor& b) { return a.shape() == b.shape() && a.to_vector() == b.to_vector(); }
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 Tensor input_batch(uint64_t seed) {
   Generator g(seed);

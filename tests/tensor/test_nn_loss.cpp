@@ -6,21 +6,15 @@
 #include <string>
 
 #include "mixtape.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 using Catch::Matchers::Contains;
 
-namespace {
+using mixtape::test::TempDir;
+using mixtape::test::error_of;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+namespace {
 
 Tensor f32(const std::vector<double>& v, const Shape& s) { return from_vector(v, s, DType::f32); }
 

@@ -16,38 +16,17 @@
 
 #include "tensor/ops.h"
 #include "tensor/safetensors.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 namespace fs = std::filesystem;
 
+using mixtape::test::TempDir;
+using mixtape::test::error_of;
+
 namespace {
 
 // A fresh directory per test case, removed at the end.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    dir = fs::temp_directory_path() / ("mixtape_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(dir, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(dir, ec);
-  }
-  std::string operator/(const std::string& name) const { return (dir / name).string(); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-  // Names of the entries in the directory (to find leftover temporary files).
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-    return out;
-  }
-};
-
 std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
@@ -247,7 +226,7 @@ TEST_CASE("corrupt and truncated safetensors files raise clear errors", "[safete
   CHECK_THAT(load_error(d, good + "x"), Catch::Contains("trailing bytes"));
   CHECK_THROWS_WITH(load_safetensors(d / "missing.safetensors"),
                     Catch::Contains("cannot open") && Catch::Contains("missing.safetensors"));
-  CHECK_THROWS_WITH(load_safetensors(d.dir.string()), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(load_safetensors(d.path.string()), Catch::Contains("not a regular file"));
 }
 
 TEST_CASE("save_safetensors rejects bad input before touching the file system", "[safetensors]") {
@@ -299,10 +278,10 @@ TEST_CASE("a failed save leaves the old file intact", "[safetensors]") {
     if (::geteuid() == 0) {
       WARN("running as root: permissions do not stop writes, the read-only case is skipped");
     } else {
-      fs::permissions(d.dir, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+      fs::permissions(d.path, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
                       fs::perm_options::remove);
       CHECK_THROWS_WITH(save_safetensors(path, bigger), Catch::Contains("cannot create"));
-      fs::permissions(d.dir, fs::perms::owner_write, fs::perm_options::add);
+      fs::permissions(d.path, fs::perms::owner_write, fs::perm_options::add);
     }
   }
   CHECK(read_bytes(path) == old_bytes);

@@ -13,9 +13,13 @@
 #include "cuda/runtime.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/tensor.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 using Catch::Contains;
+
+using mixtape::test::TempDir;
+using mixtape::test::error_of;
 
 namespace {
 
@@ -26,16 +30,6 @@ Tensor iota(const Shape& shape, DType dtype = DType::f32) {
 }
 
 // The message of the mixtape::Error thrown by f ("" when nothing is thrown).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // ---- reference rounding (independent of tensor/half.h) ------------------------------------------
 
 struct Format { int p; int emin; double max; };  // significand bits, min normal exponent, max finite

@@ -1,0 +1,56 @@
+// Small helpers shared by the tests.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <unistd.h>
+
+#include "tensor/error.h"
+
+namespace mixtape::test {
+
+// A fresh folder under the system temp dir, removed with everything in it at scope exit
+// (write permission is restored first, for tests that take it away).
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag = "test") {
+    static std::atomic<int> counter{0};
+    path = std::filesystem::temp_directory_path() /
+           ("mixtape-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+  // Names of the entries in the folder, sorted (to find leftover temporary files).
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+// The message of the mixtape::Error that f() throws, or "(no error)".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace mixtape::test

@@ -11,10 +11,11 @@
 // Note [Optimizer seam for mixed precision]
 // update(i, param, grad) is the whole update rule for one tensor: it allocates the state on
 // first use (zeros shaped and typed like `param`) and calls the fused kernel of
-// tensor/ops/optim.h. A master-weight layer keeps fp32 copies of 16-bit model parameters and
-// calls update(i, master, grad) on the copies (then rounds them back into the model), so the
-// state lives in fp32 next to the masters. Pure 16-bit rules (stochastic rounding, Kahan
-// summation) are further kernels called from an optimizer's apply().
+// tensor/ops/optim.h. A master-weight layer (optim/master_weights.h) keeps fp32 copies of 16-bit
+// model parameters and builds its inner optimizer over the copies (then rounds them back into
+// the model), so the state lives in fp32 next to the masters. Pure 16-bit rules (stochastic
+// rounding, Kahan summation) are further kernels called from an optimizer's apply()
+// (optim/pure16.h). Loss scaling and skipped steps sit above step() (optim/loss_scaler.h).
 #pragma once
 
 #include <cstdint>

@@ -39,6 +39,24 @@ void check_hyper(const char* op, bool ok, const char* what, double v) {
   MT_CHECK(ok, op, ": invalid ", what, " ", v);
 }
 
+// The 16-bit rules: a bf16 or f16 parameter, its unscaled f32 gradient, and the rounding rule.
+void check_param16(const char* op, const Tensor& param, const Tensor& grad, const Tensor& kahan_comp,
+                   Rounding rounding) {
+  ops::check_same(op, {&param, &grad}, /*same_dtype=*/false);
+  MT_CHECK(is_16bit(param.dtype()), op, ": parameter ", param.meta(),
+           " must be bf16 or f16 (16-bit weights and state); f32 parameters use sgd_update_ / adam_update_");
+  MT_CHECK(grad.dtype() == DType::f32, op, ": gradient ", grad.meta(),
+           " must be f32 (the unscaled gradient) for parameter ", param.meta());
+  MT_CHECK(grad.shape() == param.shape(), op, ": gradient ", grad.meta(), " does not match parameter ",
+           param.meta());
+  check_written(op, param, param, "parameter");
+  if (kahan_comp.defined()) {
+    check_written(op, kahan_comp, param, "Kahan compensation buffer");
+    MT_CHECK(rounding == Rounding::nearest, op,
+             ": Kahan summation rounds to nearest; stochastic rounding takes no compensation buffer");
+  }
+}
+
 }  // namespace
 
 void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
@@ -83,6 +101,61 @@ void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& ex
       },
       [&] {
         cuda::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+      });
+}
+
+GradStats grad_stats(const Tensor& g) {
+  ops::check_same("grad_stats", {&g});
+  ops::check_floating("grad_stats", g);
+  // out = [any inf/NaN (0 or 1), max |g| over the finite elements], on g's device.
+  Tensor out = empty({2}, g.dtype() == DType::f64 ? DType::f64 : DType::f32, g.device());
+  ops::on_device(g.device(), [&] { cpu::grad_stats(g, out); }, [&] { cuda::grad_stats(g, out); });
+  const std::vector<double> v = out.to_vector();
+  return GradStats{v[0] != 0.0, v[1]};
+}
+
+void sgd16_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tensor& kahan_comp, double lr,
+                   double momentum, double weight_decay, Rounding rounding, uint64_t seed, uint64_t offset) {
+  const char* op = "sgd16_update_";
+  check_param16(op, param, grad, kahan_comp, rounding);
+  if (momentum != 0.0) check_written(op, momentum_buf, param, "momentum buffer");
+  check_hyper(op, std::isfinite(lr) && lr >= 0.0, "learning rate (need a finite value >= 0)", lr);
+  check_hyper(op, std::isfinite(momentum) && momentum >= 0.0, "momentum (need a finite value >= 0)", momentum);
+  check_hyper(op, std::isfinite(weight_decay) && weight_decay >= 0.0, "weight decay (need a finite value >= 0)",
+              weight_decay);
+  ops::on_device(
+      param.device(),
+      [&] {
+        cpu::sgd16_update(param, grad, momentum_buf, kahan_comp, lr, momentum, weight_decay, rounding, seed, offset);
+      },
+      [&] {
+        cuda::sgd16_update(param, grad, momentum_buf, kahan_comp, lr, momentum, weight_decay, rounding, seed, offset);
+      });
+}
+
+void adamw16_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& kahan_comp,
+                     double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step,
+                     Rounding rounding, uint64_t seed, uint64_t offset) {
+  const char* op = "adamw16_update_";
+  check_param16(op, param, grad, kahan_comp, rounding);
+  check_written(op, exp_avg, param, "exp_avg");
+  check_written(op, exp_avg_sq, param, "exp_avg_sq");
+  check_hyper(op, std::isfinite(lr) && lr >= 0.0, "learning rate (need a finite value >= 0)", lr);
+  check_hyper(op, beta1 >= 0.0 && beta1 < 1.0, "beta1 (need 0 <= beta1 < 1)", beta1);
+  check_hyper(op, beta2 >= 0.0 && beta2 < 1.0, "beta2 (need 0 <= beta2 < 1)", beta2);
+  check_hyper(op, std::isfinite(eps) && eps >= 0.0, "eps (need a finite value >= 0)", eps);
+  check_hyper(op, std::isfinite(weight_decay) && weight_decay >= 0.0, "weight decay (need a finite value >= 0)",
+              weight_decay);
+  MT_CHECK(step >= 1, op, ": step counts updates from 1, got ", step);
+  ops::on_device(
+      param.device(),
+      [&] {
+        cpu::adamw16_update(param, grad, exp_avg, exp_avg_sq, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,
+                            rounding, seed, offset);
+      },
+      [&] {
+        cuda::adamw16_update(param, grad, exp_avg, exp_avg_sq, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,
+                             rounding, seed, offset);
       });
 }
 

@@ -9,7 +9,7 @@
 // Dtypes. param: f32 or f64. grad: the param's compute dtype (f32 for f32, f64 for f64), already
 // unscaled (ScaledGrad::unscaled). State buffers: the param's dtype, shape and device.
 // 16-bit parameters are rejected here; they are updated through fp32 master weights, or by the
-// 16-bit update rules (stochastic rounding, Kahan), which are kernels of their own
+// 16-bit update rules (stochastic rounding, Kahan), sgd16_update_ and adamw16_update_ below
 // (Note [Update kernel dtypes] in tensor/cpu/optim.cpp).
 // All tensors share one device and one shape; any strides, but the ones written (param and
 // state) must not be broadcast views (a zero stride over a dim longer than 1).
@@ -43,5 +43,53 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double
 // The state buffers start at zero (the optimizer allocates them with zeros).
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr,
                   double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
+
+// ---- gradient statistics for loss scaling ---------------------------------------------------
+
+// What a loss scaler needs from one gradient tensor, in one pass: whether any element is inf or
+// NaN, and the largest |g| over the finite elements (0 for an empty or all-zero tensor). g: any
+// floating dtype, any strides; the values are read as stored (a ScaledGrad's g, still scaled).
+struct GradStats {
+  bool has_inf_nan = false;
+  double max_abs = 0.0;
+};
+GradStats grad_stats(const Tensor& g);
+
+// ---- pure 16-bit updates (Zamirai et al., "Revisiting BFloat16 Training", Algorithms 2-5) ----
+//
+// Weights and optimizer state are stored in bf16 or f16 (param and every state buffer share that
+// dtype); the gradient arrives unscaled in f32. Each element is computed in fp32 between the
+// stored 16-bit values (Note [16-bit update rules] in tensor/cpu/optim.cpp). State buffers are
+// rounded to nearest even when stored, and the new weight w + u (u the update) is rounded by one
+// of three rules:
+//   nearest      w = round_nearest(w + u)                           (the "standard" algorithm)
+//   stochastic   w = round_stochastic(w + u, r)                      rounding = Rounding::stochastic:
+//                r = philox_words(seed, offset + i)[0] for the element of row-major index i,
+//                so an update consumes numel counters of the stream (Generator::advance)
+//   Kahan        y = u - c;  s = round_nearest(w + y);              kahan_comp defined: c, a 16-bit
+//                c = round_nearest((s - w) - y);  w = s             buffer like the state, zeros
+//                                                                   at the first update
+// kahan_comp is undefined for the first two rules; Kahan summation goes with Rounding::nearest.
+// Hyper-parameters enter the fp32 compute as given: callers that model a 16-bit unit round the
+// decay rates first (optim/pure16.h).
+
+// Algorithm 2 (stochastic rounding) and 3 (Kahan), and the nearest-rounding baseline:
+//   g = grad + weight_decay * w
+//   m = momentum * m + g             (momentum_buf read and written only when momentum != 0;
+//                                     it starts at zero, so m = g at the first update)
+//   u = -lr * m                      (m as stored, after its rounding; g when momentum == 0)
+void sgd16_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tensor& kahan_comp, double lr,
+                   double momentum, double weight_decay, Rounding rounding, uint64_t seed, uint64_t offset);
+
+// Algorithm 4 (stochastic rounding) and 5 (Kahan), and the nearest-rounding baseline, at the
+// parameter's `step`-th update (1-based):
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * g^2
+//   u = -(lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps) + lr * weight_decay * w)
+// m and v are read back as stored (16-bit) before u is formed. The bias corrections are computed
+// in double on the host from the given betas.
+void adamw16_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& kahan_comp,
+                     double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step,
+                     Rounding rounding, uint64_t seed, uint64_t offset);
 
 }  // namespace mixtape

@@ -1,0 +1,277 @@
+#include "optim/loss_scaler.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
+#include "autograd/tape.h"
+#include "optim/state_io.h"
+#include "tensor/ops/optim.h"
+
+namespace mixtape {
+
+namespace {
+
+constexpr int kMinExp = -126;  // 2^-126: the smallest normal float
+constexpr int kMaxExp = 127;   // 2^127: the largest power of two below FLT_MAX
+
+bool is_normal_pow2(double s) {
+  if (!(s > 0.0) || !std::isfinite(s)) return false;
+  int e = 0;
+  return std::frexp(s, &e) == 0.5 && e - 1 >= kMinExp && e - 1 <= kMaxExp;
+}
+
+void check_pow2(const char* who, const char* what, double v) {
+  MT_CHECK(is_normal_pow2(v), who, ": ", what, " must be a power of two in [2^-126, 2^127], got ", v,
+           " (Note [Loss scales are powers of two])");
+}
+
+void check_clamps(const char* who, float min_scale, float max_scale) {
+  check_pow2(who, "min_scale", min_scale);
+  if (!std::isinf(max_scale)) check_pow2(who, "max_scale", max_scale);
+  MT_CHECK(max_scale > 0.0f && min_scale <= max_scale, who, ": min_scale ", min_scale, " exceeds max_scale ",
+           max_scale);
+}
+
+void check_init(const char* who, float init, float min_scale, float max_scale) {
+  check_pow2(who, "init_scale", init);
+  MT_CHECK(init >= min_scale && init <= max_scale, who, ": init_scale ", init, " is outside [min_scale, max_scale] = [",
+           min_scale, ", ", max_scale, "]");
+}
+
+// s clamped to [lo, hi]; s, lo and hi powers of two or hi = inf, so the result is one too.
+float clamp_scale(double s, float lo, float hi) { return float(std::clamp(s, double(lo), double(hi))); }
+
+}  // namespace
+
+// ---- gradient check ------------------------------------------------------------------------
+
+GradCheck check_grads(const std::vector<Variable>& params) {
+  NoGrad no_grad;
+  GradCheck c;
+  for (const Variable& p : params) {
+    const std::optional<ScaledGrad>& g = p.grad();
+    if (!g || !g->defined()) continue;
+    ++c.grads;
+    const GradStats s = grad_stats(g->g);
+    // g / scale is exact in double (scales are powers of two); past FLT_MAX the fp32 unscaled
+    // gradient would be inf, so such a step counts as an overflow too.
+    const double m = s.max_abs / double(g->scale);
+    if (s.has_inf_nan || !(m <= double(FLT_MAX))) c.found_inf = true;
+    else c.max_abs = std::max(c.max_abs, m);
+  }
+  return c;
+}
+
+// ---- base ------------------------------------------------------------------------------------
+
+bool LossScaler::update(const GradCheck& check) {
+  const bool apply = on_update(check);
+  MT_ASSERT(is_normal_pow2(scale_), name(), " loss scaler produced scale ", scale_);
+  ++steps_;
+  if (!apply) ++skipped_;
+  last_skipped_ = !apply;
+  return apply;
+}
+
+TensorDict LossScaler::state_dict() const {
+  using state_io::format;
+  TensorDict d;
+  d.set_meta("loss_scaler", name());
+  d.set_meta("scale", format(double(scale_)));
+  d.set_meta("steps", format(steps_));
+  d.set_meta("skipped", format(skipped_));
+  d.set_meta("last_skipped", format(last_skipped_));
+  save_extra(d);
+  return d;
+}
+
+void LossScaler::load_state_dict(const TensorDict& d) {
+  using namespace state_io;
+  const std::string kind = d.has_meta("loss_scaler") ? d.meta("loss_scaler") : std::string("(none)");
+  MT_CHECK(kind == name(), name(), " loss scaler: load_state_dict got the state of a '", kind, "' scaler");
+  MT_CHECK(d.tensors.empty(), name(), " loss scaler: load_state_dict expects metadata only, got tensor '",
+           d.tensors.empty() ? "" : d.tensors.front().first, "'");
+  const double s = get_double(d, "scale", name());
+  check_pow2(name(), "saved 'scale'", s);
+  const int64_t steps = get_int(d, "steps", name());
+  const int64_t skipped = get_int(d, "skipped", name());
+  const bool last = get_bool(d, "last_skipped", name());
+  MT_CHECK(steps >= 0 && skipped >= 0 && skipped <= steps, name(), " loss scaler: inconsistent counters steps ",
+           steps, ", skipped ", skipped);
+  load_extra(d);  // validates before it stores
+  scale_ = float(s);
+  steps_ = steps;
+  skipped_ = skipped;
+  last_skipped_ = last;
+}
+
+// ---- static ----------------------------------------------------------------------------------
+
+StaticLossScaler::StaticLossScaler(float scale) : LossScaler(scale) { check_pow2("StaticLossScaler", "scale", scale); }
+
+// ---- backoff ---------------------------------------------------------------------------------
+
+BackoffLossScaler::BackoffLossScaler(BackoffOptions o) : LossScaler(o.init_scale), options_(o) {
+  const char* who = "BackoffLossScaler";
+  check_pow2(who, "growth_factor", o.growth_factor);
+  check_pow2(who, "backoff_factor", o.backoff_factor);
+  MT_CHECK(o.growth_factor >= 1.0f, who, ": growth_factor must be >= 1, got ", o.growth_factor);
+  MT_CHECK(o.backoff_factor <= 1.0f, who, ": backoff_factor must be <= 1, got ", o.backoff_factor);
+  MT_CHECK(o.growth_interval >= 1, who, ": growth_interval must be >= 1, got ", o.growth_interval);
+  check_clamps(who, o.min_scale, o.max_scale);
+  check_init(who, o.init_scale, o.min_scale, o.max_scale);
+}
+
+bool BackoffLossScaler::on_update(const GradCheck& check) {
+  if (check.found_inf) {
+    scale_ = clamp_scale(double(scale_) * options_.backoff_factor, options_.min_scale, options_.max_scale);
+    growth_tracker_ = 0;
+    return false;
+  }
+  if (++growth_tracker_ == options_.growth_interval) {
+    const double grown = double(scale_) * options_.growth_factor;
+    if (grown <= std::ldexp(1.0, kMaxExp)) scale_ = clamp_scale(grown, options_.min_scale, options_.max_scale);
+    growth_tracker_ = 0;
+  }
+  return true;
+}
+
+void BackoffLossScaler::save_extra(TensorDict& d) const {
+  using state_io::format;
+  d.set_meta("growth_tracker", format(growth_tracker_));
+  d.set_meta("init_scale", format(double(options_.init_scale)));
+  d.set_meta("growth_factor", format(double(options_.growth_factor)));
+  d.set_meta("backoff_factor", format(double(options_.backoff_factor)));
+  d.set_meta("growth_interval", format(options_.growth_interval));
+  d.set_meta("min_scale", format(double(options_.min_scale)));
+  d.set_meta("max_scale", format(double(options_.max_scale)));
+}
+
+void BackoffLossScaler::load_extra(const TensorDict& d) {
+  using namespace state_io;
+  BackoffOptions o;
+  o.init_scale = float(get_double(d, "init_scale", name()));
+  o.growth_factor = float(get_double(d, "growth_factor", name()));
+  o.backoff_factor = float(get_double(d, "backoff_factor", name()));
+  o.growth_interval = get_int(d, "growth_interval", name());
+  o.min_scale = float(get_double(d, "min_scale", name()));
+  o.max_scale = float(get_double(d, "max_scale", name()));
+  const BackoffLossScaler check(o);  // validates the options
+  const int64_t tracker = get_int(d, "growth_tracker", name());
+  MT_CHECK(tracker >= 0 && tracker < o.growth_interval, name(), " loss scaler: growth_tracker ", tracker,
+           " outside [0, growth_interval = ", o.growth_interval, ")");
+  const double s = get_double(d, "scale", name());
+  MT_CHECK(s >= o.min_scale && s <= o.max_scale, name(), " loss scaler: saved scale ", s,
+           " outside [min_scale, max_scale]");
+  options_ = o;
+  growth_tracker_ = tracker;
+}
+
+// ---- LogMax ----------------------------------------------------------------------------------
+//
+// Note [LogMax statistics]
+// Following OpenSeq2Seq's LogMaxScaler (open_seq2seq/optimizers/automatic_loss_scaler.py):
+// x = log2 of the step's max |gradient| over all parameters, measured on the unscaled
+// gradients; mu is the beta1-average of x and sigma^2 = E[x^2] - E[x]^2 with both expectations
+// beta2-averages, all bias-corrected; the next scale puts the log-normal model's 1 - 0.001
+// quantile, mu + 3.09 sigma, at the format's overflow exponent log_max: 2^(log_max - mu - 3.09 sigma).
+// Where we differ, and why:
+//   - a step with inf/NaN gradients feeds x = log_max - log2(S), the smallest log2 max |g|
+//     consistent with an overflow at scale S (the unscaled maximum exceeded ~2^log_max / S).
+//     OpenSeq2Seq feeds 2^log_max (= 65536) there, in log units, which pins mu near 650 and the
+//     scale at its minimum for hundreds of steps; the bound keeps x in the units of the
+//     statistic and still pulls the scale down.
+//   - a step whose gradients are all zero (or that has none) carries no information about the
+//     maximum: the statistics and the scale stay as they are (log2(0) would poison them).
+//   - the proposed scale is rounded down to a power of two, so that it never exceeds the
+//     quantile rule (Note [Loss scales are powers of two]); OpenSeq2Seq uses 2^(...) unrounded.
+//   - the running sums are kept in double rather than fp32 (they are host scalars).
+
+LogMaxLossScaler::LogMaxLossScaler(LogMaxOptions o) : LossScaler(o.init_scale), options_(o) {
+  const char* who = "LogMaxLossScaler";
+  MT_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, who, ": beta1 must be in [0, 1), got ", o.beta1);
+  MT_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, who, ": beta2 must be in [0, 1), got ", o.beta2);
+  MT_CHECK(std::isfinite(o.overflow_std_dev) && o.overflow_std_dev >= 0.0, who,
+           ": overflow_std_dev must be finite and >= 0, got ", o.overflow_std_dev);
+  MT_CHECK(std::isfinite(o.log_max) && std::abs(o.log_max) <= 1024.0, who, ": log_max must be finite, got ",
+           o.log_max);
+  check_clamps(who, o.min_scale, o.max_scale);
+  check_init(who, o.init_scale, o.min_scale, o.max_scale);
+}
+
+double LogMaxLossScaler::mu() const {
+  if (iteration_ == 0) return 0.0;
+  return x_hat_ / (1.0 - std::pow(options_.beta1, double(iteration_)));
+}
+
+double LogMaxLossScaler::sigma() const {
+  if (iteration_ == 0) return 0.0;
+  const double c2 = 1.0 - std::pow(options_.beta2, double(iteration_));
+  const double slow_mu = slow_x_hat_ / c2;
+  return std::sqrt(std::max(xsq_hat_ / c2 - slow_mu * slow_mu, 0.0));
+}
+
+bool LogMaxLossScaler::on_update(const GradCheck& check) {
+  double x;
+  if (check.found_inf) x = options_.log_max - std::log2(double(scale_));
+  else if (check.max_abs > 0.0) x = std::log2(check.max_abs);
+  else return true;  // no information (Note [LogMax statistics])
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  x_hat_ = b1 * x_hat_ + (1.0 - b1) * x;
+  slow_x_hat_ = b2 * slow_x_hat_ + (1.0 - b2) * x;
+  xsq_hat_ = b2 * xsq_hat_ + (1.0 - b2) * (x * x);
+  ++iteration_;
+  const double log_cutoff = mu() + options_.overflow_std_dev * sigma();
+  const double lo = std::log2(double(options_.min_scale));
+  const double hi = std::isinf(options_.max_scale) ? double(kMaxExp) : std::log2(double(options_.max_scale));
+  const double e = std::clamp(std::floor(options_.log_max - log_cutoff), lo, hi);
+  scale_ = float(std::ldexp(1.0, int(e)));
+  return !check.found_inf;
+}
+
+void LogMaxLossScaler::save_extra(TensorDict& d) const {
+  using state_io::format;
+  d.set_meta("iteration", format(iteration_));
+  d.set_meta("x_hat", format(x_hat_));
+  d.set_meta("slow_x_hat", format(slow_x_hat_));
+  d.set_meta("xsquared_hat", format(xsq_hat_));
+  d.set_meta("init_scale", format(double(options_.init_scale)));
+  d.set_meta("beta1", format(options_.beta1));
+  d.set_meta("beta2", format(options_.beta2));
+  d.set_meta("overflow_std_dev", format(options_.overflow_std_dev));
+  d.set_meta("log_max", format(options_.log_max));
+  d.set_meta("min_scale", format(double(options_.min_scale)));
+  d.set_meta("max_scale", format(double(options_.max_scale)));
+}
+
+void LogMaxLossScaler::load_extra(const TensorDict& d) {
+  using namespace state_io;
+  LogMaxOptions o;
+  o.init_scale = float(get_double(d, "init_scale", name()));
+  o.beta1 = get_double(d, "beta1", name());
+  o.beta2 = get_double(d, "beta2", name());
+  o.overflow_std_dev = get_double(d, "overflow_std_dev", name());
+  o.log_max = get_double(d, "log_max", name());
+  o.min_scale = float(get_double(d, "min_scale", name()));
+  o.max_scale = float(get_double(d, "max_scale", name()));
+  const LogMaxLossScaler check(o);  // validates the options
+  const int64_t it = get_int(d, "iteration", name());
+  MT_CHECK(it >= 0, name(), " loss scaler: iteration must be >= 0, got ", it);
+  const double xh = get_double(d, "x_hat", name());
+  const double sxh = get_double(d, "slow_x_hat", name());
+  const double xsq = get_double(d, "xsquared_hat", name());
+  MT_CHECK(std::isfinite(xh) && std::isfinite(sxh) && std::isfinite(xsq) && xsq >= 0.0, name(),
+           " loss scaler: running statistics must be finite (x_hat ", xh, ", slow_x_hat ", sxh, ", xsquared_hat ",
+           xsq, ")");
+  const double s = get_double(d, "scale", name());
+  MT_CHECK(s >= o.min_scale && s <= o.max_scale, name(), " loss scaler: saved scale ", s,
+           " outside [min_scale, max_scale]");
+  options_ = o;
+  iteration_ = it;
+  x_hat_ = xh;
+  slow_x_hat_ = sxh;
+  xsq_hat_ = xsq;
+}
+
+}  // namespace mixtape

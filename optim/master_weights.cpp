@@ -1,0 +1,159 @@
+#include "optim/master_weights.h"
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "autograd/tape.h"
+#include "optim/clip.h"
+#include "optim/state_io.h"
+
+namespace mixtape {
+
+MasterWeights::MasterWeights(std::vector<Variable> params, const OptimizerFactory& make_optimizer,
+                             MasterWeightsOptions options)
+    : params_(std::move(params)), options_(options) {
+  const char* who = "MasterWeights";
+  MT_CHECK(!params_.empty(), who, ": needs at least one parameter");
+  MT_CHECK(std::isfinite(options_.max_grad_norm) && options_.max_grad_norm >= 0.0, who,
+           ": max_grad_norm must be finite and >= 0 (0 turns clipping off), got ", options_.max_grad_norm);
+  MT_CHECK(bool(make_optimizer), who, ": the optimizer factory is empty");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Variable& p = params_[i];
+    MT_CHECK(p.defined(), who, ": parameter ", i, " is undefined");
+    MT_CHECK(p.is_leaf() && is_floating(p.dtype()), who, ": parameter '", p.name(), "' ", p.data().meta(),
+             " must be a floating leaf Variable");
+    for (size_t j = 0; j < i; ++j)
+      MT_CHECK(!params_[j].same(p), who, ": parameter '", p.name(), "' ", p.data().meta(), " appears twice");
+    const bool copy = is_16bit(p.dtype());
+    copy_.push_back(copy);
+    // The master starts as the exact fp32 value of the 16-bit weight (widening is exact).
+    masters_.push_back(copy ? Variable(p.data().to(DType::f32), true, p.name() + ".master") : p);
+  }
+  inner_ = make_optimizer(masters_);
+  MT_CHECK(inner_ != nullptr, who, ": the optimizer factory returned no optimizer");
+  MT_CHECK(inner_->num_params() == masters_.size(), who, ": the inner ", inner_->name(), " holds ",
+           inner_->num_params(), " parameters, but there are ", masters_.size(), " masters");
+  for (size_t j = 0; j < inner_->num_params(); ++j) {
+    bool found = false;
+    for (const Variable& m : masters_) found = found || m.same(inner_->param(j));
+    MT_CHECK(found, who, ": parameter ", j, " of the inner ", inner_->name(), " ('", inner_->param(j).name(),
+             "') is not one of the masters this MasterWeights built");
+  }
+}
+
+const Variable& MasterWeights::master(size_t i) const {
+  MT_CHECK(i < masters_.size(), "MasterWeights::master: index ", i, " out of range (", masters_.size(),
+           " parameters)");
+  return masters_[i];
+}
+
+bool MasterWeights::has_copy(size_t i) const {
+  MT_CHECK(i < copy_.size(), "MasterWeights::has_copy: index ", i, " out of range (", copy_.size(), " parameters)");
+  return copy_[i];
+}
+
+void MasterWeights::zero_grad() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].zero_grad();
+    if (copy_[i]) masters_[i].zero_grad();
+  }
+}
+
+// Note [Master weight step]
+// The skip decision comes first and reads only the gradients, so a skipped step writes nothing
+// but the dropped gradients: the check runs on the stored (scaled) values, and unscaling,
+// clipping, the inner update and the rounding into the model all come after the decision.
+bool MasterWeights::step(LossScaler& scaler) {
+  NoGrad no_grad;
+  last_norm_ = 0.0;
+  last_check_ = check_grads(params_);
+  if (!scaler.update(last_check_)) {
+    zero_grad();
+    return false;
+  }
+  std::vector<bool> updated(params_.size(), false);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::optional<ScaledGrad>& g = params_[i].grad();
+    if (g && g->defined()) {
+      // Each parameter by its own scale, in fp32 (f64 for f64 gradients).
+      masters_[i].set_grad(ScaledGrad{g->unscaled(), 1.0f});
+      updated[i] = true;
+    } else if (copy_[i]) {
+      masters_[i].zero_grad();
+    }
+  }
+  if (options_.max_grad_norm > 0.0) last_norm_ = clip_grad_norm(masters_, options_.max_grad_norm);
+  inner_->step();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!copy_[i] || !updated[i]) continue;
+    Tensor dst = params_[i].data();  // a handle: writes the model parameter's storage
+    dst.copy_(masters_[i].data());   // fp32 -> 16 bits, round to nearest even
+  }
+  zero_grad();
+  return true;
+}
+
+TensorDict MasterWeights::state_dict() const {
+  TensorDict d;
+  d.set_meta("master_weights.params", state_io::format(int64_t(params_.size())));
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (copy_[i]) d.add("master." + std::to_string(i), masters_[i].data());
+  d.merge("optimizer.", inner_->state_dict());
+  return d;
+}
+
+void MasterWeights::load_state_dict(const TensorDict& d) {
+  const char* who = "MasterWeights::load_state_dict";
+  const int64_t n = state_io::get_int(d, "master_weights.params", "MasterWeights");
+  MT_CHECK(n == int64_t(params_.size()), who, ": the state dict has ", n, " parameters, this MasterWeights ",
+           params_.size());
+  std::map<size_t, const Tensor*> loaded;
+  for (const auto& [name, t] : d.tensors) {
+    if (name.starts_with("optimizer.")) continue;
+    MT_CHECK(name.starts_with("master."), who, ": unexpected tensor '", name, "'");
+    const std::string idx = name.substr(7);
+    size_t i = 0;
+    bool ok = !idx.empty() && idx.size() < 10;
+    for (char c : idx) ok = ok && c >= '0' && c <= '9';
+    if (ok) i = size_t(std::stoull(idx));
+    MT_CHECK(ok && i < params_.size() && copy_[i], who, ": unexpected tensor '", name,
+             "' (masters exist for the 16-bit parameters only)");
+    MT_CHECK(t.dtype() == DType::f32 && t.shape() == params_[i].shape(), who, ": tensor '", name, "' ", t.meta(),
+             " must be f32 shaped like parameter ", i, " ", params_[i].data().meta());
+    loaded[i] = &t;
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    MT_CHECK(!copy_[i] || loaded.count(i), who, ": missing tensor 'master.", i, "' for parameter '",
+             params_[i].name(), "' ", params_[i].data().meta());
+  inner_->load_state_dict(d.sub("optimizer."));  // validates before it changes anything
+  NoGrad no_grad;
+  for (const auto& [i, t] : loaded) {
+    Tensor m = masters_[i].data();
+    m.copy_(*t);
+    Tensor p = params_[i].data();
+    p.copy_(m);  // the model holds the rounded master
+  }
+}
+
+bool scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm) {
+  MT_CHECK(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0,
+           "scaled_step: max_grad_norm must be finite and >= 0 (0 turns clipping off), got ", max_grad_norm);
+  NoGrad no_grad;
+  std::vector<Variable> params;
+  for (const ParamGroup& g : opt.param_groups()) params.insert(params.end(), g.params.begin(), g.params.end());
+  if (!scaler.update(check_grads(params))) {
+    opt.zero_grad();
+    return false;
+  }
+  for (Variable& p : params) {
+    const std::optional<ScaledGrad>& g = p.grad();
+    if (g && g->defined()) p.set_grad(ScaledGrad{g->unscaled(), 1.0f});  // fp32, whatever g's dtype
+  }
+  if (max_grad_norm > 0.0) clip_grad_norm(params, max_grad_norm);
+  opt.step();
+  opt.zero_grad();
+  return true;
+}
+
+}  // namespace mixtape

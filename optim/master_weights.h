@@ -1,0 +1,102 @@
+// fp32 master weights (Micikevicius et al., section 3.1; OpenSeq2Seq's mixed-precision optimizer
+// wrapper): wraps any Optimizer so that the update is always computed and accumulated in fp32.
+//
+//   auto make = [](std::vector<Variable> masters) {
+//     return std::make_unique<AdamW>(std::move(masters), AdamWOptions{.lr = 1e-3});
+//   };
+//   MasterWeights mw(model.parameters(), make, {.max_grad_norm = 1.0});
+//   BackoffLossScaler scaler;
+//   ... tape.backward(loss, scaler.scale());
+//   bool applied = mw.step(scaler);
+//
+// Model parameters may be stored in 16 bits (bf16, f16) or in f32/f64:
+//   16-bit  MasterWeights keeps an fp32 copy (the master), and the inner optimizer is built over
+//           the masters, so its state (momentum, Adam moments) lives in fp32 too. After each
+//           applied step the masters are rounded to nearest even into the model parameters.
+//   f32/f64 the parameter is its own master (the "mixed" policy, where modules cast their
+//           fp32 parameters to the compute dtype in forward): MasterWeights only drives the
+//           inner optimizer with the scaler's checks and per-parameter unscaling.
+//
+// step(scaler), Note [Master weight step]:
+//   1. check every gradient for inf/NaN and max |g / scale| (check_grads, one pass per tensor);
+//   2. scaler.update(check); on a skip, parameters, masters and optimizer state are left
+//      untouched (bit for bit) and the gradients are dropped;
+//   3. unscale each parameter's ScaledGrad by its own scale, in fp32 (ScaledGrad::unscaled);
+//   4. optionally clip the unscaled gradients to a global norm (before any other use, as
+//      Micikevicius et al. recommend: hyper-parameters keep their fp32 meaning);
+//   5. the inner optimizer updates the masters (weight decay therefore acts on the fp32 copy,
+//      where it cannot underflow, as OpenSeq2Seq's wrapper arranges);
+//   6. round the updated masters into the 16-bit model parameters (RNE) and drop the gradients.
+// step() consumes the gradients either way; the next backward starts from nothing.
+//
+// Several MasterWeights (each with its own scaler) can train different parameter sets side by
+// side, e.g. a GAN's generator and discriminator; a parameter belongs to at most one of them.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "optim/loss_scaler.h"
+#include "optim/optimizer.h"
+
+namespace mixtape {
+
+// Builds the inner optimizer over the master Variables (in the order of the model parameters).
+// It may split them into groups; it must include every master exactly once.
+using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<Variable> masters)>;
+
+struct MasterWeightsOptions {
+  double max_grad_norm = 0.0;  // > 0: clip the unscaled gradients to this global L2 norm
+};
+
+class MasterWeights {
+ public:
+  MasterWeights(std::vector<Variable> params, const OptimizerFactory& make_optimizer,
+                MasterWeightsOptions options = {});
+  MasterWeights(const MasterWeights&) = delete;
+  MasterWeights& operator=(const MasterWeights&) = delete;
+
+  // One training step from the gradients the last backward left (Note [Master weight step]).
+  // Returns whether the update was applied (false: the scaler skipped it).
+  bool step(LossScaler& scaler);
+  // Drops every gradient (model parameters and masters).
+  void zero_grad();
+
+  Optimizer& optimizer() { return *inner_; }
+  const Optimizer& optimizer() const { return *inner_; }
+  const std::vector<Variable>& params() const { return params_; }
+  // The fp32 master of parameter i: a separate f32 Variable for 16-bit parameters, the
+  // parameter itself otherwise.
+  const Variable& master(size_t i) const;
+  bool has_copy(size_t i) const;  // whether parameter i has a separate master
+  // The check of the last step() and the global norm of its unscaled gradients before clipping
+  // (0 when clipping is off or the step was skipped).
+  const GradCheck& last_check() const { return last_check_; }
+  double last_grad_norm() const { return last_norm_; }
+
+  // State for checkpoints: "master.<i>" (the fp32 copies of 16-bit parameters; the others are in
+  // the model's own state dict) and the inner optimizer's state under "optimizer.". load_state_dict
+  // validates names, shapes and dtypes before changing anything, then rounds the loaded masters
+  // into the model parameters, so model and masters agree whatever order things were loaded in.
+  TensorDict state_dict() const;
+  void load_state_dict(const TensorDict& dict);
+
+ private:
+  std::vector<Variable> params_;
+  std::vector<Variable> masters_;   // masters_[i] belongs to params_[i]
+  std::vector<bool> copy_;          // 16-bit parameter with its own fp32 master
+  std::unique_ptr<Optimizer> inner_;
+  MasterWeightsOptions options_;
+  GradCheck last_check_;
+  double last_norm_ = 0.0;
+};
+
+// The same step for an optimizer that updates its own parameters directly (f32 parameters, or
+// the 16-bit rules of optim/pure16.h under loss scaling): check, ask the scaler, and on a skip
+// drop the gradients leaving everything else untouched; otherwise unscale each gradient by its
+// own scale in fp32, clip to max_grad_norm when > 0, opt.step(), and drop the gradients.
+// Returns whether the update was applied.
+bool scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm = 0.0);
+
+}  // namespace mixtape

@@ -1,0 +1,250 @@
+#include "optim/pure16.h"
+
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <set>
+
+#include "optim/state_io.h"
+#include "tensor/ops/optim.h"
+
+namespace mixtape {
+
+const char* update_rounding_name(UpdateRounding r) {
+  switch (r) {
+    case UpdateRounding::nearest: return "nearest";
+    case UpdateRounding::stochastic: return "stochastic";
+    case UpdateRounding::kahan: return "kahan";
+  }
+  return "?";
+}
+
+UpdateRounding update_rounding_from_name(const std::string& name) {
+  if (name == "nearest") return UpdateRounding::nearest;
+  if (name == "stochastic") return UpdateRounding::stochastic;
+  if (name == "kahan") return UpdateRounding::kahan;
+  throw Error(detail::cat("unknown update rounding '", name, "' (expected nearest, stochastic or kahan)"));
+}
+
+DecayRate16 decay_rate_16(double rate, DType format) {
+  MT_CHECK(is_16bit(format), "decay_rate_16: format must be bf16 or f16, got ", dtype_name(format));
+  const double r = format == DType::bf16 ? double(to_float(round_to_bf16_f64(rate)))
+                                         : double(to_float(round_to_half_f64(rate)));
+  if (rate < 1.0 && r >= 1.0) {
+    // The largest value below 1: 1 - 2^-(p) with p = 8 (bf16) or 11 (f16) significand bits.
+    return DecayRate16{1.0 - std::ldexp(1.0, format == DType::bf16 ? -8 : -11), true};
+  }
+  return DecayRate16{r, false};
+}
+
+namespace {
+
+// Prints each distinct message once per process.
+void warn_once(const std::string& msg) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.insert(msg).second) std::fprintf(stderr, "mixtape warning: %s\n", msg.c_str());
+}
+
+std::vector<DType> formats_of(const Optimizer& opt) {
+  std::vector<DType> out;
+  for (const ParamGroup& g : opt.param_groups())
+    for (const Variable& p : g.params) {
+      bool seen = false;
+      for (DType d : out) seen = seen || d == p.dtype();
+      if (!seen) out.push_back(p.dtype());
+    }
+  return out;
+}
+
+void check_params_16bit(const Optimizer& opt) {
+  for (const ParamGroup& g : opt.param_groups())
+    for (const Variable& p : g.params)
+      MT_CHECK(is_16bit(p.dtype()), opt.name(), ": parameter '", p.name(), "' ", p.data().meta(),
+               " must be bf16 or f16 (pure 16-bit training keeps weights and state in 16 bits; use "
+               "MasterWeights for f32 parameters)");
+}
+
+// The messages for the rates `rates` (name, value) in every format the optimizer holds.
+std::vector<std::string> rate_warnings(const Optimizer& opt,
+                                       const std::vector<std::pair<const char*, double>>& rates) {
+  std::vector<std::string> out;
+  for (DType f : formats_of(opt))
+    for (const auto& [what, v] : rates) {
+      const DecayRate16 d = decay_rate_16(v, f);
+      if (d.adjusted)
+        out.push_back(detail::cat(opt.name(), ": ", what, " = ", state_io::format(v), " rounds to 1 in ",
+                                  dtype_name(f), "; using ", state_io::format(d.value), ", the largest ", dtype_name(f),
+                                  " value below 1 (Note [16-bit hyper-parameters])"));
+    }
+  return out;
+}
+
+void check_rounding(const char* who, UpdateRounding r) {
+  MT_CHECK(r == UpdateRounding::nearest || r == UpdateRounding::stochastic || r == UpdateRounding::kahan, who,
+           ": invalid update rounding ", int(r));
+}
+
+Rounding kernel_rounding(UpdateRounding r) {
+  return r == UpdateRounding::stochastic ? Rounding::stochastic : Rounding::nearest;
+}
+
+void save_rng(TensorDict& d, const Generator& gen) {
+  // uint64 values as decimal text: seeds above 2^63 keep their bits through int64.
+  d.set_meta("rng.seed", std::to_string(gen.seed()));
+  d.set_meta("rng.offset", std::to_string(gen.offset()));
+}
+
+uint64_t get_u64(const TensorDict& d, const std::string& key, const char* owner) {
+  MT_CHECK(d.has_meta(key), owner, " state dict: missing metadata entry '", key, "'");
+  const std::string& s = d.meta(key);
+  bool ok = !s.empty() && s.size() <= 20;
+  for (char c : s) ok = ok && c >= '0' && c <= '9';
+  uint64_t v = 0;
+  if (ok) {
+    try {
+      v = std::stoull(s);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  MT_CHECK(ok, owner, " state dict: metadata '", key, "' = '", s, "' is not an unsigned 64-bit integer");
+  return v;
+}
+
+}  // namespace
+
+// ---- SGD16 -----------------------------------------------------------------------------------
+
+SGD16::SGD16(std::vector<Variable> params, SGD16Options options)
+    : Optimizer(options.lr, options.weight_decay), options_(options), gen_(options.seed) {
+  validate(options_);
+  add_param_group(std::move(params));
+  check_params_16bit(*this);
+  refresh_warnings();
+}
+
+void SGD16::refresh_warnings() {
+  warnings_ = rate_warnings(*this, {{"momentum", options_.momentum}});
+  for (const std::string& w : warnings_) warn_once(w);
+}
+
+void SGD16::validate(const SGD16Options& o) const {
+  check_lr(o.lr);
+  check_weight_decay(o.weight_decay);
+  MT_CHECK(std::isfinite(o.momentum) && o.momentum >= 0.0, name(), ": momentum must be finite and >= 0, got ",
+           o.momentum);
+  check_rounding(name(), o.rounding);
+}
+
+std::vector<std::string> SGD16::buffer_names() const {
+  std::vector<std::string> names;
+  if (options_.momentum != 0.0) names.push_back("momentum_buffer");
+  if (options_.rounding == UpdateRounding::kahan) names.push_back("kahan_comp");
+  return names;
+}
+
+void SGD16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t) {
+  Tensor none_m, none_c;
+  size_t b = 0;
+  Tensor& mom = options_.momentum != 0.0 ? state.buffers[b++] : none_m;
+  Tensor& comp = options_.rounding == UpdateRounding::kahan ? state.buffers[b++] : none_c;
+  const double momentum = options_.momentum != 0.0 ? decay_rate_16(options_.momentum, param.dtype()).value : 0.0;
+  const uint64_t offset =
+      options_.rounding == UpdateRounding::stochastic ? gen_.advance(uint64_t(param.numel())) : gen_.offset();
+  sgd16_update_(param, grad, mom, comp, group.lr, momentum, group.weight_decay, kernel_rounding(options_.rounding),
+                gen_.seed(), offset);
+}
+
+void SGD16::save_options(TensorDict& d) const {
+  d.set_meta("momentum", state_io::format(options_.momentum));
+  d.set_meta("rounding", update_rounding_name(options_.rounding));
+  save_rng(d, gen_);
+}
+
+void SGD16::load_options(const TensorDict& d) {
+  SGD16Options o = options_;
+  o.momentum = state_io::get_double(d, "momentum", name());
+  MT_CHECK(d.has_meta("rounding"), name(), " state dict: missing metadata entry 'rounding'");
+  o.rounding = update_rounding_from_name(d.meta("rounding"));
+  const uint64_t seed = get_u64(d, "rng.seed", name());
+  const uint64_t offset = get_u64(d, "rng.offset", name());
+  validate(o);
+  o.seed = seed;
+  options_ = o;
+  gen_.set_state(seed, offset);
+  refresh_warnings();
+}
+
+// ---- AdamW16 ---------------------------------------------------------------------------------
+
+AdamW16::AdamW16(std::vector<Variable> params, AdamW16Options options)
+    : Optimizer(options.lr, options.weight_decay), options_(options), gen_(options.seed) {
+  validate(options_);
+  add_param_group(std::move(params));
+  check_params_16bit(*this);
+  refresh_warnings();
+}
+
+void AdamW16::refresh_warnings() {
+  warnings_ = rate_warnings(*this, {{"beta1", options_.beta1}, {"beta2", options_.beta2}});
+  for (DType f : formats_of(*this))
+    if (f == DType::f16)
+      warnings_.push_back(
+          "AdamW16: exp_avg_sq in f16 holds g^2, which underflows to 0 for |g| < 2^-12 and overflows for "
+          "|g| > 256 (bf16 has the range for it)");
+  for (const std::string& w : warnings_) warn_once(w);
+}
+
+void AdamW16::validate(const AdamW16Options& o) const {
+  check_lr(o.lr);
+  check_weight_decay(o.weight_decay);
+  MT_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, name(), ": beta1 must be in [0, 1), got ", o.beta1);
+  MT_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, name(), ": beta2 must be in [0, 1), got ", o.beta2);
+  MT_CHECK(std::isfinite(o.eps) && o.eps >= 0.0, name(), ": eps must be finite and >= 0, got ", o.eps);
+  check_rounding(name(), o.rounding);
+}
+
+std::vector<std::string> AdamW16::buffer_names() const {
+  std::vector<std::string> names{"exp_avg", "exp_avg_sq"};
+  if (options_.rounding == UpdateRounding::kahan) names.push_back("kahan_comp");
+  return names;
+}
+
+void AdamW16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step) {
+  Tensor none;
+  Tensor& comp = options_.rounding == UpdateRounding::kahan ? state.buffers[2] : none;
+  const double beta1 = decay_rate_16(options_.beta1, param.dtype()).value;
+  const double beta2 = decay_rate_16(options_.beta2, param.dtype()).value;
+  const uint64_t offset =
+      options_.rounding == UpdateRounding::stochastic ? gen_.advance(uint64_t(param.numel())) : gen_.offset();
+  adamw16_update_(param, grad, state.buffers[0], state.buffers[1], comp, group.lr, beta1, beta2, options_.eps,
+                  group.weight_decay, step, kernel_rounding(options_.rounding), gen_.seed(), offset);
+}
+
+void AdamW16::save_options(TensorDict& d) const {
+  d.set_meta("beta1", state_io::format(options_.beta1));
+  d.set_meta("beta2", state_io::format(options_.beta2));
+  d.set_meta("eps", state_io::format(options_.eps));
+  d.set_meta("rounding", update_rounding_name(options_.rounding));
+  save_rng(d, gen_);
+}
+
+void AdamW16::load_options(const TensorDict& d) {
+  AdamW16Options o = options_;
+  o.beta1 = state_io::get_double(d, "beta1", name());
+  o.beta2 = state_io::get_double(d, "beta2", name());
+  o.eps = state_io::get_double(d, "eps", name());
+  MT_CHECK(d.has_meta("rounding"), name(), " state dict: missing metadata entry 'rounding'");
+  o.rounding = update_rounding_from_name(d.meta("rounding"));
+  const uint64_t seed = get_u64(d, "rng.seed", name());
+  const uint64_t offset = get_u64(d, "rng.offset", name());
+  validate(o);
+  o.seed = seed;
+  options_ = o;
+  gen_.set_state(seed, offset);
+  refresh_warnings();
+}
+
+}  // namespace mixtape

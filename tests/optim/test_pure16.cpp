@@ -1,0 +1,324 @@
+// Pure 16-bit update rules (optim/pure16.h; kernels sgd16_update_ / adamw16_update_): values by
+// hand, stochastic rounding's unbiasedness, Kahan summation against an f64 sum, the bf16 beta2
+// rule, and the paper's halting effect of nearest rounding on a quadratic.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "mixtape.h"
+#include "optim/optim.h"
+
+using namespace mixtape;
+
+namespace {
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<uint8_t> b(size_t(c.numel()) * dtype_size(c.dtype()));
+  if (!b.empty()) std::memcpy(b.data(), c.raw_data(), b.size());
+  return b;
+}
+
+Tensor f32(const std::vector<double>& v) { return from_vector(v, {int64_t(v.size())}, DType::f32); }
+
+double mean_of(const Tensor& t) {
+  double s = 0.0;
+  for (double v : t.to_vector()) s += v;
+  return s / double(t.numel());
+}
+
+}  // namespace
+
+TEST_CASE("decay rates are rounded to the 16-bit format; 0.999 becomes the largest value below 1 in bf16",
+          "[optim][pure16]") {
+  const DecayRate16 b = decay_rate_16(0.999, DType::bf16);
+  CHECK(b.adjusted);
+  CHECK(b.value == 0.99609375);  // 1 - 2^-8; the paper's "0.997" rounds to this in bf16
+  CHECK(decay_rate_16(0.997, DType::bf16).value == 0.99609375);
+  const DecayRate16 h = decay_rate_16(0.999, DType::f16);
+  CHECK_FALSE(h.adjusted);
+  CHECK(h.value == 0.9990234375);
+  CHECK(decay_rate_16(0.9999, DType::f16).value == 1.0 - std::ldexp(1.0, -11));
+  CHECK(decay_rate_16(0.9, DType::bf16).value == 0.8984375);
+  CHECK_FALSE(decay_rate_16(0.9, DType::bf16).adjusted);
+  CHECK(decay_rate_16(0.0, DType::bf16).value == 0.0);
+
+  Variable p(ones({3}, DType::bf16), true, "p");
+  AdamW16 opt({p});  // default beta2 = 0.999
+  REQUIRE(opt.warnings().size() == 1);
+  CHECK_THAT(opt.warnings()[0], Catch::Contains("beta2") && Catch::Contains("0.99609375"));
+  Variable q(ones({3}, DType::f16), true, "q");
+  AdamW16 opt16({q});
+  REQUIRE(opt16.warnings().size() == 1);
+  CHECK_THAT(opt16.warnings()[0], Catch::Contains("exp_avg_sq in f16"));
+  SGD16 sgd({p}, {.momentum = 0.999});
+  CHECK(sgd.warnings().size() == 1);
+  SGD16 sgd_ok({p}, {.momentum = 0.9});
+  CHECK(sgd_ok.warnings().empty());
+}
+
+TEST_CASE("sgd16_update_ with nearest rounding, by hand", "[optim][pure16]") {
+  // bf16 weights; every value below is exact in bf16, so the two steps are exact:
+  //   step 1: m = g;            w -= 0.25 m
+  //   step 2: m = 0.5 m + g;    w -= 0.25 m
+  Tensor w = from_vector(std::vector<double>{1.0, -2.0, 0.5, 3.0}, {4}, DType::bf16);
+  Tensor m = zeros({4}, DType::bf16);
+  Tensor none;
+  const Tensor g = f32({0.5, 0.25, -1.0, 2.0});
+  sgd16_update_(w, g, m, none, 0.25, 0.5, 0.0, Rounding::nearest, 0, 0);
+  CHECK(w.to_vector() == std::vector<double>{0.875, -2.0625, 0.75, 2.5});
+  CHECK(m.to_vector() == std::vector<double>{0.5, 0.25, -1.0, 2.0});
+  sgd16_update_(w, g, m, none, 0.25, 0.5, 0.0, Rounding::nearest, 0, 0);
+  CHECK(m.to_vector() == std::vector<double>{0.75, 0.375, -1.5, 3.0});
+  CHECK(w.to_vector() == std::vector<double>{0.6875, -2.15625, 1.125, 1.75});
+
+  // Weight decay joins the gradient: w = 1, g = 0, wd = 0.5, lr = 0.5: w -= 0.25.
+  Tensor w2 = ones({1}, DType::bf16);
+  sgd16_update_(w2, f32({0.0}), none, none, 0.5, 0.0, 0.5, Rounding::nearest, 0, 0);
+  CHECK(w2.item() == 0.75);
+
+  // An update below half an ulp is lost: 1 - 1e-3 rounds back to 1 (ulp below 1 is 2^-8).
+  Tensor w3 = ones({1}, DType::bf16);
+  sgd16_update_(w3, f32({1e-3}), none, none, 1.0, 0.0, 0.0, Rounding::nearest, 0, 0);
+  CHECK(w3.item() == 1.0);
+}
+
+TEST_CASE("adamw16_update_ follows Algorithm 4 line by line", "[optim][pure16]") {
+  // w = 1, g = 0.5, beta1 = 0.5, beta2 = 0.75, eps = 0, lr = 2^-6, wd = 0.5 (all exact):
+  //   m = 0.25, v = 0.0625, m_hat = 0.25 / 0.5 = 0.5, v_hat = sqrt(0.0625 / 0.25) = 0.5
+  //   u = -(2^-6 * 0.5 / 0.5 + 2^-6 * 0.5 * 1) = -0.0234375,  w = 0.9765625 (exact in bf16)
+  Tensor w = ones({1}, DType::bf16);
+  Tensor m = zeros({1}, DType::bf16), v = zeros({1}, DType::bf16), none;
+  adamw16_update_(w, f32({0.5}), m, v, none, 0.015625, 0.5, 0.75, 0.0, 0.5, 1, Rounding::nearest, 0, 0);
+  CHECK(m.item() == 0.25);
+  CHECK(v.item() == 0.0625);
+  CHECK(w.item() == 0.9765625);
+
+  // The same step in fp32 arithmetic (AdamW on an f32 copy) lands on the same value.
+  Tensor wf = ones({1}), mf = zeros({1}), vf = zeros({1});
+  adam_update_(wf, f32({0.5}), mf, vf, 0.015625, 0.5, 0.75, 0.0, 0.5, true, 1);
+  CHECK(wf.item() == 0.9765625);
+}
+
+TEST_CASE("AdamW16 in bf16 runs with beta2 = 0.99609375 instead of 0.999", "[optim][pure16]") {
+  Variable p(from_vector(std::vector<double>{1.0, -0.5, 0.25}, {3}, DType::bf16), true, "p");
+  AdamW16 opt({p}, {.lr = 0.01, .rounding = UpdateRounding::nearest});
+  Tensor w = p.data().clone(), m = zeros({3}, DType::bf16), v = zeros({3}, DType::bf16), none;
+  const std::vector<std::vector<double>> gs = {{0.5, -0.25, 1.0}, {-0.125, 0.5, 0.75}, {0.25, 0.25, -2.0}};
+  for (size_t t = 0; t < gs.size(); ++t) {
+    p.set_grad(ScaledGrad{from_vector(gs[t], {3}, DType::bf16), 1.0f});
+    opt.step();
+    adamw16_update_(w, f32(gs[t]), m, v, none, 0.01, 0.8984375, 0.99609375, 1e-8, 1e-2, int64_t(t) + 1,
+                    Rounding::nearest, 0, 0);
+    CHECK(bytes_of(p.data()) == bytes_of(w));
+  }
+  const TensorDict sd = opt.state_dict();
+  CHECK(bytes_of(sd.at("state.0.exp_avg_sq")) == bytes_of(v));
+  CHECK(sd.at("state.0.exp_avg").dtype() == DType::bf16);
+}
+
+TEST_CASE("stochastic rounding of weight updates is unbiased", "[optim][pure16]") {
+  // 65536 weights at 1.0, each moved by -u with u well below half an ulp: nearest rounding
+  // keeps every weight at 1.0, stochastic rounding moves a fraction u / ulp of them by an ulp,
+  // so the mean tracks 1 - t u. Standard error of the mean after one step: ulp sqrt(p (1 - p)) /
+  // 256 ~ 2.4e-6 (bf16), checked at 1.5e-5; after 20 steps ~ 1e-5, checked at 6e-5.
+  for (DType dt : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    const int64_t n = 65536;
+    const double u = dt == DType::bf16 ? 1e-4 : 1e-5;
+    const Tensor g = full({n}, 1.0, DType::f32);
+    Tensor none;
+    Tensor w_sr = ones({n}, dt), w_rn = ones({n}, dt);
+    Generator gen(1234);
+    sgd16_update_(w_sr, g, none, none, u, 0.0, 0.0, Rounding::stochastic, gen.seed(), gen.advance(n));
+    sgd16_update_(w_rn, g, none, none, u, 0.0, 0.0, Rounding::nearest, 0, 0);
+    CHECK(mean_of(w_rn) == 1.0);
+    CHECK(std::abs(mean_of(w_sr) - (1.0 - u)) < 1.5e-5 * (dt == DType::bf16 ? 1.0 : 0.125));
+    for (int t = 1; t < 20; ++t)
+      sgd16_update_(w_sr, g, none, none, u, 0.0, 0.0, Rounding::stochastic, gen.seed(), gen.advance(n));
+    CHECK(std::abs(mean_of(w_sr) - (1.0 - 20 * u)) < 6e-5 * (dt == DType::bf16 ? 1.0 : 0.125));
+  }
+
+  // Counter-based: the same (seed, offset) gives the same bits, another offset other bits.
+  const Tensor g = full({4096}, 1.0, DType::f32);
+  Tensor none, a = ones({4096}, DType::bf16), b = ones({4096}, DType::bf16), c = ones({4096}, DType::bf16);
+  sgd16_update_(a, g, none, none, 1e-3, 0.0, 0.0, Rounding::stochastic, 7, 100);
+  sgd16_update_(b, g, none, none, 1e-3, 0.0, 0.0, Rounding::stochastic, 7, 100);
+  sgd16_update_(c, g, none, none, 1e-3, 0.0, 0.0, Rounding::stochastic, 7, 100 + 4096);
+  CHECK(bytes_of(a) == bytes_of(b));
+  CHECK(bytes_of(a) != bytes_of(c));
+}
+
+TEST_CASE("Kahan summation keeps 10^6 updates that nearest rounding drops", "[optim][pure16]") {
+  // One bf16 weight at 1.0 receives 10^6 updates u_t = -5e-7 + 1e-4 r_t, r_t uniform in [-1, 1)
+  // (Philox), each below half an ulp of 1 in bf16 (2^-9 = 1.95e-3): the "standard" nearest rule
+  // never moves; Kahan's 16-bit compensation carries the lost parts, and the weight ends within
+  // a few bf16 ulps (2^-9 near 0.5) of the f64 sum of the updates.
+  const int64_t n_steps = 1000000;
+  Generator gen(2024);
+  const Tensor r = uniform({n_steps}, -1.0, 1.0, gen, DType::f32);
+  const float* rv = r.data<float>();
+  Tensor none, mom;
+  Tensor w_k = ones({1}, DType::bf16), c = zeros({1}, DType::bf16), w_n = ones({1}, DType::bf16);
+  Tensor g = zeros({1}, DType::f32);
+  float* gp = g.data<float>();
+  double exact = 1.0;
+  for (int64_t t = 0; t < n_steps; ++t) {
+    const float u = float(-5e-7 + 1e-4 * double(rv[t]));
+    gp[0] = -u;  // lr = 1: w += u
+    exact += double(u);
+    sgd16_update_(w_k, g, mom, c, 1.0, 0.0, 0.0, Rounding::nearest, 0, 0);
+    sgd16_update_(w_n, g, mom, none, 1.0, 0.0, 0.0, Rounding::nearest, 0, 0);
+  }
+  std::printf("[pure16] bf16 weight 1.0 after 1e6 updates of mean -5e-7 (|u| <= 1.005e-4): f64 sum %.6f, "
+              "Kahan %.6f (c = %.3g), nearest %.6f\n",
+              exact, w_k.item(), c.item(), w_n.item());
+  CHECK(w_n.item() == 1.0);
+  CHECK(std::abs(w_k.item() - exact) < 0.01);  // ~5 ulps at 0.5; nearest is off by 0.49
+  CHECK(std::abs(exact - 1.0) > 0.4);
+
+  // Kahan's limit in 16 bits (Note [16-bit update rules]): c holds 8 significant bits, so
+  // updates below ulp(c) / 2 ~ ulp(w) 2^-9 stall in c as well. The same constant update of 1e-4
+  // carries a weight from 1.0 to the f64 value 2.0 in 10^4 steps, but over 10^6 steps (f64: 101)
+  // the weight outgrows that regime near 16, where ulp(16) 2^-9 = 2^-13 > 2 * 1e-4.
+  Tensor w_a = ones({1}, DType::bf16), c_a = zeros({1}, DType::bf16);
+  gp[0] = -1e-4f;
+  double exact_a = 1.0;
+  double at_1e4 = 0.0;
+  for (int64_t t = 1; t <= n_steps; ++t) {
+    sgd16_update_(w_a, g, mom, c_a, 1.0, 0.0, 0.0, Rounding::nearest, 0, 0);
+    exact_a += double(1e-4f);
+    if (t == 10000) at_1e4 = w_a.item();
+  }
+  std::printf("[pure16] bf16 weight 1.0 plus 1e-4 per step: after 1e4 steps f64 %.6f, Kahan %.6f; "
+              "after 1e6 steps f64 %.4f, Kahan %.4f (stalled)\n",
+              1.0 + 10000 * double(1e-4f), at_1e4, exact_a, w_a.item());
+  CHECK(std::abs(at_1e4 - (1.0 + 10000 * double(1e-4f))) < 0.07);  // 2 + a few ulps (2^-7)
+  CHECK(w_a.item() < 0.5 * exact_a);
+}
+
+TEST_CASE("nearest rounding halts SGD far from the optimum; stochastic rounding and Kahan reach it",
+          "[optim][pure16]") {
+  // Zamirai et al., Theorem 1: minimize 0.5 |w - w*|^2 with w* in [1, 2) (bf16 ulp 2^-7) from
+  // w = 0 by SGD with lr 0.01. With nearest rounding an update lr |w - w*| below half an ulp
+  // (2^-8) is lost, so the weights stop at |w - w*| ~ 0.39; stochastic rounding and Kahan
+  // summation keep going down to the format's resolution.
+  const int64_t n = 256;
+  Generator gen(5);
+  const Tensor target = uniform({n}, 1.0, 2.0, gen, DType::f32);
+  auto distance = [&](UpdateRounding rounding) {
+    Variable w(zeros({n}, DType::bf16), true, "w");
+    SGD16 opt({w}, {.lr = 0.01, .rounding = rounding, .seed = 11});
+    for (int t = 0; t < 800; ++t) {
+      w.set_grad(ScaledGrad{w.data().to(DType::f32) - target, 1.0f});
+      opt.step();
+    }
+    return mean_of(abs(w.data().to(DType::f32) - target));
+  };
+  const double d_near = distance(UpdateRounding::nearest);
+  const double d_sr = distance(UpdateRounding::stochastic);
+  const double d_kahan = distance(UpdateRounding::kahan);
+  std::printf("[pure16] mean |w - w*| after 800 bf16 SGD steps: nearest %.4f, stochastic %.4f, Kahan %.4f\n",
+              d_near, d_sr, d_kahan);
+  CHECK(d_near > 0.1);
+  CHECK(d_sr < 0.02);
+  CHECK(d_kahan < 0.01);
+}
+
+TEST_CASE("SGD16 and AdamW16 keep 16-bit state and resume from their state dicts", "[optim][pure16]") {
+  const std::vector<std::vector<double>> gs = {{0.5, -0.25, 1.0}, {-0.125, 0.5, 0.75}, {0.25, 0.25, -2.0},
+                                               {1.0, -1.0, 0.5}};
+  auto param = [] { return Variable(from_vector(std::vector<double>{1.0, -0.5, 0.25}, {3}, DType::bf16), true); };
+  auto set = [](Variable& p, const std::vector<double>& g) {
+    p.set_grad(ScaledGrad{from_vector(g, {3}, DType::bf16), 1.0f});
+  };
+  SECTION("SGD16, Kahan with momentum") {
+    Variable a = param(), b = param();
+    SGD16 oa({a}, {.lr = 0.01, .momentum = 0.9, .weight_decay = 0.01, .rounding = UpdateRounding::kahan});
+    SGD16 ob({b}, {.lr = 0.01, .momentum = 0.9, .weight_decay = 0.01, .rounding = UpdateRounding::kahan});
+    for (size_t t = 0; t < 2; ++t) {
+      set(a, gs[t]);
+      oa.step();
+    }
+    const TensorDict sd = oa.state_dict();
+    CHECK(sd.at("state.0.momentum_buffer").dtype() == DType::bf16);
+    CHECK(sd.at("state.0.kahan_comp").dtype() == DType::bf16);
+    ob.load_state_dict(sd);
+    Tensor bd = b.data();
+    bd.copy_(a.data());
+    for (size_t t = 2; t < 4; ++t) {
+      set(a, gs[t]);
+      set(b, gs[t]);
+      oa.step();
+      ob.step();
+      CHECK(bytes_of(a.data()) == bytes_of(b.data()));
+    }
+  }
+  SECTION("AdamW16, stochastic: the Philox position is part of the state") {
+    Variable a = param(), b = param();
+    AdamW16 oa({a}, {.lr = 0.01, .beta2 = 0.99, .seed = 3});
+    AdamW16 ob({b}, {.lr = 0.01, .beta2 = 0.99, .seed = 999});
+    for (size_t t = 0; t < 2; ++t) {
+      set(a, gs[t]);
+      oa.step();
+    }
+    CHECK(oa.generator().offset() == 6);  // 3 counters per step
+    ob.load_state_dict(oa.state_dict());
+    CHECK(ob.generator().seed() == 3);
+    CHECK(ob.generator().offset() == 6);
+    Tensor bd = b.data();
+    bd.copy_(a.data());
+    for (size_t t = 2; t < 4; ++t) {
+      set(a, gs[t]);
+      set(b, gs[t]);
+      oa.step();
+      ob.step();
+      CHECK(bytes_of(a.data()) == bytes_of(b.data()));
+    }
+  }
+}
+
+TEST_CASE("16-bit update rules reject what they cannot do", "[optim][pure16]") {
+  Variable f(ones({2}), true, "f32 weight");
+  CHECK_THROWS_WITH(SGD16({f}), Catch::Contains("must be bf16 or f16"));
+  CHECK_THROWS_WITH(AdamW16({f}), Catch::Contains("must be bf16 or f16"));
+  Tensor w = ones({2}, DType::bf16), c = zeros({2}, DType::bf16), none;
+  CHECK_THROWS_WITH(sgd16_update_(w, ones({2}, DType::bf16), none, none, 0.1, 0.0, 0.0, Rounding::nearest, 0, 0),
+                    Catch::Contains("must be f32"));
+  CHECK_THROWS_WITH(sgd16_update_(w, ones({2}), none, c, 0.1, 0.0, 0.0, Rounding::stochastic, 0, 0),
+                    Catch::Contains("Kahan summation rounds to nearest"));
+  Tensor wrong = zeros({2}, DType::f16);
+  CHECK_THROWS_WITH(sgd16_update_(w, ones({2}), wrong, none, 0.1, 0.9, 0.0, Rounding::nearest, 0, 0),
+                    Catch::Contains("momentum buffer"));
+  Tensor m = zeros({2}, DType::bf16), v = zeros({2}, DType::bf16);
+  CHECK_THROWS_WITH(adamw16_update_(w, ones({2}), m, v, none, 0.1, 0.9, 1.0, 1e-8, 0.0, 1, Rounding::nearest, 0, 0),
+                    Catch::Contains("beta2"));
+  CHECK_THROWS_WITH(update_rounding_from_name("up"), Catch::Contains("unknown update rounding"));
+}
+
+TEST_CASE("scaled_step drives a pure 16-bit optimizer under loss scaling", "[optim][pure16]") {
+  // fp16-pure training needs loss scaling: gradients at scale 2^10 are unscaled in fp32 before
+  // the 16-bit rule, and an overflow skips the step without touching weights or state.
+  Variable a(from_vector(std::vector<double>{1.0, -0.5}, {2}, DType::f16), true, "a");
+  Variable b(from_vector(std::vector<double>{1.0, -0.5}, {2}, DType::f16), true, "b");
+  SGD16 oa({a}, {.lr = 0.125, .momentum = 0.5, .rounding = UpdateRounding::nearest});
+  SGD16 ob({b}, {.lr = 0.125, .momentum = 0.5, .rounding = UpdateRounding::nearest});
+  BackoffLossScaler scaler({.init_scale = 1024.0f});
+  a.set_grad(ScaledGrad{from_vector(std::vector<double>{0.25 * 1024, 0.5 * 1024}, {2}, DType::f16), 1024.0f});
+  b.set_grad(ScaledGrad{from_vector(std::vector<double>{0.25, 0.5}, {2}, DType::f16), 1.0f});
+  CHECK(scaled_step(oa, scaler));
+  ob.step();
+  CHECK(bytes_of(a.data()) == bytes_of(b.data()));
+  CHECK(a.data().to_vector() == std::vector<double>{0.96875, -0.5625});
+  const std::vector<uint8_t> before = bytes_of(a.data());
+  const std::vector<uint8_t> mom = bytes_of(oa.state_dict().at("state.0.momentum_buffer"));
+  a.set_grad(ScaledGrad{from_vector(std::vector<double>{INFINITY, 1.0}, {2}, DType::f16), 1024.0f});
+  CHECK_FALSE(scaled_step(oa, scaler));
+  CHECK(bytes_of(a.data()) == before);
+  CHECK(bytes_of(oa.state_dict().at("state.0.momentum_buffer")) == mom);
+  CHECK(oa.step_count(0) == 1);
+  CHECK_FALSE(a.grad().has_value());
+}

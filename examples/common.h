@@ -24,6 +24,9 @@ struct CommonFlags {
   int max_steps = 0;        // stop after this many training steps (0 = no limit), for smoke runs
 
   void add_to(CLI::App& app) {
+    // Every program calls this first: make stdout line-buffered so results reach log files as
+    // they happen, not when the program ends.
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
     app.add_option("--epochs", epochs, "training epochs")->check(CLI::Range(1, 100000))->capture_default_str();
     app.add_option("--batch-size", batch_size, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
     app.add_option("--lr", lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();

@@ -5,6 +5,7 @@
 #include "autograd/scaled_grad.h"
 #include "autograd/scaling.h"
 #include "autograd/tape.h"
+#include "autograd/telemetry.h"
 #include "autograd/variable.h"
 
 #include "autograd/functions/conv.h"

@@ -70,6 +70,7 @@ class Tape {
   void set_scaling_rule(ScalingRule* rule) { rule_ = rule; }
   ScalingRule* scaling_rule() const { return rule_; }
   void set_observer(GradObserver* obs) { observer_ = obs; }
+  GradObserver* observer() const { return observer_; }
 
   // Used by the autograd functions.
   void push(std::unique_ptr<Node> node) { nodes_.push_back(std::move(node)); }

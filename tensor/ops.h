@@ -3,6 +3,7 @@
 
 #include "tensor/ops/conv.h"
 #include "tensor/ops/elementwise.h"
+#include "tensor/ops/grad_telemetry.h"
 #include "tensor/ops/linalg.h"
 #include "tensor/ops/loss.h"
 #include "tensor/ops/lstm.h"

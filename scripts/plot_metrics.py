@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Plot mixtape JSON Lines metrics files (DESIGN.md section 6) as PNG figures.
+
+Each input file is one training run, labelled from its "summary" event ("precision" and
+"scaling") or, without one, from the file name. Figures written to --out (each only when the
+runs hold the events it needs; otherwise a message says why it was skipped):
+
+  loss.png                   training loss per step ("step" events: "loss", or "loss_*" per
+                             network), every run on one axis, raw (faint) and smoothed
+  loss_scale.png             the loss scale per step ("step" events' "scale"), log2 axis;
+                             skipped steps ("skipped": true) marked with a cross
+  grad_hist_<run>_step<N>.png
+                             per-layer histograms of gradient exponents at step N ("telemetry"
+                             events), with the fp16 and bf16 representable ranges shaded and a
+                             separate bar for zeros, as in Micikevicius et al., Figure 3
+  grad_scales.png            per-layer gradient scale over training (telemetry "scale" per name),
+                             as in Zhao et al., Figure 2; one panel per run
+  underflow.png              per-layer fraction of nonzero gradient values that would underflow
+                             in the telemetry format, over training; one panel per run
+
+Telemetry histograms count floor(log2|g|) of the stored gradient g = scale x true gradient
+(autograd/telemetry.h, Note [What telemetry measures]), so the format ranges are fixed in those
+units. With --unscaled the x axis is the true gradient's exponent instead, and the ranges move
+left by log2(scale): what the format can hold at that scale.
+
+  scripts/plot_metrics.py fp32.jsonl fp16.jsonl --out plots
+  scripts/plot_metrics.py run.jsonl --out plots --step 500 --kind node --layers 'conv|fc'
+"""
+import argparse
+import json
+import math
+import os
+import re
+import sys
+
+
+def _import_pyplot():
+    """matplotlib with the Agg backend; Debian's python3-matplotlib lives under /usr/bin/python3,
+    so a different python3 first on PATH (pyenv, a venv) re-runs this script with that one."""
+    try:
+        import matplotlib
+    except ImportError:
+        system = "/usr/bin/python3"
+        if os.path.realpath(sys.executable) != os.path.realpath(system) and os.path.exists(system):
+            os.execv(system, [system] + sys.argv)
+        sys.exit("plot_metrics: matplotlib is missing (Debian: apt-get install python3-matplotlib)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+# Base-2 exponent ranges of the 16-bit formats: [first, last] exponent e of values in [2^e, 2^(e+1)).
+FORMATS = {
+    # name: (subnormal exponents, normal exponents)
+    "fp16": ((-24, -15), (-14, 15)),
+    "bf16": ((-133, -127), (-126, 127)),
+}
+
+
+class Run:
+    def __init__(self, path):
+        self.path = path
+        self.steps, self.telemetry, self.summary = [], [], None
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    ev = json.loads(line)
+                except json.JSONDecodeError as e:
+                    print(f"{path}:{n}: skipping a line that is not JSON ({e})", file=sys.stderr)
+                    continue
+                if not isinstance(ev, dict):
+                    continue
+                kind = ev.get("event")
+                if kind == "step":
+                    self.steps.append(ev)
+                elif kind == "telemetry":
+                    self.telemetry.append(ev)
+                elif kind == "summary":
+                    self.summary = ev
+        stem = os.path.splitext(os.path.basename(path))[0]
+        if self.summary and ("precision" in self.summary or "scaling" in self.summary):
+            parts = [str(self.summary[k]) for k in ("precision", "scaling") if k in self.summary]
+            self.label = " / ".join(parts)
+        else:
+            self.label = stem
+        self.stem = stem
+
+
+def number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def smooth(values, window):
+    if window <= 1:
+        return values
+    out, acc, q = [], 0.0, []
+    for v in values:
+        q.append(v)
+        acc += v
+        if len(q) > window:
+            acc -= q.pop(0)
+        out.append(acc / len(q))
+    return out
+
+
+def safe_name(s):
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", s).strip("_") or "run"
+
+
+def fig_path(out, name):
+    return os.path.join(out, name)
+
+
+# ---- loss and loss scale ------------------------------------------------------------------
+
+
+def plot_loss(plt, runs, out, window):
+    series = []  # (run, key, xs, ys)
+    for r in runs:
+        keys = sorted({k for s in r.steps for k in s if k == "loss" or k.startswith("loss_")})
+        for k in keys:
+            pts = [(s["step"], s[k]) for s in r.steps if number(s.get(k)) and number(s.get("step"))]
+            if pts:
+                series.append((r, k, [p[0] for p in pts], [p[1] for p in pts]))
+    if not series:
+        print("loss.png: no step events with a loss in any run; skipped")
+        return
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    styles = {}
+    for r, k, xs, ys in series:
+        color = r.color
+        styles.setdefault(r.path, {})
+        style = styles[r.path].setdefault(k, ["-", "--", ":", "-."][len(styles[r.path]) % 4])
+        w = window if window > 0 else max(1, len(ys) // 50)
+        label = r.label if k == "loss" else f"{r.label} {k[5:]}"
+        if w > 1:
+            ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
+            label += f" (mean of {w})"
+        ax.plot(xs, smooth(ys, w), color=color, linestyle=style, linewidth=1.6, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    if all(y > 0 for *_, ys in series for y in ys):
+        ax.set_yscale("log")
+    ax.set_title("Training loss")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(fig_path(out, "loss.png"), dpi=110)
+    plt.close(fig)
+    print(f"wrote {fig_path(out, 'loss.png')}")
+
+
+def plot_scale(plt, runs, out):
+    have = [r for r in runs if any(number(s.get("scale")) and s["scale"] > 0 for s in r.steps)]
+    if not have:
+        print("loss_scale.png: no step events with a \"scale\" in any run; skipped")
+        return
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in have:
+        pts = [(s["step"], math.log2(s["scale"])) for s in r.steps
+               if number(s.get("step")) and number(s.get("scale")) and s["scale"] > 0]
+        color = r.color
+        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", color=color, label=r.label)
+        skipped = [(s["step"], math.log2(s["scale"])) for s in r.steps
+                   if s.get("skipped") is True and number(s.get("scale")) and s["scale"] > 0 and number(s.get("step"))]
+        if skipped:
+            ax.plot([p[0] for p in skipped], [p[1] for p in skipped], "x", color=color, markersize=6,
+                    label=f"{r.label}: skipped step ({len(skipped)})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("log2(loss scale)")
+    ax.set_title("Loss scale")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(fig_path(out, "loss_scale.png"), dpi=110)
+    plt.close(fig)
+    print(f"wrote {fig_path(out, 'loss_scale.png')}")
+
+
+# ---- telemetry ----------------------------------------------------------------------------
+
+
+def select(records, kind, layers):
+    """Telemetry records of the wanted kind (falling back to the other kind when there are none)
+    whose name matches the --layers pattern."""
+    pat = re.compile(layers) if layers else None
+    def keep(ev, k):
+        return (k == "all" or ev.get("kind") == k) and isinstance(ev.get("name"), str) and \
+            (pat is None or pat.search(ev["name"]))
+    chosen = [ev for ev in records if keep(ev, kind)]
+    if not chosen and kind != "all":
+        other = "node" if kind == "param" else "param"
+        chosen = [ev for ev in records if keep(ev, other)]
+    return chosen
+
+
+def exponent_counts(ev):
+    """{exponent: count} from a record's histogram: sparse [[e, count], ...] pairs, or a dense
+    list of counts starting at "hist_lo"."""
+    h = ev.get("hist")
+    if not isinstance(h, list) or not h:
+        return {}
+    if all(isinstance(p, list) and len(p) == 2 for p in h):
+        return {int(e): int(c) for e, c in h if c}
+    lo = ev.get("hist_lo")
+    if number(lo) and all(number(c) for c in h):
+        return {int(lo) + k: int(c) for k, c in enumerate(h) if c}
+    return {}
+
+
+def shade_formats(ax, shift, ylim_top):
+    """fp16 ranges as full-height bands, bf16 as a strip along the top (it spans ~260 exponents)."""
+    (s_lo, s_hi), (n_lo, n_hi) = FORMATS["fp16"]
+    ax.axvspan(n_lo + shift, n_hi + 1 + shift, color="tab:green", alpha=0.12, linewidth=0)
+    ax.axvspan(s_lo + shift, s_hi + 1 + shift, color="tab:olive", alpha=0.18, linewidth=0)
+    # f16 rounds |x| <= 2^-25 to zero and |x| >= 65520 (just below 2^16) to inf.
+    ax.axvline(-25 + shift, color="tab:red", linestyle="--", linewidth=0.9)
+    ax.axvline(16 + shift, color="tab:red", linestyle=":", linewidth=0.9)
+    (bs_lo, bs_hi), (bn_lo, bn_hi) = FORMATS["bf16"]
+    ax.axvspan(bn_lo + shift, bn_hi + 1 + shift, ymin=0.93, ymax=1.0, color="tab:blue", alpha=0.35, linewidth=0)
+    ax.axvspan(bs_lo + shift, bs_hi + 1 + shift, ymin=0.93, ymax=1.0, color="tab:cyan", alpha=0.35, linewidth=0)
+
+
+def plot_histograms(plt, runs, out, step, kind, layers, max_layers, unscaled):
+    from matplotlib.patches import Patch
+    from matplotlib.lines import Line2D
+    wrote = False
+    for r in runs:
+        recs = [ev for ev in r.telemetry if number(ev.get("step")) and exponent_counts(ev)]
+        if not recs:
+            print(f"grad_hist: run '{r.label}' has no telemetry events with histograms; skipped")
+            continue
+        steps = sorted({ev["step"] for ev in recs})
+        s = step if step is not None else steps[-1]
+        if s not in steps:
+            near = min(steps, key=lambda t: abs(t - s))
+            print(f"grad_hist: run '{r.label}' has no telemetry at step {s}; using step {near}")
+            s = near
+        chosen = select([ev for ev in recs if ev["step"] == s], kind, layers)
+        if not chosen:
+            print(f"grad_hist: run '{r.label}' step {s}: no records match; skipped")
+            continue
+        if len(chosen) > max_layers:
+            print(f"grad_hist: run '{r.label}' step {s}: showing the first {max_layers} of {len(chosen)} "
+                  f"records (use --max-layers or --layers)")
+            chosen = chosen[:max_layers]
+        ncols = min(3, len(chosen))
+        nrows = (len(chosen) + ncols - 1) // ncols
+        fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.3 * nrows + 0.9), squeeze=False)
+        for ax in axes.flat[len(chosen):]:
+            ax.set_visible(False)
+        for ax, ev in zip(axes.flat, chosen):
+            counts = exponent_counts(ev)
+            numel = ev.get("numel") if number(ev.get("numel")) and ev["numel"] > 0 else sum(counts.values())
+            scale = ev.get("scale") if number(ev.get("scale")) and ev["scale"] > 0 else 1.0
+            shift = -math.log2(scale) if unscaled else 0.0
+            xs = [e + shift for e in sorted(counts)]
+            fr = [counts[e] / numel for e in sorted(counts)]
+            nonzero = ev.get("nonzero") if number(ev.get("nonzero")) else sum(counts.values())
+            overflow = ev.get("overflow") if number(ev.get("overflow")) else 0
+            zeros = max(0, numel - nonzero - overflow) / numel
+            lo = min(min(xs), -24 + shift) - 3
+            hi = max(max(xs), 15 + shift) + 3
+            shade_formats(ax, shift, 1.0)
+            ax.bar(xs, fr, width=1.0, align="edge", color="tab:gray", edgecolor="black", linewidth=0.3)
+            # Zeros get a bar of their own, left of everything (exponent -inf).
+            zx = lo - 1
+            ax.bar([zx], [zeros], width=1.0, align="edge", color="black")
+            ax.text(zx + 0.5, zeros, "0", ha="center", va="bottom", fontsize=7)
+            ax.set_xlim(zx - 1, hi)
+            top = max(fr + [zeros]) * 1.18 or 1.0
+            ax.set_ylim(0, top)
+            lab = ev["name"] + (f"  (node: {ev.get('op', '?')})" if ev.get("kind") == "node" else "")
+            extra = f"{ev.get('dtype', '?')}, scale 2^{math.log2(scale):g}"
+            if number(ev.get("underflow")):
+                extra += f", {ev.get('format', 'f16')} underflow {100 * ev['underflow']:.2g}%"
+            if overflow:
+                extra += f", overflow {overflow}"
+            ax.set_title(f"{lab}\n{extra}", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(True, axis="y", alpha=0.3)
+        xl = "log2|true gradient| (bin e: [2^e, 2^(e+1)))" if unscaled else \
+            "log2|stored gradient| = log2|scale x gradient| (bin e: [2^e, 2^(e+1)))"
+        fig.supxlabel(xl, fontsize=9)
+        fig.supylabel("fraction of values", fontsize=9)
+        handles = [Patch(color="tab:green", alpha=0.3, label="fp16 normal"),
+                   Patch(color="tab:olive", alpha=0.4, label="fp16 subnormal"),
+                   Line2D([], [], color="tab:red", linestyle="--", label="fp16: 0 below"),
+                   Line2D([], [], color="tab:red", linestyle=":", label="fp16: inf above"),
+                   Patch(color="tab:blue", alpha=0.5, label="bf16 normal (top strip)"),
+                   Patch(color="tab:cyan", alpha=0.5, label="bf16 subnormal (top strip)"),
+                   Patch(color="black", label="zeros")]
+        where = " (ranges shifted by -log2(scale))" if unscaled else ""
+        fig.suptitle(f"Gradient exponents, {r.label}, step {s}{where}", fontsize=11)
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))
+        fig.legend(handles=handles, loc="upper center", ncol=7, fontsize=7, frameon=False,
+                   bbox_to_anchor=(0.5, 1 - 0.38 / fig.get_figheight()))
+        name = f"grad_hist_{safe_name(r.label)}_step{s}.png"
+        fig.savefig(fig_path(out, name), dpi=110)
+        plt.close(fig)
+        print(f"wrote {fig_path(out, name)}")
+        wrote = True
+    return wrote
+
+
+def per_name_series(run, kind, layers, field, transform):
+    series = {}
+    for ev in select(run.telemetry, kind, layers):
+        v = ev.get(field)
+        if number(ev.get("step")) and number(v):
+            t = transform(v)
+            if t is not None:
+                series.setdefault(ev["name"], {})[ev["step"]] = t  # one point per name and step
+    return series
+
+
+def plot_per_name(plt, runs, out, kind, layers, max_layers, field, transform, fname, ylabel, title, steps=False):
+    from matplotlib.ticker import MaxNLocator
+    have = [(r, per_name_series(r, kind, layers, field, transform)) for r in runs]
+    have = [(r, s) for r, s in have if s]
+    if not have:
+        print(f"{fname}: no telemetry events with \"{field}\" in any run; skipped")
+        return
+    fig, axes = plt.subplots(len(have), 1, figsize=(10.5, 3.4 * len(have)), squeeze=False)
+    for ax, (r, series) in zip(axes[:, 0], have):
+        names = list(series)
+        if len(names) > max_layers:
+            print(f"{fname}: run '{r.label}': showing the first {max_layers} of {len(names)} names")
+            names = names[:max_layers]
+        for i, n in enumerate(names):
+            pts = sorted(series[n].items())
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=2.5, linewidth=1.2,
+                    color=f"C{i % 10}", linestyle="-" if i < 10 else "--", label=n,
+                    drawstyle="steps-post" if steps else "default")
+        shared = len(names) > 1 and all(series[n] == series[names[0]] for n in names)
+        ax.set_title(f"{title}: {r.label}" + (" (every layer shares one value)" if shared else ""), fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        if steps:
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    fig.savefig(fig_path(out, fname), dpi=110)
+    plt.close(fig)
+    print(f"wrote {fig_path(out, fname)}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+", help="JSON Lines metrics files, one per run")
+    ap.add_argument("--out", "-o", default="plots", help="output folder (created; default: plots)")
+    ap.add_argument("--step", type=int, default=None,
+                    help="step of the gradient histograms (default: each run's last telemetry step)")
+    ap.add_argument("--kind", choices=["param", "node", "all"], default="param",
+                    help="telemetry records to plot: parameter gradients (default), node gradients, or both")
+    ap.add_argument("--layers", default=None, help="regular expression the telemetry names must match")
+    ap.add_argument("--max-layers", type=int, default=12, help="at most this many layers per figure (default 12)")
+    ap.add_argument("--smooth", type=int, default=0,
+                    help="moving-average window of the loss curves (default: 1/50 of the run, 1 = raw)")
+    ap.add_argument("--unscaled", action="store_true",
+                    help="histograms over the true gradient's exponent (stored exponent - log2 scale)")
+    args = ap.parse_args()
+
+    runs = []
+    for p in args.files:
+        try:
+            runs.append(Run(p))
+        except OSError as e:
+            print(f"plot_metrics: cannot read {p}: {e}", file=sys.stderr)
+            return 1
+    seen = {}
+    for r in runs:  # two runs with one label get their file names too
+        seen[r.label] = seen.get(r.label, 0) + 1
+    for i, r in enumerate(runs):
+        if seen[r.label] > 1:
+            r.label = f"{r.label} ({r.stem})"
+        r.color = f"C{i % 10}"  # one color per run across the figures
+
+    plt = _import_pyplot()
+    os.makedirs(args.out, exist_ok=True)
+    plot_loss(plt, runs, args.out, args.smooth)
+    plot_scale(plt, runs, args.out)
+    plot_histograms(plt, runs, args.out, args.step, args.kind, args.layers, args.max_layers, args.unscaled)
+    plot_per_name(plt, runs, args.out, args.kind, args.layers, args.max_layers, "scale",
+                  lambda v: math.log2(v) if v > 0 else None, "grad_scales.png", "log2(gradient scale)",
+                  "Per-layer gradient scale", steps=True)
+    formats = sorted({str(ev["format"]) for r in runs for ev in r.telemetry if "format" in ev}) or ["f16"]
+    plot_per_name(plt, runs, args.out, args.kind, args.layers, args.max_layers, "underflow",
+                  lambda v: 100.0 * v, "underflow.png", "% of nonzero values -> 0",
+                  f"Per-layer {'/'.join(formats)} underflow")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

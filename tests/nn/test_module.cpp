@@ -121,7 +121,7 @@ TEST_CASE("a module registered twice lists its parameters once", "[nn][module]")
   CHECK(tied.num_parameters() == 4 + 2 + 1);
 }
 
-TEST_CASE("train and eval switch the whole tree; zero_grad drops every gradient", "[nn][module]") {
+TEST_CASE("train and eval switch the whole tree, zero_grad drops every gradient", "[nn][module]") {
   Generator gen(2);
   Net net(gen);
   CHECK(net.is_training());

@@ -209,7 +209,7 @@ TEST_CASE("LogMax follows the running log2-max statistics computed by hand", "[o
   CHECK(s.scale() == std::ldexp(1.0f, 11));
 }
 
-TEST_CASE("LogMax clamps to [min_scale, max_scale]", "[optim][mixed]") {
+TEST_CASE("LogMax clamps to min_scale and max_scale", "[optim][mixed]") {
   LogMaxLossScaler s;
   s.update(clean(std::ldexp(1.0, -20)));  // 2^(16 + 20) -> 2^24
   CHECK(s.scale() == 16777216.0f);

@@ -32,7 +32,7 @@ double mean_of(const Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("decay rates are rounded to the 16-bit format; 0.999 becomes the largest value below 1 in bf16",
+TEST_CASE("decay rates are rounded to the 16-bit format, 0.999 becomes the largest value below 1 in bf16",
           "[optim][pure16]") {
   const DecayRate16 b = decay_rate_16(0.999, DType::bf16);
   CHECK(b.adjusted);
@@ -200,7 +200,7 @@ TEST_CASE("Kahan summation keeps 10^6 updates that nearest rounding drops", "[op
   CHECK(w_a.item() < 0.5 * exact_a);
 }
 
-TEST_CASE("nearest rounding halts SGD far from the optimum; stochastic rounding and Kahan reach it",
+TEST_CASE("nearest rounding halts SGD far from the optimum, stochastic rounding and Kahan reach it",
           "[optim][pure16]") {
   // Zamirai et al., Theorem 1: minimize 0.5 |w - w*|^2 with w* in [1, 2) (bf16 ulp 2^-7) from
   // w = 0 by SGD with lr 0.01. With nearest rounding an update lr |w - w*| below half an ulp

@@ -61,7 +61,7 @@ TEST_CASE("philox_words maps (seed, index) to counter and key", "[rng]") {
   CHECK(seen.size() == 2000);
 }
 
-TEST_CASE("uniform01 maps words into [0, 1)", "[rng]") {
+TEST_CASE("uniform01 maps words into the half-open unit interval", "[rng]") {
   CHECK(uniform01(0u) == 0.0f);
   CHECK(uniform01(0xFFFFFFFFu) == 1.0f - std::ldexp(1.0f, -24));
   CHECK(uniform01(0xFFFFFFFFu) < 1.0f);

@@ -124,7 +124,7 @@ TEST_CASE("differentiable split zero-fills the pieces nobody used", "[shape]") {
 
 // ---- cast ----------------------------------------------------------------------------------
 
-TEST_CASE("cast to the same dtype records nothing; casts check their dtypes", "[shape][cast]") {
+TEST_CASE("cast to the same dtype records nothing, casts check their dtypes", "[shape][cast]") {
   Variable x(seq({2, 2}), true);
   Tape tape;
   CHECK(cast(x, DType::f32).same(x));
@@ -332,7 +332,7 @@ TEST_CASE("lstm_cell in 16 bits computes in fp32 and rounds each output once", "
   }
 }
 
-TEST_CASE("lstm_cell backward matches the formula; dc = 0 leaves only the path through h", "[lstm]") {
+TEST_CASE("lstm_cell backward matches the formula, dc = 0 leaves only the path through h", "[lstm]") {
   Generator gen(9);
   const Tensor gates = uniform({1, 4}, -1.0, 1.0, gen, DType::f64);  // H = 1
   const Tensor c_prev = from_vector(std::vector<double>{0.3}, {1, 1}, DType::f64);

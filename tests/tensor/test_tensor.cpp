@@ -109,7 +109,7 @@ TEST_CASE("reshape and view share storage", "[tensor]") {
   CHECK_THROWS_WITH(x.reshape({7, -1}), Contains("reshape") && Contains("[7, -1]"));
 }
 
-TEST_CASE("view of an incompatible layout throws; reshape copies", "[tensor]") {
+TEST_CASE("view of an incompatible layout throws, reshape copies", "[tensor]") {
   const Tensor x = iota({2, 3});
   const Tensor t = x.t();  // [3, 2], strides [1, 3]
   CHECK_FALSE(t.is_contiguous());

@@ -6,6 +6,7 @@
 #include "autograd/scaling.h"
 #include "autograd/tape.h"
 #include "autograd/variable.h"
+#include "autograd/zhao.h"
 
 #include "autograd/functions/conv.h"
 #include "autograd/functions/elementwise.h"

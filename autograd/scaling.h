@@ -7,7 +7,8 @@
 //   branches/splits  several gradients meet: rescale to one common scale          -> combine_branch
 //
 // Without a ScalingRule on the tape, gemm_beta and cast_beta return 1 (scales pass through);
-// combine_branch always applies Algorithm 1's common-scale rule.
+// combine_branch always applies Algorithm 1's common-scale rule. The paper's rule for the two
+// queries is ZhaoScalingRule (autograd/zhao.h).
 #pragma once
 
 #include <vector>
@@ -17,18 +18,29 @@
 
 namespace mixtape {
 
+// Where a query comes from. The nodes leave it default; gemm_beta / cast_beta below fill it in
+// from the backward pass that is running, so a rule can key per-node state (Zhao et al. reuse
+// each node's beta for K steps) on (node, query).
+struct GradSite {
+  uint64_t pass = 0;   // numbers the Tape::backward calls of this thread from 1; 0: outside one
+  int64_t node = -1;   // the querying node's position on the tape (recording order)
+  int32_t query = 0;   // the query's index within that node (matmul asks once per operand)
+};
+
 // What a GEMM-like node knows when it is about to compute dX = f(beta * dY, W).
 struct GemmGradQuery {
   OpId op;
   const ScaledGrad* dy;  // incoming gradient {alpha, dY}
   const Tensor* w;       // the operand dY is multiplied with (weights, or the other matrix)
   int64_t reduction;     // N: length of the dot products that form each element of dX
+  GradSite site{};
 };
 
 // What a cast node knows: the incoming gradient and the dtype the gradient is cast to.
 struct CastGradQuery {
   const ScaledGrad* dy;
   DType to;  // the dtype of the gradient the cast passes on (the cast's input dtype)
+  GradSite site{};
 };
 
 class ScalingRule {
@@ -39,6 +51,7 @@ class ScalingRule {
 };
 
 // The local power-of-two factors, from the active tape's ScalingRule (1 when there is none).
+// Both stamp q.site before asking the rule.
 float gemm_beta(const GemmGradQuery& q);
 float cast_beta(const CastGradQuery& q);
 

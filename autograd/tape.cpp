@@ -7,6 +7,25 @@ namespace mixtape {
 namespace {
 thread_local Tape* g_current = nullptr;
 thread_local bool g_no_grad = false;
+thread_local uint64_t g_passes = 0;  // Tape::backward calls so far on this thread
+thread_local GradSite g_site;        // the node whose backward runs now (node -1: none)
+
+GradSite next_site() {
+  GradSite s = g_site;
+  if (g_site.node >= 0) ++g_site.query;
+  return s;
+}
+
+// Marks a backward pass for GradSite; restores the enclosing state on exit (also on throw).
+struct PassGuard {
+  GradSite saved = g_site;
+  PassGuard() { g_site = GradSite{++g_passes, -1, 0}; }
+  ~PassGuard() { g_site = saved; }
+  void enter(size_t node) {
+    g_site.node = int64_t(node);
+    g_site.query = 0;
+  }
+};
 }  // namespace
 
 Tape::Tape() : prev_(g_current) { g_current = this; }
@@ -19,12 +38,18 @@ bool NoGrad::active() { return g_no_grad; }
 
 float gemm_beta(const GemmGradQuery& q) {
   Tape* t = Tape::current();
-  return t && t->scaling_rule() ? t->scaling_rule()->gemm_beta(q) : 1.0f;
+  if (!t || !t->scaling_rule()) return 1.0f;
+  GemmGradQuery stamped = q;
+  stamped.site = next_site();
+  return t->scaling_rule()->gemm_beta(stamped);
 }
 
 float cast_beta(const CastGradQuery& q) {
   Tape* t = Tape::current();
-  return t && t->scaling_rule() ? t->scaling_rule()->cast_beta(q) : 1.0f;
+  if (!t || !t->scaling_rule()) return 1.0f;
+  CastGradQuery stamped = q;
+  stamped.site = next_site();
+  return t->scaling_rule()->cast_beta(stamped);
 }
 
 // ---- recording ---------------------------------------------------------------------------
@@ -121,6 +146,7 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
     if (seen.insert(v.get()).second) touched.push_back(v);
   };
   deliver(root.ptr(), std::move(seed));
+  PassGuard pass;
 
   // Nodes run in reverse recording order; by then every consumer of their outputs has run.
   for (size_t k = nodes_.size(); k-- > 0;) {
@@ -151,6 +177,7 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
     }
     std::vector<bool> needs(node.inputs.size());
     for (size_t i = 0; i < needs.size(); ++i) needs[i] = node.inputs[i] != nullptr;
+    pass.enter(k);
     std::vector<ScaledGrad> dxs = node.backward(dys, needs);
     MT_ASSERT(dxs.size() == node.inputs.size(), op_name(node.op), " returned ", dxs.size(),
               " gradients for ", node.inputs.size(), " inputs");

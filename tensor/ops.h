@@ -12,5 +12,6 @@
 #include "tensor/ops/pool.h"
 #include "tensor/ops/reduce.h"
 #include "tensor/ops/shape.h"
+#include "tensor/ops/stats.h"
 #include "tensor/tensor.h"
 #include "tensor/threads.h"

@@ -1,0 +1,308 @@
+#include "autograd/zhao.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "tensor/half.h"
+#include "tensor/ops/stats.h"
+
+namespace mixtape {
+
+// Note [Zhao et al. as implemented]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The paper's Algorithm 1 and section 4, with these readings:
+//
+// 1. sigma is measured as the root mean square of the actual tensors, zeros included. The paper
+//    ignores the mean terms (its footnote 2): with zero-mean products p = dy w the variance of a
+//    sum of N products is N E[dy^2] E[w^2], and E[x^2] is the squared RMS. The RMS equals the
+//    standard deviation for zero-mean data, stays right for weights with an offset (constant
+//    weights have std 0 but give nonzero dX), and reproduces footnote 3 by itself: a dY that a
+//    ReLU zeroed half of has half the mean square, hence sigma = sqrt(N/2) sigma_dy sigma_w.
+// 2. Scales are powers of two (section 4.2). The underflow bound is rounded up (the smallest
+//    power of two whose predicted rate is <= gamma'), the overflow cap down. Algorithm 1 line 14
+//    writes e^floor(...) for the cast; that is neither a power of two nor within gamma', so the
+//    cast bound is rounded like the GEMM one.
+// 3. beta >= 1 unless the cap is below 1. Section 4.2: a scale above what gamma' needs only
+//    enlarges the gradient's variance, and "alpha can be smaller than 1 if the type cast will
+//    cause overflow for any alpha >= 1". So a gradient whose predicted rate is already <= gamma'
+//    at beta = 1 passes through unchanged (it is not scaled down towards the bound), and beta
+//    drops below 1 only when no beta >= 1 is overflow-free.
+// 4. The GEMM cap also includes lambda_max / max|dY|: the node stores beta dY in dY's 16-bit
+//    dtype before the GEMM (linalg.cpp activation_grad), and that must not overflow either. It
+//    binds only when N max|W| < 1.
+// 5. The format: a GEMM's dX has dY's dtype; a cast's result has the query's `to` dtype (its dY
+//    is the wide gradient). f32 / f64 results need no scaling: beta = 1.
+// 6. Theorem 2 models a positive softmax gradient; the rule fits mu and sigma to ln|dY| over the
+//    finite nonzero entries (a cross-entropy gradient has one negative entry per row; exact
+//    zeros cannot underflow).
+// 7. An inf or NaN in dY (an overflow upstream) gives beta = 1 and is not cached: the optimizer
+//    layer sees the non-finite weight gradients and skips the step.
+// 8. alpha * beta stays within float's normal powers of two, [2^-126, 2^127].
+// 9. update_period K > 1 caches each node's beta by (tape position, query index), checked
+//    against the op; this assumes each step records the same graph, as a training loop does.
+//    Queries asked outside a backward pass have no tape position and are never cached.
+//    Reused betas are not re-checked against overflow (that needs the very max|dY| pass the
+//    cache saves); as in the paper, an overflow shows up as inf/NaN and the step is skipped.
+// 10. The underflow event is P(beta |dx| <= lambda_min) as in Eqs. 1, 3 and 4, although
+//    round-to-nearest flushes only |x| <= lambda_min / 2 to zero: the prediction is cautious.
+
+namespace {
+
+constexpr int kMinExp = -126;  // alpha * beta stays a normal float power of two
+constexpr int kMaxExp = 127;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ceil(log2 x) and floor(log2 x) for finite x > 0, exact at powers of two.
+int ceil_log2(double x) {
+  int e = 0;
+  const double m = std::frexp(x, &e);  // x = m 2^e, m in [0.5, 1)
+  return m == 0.5 ? e - 1 : e;
+}
+int floor_log2(double x) {
+  int e = 0;
+  std::frexp(x, &e);
+  return e - 1;
+}
+
+// Note [Zhao et al. as implemented] points 2 and 3: min(bound rounded up and at least 1, cap
+// rounded down).
+BetaChoice power_of_two_between(double bound, double cap) {
+  BetaChoice c;
+  c.underflow_bound = bound;
+  c.cap = cap;
+  int k = 0;
+  if (bound > 1.0) k = std::isfinite(bound) ? ceil_log2(bound) : kMaxExp;
+  if (cap < kInf) {
+    const int k_cap = cap > 0.0 ? floor_log2(cap) : kMinExp;
+    if (k_cap < k) {
+      k = k_cap;
+      c.capped = true;
+    }
+  }
+  c.beta = std::ldexp(1.0f, std::clamp(k, kMinExp, kMaxExp));
+  return c;
+}
+
+void check_gamma(double gamma, const char* where) {
+  MT_CHECK(gamma > 0.0 && gamma < 1.0, where, ": the underflow threshold gamma' must lie in (0, 1), got ", gamma);
+}
+
+void check_statistic(double v, const char* what, const char* where) {
+  MT_CHECK(std::isfinite(v) && v >= 0.0, where, ": ", what, " must be finite and >= 0, got ", v);
+}
+
+void check_range(const FormatRange& f, const char* where) {
+  MT_CHECK(f.lambda_min > 0.0 && f.lambda_max > f.lambda_min && std::isfinite(f.lambda_max), where,
+           ": bad format range [", f.lambda_min, ", ", f.lambda_max, "]");
+}
+
+// Keeps alpha * beta a normal float power of two (Note point 8).
+float clamp_total(float beta, float alpha) {
+  int ea = 0, eb = 0;
+  std::frexp(alpha, &ea);
+  std::frexp(beta, &eb);
+  const int a = ea - 1, b = eb - 1;  // alpha = 2^a, beta = 2^b
+  const int lo = std::max(kMinExp, kMinExp - a), hi = std::min(kMaxExp, kMaxExp - a);
+  return lo <= hi ? std::ldexp(1.0f, std::clamp(b, lo, hi)) : 1.0f;
+}
+
+}  // namespace
+
+std::optional<FormatRange> format_range(DType t) {
+  switch (t) {
+    case DType::f16: return FormatRange{kHalfLimits.min_subnormal, kHalfLimits.max_finite};
+    case DType::bf16: return FormatRange{kBf16Limits.min_subnormal, kBf16Limits.max_finite};
+    default: return std::nullopt;
+  }
+}
+
+double erfinv(double y) {
+  if (std::isnan(y) || y < -1.0 || y > 1.0) return std::numeric_limits<double>::quiet_NaN();
+  if (y == 0.0) return 0.0;
+  if (y == 1.0 || y == -1.0) return y * kInf;
+  const double a = std::abs(y);
+  // Starting point: Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011),
+  // single-precision branch, ~1e-7 relative.
+  double w = -std::log((1.0 - a) * (1.0 + a));
+  double p;
+  if (w < 5.0) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * w;
+    p = -3.5233877e-06 + p * w;
+    p = -4.39150654e-06 + p * w;
+    p = 0.00021858087 + p * w;
+    p = -0.00125372503 + p * w;
+    p = -0.00417768164 + p * w;
+    p = 0.246640727 + p * w;
+    p = 1.50140941 + p * w;
+  } else {
+    w = std::sqrt(w) - 3.0;
+    p = -0.000200214257;
+    p = 0.000100950558 + p * w;
+    p = 0.00134934322 + p * w;
+    p = -0.00367342844 + p * w;
+    p = 0.00573950773 + p * w;
+    p = -0.0076224613 + p * w;
+    p = 0.00943887047 + p * w;
+    p = 1.00167406 + p * w;
+    p = 2.83297682 + p * w;
+  }
+  double x = p * a;
+  // Newton steps to double precision; near 1 on erfc(x) = 1 - a, which is exact there.
+  const double slope = 2.0 * std::numbers::inv_sqrtpi;
+  for (int i = 0; i < 3; ++i) {
+    const double d = slope * std::exp(-x * x);
+    if (!(d > 0.0)) break;
+    x += a > 0.5 ? (std::erfc(x) - (1.0 - a)) / d : (a - std::erf(x)) / d;
+  }
+  return y < 0.0 ? -x : x;
+}
+
+double gemm_sigma(int64_t n, double sigma_dy, double sigma_w) {
+  return std::sqrt(double(std::max<int64_t>(n, 0))) * sigma_dy * sigma_w;
+}
+
+double gemm_underflow_rate(double beta, double sigma, double lambda_min) {
+  if (!(sigma > 0.0)) return 1.0;
+  return std::erf(lambda_min / (beta * std::numbers::sqrt2 * sigma));
+}
+
+double cast_underflow_rate(double beta, double mu, double sigma, double lambda_min) {
+  const double z = std::log(lambda_min) - mu - std::log(beta);
+  if (!(sigma > 0.0)) return z >= 0.0 ? 1.0 : 0.0;
+  return 0.5 + 0.5 * std::erf(z / (std::numbers::sqrt2 * sigma));
+}
+
+BetaChoice choose_gemm_beta(double sigma, int64_t n, double max_dy, double max_w, double gamma,
+                            const FormatRange& f) {
+  const char* where = "choose_gemm_beta";
+  check_gamma(gamma, where);
+  check_range(f, where);
+  check_statistic(sigma, "sigma", where);
+  check_statistic(max_dy, "max|dY|", where);
+  check_statistic(max_w, "max|W|", where);
+  MT_CHECK(n >= 0, where, ": the reduction length must be >= 0, got ", n);
+  // Eq. 3 solved for beta: erf(lambda_min / (beta sqrt(2) sigma)) <= gamma'.
+  const double bound = sigma > 0.0 ? f.lambda_min / (std::numbers::sqrt2 * sigma * erfinv(gamma)) : 0.0;
+  // |dX| <= N max|dY| max|W|; and beta dY itself is stored in the 16-bit dtype (Note point 4).
+  double cap = kInf;
+  const double worst = double(n) * max_dy * max_w;
+  if (worst > 0.0) cap = f.lambda_max / worst;
+  if (max_dy > 0.0) cap = std::min(cap, f.lambda_max / max_dy);
+  return power_of_two_between(bound, cap);
+}
+
+BetaChoice choose_cast_beta(double mu, double sigma, double max_dy, double gamma, const FormatRange& f) {
+  const char* where = "choose_cast_beta";
+  check_gamma(gamma, where);
+  check_range(f, where);
+  MT_CHECK(std::isfinite(mu), where, ": mu must be finite, got ", mu);
+  check_statistic(sigma, "sigma", where);
+  check_statistic(max_dy, "max|dY|", where);
+  // Eq. 4 solved for beta: ln beta >= ln lambda_min - mu - sqrt(2) sigma erfinv(2 gamma' - 1).
+  const double ln_bound = std::log(f.lambda_min) - mu - std::numbers::sqrt2 * sigma * erfinv(2.0 * gamma - 1.0);
+  const double cap = max_dy > 0.0 ? f.lambda_max / max_dy : kInf;
+  return power_of_two_between(std::exp(ln_bound), cap);
+}
+
+// ---- ZhaoScalingRule ----------------------------------------------------------------------
+
+ZhaoScalingRule::ZhaoScalingRule(ZhaoOptions options) : options_(options) {
+  check_gamma(options_.underflow_threshold, "ZhaoScalingRule");
+  MT_CHECK(options_.update_period >= 1, "ZhaoScalingRule: update_period must be >= 1, got ",
+           options_.update_period);
+}
+
+void ZhaoScalingRule::begin_query(const GradSite& site) {
+  if (site.pass != pass_) {  // a new backward pass: the records describe the last one only
+    records_.clear();
+    pass_ = site.pass;
+  }
+}
+
+const ZhaoRecord* ZhaoScalingRule::cached(const GradSite& site, ZhaoRecord::Kind kind, OpId op) const {
+  if (options_.update_period <= 1 || site.node < 0) return nullptr;
+  const auto it = cache_.find({site.node, site.query});
+  if (it == cache_.end()) return nullptr;
+  const Cached& c = it->second;
+  if (c.record.kind != kind || c.record.op != op || step_ - c.step >= options_.update_period) return nullptr;
+  return &c.record;
+}
+
+float ZhaoScalingRule::finish(const GradSite& site, ZhaoRecord r, bool cacheable) {
+  if (cacheable && options_.update_period > 1 && site.node >= 0)
+    cache_[{site.node, site.query}] = Cached{r, step_};
+  r.beta = clamp_total(r.beta, r.alpha);
+  if (const std::optional<FormatRange> f = format_range(r.format)) {
+    r.underflow_rate = r.kind == ZhaoRecord::Kind::gemm
+                           ? gemm_underflow_rate(r.beta, r.sigma, f->lambda_min)
+                           : cast_underflow_rate(r.beta, r.mu, r.sigma, f->lambda_min);
+  }
+  records_.push_back(r);
+  return r.beta;
+}
+
+float ZhaoScalingRule::gemm_beta(const GemmGradQuery& q) {
+  MT_ASSERT(q.dy && q.dy->defined());
+  begin_query(q.site);
+  ZhaoRecord r;
+  r.kind = ZhaoRecord::Kind::gemm;
+  r.op = q.op;
+  r.node = q.site.node;
+  r.query = q.site.query;
+  r.format = q.dy->g.dtype();
+  r.alpha = q.dy->scale;
+  const std::optional<FormatRange> f = format_range(r.format);
+  if (!f || !q.w || !q.w->defined()) return finish(q.site, r, false);
+  if (const ZhaoRecord* hit = cached(q.site, r.kind, r.op)) {
+    ZhaoRecord again = *hit;
+    again.alpha = r.alpha;
+    again.reused = true;
+    return finish(q.site, again, false);
+  }
+  const TensorMoments dy = tensor_moments(q.dy->g);
+  const TensorMoments w = tensor_moments(*q.w);
+  if (dy.nonfinite > 0 || w.nonfinite > 0) return finish(q.site, r, false);
+  r.sigma = gemm_sigma(q.reduction, dy.rms, w.rms);
+  const BetaChoice c = choose_gemm_beta(r.sigma, q.reduction, dy.max_abs, w.max_abs,
+                                        options_.underflow_threshold, *f);
+  r.beta = c.beta;
+  r.underflow_bound = c.underflow_bound;
+  r.cap = c.cap;
+  r.capped = c.capped;
+  return finish(q.site, r, r.sigma > 0.0);  // an all-zero dY says nothing about later steps
+}
+
+float ZhaoScalingRule::cast_beta(const CastGradQuery& q) {
+  MT_ASSERT(q.dy && q.dy->defined());
+  begin_query(q.site);
+  ZhaoRecord r;
+  r.kind = ZhaoRecord::Kind::cast;
+  r.op = OpId::cast;
+  r.node = q.site.node;
+  r.query = q.site.query;
+  r.format = q.to;
+  r.alpha = q.dy->scale;
+  const std::optional<FormatRange> f = format_range(r.format);
+  if (!f) return finish(q.site, r, false);
+  if (const ZhaoRecord* hit = cached(q.site, r.kind, r.op)) {
+    ZhaoRecord again = *hit;
+    again.alpha = r.alpha;
+    again.reused = true;
+    return finish(q.site, again, false);
+  }
+  const LogAbsMoments m = log_abs_moments(q.dy->g);
+  if (m.nonfinite > 0 || m.count == 0) return finish(q.site, r, false);
+  r.mu = m.mu;
+  r.sigma = m.sigma;
+  const BetaChoice c = choose_cast_beta(m.mu, m.sigma, m.max_abs, options_.underflow_threshold, *f);
+  r.beta = c.beta;
+  r.underflow_bound = c.underflow_bound;
+  r.cap = c.cap;
+  r.capped = c.capped;
+  return finish(q.site, r, true);
+}
+
+}  // namespace mixtape

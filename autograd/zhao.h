@@ -1,0 +1,133 @@
+// Gradient scaling: Zhao, Vogel, Ahmed, Luk, "Reducing Underflow in Mixed Precision Training by
+// Gradient Scaling" (IJCAI 2020), as a ScalingRule for the tape (autograd/scaling.h).
+//
+//   ZhaoScalingRule rule;              // gamma' = 1e-3, recompute every backward
+//   Tape tape;
+//   tape.set_scaling_rule(&rule);
+//   tape.backward(loss);               // each GEMM-like node and 16-bit cast picks its own beta
+//   rule.next_step();                  // only matters with update_period > 1
+//
+// Each GEMM-like node computes dX = f_G(beta dY, W) and each 16-bit -> wide cast passes on
+// beta dY; beta is the smallest power of two whose predicted underflow rate is <= gamma',
+// lowered to the largest power of two that cannot overflow when that is smaller.
+// Note [Zhao et al. as implemented] in zhao.cpp lists every reading of the paper made here.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "autograd/scaling.h"
+
+namespace mixtape {
+
+// ---- the statistical model as free functions ----------------------------------------------
+
+// The range of a 16-bit gradient format: lambda_min = smallest subnormal, lambda_max = largest
+// finite. f16: [2^-24, 65504]; bf16: [2^-133, (2 - 2^-7) 2^127]. nullopt for f32 / f64, whose
+// gradients need no scaling (the rule answers beta = 1 for them).
+struct FormatRange {
+  double lambda_min = 0.0;
+  double lambda_max = 0.0;
+};
+std::optional<FormatRange> format_range(DType t);
+
+// The inverse error function on (-1, 1), to double precision (+-inf at +-1, NaN outside).
+double erfinv(double y);
+
+// Lemma 1, Eq. 2: the standard deviation of dX = f_G(dY, W) when each element of dX sums n
+// products: sqrt(n) sigma_dy sigma_w.
+double gemm_sigma(int64_t n, double sigma_dy, double sigma_w);
+// Theorem 1, Eq. 3: predicted underflow rate of beta * dX with dX ~ N(0, sigma^2):
+// erf(lambda_min / (beta sqrt(2) sigma)). 1 when sigma = 0 (everything is zero).
+double gemm_underflow_rate(double beta, double sigma, double lambda_min);
+// Theorem 2, Eq. 4: predicted underflow rate of beta * dY with ln|dY| ~ N(mu, sigma^2):
+// 1/2 + 1/2 erf((ln lambda_min - mu - ln beta) / (sqrt(2) sigma)).
+double cast_underflow_rate(double beta, double mu, double sigma, double lambda_min);
+
+struct BetaChoice {
+  float beta = 1.0f;           // the chosen power of two
+  double underflow_bound = 0;  // smallest real beta with predicted rate <= gamma' (0: no estimate)
+  double cap = std::numeric_limits<double>::infinity();  // largest real beta that cannot overflow
+  bool capped = false;         // the cap, not the underflow bound, decided beta
+};
+
+// Algorithm 1, line 7, for dX = f_G(beta dY, W) with sigma = gemm_sigma(n, sigma_dy, sigma_w):
+//   bound = lambda_min / (sqrt(2) sigma erfinv(gamma')), rounded up to a power of two, at least 1;
+//   cap   = lambda_max / (n max|dY| max|W|), and lambda_max / max|dY| (beta dY is itself stored
+//           in the 16-bit dtype), rounded down to a power of two;
+//   beta  = min(bound, cap): below 1 only when the cap demands it.
+// Statistics describe the tensors actually multiplied (dY already carries its scale alpha).
+BetaChoice choose_gemm_beta(double sigma, int64_t n, double max_dy, double max_w, double gamma,
+                            const FormatRange& f);
+// Algorithm 1, line 14, for the cast: the smallest power of two with cast_underflow_rate <=
+// gamma' (ln beta >= ln lambda_min - mu - sqrt(2) sigma erfinv(2 gamma' - 1)), at least 1, capped
+// by lambda_max / max|dY| rounded down to a power of two.
+BetaChoice choose_cast_beta(double mu, double sigma, double max_dy, double gamma, const FormatRange& f);
+
+// ---- the rule -----------------------------------------------------------------------------
+
+struct ZhaoOptions {
+  double underflow_threshold = 1e-3;  // gamma', in (0, 1)
+  int64_t update_period = 1;          // K: recompute each node's beta every K steps (paper: 100)
+};
+
+// What the rule decided for one query of the last backward pass, for telemetry and plots.
+struct ZhaoRecord {
+  enum class Kind : uint8_t { gemm, cast };
+  Kind kind = Kind::gemm;
+  OpId op = OpId::linear;
+  int64_t node = -1;            // GradSite::node: position on the tape (-1: asked outside backward)
+  int32_t query = 0;            // GradSite::query
+  DType format = DType::f32;    // the 16-bit format the result is stored in
+  float alpha = 1.0f;           // the incoming scale
+  float beta = 1.0f;            // the local factor; the result carries alpha * beta
+  double sigma = 0.0;           // gemm: sigma of dX at beta = 1 (Eq. 2); cast: sigma of ln|dY|
+  double mu = 0.0;              // cast: mean of ln|dY|; gemm: 0
+  double underflow_bound = 0.0; // BetaChoice::underflow_bound
+  double cap = std::numeric_limits<double>::infinity();  // BetaChoice::cap
+  double underflow_rate = 0.0;  // predicted rate at the chosen beta
+  bool capped = false;          // the overflow cap decided beta
+  bool reused = false;          // taken from the cache (update_period > 1); statistics are from then
+};
+
+class ZhaoScalingRule : public ScalingRule {
+ public:
+  explicit ZhaoScalingRule(ZhaoOptions options = {});
+
+  float gemm_beta(const GemmGradQuery& q) override;
+  float cast_beta(const CastGradQuery& q) override;
+
+  // Advances the step counter: a node's beta is recomputed once update_period steps have passed
+  // since it was computed. Call once per training step (after backward).
+  void next_step() { ++step_; }
+  int64_t step() const { return step_; }
+  // Forgets every cached beta (the next query of each node recomputes).
+  void reset_cache() { cache_.clear(); }
+
+  const ZhaoOptions& options() const { return options_; }
+  // One record per query of the most recent backward pass, in the order they were asked
+  // (queries asked outside a backward pass, GradSite::pass == 0, share one list).
+  const std::vector<ZhaoRecord>& records() const { return records_; }
+
+ private:
+  struct Cached {
+    ZhaoRecord record;
+    int64_t step = 0;
+  };
+  // Looks up (node, query); a hit must be young enough and of the same kind and op.
+  const ZhaoRecord* cached(const GradSite& site, ZhaoRecord::Kind kind, OpId op) const;
+  float finish(const GradSite& site, ZhaoRecord r, bool cacheable);
+  void begin_query(const GradSite& site);
+
+  ZhaoOptions options_;
+  int64_t step_ = 0;
+  uint64_t pass_ = 0;  // GradSite::pass of the records held
+  std::map<std::pair<int64_t, int32_t>, Cached> cache_;
+  std::vector<ZhaoRecord> records_;
+};
+
+}  // namespace mixtape

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/math.h"
 
 namespace mixtape::cpu {
 
@@ -31,7 +32,7 @@ inline C forward(C x, C a, C b) {
   else if constexpr (OP == UnaryOp::abs) return std::abs(x);
   else if constexpr (OP == UnaryOp::relu) return x > C(0) ? x : C(0);
   else if constexpr (OP == UnaryOp::sigmoid) return C(1) / (C(1) + std::exp(-x));
-  else if constexpr (OP == UnaryOp::tanh) return std::tanh(x);
+  else if constexpr (OP == UnaryOp::tanh) return tanh_c(x);  // Note [Float tanh]
   else if constexpr (OP == UnaryOp::leaky_relu) return x * leaky_slope(x, a);
   else if constexpr (OP == UnaryOp::clamp) return x < a ? a : (x > b ? b : x);
   else if constexpr (OP == UnaryOp::pow) return std::pow(x, a);

@@ -18,6 +18,8 @@
 
 #include <cmath>
 
+#include "tensor/cpu/math.h"
+
 namespace mixtape::cpu {
 
 namespace {
@@ -41,7 +43,7 @@ struct Gates {
   Gates(const Strided2d<const T>& gates, int64_t b, int64_t j, int64_t H)
       : i(sigmoid(C(load(gates(b, j))))),
         f(sigmoid(C(load(gates(b, H + j))))),
-        g(std::tanh(C(load(gates(b, 2 * H + j))))),
+        g(tanh_c(C(load(gates(b, 2 * H + j))))),
         o(sigmoid(C(load(gates(b, 3 * H + j))))) {}
 };
 
@@ -58,7 +60,7 @@ void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) 
         const Gates<T> a(pg, b, j, H);
         const C cv = a.f * C(load(pcp(b, j))) + a.i * a.g;
         pc(b, j) = store<T>(cv);
-        ph(b, j) = store<T>(a.o * std::tanh(cv));  // from the unrounded c
+        ph(b, j) = store<T>(a.o * tanh_c(cv));  // from the unrounded c
       }
     }
   });
@@ -75,7 +77,7 @@ void lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor&
       for (int64_t j = 0; j < H; ++j) {
         const Gates<T> a(pg, b, j, H);
         const C cp = load(pcp(b, j));
-        const C tc = std::tanh(a.f * cp + a.i * a.g);
+        const C tc = tanh_c(a.f * cp + a.i * a.g);
         const C gh = load(pdh(b, j));
         const C dc_tot = C(load(pdc(b, j))) + gh * (a.o * (C(1) - tc * tc));
         pdg(b, j) = store<T>(dc_tot * (a.g * (a.i * (C(1) - a.i))));

@@ -33,9 +33,53 @@ Shape kept_strides(const Tensor& t, const std::vector<int64_t>& dims) {
   return st;
 }
 
+// Note [Reduce fast paths]
+// A sum or mean of a contiguous x over a leading block of dims (x as [n, m], down the rows: the
+// bias gradient of every linear layer) or a trailing block (x as [m, n], along the rows) runs
+// as plain loops over the two-dim view instead of one strided walk per output. Each output
+// still adds its inputs in the same order (row-major over the reduced dims) into an f64
+// accumulator, so the results are bit-identical to the general loop.
+bool reduce_sum_fast(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tensor& out) {
+  if ((op != ReduceOp::sum && op != ReduceOp::mean) || !x.is_contiguous() || !out.is_contiguous()) return false;
+  const auto nd = int64_t(dims.size());
+  if (nd == 0) return false;
+  std::vector<int64_t> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return false;
+  const bool leading = sorted.front() == 0 && sorted.back() == nd - 1;
+  const bool trailing = sorted.front() == x.dim() - nd && sorted.back() == x.dim() - 1;
+  if (!leading && !trailing) return false;
+  int64_t n = 1;  // reduced
+  for (int64_t d : sorted) n *= x.shape()[size_t(d)];
+  const int64_t m = x.numel() / std::max<int64_t>(n, 1);  // kept
+  if (n == 0 || m == 0) return false;
+  dispatch_float(x.dtype(), reduce_op_name(op), [&]<class T>() {
+    const T* px = static_cast<const T*>(x.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
+    const double div = op == ReduceOp::mean ? double(n) : 1.0;
+    if (leading) {
+      std::vector<double> acc(size_t(m), 0.0);
+      for (int64_t r = 0; r < n; ++r) {
+        const T* row = px + r * m;
+        for (int64_t j = 0; j < m; ++j) acc[size_t(j)] += double(load(row[j]));
+      }
+      for (int64_t j = 0; j < m; ++j) po[j] = store<T>(op == ReduceOp::mean ? acc[size_t(j)] / div : acc[size_t(j)]);
+    } else {
+      for (int64_t o = 0; o < m; ++o) {
+        const T* row = px + o * n;
+        double acc = 0.0;
+        for (int64_t i = 0; i < n; ++i) acc += double(load(row[i]));
+        po[o] = store<T>(op == ReduceOp::mean ? acc / div : acc);
+      }
+    }
+  });
+  return true;
+}
+
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tensor& out) {
+  if (reduce_sum_fast(op, x, dims, out)) return;  // Note [Reduce fast paths]
   const Split s = split_dims(x, dims);
   const int64_t n = numel_of(s.inner_shape);
   dispatch_float(x.dtype(), reduce_op_name(op), [&]<class T>() {

@@ -12,10 +12,10 @@ namespace {
 
 // |x| rounded (RNE) to the 16-bit format, as the format's magnitude bits (sign dropped).
 inline uint16_t round_magnitude(float v, DType format) {
-  return uint16_t((format == DType::f16 ? bits16::float_to_half_rn(v) : bits16::float_to_bf16_rn(v)) & 0x7FFFu);
+  return uint16_t((format == DType::f16 ? round_to_half(v).bits : round_to_bf16(v).bits) & 0x7FFFu);
 }
 inline uint16_t round_magnitude(double v, DType format) {
-  return uint16_t((format == DType::f16 ? bits16::double_to_half_rn(v) : bits16::double_to_bf16_rn(v)) & 0x7FFFu);
+  return uint16_t((format == DType::f16 ? round_to_half_f64(v).bits : round_to_bf16_f64(v).bits) & 0x7FFFu);
 }
 
 }  // namespace

@@ -39,6 +39,22 @@ void check_hyper(const char* op, bool ok, const char* what, double v) {
   MT_CHECK(ok, op, ": invalid ", what, " ", v);
 }
 
+void check_lr_and_decay(const char* op, double lr, double weight_decay) {
+  check_hyper(op, std::isfinite(lr) && lr >= 0.0, "learning rate (need a finite value >= 0)", lr);
+  check_hyper(op, std::isfinite(weight_decay) && weight_decay >= 0.0, "weight decay (need a finite value >= 0)",
+              weight_decay);
+}
+
+// The hyper-parameters shared by adam_update_ and adamw16_update_.
+void check_adam_hypers(const char* op, double lr, double beta1, double beta2, double eps, double weight_decay,
+                       int64_t step) {
+  check_lr_and_decay(op, lr, weight_decay);
+  check_hyper(op, beta1 >= 0.0 && beta1 < 1.0, "beta1 (need 0 <= beta1 < 1)", beta1);
+  check_hyper(op, beta2 >= 0.0 && beta2 < 1.0, "beta2 (need 0 <= beta2 < 1)", beta2);
+  check_hyper(op, std::isfinite(eps) && eps >= 0.0, "eps (need a finite value >= 0)", eps);
+  MT_CHECK(step >= 1, op, ": step counts updates from 1, got ", step);
+}
+
 // The 16-bit rules: a bf16 or f16 parameter, its unscaled f32 gradient, and the rounding rule.
 void check_param16(const char* op, const Tensor& param, const Tensor& grad, const Tensor& kahan_comp,
                    Rounding rounding) {
@@ -65,11 +81,9 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double
   check_param(op, param, grad);
   check_written(op, param, param, "parameter");
   if (momentum != 0.0) check_written(op, momentum_buf, param, "momentum buffer");
-  check_hyper(op, std::isfinite(lr) && lr >= 0.0, "learning rate (need a finite value >= 0)", lr);
+  check_lr_and_decay(op, lr, weight_decay);
   check_hyper(op, std::isfinite(momentum) && momentum >= 0.0, "momentum (need a finite value >= 0)", momentum);
   check_hyper(op, std::isfinite(dampening), "dampening (need a finite value)", dampening);
-  check_hyper(op, std::isfinite(weight_decay) && weight_decay >= 0.0, "weight decay (need a finite value >= 0)",
-              weight_decay);
   MT_CHECK(!nesterov || (momentum > 0.0 && dampening == 0.0), op,
            ": Nesterov momentum needs momentum > 0 and dampening 0, got momentum ", momentum, ", dampening ",
            dampening);
@@ -87,13 +101,7 @@ void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& ex
   check_written(op, param, param, "parameter");
   check_written(op, exp_avg, param, "exp_avg");
   check_written(op, exp_avg_sq, param, "exp_avg_sq");
-  check_hyper(op, std::isfinite(lr) && lr >= 0.0, "learning rate (need a finite value >= 0)", lr);
-  check_hyper(op, beta1 >= 0.0 && beta1 < 1.0, "beta1 (need 0 <= beta1 < 1)", beta1);
-  check_hyper(op, beta2 >= 0.0 && beta2 < 1.0, "beta2 (need 0 <= beta2 < 1)", beta2);
-  check_hyper(op, std::isfinite(eps) && eps >= 0.0, "eps (need a finite value >= 0)", eps);
-  check_hyper(op, std::isfinite(weight_decay) && weight_decay >= 0.0, "weight decay (need a finite value >= 0)",
-              weight_decay);
-  MT_CHECK(step >= 1, op, ": step counts updates from 1, got ", step);
+  check_adam_hypers(op, lr, beta1, beta2, eps, weight_decay, step);
   ops::on_device(
       param.device(),
       [&] {
@@ -119,10 +127,8 @@ void sgd16_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tens
   const char* op = "sgd16_update_";
   check_param16(op, param, grad, kahan_comp, rounding);
   if (momentum != 0.0) check_written(op, momentum_buf, param, "momentum buffer");
-  check_hyper(op, std::isfinite(lr) && lr >= 0.0, "learning rate (need a finite value >= 0)", lr);
+  check_lr_and_decay(op, lr, weight_decay);
   check_hyper(op, std::isfinite(momentum) && momentum >= 0.0, "momentum (need a finite value >= 0)", momentum);
-  check_hyper(op, std::isfinite(weight_decay) && weight_decay >= 0.0, "weight decay (need a finite value >= 0)",
-              weight_decay);
   ops::on_device(
       param.device(),
       [&] {
@@ -140,13 +146,7 @@ void adamw16_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor&
   check_param16(op, param, grad, kahan_comp, rounding);
   check_written(op, exp_avg, param, "exp_avg");
   check_written(op, exp_avg_sq, param, "exp_avg_sq");
-  check_hyper(op, std::isfinite(lr) && lr >= 0.0, "learning rate (need a finite value >= 0)", lr);
-  check_hyper(op, beta1 >= 0.0 && beta1 < 1.0, "beta1 (need 0 <= beta1 < 1)", beta1);
-  check_hyper(op, beta2 >= 0.0 && beta2 < 1.0, "beta2 (need 0 <= beta2 < 1)", beta2);
-  check_hyper(op, std::isfinite(eps) && eps >= 0.0, "eps (need a finite value >= 0)", eps);
-  check_hyper(op, std::isfinite(weight_decay) && weight_decay >= 0.0, "weight decay (need a finite value >= 0)",
-              weight_decay);
-  MT_CHECK(step >= 1, op, ": step counts updates from 1, got ", step);
+  check_adam_hypers(op, lr, beta1, beta2, eps, weight_decay, step);
   ops::on_device(
       param.device(),
       [&] {

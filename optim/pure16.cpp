@@ -113,6 +113,17 @@ uint64_t get_u64(const TensorDict& d, const std::string& key, const char* owner)
   return v;
 }
 
+// The rounding rule and the Philox position, as save_options writes them (both optimizers).
+struct RoundingState {
+  UpdateRounding rounding;
+  uint64_t seed, offset;
+};
+
+RoundingState load_rounding_state(const TensorDict& d, const char* owner) {
+  MT_CHECK(d.has_meta("rounding"), owner, " state dict: missing metadata entry 'rounding'");
+  return {update_rounding_from_name(d.meta("rounding")), get_u64(d, "rng.seed", owner), get_u64(d, "rng.offset", owner)};
+}
+
 }  // namespace
 
 // ---- SGD16 -----------------------------------------------------------------------------------
@@ -166,14 +177,12 @@ void SGD16::save_options(TensorDict& d) const {
 void SGD16::load_options(const TensorDict& d) {
   SGD16Options o = options_;
   o.momentum = state_io::get_double(d, "momentum", name());
-  MT_CHECK(d.has_meta("rounding"), name(), " state dict: missing metadata entry 'rounding'");
-  o.rounding = update_rounding_from_name(d.meta("rounding"));
-  const uint64_t seed = get_u64(d, "rng.seed", name());
-  const uint64_t offset = get_u64(d, "rng.offset", name());
+  const RoundingState r = load_rounding_state(d, name());
+  o.rounding = r.rounding;
   validate(o);
-  o.seed = seed;
+  o.seed = r.seed;
   options_ = o;
-  gen_.set_state(seed, offset);
+  gen_.set_state(r.seed, r.offset);
   refresh_warnings();
 }
 
@@ -236,14 +245,12 @@ void AdamW16::load_options(const TensorDict& d) {
   o.beta1 = state_io::get_double(d, "beta1", name());
   o.beta2 = state_io::get_double(d, "beta2", name());
   o.eps = state_io::get_double(d, "eps", name());
-  MT_CHECK(d.has_meta("rounding"), name(), " state dict: missing metadata entry 'rounding'");
-  o.rounding = update_rounding_from_name(d.meta("rounding"));
-  const uint64_t seed = get_u64(d, "rng.seed", name());
-  const uint64_t offset = get_u64(d, "rng.offset", name());
+  const RoundingState r = load_rounding_state(d, name());
+  o.rounding = r.rounding;
   validate(o);
-  o.seed = seed;
+  o.seed = r.seed;
   options_ = o;
-  gen_.set_state(seed, offset);
+  gen_.set_state(r.seed, r.offset);
   refresh_warnings();
 }
 

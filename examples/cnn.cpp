@@ -4,11 +4,13 @@
 //   conv(32->64, 3x3) - BN - ReLU - maxpool 2    [B, 64, 7, 7]
 //   flatten - linear(3136->128) - ReLU - dropout - linear(128->10)
 //
-// Adam with a cosine learning-rate schedule over the whole run. Reads the IDX files of the
+// AdamW with a cosine learning-rate schedule over the whole run, under any precision policy
+// (--precision, --loss-scale, --update-rounding: optim/precision.h). Reads the IDX files of the
 // Debian package dataset-fashion-mnist by default; --data points at any MNIST-format directory.
 //
-//   ./cnn --epochs 12 --metrics cnn.jsonl          # the README's accuracy run
-//   ./cnn --smoke --metrics m.jsonl --out-dir /tmp  # a few steps, for CI
+//   ./cnn --epochs 12 --metrics cnn.jsonl                      # the README's accuracy run
+//   ./cnn --precision fp16 --loss-scale backoff --epochs 2     # the main job: mixed precision
+//   ./cnn --smoke --metrics m.jsonl --out-dir /tmp              # a few steps, for CI
 #include <cstdio>
 #include <filesystem>
 
@@ -34,14 +36,15 @@ struct EvalResult {
   double loss = 0.0, accuracy = 0.0;
 };
 
-EvalResult evaluate(nn::Sequential& model, const data::LabeledImages& test, int64_t batch_size) {
+EvalResult evaluate(nn::Sequential& model, const PrecisionTrainer& trainer, const data::LabeledImages& test,
+                    int64_t batch_size) {
   model.eval();
   NoGrad no_grad;
   data::DataLoader loader(data::TensorDataset({test.images, test.labels}), {.batch_size = batch_size, .shuffle = false});
   double loss_sum = 0.0;
   int64_t correct = 0, n = 0;
   for (data::Batch& b : loader.epoch(0)) {
-    const Variable logits = model(Variable(b[0]));
+    const Variable logits = nn::fp32_input(OpId::cross_entropy, model(Variable(trainer.input(b[0]))));
     loss_sum += cross_entropy(logits, b[1], Reduction::sum).item();
     // argmax over classes, compared with the labels
     const std::vector<float> l = logits.data().values<float>();
@@ -61,11 +64,13 @@ EvalResult evaluate(nn::Sequential& model, const data::LabeledImages& test, int6
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train a two-block CNN on Fashion-MNIST (fp32)."};
+  CLI::App app{"Train a two-block CNN on Fashion-MNIST under any precision policy."};
   examples::CommonFlags flags;
   flags.epochs = 12;
   flags.lr = 2e-3;
   flags.add_to(app);
+  examples::PrecisionFlags precision;
+  precision.add_to(app);
   std::string data_dir = data::kFashionMnistDir, out_dir = ".";
   int64_t width = 32, limit = 0, log_every = 50;
   double dropout = 0.3, weight_decay = 1e-4;
@@ -98,7 +103,10 @@ int main(int argc, char** argv) {
     Generator gen(flags.seed);
     auto model = make_model(width, dropout, gen);
     std::printf("%s\n%lld parameters\n", model->str().c_str(), (long long)model->num_parameters());
-    AdamW opt(model->parameters(), {.lr = flags.lr, .weight_decay = weight_decay});
+    PrecisionTrainer trainer(*model, {.kind = OptimizerKind::adamw, .lr = flags.lr, .weight_decay = weight_decay},
+                             precision.options(flags.seed));
+    std::printf("precision: %s\n", trainer.describe().c_str());
+    Optimizer& opt = trainer.optimizer();
 
     data::DataLoader loader(data::TensorDataset({train.images, train.labels}),
                             {.batch_size = flags.batch_size, .shuffle = true, .drop_last = true, .seed = flags.seed});
@@ -119,18 +127,22 @@ int main(int argc, char** argv) {
       int64_t in_epoch = 0;
       for (data::Batch& b : loader.epoch(epoch)) {
         Tape tape;
-        Variable loss = cross_entropy((*model)(Variable(b[0])), b[1]);
-        tape.backward(loss);
-        opt.step();
-        opt.zero_grad();
+        trainer.begin_step(tape);
+        const Variable logits = (*model)(Variable(trainer.input(b[0])));
+        Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), b[1]);
+        trainer.backward(tape, loss);
+        const float scale = trainer.scale();  // the scale this step's gradients carry
+        const bool applied = trainer.step();
         sched.step();
+        metrics.write_telemetry(trainer);
         ++step;
         ++in_epoch;
         const double l = loss.item();
         loss_sum += l;
         progress.update(epoch, in_epoch, loss_sum / double(in_epoch));
         if (step % log_every == 0)
-          metrics.write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", l}, {"lr", opt.lr()}});
+          metrics.write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", l}, {"lr", opt.lr()},
+                         {"scale", scale}, {"skipped", !applied}, {"grad_norm", trainer.last_grad_norm()}});
         if (flags.max_steps > 0 && step >= flags.max_steps) {
           stop = true;
           break;
@@ -138,7 +150,7 @@ int main(int argc, char** argv) {
       }
       progress.update(epoch, in_epoch, loss_sum / double(std::max<int64_t>(in_epoch, 1)), true);
       train_secs += examples::seconds_since(t_epoch);
-      last = evaluate(*model, test, 256);
+      last = evaluate(*model, trainer, test, 256);
       std::printf("epoch %d: train loss %.4f  test loss %.4f  test accuracy %.2f%%\n", epoch,
                   loss_sum / double(std::max<int64_t>(in_epoch, 1)), last.loss, 100.0 * last.accuracy);
       metrics.write({{"event", "eval"}, {"epoch", epoch}, {"test_loss", last.loss}, {"test_accuracy", last.accuracy}});
@@ -147,21 +159,20 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(out_dir);
     TensorDict ckpt;
     for (const auto& [name, t] : model->state_dict()) ckpt.add("model." + name, t);
-    ckpt.merge("optim.", opt.state_dict());
+    ckpt.merge("trainer.", trainer.state_dict());
     ckpt.set_meta("step", std::to_string(step));
     const std::string path = (std::filesystem::path(out_dir) / "cnn.safetensors").string();
     save_safetensors(path, ckpt);
 
     const double wall = examples::seconds_since(t_start);
+    std::printf("%s\n", examples::precision_summary(trainer).c_str());
     std::printf("final test accuracy %.2f%% after %lld steps; wall %.1f s (training %.1f s, %.1f steps/s); checkpoint %s\n",
                 100.0 * last.accuracy, (long long)step, wall, train_secs, double(step) / train_secs, path.c_str());
-    metrics.write({{"event", "summary"},
-                   {"precision", "fp32"},
-                   {"final_test_accuracy", last.accuracy},
-                   {"final_test_loss", last.loss},
-                   {"steps", step},
-                   {"wall_s", wall},
-                   {"steps_per_s", double(step) / train_secs}});
+    nlohmann::json summary = {{"event", "summary"},       {"final_test_accuracy", last.accuracy},
+                              {"final_test_loss", last.loss}, {"steps", step},
+                              {"wall_s", wall},               {"steps_per_s", double(step) / train_secs}};
+    examples::add_precision_summary(summary, trainer);
+    metrics.write(summary);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cnn: error: %s\n", e.what());
     return 1;

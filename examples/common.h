@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <unistd.h>
 
 #include "mixtape.h"
@@ -38,6 +39,77 @@ struct CommonFlags {
   }
 };
 
+// The precision flags every program has (DESIGN.md section 5; optim/precision.h).
+struct PrecisionFlags {
+  std::string precision = "fp32";
+  std::string loss_scale;  // empty: the policy's default (backoff for fp16 and fp16-pure, else none)
+  std::string rounding = "stochastic";
+  double zhao_gamma = 1e-3;
+  int64_t zhao_period = 1;
+  int64_t telemetry_every = 0;
+  std::string telemetry_format;  // empty: the compute dtype (f16 for fp32 runs)
+
+  void add_to(CLI::App& app) {
+    app.add_option("--precision", precision, "fp32, fp16 or bf16 (mixed: f32 masters), fp16-pure or bf16-pure")
+        ->check(CLI::IsMember({"fp32", "fp16", "bf16", "fp16-pure", "bf16-pure"}))->capture_default_str();
+    app.add_option("--loss-scale", loss_scale,
+                   "none, static:S (S a power of two), backoff, logmax, or gradient (Zhao et al.); "
+                   "default backoff for fp16 and fp16-pure, none otherwise");
+    app.add_option("--update-rounding", rounding, "pure policies: nearest, stochastic or kahan")
+        ->check(CLI::IsMember({"nearest", "stochastic", "kahan"}))->capture_default_str();
+    app.add_option("--zhao-gamma", zhao_gamma, "gradient scaling: underflow threshold gamma'")
+        ->check(CLI::Range(1e-12, 0.5))->capture_default_str();
+    app.add_option("--zhao-period", zhao_period, "gradient scaling: recompute each node's scale every K steps")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
+    app.add_option("--telemetry-every", telemetry_every,
+                   "write per-layer gradient telemetry to the metrics every N steps (0: off)")
+        ->check(CLI::NonNegativeNumber)->capture_default_str();
+    app.add_option("--telemetry-format", telemetry_format, "format telemetry measures against: f16 or bf16")
+        ->check(CLI::IsMember({"f16", "bf16"}));
+  }
+
+  mixtape::PrecisionOptions options(uint64_t seed, double max_grad_norm = 0.0) const {
+    using namespace mixtape;
+    PrecisionOptions o;
+    o.precision = nn::precision_from_name(precision);
+    const bool fp16 = o.precision == nn::Precision::fp16 || o.precision == nn::Precision::fp16_pure;
+    o.loss_scale = parse_loss_scale(loss_scale.empty() ? (fp16 ? "backoff" : "none") : loss_scale);
+    o.rounding = update_rounding_from_name(rounding);
+    o.zhao = {.underflow_threshold = zhao_gamma, .update_period = zhao_period};
+    o.seed = seed;
+    o.max_grad_norm = max_grad_norm;
+    o.telemetry_every = telemetry_every;
+    if (!telemetry_format.empty()) o.telemetry_format = telemetry_format == "bf16" ? DType::bf16 : DType::f16;
+    return o;
+  }
+};
+
+// The precision part of a "summary" event and of the closing line: skipped steps, the final loss
+// scale, and the underflow the rounding census measured (sampled steps only).
+inline void add_precision_summary(nlohmann::json& j, const mixtape::PrecisionTrainer& t, const std::string& prefix = {}) {
+  j[prefix + "precision"] = mixtape::nn::precision_name(t.precision());
+  j[prefix + "scaling"] = t.options().loss_scale.str();
+  if (mixtape::nn::is_pure(t.precision())) j[prefix + "update_rounding"] = mixtape::update_rounding_name(t.options().rounding);
+  j[prefix + "skipped_steps"] = t.skipped();
+  j[prefix + "final_scale"] = t.scale();
+  const mixtape::RoundingCounts& r = t.total_rounding();
+  if (t.telemetry()) {
+    j[prefix + "rounded_16bit"] = r.rounded;
+    j[prefix + "underflow_rate"] = r.underflow_rate();
+    j[prefix + "subnormal_rate"] = r.subnormal_rate();
+  }
+}
+
+inline std::string precision_summary(const mixtape::PrecisionTrainer& t) {
+  std::string s = mixtape::detail::cat(mixtape::nn::precision_name(t.precision()), ", loss scale ",
+                                       t.options().loss_scale.str(), ": ", t.skipped(), " of ", t.steps(),
+                                       " steps skipped, final scale ", t.scale());
+  if (t.telemetry() && t.total_rounding().rounded > 0)
+    s += mixtape::detail::cat(", backward underflow ", 100.0 * t.total_rounding().underflow_rate(),
+                              "% of nonzero values rounded to 16 bits (sampled steps)");
+  return s;
+}
+
 // One JSON object per line, flushed per event so a crash loses nothing already written.
 class Metrics {
  public:
@@ -49,6 +121,13 @@ class Metrics {
   void write(const nlohmann::json& event) {
     if (!out_.is_open()) return;
     out_ << event.dump() << '\n';
+    out_.flush();
+    MT_CHECK(out_.good(), "writing the metrics file failed");
+  }
+  // A sampled step's telemetry lines (PrecisionTrainer::write_telemetry), flushed together.
+  void write_telemetry(const mixtape::PrecisionTrainer& t, const std::string& prefix = {}) {
+    if (!out_.is_open() || !t.sampled()) return;
+    t.write_telemetry([this](std::string_view line) { out_ << line << '\n'; }, prefix);
     out_.flush();
     MT_CHECK(out_.good(), "writing the metrics file failed");
   }

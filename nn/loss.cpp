@@ -2,6 +2,7 @@
 
 #include "autograd/functions/loss.h"
 #include "autograd/functions/shape.h"
+#include "nn/precision.h"
 
 namespace mixtape::nn {
 
@@ -16,13 +17,12 @@ std::string reduction_repr(Reduction r) { return std::string("reduction=") + red
 
 }  // namespace
 
-Variable loss_input(const Variable& x) { return is_16bit(x.dtype()) ? cast(x, DType::f32) : x; }
 
 CrossEntropyLoss::CrossEntropyLoss(Reduction reduction) : Module("CrossEntropyLoss"), reduction_(reduction) {}
 
 Variable CrossEntropyLoss::forward(const Variable& logits, const Tensor& targets) {
   check_args(*this, logits, targets);
-  return cross_entropy(loss_input(logits), targets, reduction_);
+  return cross_entropy(fp32_input(OpId::cross_entropy, logits), targets, reduction_);
 }
 
 std::string CrossEntropyLoss::extra_repr() const { return reduction_repr(reduction_); }
@@ -31,7 +31,7 @@ BCEWithLogitsLoss::BCEWithLogitsLoss(Reduction reduction) : Module("BCEWithLogit
 
 Variable BCEWithLogitsLoss::forward(const Variable& logits, const Tensor& targets) {
   check_args(*this, logits, targets);
-  const Variable x = loss_input(logits);
+  const Variable x = fp32_input(OpId::bce_with_logits, logits);
   return binary_cross_entropy_with_logits(x, targets.to(x.dtype()), reduction_);
 }
 
@@ -41,7 +41,7 @@ MSELoss::MSELoss(Reduction reduction) : Module("MSELoss"), reduction_(reduction)
 
 Variable MSELoss::forward(const Variable& input, const Tensor& target) {
   check_args(*this, input, target);
-  const Variable x = loss_input(input);
+  const Variable x = fp32_input(OpId::mse_loss, input);
   return mse_loss(x, target.to(x.dtype()), reduction_);
 }
 

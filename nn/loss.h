@@ -1,6 +1,6 @@
 // Loss modules: callables (input Variable, target Tensor) -> loss Variable.
 //
-// Losses are on the fp32 allow-list (DESIGN.md section 5): a 16-bit input is first cast to f32
+// Losses are on the fp32 allow-list (Note [The fp32 allow-list] in nn/precision.h): a 16-bit input is first cast to f32
 // with the differentiable cast, the cast whose backward Zhao's rule may rescale (autograd/
 // functions/shape.h), and the loss is computed and returned in f32. f32 and f64 inputs are
 // used as they are. Targets of BCE and MSE are converted to the loss's dtype.
@@ -11,9 +11,6 @@
 #include "tensor/ops/loss.h"
 
 namespace mixtape::nn {
-
-// The input dtype a loss computes in: f32 for 16-bit inputs, else the input's own.
-Variable loss_input(const Variable& x);
 
 // logits [N, C] (or [N, C, d...]) against i64 class indices [N] (or [N, d...]).
 class CrossEntropyLoss : public Module {

@@ -12,4 +12,5 @@
 #include "nn/module.h"
 #include "nn/norm.h"
 #include "nn/pool.h"
+#include "nn/precision.h"
 #include "nn/sequential.h"

@@ -83,7 +83,7 @@ bool MasterWeights::step(LossScaler& scaler) {
       masters_[i].zero_grad();
     }
   }
-  if (options_.max_grad_norm > 0.0) last_norm_ = clip_grad_norm(masters_, options_.max_grad_norm);
+  last_norm_ = options_.max_grad_norm > 0.0 ? clip_grad_norm(masters_, options_.max_grad_norm) : grad_norm(masters_);
   inner_->step();
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!copy_[i] || !updated[i]) continue;
@@ -136,12 +136,13 @@ void MasterWeights::load_state_dict(const TensorDict& d) {
   }
 }
 
-bool scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm) {
+bool scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm, double* norm) {
   MT_CHECK(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0,
            "scaled_step: max_grad_norm must be finite and >= 0 (0 turns clipping off), got ", max_grad_norm);
   NoGrad no_grad;
   std::vector<Variable> params;
   for (const ParamGroup& g : opt.param_groups()) params.insert(params.end(), g.params.begin(), g.params.end());
+  if (norm) *norm = 0.0;
   if (!scaler.update(check_grads(params))) {
     opt.zero_grad();
     return false;
@@ -150,7 +151,8 @@ bool scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm) {
     const std::optional<ScaledGrad>& g = p.grad();
     if (g && g->defined()) p.set_grad(ScaledGrad{g->unscaled(), 1.0f});  // fp32, whatever g's dtype
   }
-  if (max_grad_norm > 0.0) clip_grad_norm(params, max_grad_norm);
+  const double n = max_grad_norm > 0.0 ? clip_grad_norm(params, max_grad_norm) : norm ? grad_norm(params) : 0.0;
+  if (norm) *norm = n;
   opt.step();
   opt.zero_grad();
   return true;

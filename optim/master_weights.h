@@ -71,7 +71,7 @@ class MasterWeights {
   const Variable& master(size_t i) const;
   bool has_copy(size_t i) const;  // whether parameter i has a separate master
   // The check of the last step() and the global norm of its unscaled gradients before clipping
-  // (0 when clipping is off or the step was skipped).
+  // (0 when the step was skipped).
   const GradCheck& last_check() const { return last_check_; }
   double last_grad_norm() const { return last_norm_; }
 
@@ -96,7 +96,8 @@ class MasterWeights {
 // the 16-bit rules of optim/pure16.h under loss scaling): check, ask the scaler, and on a skip
 // drop the gradients leaving everything else untouched; otherwise unscale each gradient by its
 // own scale in fp32, clip to max_grad_norm when > 0, opt.step(), and drop the gradients.
-// Returns whether the update was applied.
-bool scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm = 0.0);
+// Returns whether the update was applied; `norm`, when given, receives the global norm of the
+// unscaled gradients before clipping (0 on a skipped step).
+bool scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm = 0.0, double* norm = nullptr);
 
 }  // namespace mixtape

@@ -8,6 +8,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/master_weights.h"
 #include "optim/optimizer.h"
+#include "optim/precision.h"
 #include "optim/pure16.h"
 #include "optim/sgd.h"
 #include "tensor/ops/optim.h"

@@ -1,0 +1,269 @@
+#include "optim/precision.h"
+
+#include <cmath>
+#include <sstream>
+#include <nlohmann/json.hpp>
+
+#include "autograd/tape.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+
+namespace mixtape {
+
+// ---- loss-scale specs --------------------------------------------------------------------------
+
+std::string LossScaleSpec::str() const {
+  switch (kind) {
+    case Kind::none: return "none";
+    case Kind::fixed: {
+      std::ostringstream os;
+      os << "static:" << scale;
+      return os.str();
+    }
+    case Kind::backoff: return "backoff";
+    case Kind::logmax: return "logmax";
+    case Kind::gradient: return "gradient";
+  }
+  return "?";
+}
+
+LossScaleSpec parse_loss_scale(const std::string& text) {
+  const char* accepted = " (accepted: none, static:S with S a power of two such as static:1024, backoff, logmax, gradient)";
+  if (text == "none") return {};
+  if (text == "backoff") return {LossScaleSpec::Kind::backoff};
+  if (text == "logmax") return {LossScaleSpec::Kind::logmax};
+  if (text == "gradient") return {LossScaleSpec::Kind::gradient};
+  if (text.rfind("static:", 0) == 0) {
+    const std::string num = text.substr(7);
+    size_t used = 0;
+    double s = 0.0;
+    try {
+      s = std::stod(num, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MT_CHECK(used == num.size() && !num.empty(), "loss scale '", text, "': '", num, "' is not a number", accepted);
+    int e = 0;
+    const double m = std::frexp(s, &e);
+    MT_CHECK(std::isfinite(s) && m == 0.5 && e - 1 >= -126 && e - 1 <= 127, "loss scale '", text,
+             "': S must be a power of two in [2^-126, 2^127] so that scaling is exact", accepted);
+    return {LossScaleSpec::Kind::fixed, float(s)};
+  }
+  throw Error(detail::cat("unknown loss scale '", text, "'", accepted));
+}
+
+std::unique_ptr<LossScaler> make_loss_scaler(const LossScaleSpec& spec, const BackoffOptions& backoff,
+                                             const LogMaxOptions& logmax) {
+  switch (spec.kind) {
+    case LossScaleSpec::Kind::none: return std::make_unique<NoLossScaler>();
+    case LossScaleSpec::Kind::fixed: return std::make_unique<StaticLossScaler>(spec.scale);
+    case LossScaleSpec::Kind::backoff: return std::make_unique<BackoffLossScaler>(backoff);
+    case LossScaleSpec::Kind::logmax: return std::make_unique<LogMaxLossScaler>(logmax);
+    case LossScaleSpec::Kind::gradient: return std::make_unique<StaticLossScaler>(1.0f);
+  }
+  MT_ASSERT(false, "unknown loss scale kind");
+}
+
+const char* optimizer_kind_name(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::sgd: return "SGD";
+    case OptimizerKind::adam: return "Adam";
+    case OptimizerKind::adamw: return "AdamW";
+  }
+  return "?";
+}
+
+// ---- the trainer -------------------------------------------------------------------------------
+
+namespace {
+
+std::unique_ptr<Optimizer> make_fp32_optimizer(std::vector<Variable> params, const OptimizerSpec& o) {
+  switch (o.kind) {
+    case OptimizerKind::sgd:
+      return std::make_unique<SGD>(std::move(params), SGDOptions{.lr = o.lr, .momentum = o.momentum,
+                                                                 .weight_decay = o.weight_decay, .nesterov = o.nesterov});
+    case OptimizerKind::adam:
+      return std::make_unique<Adam>(std::move(params), AdamOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2,
+                                                                   .eps = o.eps, .weight_decay = o.weight_decay});
+    case OptimizerKind::adamw:
+      return std::make_unique<AdamW>(std::move(params), AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2,
+                                                                     .eps = o.eps, .weight_decay = o.weight_decay});
+  }
+  MT_ASSERT(false, "unknown optimizer kind");
+}
+
+// Zamirai et al.'s Algorithms 2-5 are SGD (momentum, weight decay) and AdamW; Adam without
+// weight decay is AdamW with weight decay 0.
+std::unique_ptr<Optimizer> make_pure_optimizer(std::vector<Variable> params, const OptimizerSpec& o,
+                                               const PrecisionOptions& p) {
+  const char* who = "PrecisionTrainer";
+  switch (o.kind) {
+    case OptimizerKind::sgd:
+      MT_CHECK(!o.nesterov, who, ": ", nn::precision_name(p.precision),
+               " has no Nesterov momentum (the 16-bit SGD is Zamirai et al.'s Algorithms 2 and 3)");
+      return std::make_unique<SGD16>(std::move(params), SGD16Options{.lr = o.lr, .momentum = o.momentum,
+                                                                     .weight_decay = o.weight_decay,
+                                                                     .rounding = p.rounding, .seed = p.seed});
+    case OptimizerKind::adam:
+      MT_CHECK(o.weight_decay == 0.0, who, ": ", nn::precision_name(p.precision),
+               " has no Adam with L2 weight decay (the 16-bit rules are SGD and AdamW); use AdamW");
+      [[fallthrough]];
+    case OptimizerKind::adamw:
+      return std::make_unique<AdamW16>(std::move(params),
+                                       AdamW16Options{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
+                                                      .weight_decay = o.weight_decay, .rounding = p.rounding,
+                                                      .seed = p.seed});
+  }
+  MT_ASSERT(false, "unknown optimizer kind");
+}
+
+void add_counts(RoundingCounts& total, const RoundingCounts& c) {
+  total.rounded += c.rounded;
+  total.nonzero += c.nonzero;
+  total.underflow += c.underflow;
+  total.subnormal += c.subnormal;
+  total.overflow += c.overflow;
+}
+
+}  // namespace
+
+PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optimizer, PrecisionOptions options)
+    : options_(std::move(options)) {
+  const char* who = "PrecisionTrainer";
+  MT_CHECK(options_.telemetry_every >= 0, who, ": telemetry_every must be >= 0, got ", options_.telemetry_every);
+  MT_CHECK(std::isfinite(options_.max_grad_norm) && options_.max_grad_norm >= 0.0, who,
+           ": max_grad_norm must be finite and >= 0, got ", options_.max_grad_norm);
+  scaler_ = make_loss_scaler(options_.loss_scale, options_.backoff, options_.logmax);
+  if (options_.loss_scale.kind == LossScaleSpec::Kind::gradient)
+    zhao_ = std::make_unique<ZhaoScalingRule>(options_.zhao);
+  if (options_.telemetry_every > 0) {
+    DType format = options_.telemetry_format.value_or(is_16bit(compute_dtype()) ? compute_dtype() : DType::f16);
+    telemetry_ = std::make_unique<Telemetry>(TelemetryOptions{.every_n_steps = options_.telemetry_every, .format = format});
+  }
+  nn::apply_precision(model, options_.precision);
+  params_ = model.parameters();
+  MT_CHECK(!params_.empty(), who, ": the model has no parameters");
+  if (nn::is_pure(options_.precision)) {
+    pure_ = make_pure_optimizer(params_, optimizer, options_);
+  } else {
+    const OptimizerSpec spec = optimizer;
+    masters_ = std::make_unique<MasterWeights>(
+        params_, [spec](std::vector<Variable> m) { return make_fp32_optimizer(std::move(m), spec); },
+        MasterWeightsOptions{.max_grad_norm = options_.max_grad_norm});
+  }
+}
+
+Tensor PrecisionTrainer::input(const Tensor& x) const {
+  MT_CHECK(x.defined(), "PrecisionTrainer::input: got an undefined tensor");
+  return is_floating(x.dtype()) && x.dtype() != compute_dtype() ? x.to(compute_dtype()) : x;
+}
+
+void PrecisionTrainer::begin_step(Tape& tape) {
+  tape.set_scaling_rule(zhao_.get());
+  sampled_ = telemetry_ && telemetry_->begin_step(step_, tape);
+  last_rounding_ = {};
+  ++step_;
+}
+
+void PrecisionTrainer::backward(Tape& tape, const Variable& loss) {
+  MT_CHECK(loss.defined() && loss.numel() == 1, "PrecisionTrainer::backward: the loss must be a defined scalar");
+  if (!sampled_) {
+    tape.backward(loss, scale());
+    return;
+  }
+  RoundingCensus census;
+  tape.backward(loss, scale());
+  last_rounding_ = census.counts();
+  add_counts(total_rounding_, last_rounding_);
+}
+
+bool PrecisionTrainer::step() {
+  bool applied = false;
+  if (masters_) {
+    applied = masters_->step(*scaler_);
+    last_norm_ = masters_->last_grad_norm();
+  } else {
+    applied = scaled_step(*pure_, *scaler_, options_.max_grad_norm, &last_norm_);
+  }
+  if (zhao_) zhao_->next_step();
+  return applied;
+}
+
+void PrecisionTrainer::zero_grad() {
+  if (masters_) masters_->zero_grad();
+  else pure_->zero_grad();
+}
+
+Optimizer& PrecisionTrainer::optimizer() { return masters_ ? masters_->optimizer() : *pure_; }
+const Optimizer& PrecisionTrainer::optimizer() const { return masters_ ? masters_->optimizer() : *pure_; }
+
+std::vector<std::string> PrecisionTrainer::warnings() const {
+  if (auto* s = dynamic_cast<const SGD16*>(pure_.get())) return s->warnings();
+  if (auto* a = dynamic_cast<const AdamW16*>(pure_.get())) return a->warnings();
+  return {};
+}
+
+void PrecisionTrainer::write_telemetry(const std::function<void(std::string_view)>& sink,
+                                       const std::string& prefix) const {
+  if (!sampled_) return;
+  const int64_t step = step_ - 1;
+  for (const std::string& line : telemetry_->json_lines(step)) {
+    if (prefix.empty()) {
+      sink(line);
+      continue;
+    }
+    nlohmann::json j = nlohmann::json::parse(line);
+    j["name"] = prefix + j["name"].get<std::string>();
+    sink(j.dump());
+  }
+  const RoundingCounts& c = last_rounding_;
+  nlohmann::json r = {{"event", "rounding"}, {"step", step},           {"rounded", c.rounded},
+                      {"nonzero", c.nonzero}, {"underflow", c.underflow}, {"subnormal", c.subnormal},
+                      {"overflow", c.overflow}, {"underflow_rate", c.underflow_rate()},
+                      {"subnormal_rate", c.subnormal_rate()}};
+  if (!prefix.empty()) r["network"] = prefix;
+  sink(r.dump());
+}
+
+std::string PrecisionTrainer::describe() const {
+  const nn::Precision p = options_.precision;
+  std::string s = nn::precision_name(p);
+  if (p == nn::Precision::fp32) s += " (f32 compute and parameters)";
+  else if (nn::is_pure(p))
+    s += detail::cat(" (", dtype_name(compute_dtype()), " compute, parameters and optimizer state; ",
+                     update_rounding_name(options_.rounding), " update rounding)");
+  else s += detail::cat(" (", dtype_name(compute_dtype()), " compute, f32 parameters as masters)");
+  s += ", loss scale " + options_.loss_scale.str();
+  if (zhao_)
+    s += detail::cat(" (Zhao et al., gamma' ", options_.zhao.underflow_threshold, ", K ", options_.zhao.update_period, ")");
+  s += detail::cat(", ", optimizer().name());
+  return s;
+}
+
+TensorDict PrecisionTrainer::state_dict() const {
+  TensorDict d;
+  d.merge("optimizer.", masters_ ? masters_->state_dict() : pure_->state_dict());
+  d.merge("scaler.", scaler_->state_dict());
+  d.set_meta("precision", nn::precision_name(options_.precision));
+  return d;
+}
+
+void PrecisionTrainer::load_state_dict(const TensorDict& dict) {
+  const std::string p = dict.has_meta("precision") ? dict.meta("precision") : std::string("(none)");
+  MT_CHECK(p == nn::precision_name(options_.precision), "PrecisionTrainer::load_state_dict: the state is for precision '",
+           p, "', this trainer runs '", nn::precision_name(options_.precision), "'");
+  const TensorDict opt = dict.sub("optimizer."), sc = dict.sub("scaler.");
+  // Each part validates everything before it changes anything; if the optimizer's state is
+  // rejected after the scaler's was taken, the scaler goes back to where it was.
+  const TensorDict old_scaler = scaler_->state_dict();
+  scaler_->load_state_dict(sc);
+  try {
+    if (masters_) masters_->load_state_dict(opt);
+    else pure_->load_state_dict(opt);
+  } catch (...) {
+    scaler_->load_state_dict(old_scaler);
+    throw;
+  }
+}
+
+}  // namespace mixtape

@@ -1,0 +1,161 @@
+// The training step of a precision policy (DESIGN.md section 5), for any model: everything
+// between "the model computed a loss" and "the parameters moved", chosen at run time.
+//
+//   PrecisionOptions p{.precision = nn::Precision::fp16, .loss_scale = parse_loss_scale("backoff")};
+//   PrecisionTrainer trainer(model, {.kind = OptimizerKind::adamw, .lr = 1e-3}, p);
+//   for (...) {
+//     Tape tape;
+//     trainer.begin_step(tape);                             // scaling rule and telemetry
+//     Variable logits = model(trainer.input(x));             // x cast to the compute dtype
+//     Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), y);
+//     trainer.backward(tape, loss);                         // seeded with the loss scale
+//     bool applied = trainer.step();                        // check, skip or update
+//   }
+//
+// What each policy builds (Note [Precision trainer]):
+//   fp32, fp16, bf16   the parameters stay f32 and are their own masters; MasterWeights drives
+//                      an SGD / Adam / AdamW over them: gradients arrive from the casts in
+//                      module forward as {g, scale} in f32, are checked for inf/NaN, unscaled
+//                      per parameter in fp32, clipped, and applied in fp32 (weight decay too).
+//   fp16-pure,         the model's parameters are converted to 16 bits (nn::apply_precision)
+//   bf16-pure          and an SGD16 / AdamW16 (optim/pure16.h) updates them in place with the
+//                      chosen rounding (nearest, stochastic, Kahan); scaled_step() does the
+//                      check, skip, unscale and clip.
+// The loss scale is one of LossScaleSpec's kinds. "gradient" is Zhao et al.'s per-operator
+// gradient scaling (autograd/zhao.h): a ZhaoScalingRule on every tape begin_step() sees, a loss
+// scale of 1, and the same inf/NaN check and skip as a static scale.
+//
+// Telemetry (autograd/telemetry.h) is off unless telemetry_every > 0; on a sampled step the
+// tape reports every gradient to it and a RoundingCensus (tensor/dtype.h) counts what the
+// backward pass rounded to 16 bits, the underflow measured where it happens.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "autograd/telemetry.h"
+#include "autograd/zhao.h"
+#include "nn/module.h"
+#include "nn/precision.h"
+#include "optim/loss_scaler.h"
+#include "optim/master_weights.h"
+#include "optim/pure16.h"
+
+namespace mixtape {
+
+// --loss-scale: none | static:S | backoff | logmax | gradient
+struct LossScaleSpec {
+  enum class Kind : uint8_t { none, fixed, backoff, logmax, gradient };
+  Kind kind = Kind::none;
+  float scale = 1.0f;  // fixed: S, a power of two
+
+  std::string str() const;  // "none", "static:1024", "backoff", "logmax", "gradient"
+};
+// Throws, saying what is accepted, on anything else (S must be a power of two in [2^-126, 2^127]).
+LossScaleSpec parse_loss_scale(const std::string& text);
+// The scaler for a spec (gradient: a static scale of 1, which still skips inf/NaN steps).
+std::unique_ptr<LossScaler> make_loss_scaler(const LossScaleSpec& spec, const BackoffOptions& backoff = {},
+                                             const LogMaxOptions& logmax = {});
+
+enum class OptimizerKind : uint8_t { sgd, adam, adamw };
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::adamw;
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double momentum = 0.0;  // sgd
+  bool nesterov = false;  // sgd, fp32 and mixed policies only
+  double beta1 = 0.9;     // adam, adamw
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+const char* optimizer_kind_name(OptimizerKind k);  // "SGD", "Adam", "AdamW"
+
+struct PrecisionOptions {
+  nn::Precision precision = nn::Precision::fp32;
+  LossScaleSpec loss_scale;
+  BackoffOptions backoff;  // used by loss_scale backoff
+  LogMaxOptions logmax;    // used by loss_scale logmax
+  ZhaoOptions zhao;        // used by loss_scale gradient
+  UpdateRounding rounding = UpdateRounding::stochastic;  // pure policies
+  uint64_t seed = 0;                                     // stochastic rounding's Philox stream
+  double max_grad_norm = 0.0;                            // > 0: clip unscaled gradients
+  int64_t telemetry_every = 0;                           // 0: off
+  // The format telemetry measures against; nullopt: the compute dtype, f16 for fp32 runs.
+  std::optional<DType> telemetry_format;
+};
+
+class PrecisionTrainer {
+ public:
+  // Applies the policy to `model` (pure: parameters to 16 bits) and builds the optimizer over
+  // model.parameters(). Throws on a combination the policy cannot do (Nesterov or Adam with L2
+  // weight decay under a pure policy, whose update rules are Zamirai et al.'s SGD and AdamW).
+  PrecisionTrainer(nn::Module& model, const OptimizerSpec& optimizer, PrecisionOptions options);
+  PrecisionTrainer(const PrecisionTrainer&) = delete;
+  PrecisionTrainer& operator=(const PrecisionTrainer&) = delete;
+
+  const PrecisionOptions& options() const { return options_; }
+  nn::Precision precision() const { return options_.precision; }
+  DType compute_dtype() const { return nn::compute_dtype(options_.precision); }
+  // A data tensor in the compute dtype (RNE; no tape node: inputs need no gradient).
+  Tensor input(const Tensor& x) const;
+
+  // Call once per step on the tape that will record it, before the forward pass: attaches the
+  // gradient-scaling rule (loss scale "gradient") and, on sampled steps, the telemetry.
+  void begin_step(Tape& tape);
+  // tape.backward(loss, scale()), with the rounding census open on sampled steps.
+  void backward(Tape& tape, const Variable& loss);
+  // Checks the gradients, lets the scaler skip the step or applies it, and drops the gradients
+  // (Note [Master weight step]). Returns whether the update was applied.
+  bool step();
+  void zero_grad();
+
+  Optimizer& optimizer();  // for learning-rate schedules
+  const Optimizer& optimizer() const;
+  LossScaler& scaler() { return *scaler_; }
+  const LossScaler& scaler() const { return *scaler_; }
+  float scale() const { return scaler_->scale(); }   // the next backward's loss scale
+  int64_t steps() const { return scaler_->steps(); }
+  int64_t skipped() const { return scaler_->skipped(); }
+  // Global L2 norm of the unscaled gradients of the last applied step (before clipping).
+  double last_grad_norm() const { return last_norm_; }
+  // Warnings of the pure update rules (Note [16-bit hyper-parameters]).
+  std::vector<std::string> warnings() const;
+
+  // Telemetry: whether the current step (begin_step .. step) is sampled, the rounding census of
+  // its backward pass, and the totals over every sampled step so far.
+  bool sampled() const { return sampled_; }
+  const RoundingCounts& last_rounding() const { return last_rounding_; }
+  const RoundingCounts& total_rounding() const { return total_rounding_; }
+  const Telemetry* telemetry() const { return telemetry_.get(); }
+  const ZhaoScalingRule* zhao() const { return zhao_.get(); }
+  // The sampled step's records as JSON lines: one "telemetry" line per gradient
+  // (Telemetry::json_lines) and one "rounding" line with the census. Nothing on other steps.
+  void write_telemetry(const std::function<void(std::string_view)>& sink, const std::string& prefix = {}) const;
+
+  // "fp16 (f16 compute, f32 masters), loss scale backoff, AdamW" and the like.
+  std::string describe() const;
+
+  // Optimizer state under "optimizer.", the scaler's under "scaler.".
+  TensorDict state_dict() const;
+  void load_state_dict(const TensorDict& dict);
+
+ private:
+  PrecisionOptions options_;
+  std::vector<Variable> params_;
+  std::unique_ptr<MasterWeights> masters_;  // fp32 and mixed policies
+  std::unique_ptr<Optimizer> pure_;         // pure policies
+  std::unique_ptr<LossScaler> scaler_;
+  std::unique_ptr<ZhaoScalingRule> zhao_;
+  std::unique_ptr<Telemetry> telemetry_;
+  bool sampled_ = false;
+  int64_t step_ = 0;  // begin_step calls so far
+  double last_norm_ = 0.0;
+  RoundingCounts last_rounding_, total_rounding_;
+};
+
+}  // namespace mixtape

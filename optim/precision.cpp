@@ -159,10 +159,16 @@ Tensor PrecisionTrainer::input(const Tensor& x) const {
 }
 
 void PrecisionTrainer::begin_step(Tape& tape) {
-  tape.set_scaling_rule(zhao_.get());
   sampled_ = telemetry_ && telemetry_->begin_step(step_, tape);
+  tape.set_scaling_rule(zhao_.get());
   last_rounding_ = {};
   ++step_;
+}
+
+void PrecisionTrainer::attach(Tape& tape) {
+  MT_CHECK(step_ > 0, "PrecisionTrainer::attach: call begin_step first");
+  tape.set_scaling_rule(zhao_.get());
+  tape.set_observer(sampled_ ? telemetry_.get() : nullptr);
 }
 
 void PrecisionTrainer::backward(Tape& tape, const Variable& loss) {
@@ -173,8 +179,21 @@ void PrecisionTrainer::backward(Tape& tape, const Variable& loss) {
   }
   RoundingCensus census;
   tape.backward(loss, scale());
-  last_rounding_ = census.counts();
-  add_counts(total_rounding_, last_rounding_);
+  const RoundingCounts c = census.counts();
+  add_counts(last_rounding_, c);
+  add_counts(total_rounding_, c);
+}
+
+void PrecisionTrainer::backward(Tape& tape, const Variable& root, const ScaledGrad& seed) {
+  if (!sampled_) {
+    tape.backward(root, seed);
+    return;
+  }
+  RoundingCensus census;
+  tape.backward(root, seed);
+  const RoundingCounts c = census.counts();
+  add_counts(last_rounding_, c);
+  add_counts(total_rounding_, c);
 }
 
 bool PrecisionTrainer::step() {

@@ -107,8 +107,14 @@ class PrecisionTrainer {
   // Call once per step on the tape that will record it, before the forward pass: attaches the
   // gradient-scaling rule (loss scale "gradient") and, on sampled steps, the telemetry.
   void begin_step(Tape& tape);
+  // Attaches the same to a further tape of the current step (a step whose backward runs over
+  // several tapes, as a GAN's generator update does).
+  void attach(Tape& tape);
   // tape.backward(loss, scale()), with the rounding census open on sampled steps.
   void backward(Tape& tape, const Variable& loss);
+  // A backward pass from an explicit seed (a gradient that already carries its scale, from
+  // another tape of this step).
+  void backward(Tape& tape, const Variable& root, const ScaledGrad& seed);
   // Checks the gradients, lets the scaler skip the step or applies it, and drops the gradients
   // (Note [Master weight step]). Returns whether the update was applied.
   bool step();
@@ -127,7 +133,7 @@ class PrecisionTrainer {
   std::vector<std::string> warnings() const;
 
   // Telemetry: whether the current step (begin_step .. step) is sampled, the rounding census of
-  // its backward pass, and the totals over every sampled step so far.
+  // its backward passes, and the totals over every sampled step so far.
   bool sampled() const { return sampled_; }
   const RoundingCounts& last_rounding() const { return last_rounding_; }
   const RoundingCounts& total_rounding() const { return total_rounding_; }

@@ -1,0 +1,165 @@
+// The Fashion-MNIST CNN and its training loop, shared by cnn (one run) and precision_lab (the
+// same run under ten precision configurations).
+//
+//   conv(1->w, 3x3) - BN - ReLU - maxpool 2      [B, w, 14, 14]
+//   conv(w->2w, 3x3) - BN - ReLU - maxpool 2     [B, 2w, 7, 7]
+//   flatten - linear(2w*49 -> 128) - ReLU - dropout - linear(128 -> 10)
+//
+// AdamW with a cosine learning-rate schedule over the whole run, through a PrecisionTrainer
+// (optim/precision.h), so every policy, loss scale and update rounding runs the same loop.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "common.h"
+#include "mixtape.h"
+
+namespace examples {
+
+struct CnnConfig {
+  int64_t width = 32;
+  double dropout = 0.3;
+  double lr = 2e-3;
+  double weight_decay = 1e-4;
+  int epochs = 12;
+  int batch_size = 64;
+  uint64_t seed = 0;
+  int64_t log_every = 50;  // steps between "step" events
+  int64_t max_steps = 0;   // 0: every epoch
+  bool progress = true;    // the progress line on stderr
+  bool verbose = true;     // per-epoch lines on stdout
+};
+
+struct CnnEval {
+  double loss = 0.0, accuracy = 0.0;
+};
+
+struct CnnRun {
+  std::shared_ptr<mixtape::nn::Sequential> model;
+  std::unique_ptr<mixtape::PrecisionTrainer> trainer;
+  CnnEval last;             // the final evaluation
+  int64_t steps = 0;
+  double train_secs = 0.0;  // training steps only, without evaluation
+  double final_train_loss = 0.0;  // mean over the last epoch
+  int64_t nonfinite_losses = 0;   // training steps whose loss was inf or NaN
+};
+
+inline std::shared_ptr<mixtape::nn::Sequential> make_cnn(int64_t width, double dropout, mixtape::Generator& gen) {
+  using namespace mixtape;
+  const int64_t w1 = width, w2 = 2 * width;
+  return std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Conv2d>(1, w1, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(w1),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Conv2d>(w1, w2, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(w2),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(w2 * 7 * 7, 128, true, gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Dropout>(dropout, gen), std::make_shared<nn::Linear>(128, 10, true, gen));
+}
+
+// Test loss and accuracy, in the trainer's compute dtype (the loss in fp32).
+inline CnnEval evaluate_cnn(mixtape::nn::Sequential& model, const mixtape::PrecisionTrainer& trainer,
+                            const mixtape::data::LabeledImages& test, int64_t batch_size) {
+  using namespace mixtape;
+  model.eval();
+  NoGrad no_grad;
+  data::DataLoader loader(data::TensorDataset({test.images, test.labels}), {.batch_size = batch_size, .shuffle = false});
+  double loss_sum = 0.0;
+  int64_t correct = 0, n = 0;
+  for (data::Batch& b : loader.epoch(0)) {
+    const Variable logits = nn::fp32_input(OpId::cross_entropy, model(Variable(trainer.input(b[0]))));
+    loss_sum += cross_entropy(logits, b[1], Reduction::sum).item();
+    // argmax over classes, compared with the labels
+    const std::vector<float> l = logits.data().values<float>();
+    const std::vector<int64_t> y = b[1].values<int64_t>();
+    for (int64_t i = 0; i < b.size(); ++i) {
+      int64_t best = 0;
+      for (int64_t c = 1; c < 10; ++c)
+        if (l[size_t(i * 10 + c)] > l[size_t(i * 10 + best)]) best = c;
+      correct += best == y[size_t(i)];
+    }
+    n += b.size();
+  }
+  model.train();
+  return {loss_sum / double(n), double(correct) / double(n)};
+}
+
+// Trains a fresh model (initialized from c.seed) under `precision`; writes step, telemetry and
+// eval events to `metrics`. A step whose loss is inf or NaN is counted, not fatal: that is what
+// some configurations of the precision lab do, and the table says so.
+inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& precision,
+                        const mixtape::data::LabeledImages& train, const mixtape::data::LabeledImages& test,
+                        Metrics& metrics) {
+  using namespace mixtape;
+  CnnRun run;
+  Generator gen(c.seed);
+  run.model = make_cnn(c.width, c.dropout, gen);
+  run.trainer = std::make_unique<PrecisionTrainer>(
+      *run.model, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = c.lr, .weight_decay = c.weight_decay}, precision);
+  PrecisionTrainer& trainer = *run.trainer;
+  nn::Sequential& model = *run.model;
+  if (c.verbose)
+    std::printf("%s\n%lld parameters\nprecision: %s\n", model.str().c_str(), (long long)model.num_parameters(),
+                trainer.describe().c_str());
+  Optimizer& opt = trainer.optimizer();
+
+  data::DataLoader loader(data::TensorDataset({train.images, train.labels}),
+                          {.batch_size = c.batch_size, .shuffle = true, .drop_last = true, .seed = c.seed});
+  const int64_t steps_per_epoch = train.images.size(0) / c.batch_size;
+  MT_CHECK(steps_per_epoch > 0, "cnn: ", train.images.size(0), " training images make no batch of ", c.batch_size);
+  const int64_t total_steps =
+      c.max_steps > 0 ? std::min<int64_t>(c.max_steps, steps_per_epoch * c.epochs) : steps_per_epoch * c.epochs;
+  LRScheduler sched(opt, CosineAnnealingLR(total_steps));
+
+  Progress progress(c.epochs, steps_per_epoch);
+  int64_t& step = run.steps;
+  for (int epoch = 1; epoch <= c.epochs && step < total_steps; ++epoch) {
+    progress.start_epoch();
+    const auto t_epoch = std::chrono::steady_clock::now();
+    double loss_sum = 0.0;
+    int64_t in_epoch = 0, finite = 0;
+    for (data::Batch& b : loader.epoch(epoch)) {
+      Tape tape;
+      trainer.begin_step(tape);
+      const Variable logits = model(Variable(trainer.input(b[0])));
+      const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), b[1]);
+      trainer.backward(tape, loss);
+      const float scale = trainer.scale();  // the scale this step's gradients carry
+      const double lr = opt.lr();
+      const bool applied = trainer.step();
+      sched.step();
+      metrics.write_telemetry(trainer);
+      ++step;
+      ++in_epoch;
+      const double l = loss.item();
+      if (std::isfinite(l)) {
+        loss_sum += l;
+        ++finite;
+      } else {
+        ++run.nonfinite_losses;
+      }
+      if (c.progress) progress.update(epoch, in_epoch, loss_sum / double(std::max<int64_t>(finite, 1)));
+      if (step % c.log_every == 0)
+        metrics.write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", std::isfinite(l) ? nlohmann::json(l) : nlohmann::json(nullptr)}, {"lr", lr}, {"scale", scale}, {"skipped", !applied},
+                       {"grad_norm", trainer.last_grad_norm()}});
+      if (step >= total_steps) break;
+    }
+    if (c.progress) progress.update(epoch, in_epoch, loss_sum / double(std::max<int64_t>(finite, 1)), true);
+    run.train_secs += seconds_since(t_epoch);
+    run.final_train_loss = finite > 0 ? loss_sum / double(finite) : std::nan("");
+    run.last = evaluate_cnn(model, trainer, test, 256);
+    if (c.verbose)
+      std::printf("epoch %d: train loss %.4f  test loss %.4f  test accuracy %.2f%%\n", epoch, run.final_train_loss,
+                  run.last.loss, 100.0 * run.last.accuracy);
+    metrics.write({{"event", "eval"},
+                   {"epoch", epoch},
+                   {"step", step},
+                   {"train_loss", run.final_train_loss},
+                   {"test_loss", run.last.loss},
+                   {"test_accuracy", run.last.accuracy}});
+  }
+  return run;
+}
+
+}  // namespace examples

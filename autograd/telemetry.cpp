@@ -56,6 +56,16 @@ void Telemetry::on_node_grad(const Node& node, size_t input, const ScaledGrad& g
   if (&node != last_node_) {
     last_node_ = &node;
     ++node_index_;
+    node_measured_ = RoundingCensus::is_open();
+    if (node_measured_) {
+      if (RoundingCensus::generation() != census_generation_) {  // a new census: counts restarted at 0
+        census_generation_ = RoundingCensus::generation();
+        census_mark_ = {};
+      }
+      const RoundingCounts now = RoundingCensus::current();
+      node_rounding_ = now - census_mark_;
+      census_mark_ = now;
+    }
   }
   if (!options_.nodes) return;
   TelemetryRecord r = measure(g);
@@ -63,6 +73,8 @@ void Telemetry::on_node_grad(const Node& node, size_t input, const ScaledGrad& g
   r.op = op_name(node.op);
   r.node = node_index_;
   r.input = int64_t(input);
+  r.measured = node_measured_;
+  r.rounding = node_rounding_;
   const std::string& var = node.inputs[input]->name;
   r.name = !var.empty() ? var : r.op + "#" + std::to_string(node_index_) + ":" + std::to_string(input);
   records_.push_back(std::move(r));
@@ -104,6 +116,11 @@ std::vector<std::string> Telemetry::json_lines(int64_t step) const {
     j["subnormal"] = r.subnormal_rate();
     j["overflow"] = r.stats.overflow;
     j["max_abs"] = r.stats.max_abs;
+    if (r.measured) {
+      j["rounded"] = r.rounding.rounded;
+      j["measured_underflow"] = r.rounding.underflow_rate();
+      j["measured_subnormal"] = r.rounding.subnormal_rate();
+    }
     if (!r.stats.hist.empty()) {
       j["hist_lo"] = r.stats.hist_lo;
       j["hist_hi"] = r.stats.hist_hi;

@@ -47,6 +47,15 @@
 //     precision), and the histogram, whose mass near exponent -24 shows how close the gradient
 //     sits to the cliff. To see the underflow itself, measure the same model in fp32 against f16.
 //
+// Note [Measured rounding per node]
+// What a stored 16-bit gradient cannot show (its underflow happened inside the op), the rounding
+// census (tensor/dtype.h) counts as it happens. When a census is open during the backward pass
+// (PrecisionTrainer opens one on sampled steps), the census's counts between one node's report
+// and the next are that node's: every value its backward rounded to 16 bits, for all of its
+// inputs (and any branch sum the tape formed on the way). Node records carry them as
+// "rounded", "measured_underflow" (fraction of the nonzero results that became 0) and
+// "measured_subnormal"; each record of a node repeats the node's counts.
+//
 // Note [Telemetry names]
 // A node record describes the gradient a node's backward produced for one of its inputs, i.e.
 // the gradient of that input variable. Its name is the input variable's name when it has one
@@ -84,7 +93,16 @@ struct TelemetryOptions {
 struct TelemetryRecord {
   enum class Kind { node, param };
   Kind kind = Kind::node;
-  std::string name;    // Note [Telemetry names]
+  std::string name;    // Note [Measured rounding per node]
+// What a stored 16-bit gradient cannot show (its underflow happened inside the op), the rounding
+// census (tensor/dtype.h) counts as it happens. When a census is open during the backward pass
+// (PrecisionTrainer opens one on sampled steps), the census's counts between one node's report
+// and the next are that node's: every value its backward rounded to 16 bits, for all of its
+// inputs (and any branch sum the tape formed on the way). Node records carry them as
+// "rounded", "measured_underflow" (fraction of the nonzero results that became 0) and
+// "measured_subnormal"; each record of a node repeats the node's counts.
+//
+// Note [Telemetry names]
   std::string op;      // node records: the op whose backward produced the gradient
   int64_t node = -1;   // node records: the node's position in the backward pass
   int64_t input = -1;  // node records: which input of that node
@@ -92,6 +110,10 @@ struct TelemetryRecord {
   DType dtype = DType::f32;  // the gradient's storage dtype
   Shape shape;
   GradTelemetry stats;  // Note [What telemetry measures]
+  // Node records, when a RoundingCensus was open during backward: what the node's backward
+  // rounded to 16 bits (all of its input gradients together; Note [Measured rounding per node]).
+  bool measured = false;
+  RoundingCounts rounding;
 
   // Fractions of the nonzero finite values (0 when there are none).
   double underflow_rate() const;
@@ -141,6 +163,11 @@ class Telemetry : public GradObserver {
   const Node* last_node_ = nullptr;  // the node whose inputs are being reported
   int64_t node_index_ = -1;          // its position in the backward pass
   int64_t unnamed_leaves_ = 0;
+  // Note [Measured rounding per node]
+  uint64_t census_generation_ = 0;
+  RoundingCounts census_mark_;   // census counts at the previous node's report
+  RoundingCounts node_rounding_; // the current node's counts
+  bool node_measured_ = false;
 };
 
 }  // namespace mixtape

@@ -15,6 +15,8 @@ runs hold the events it needs; otherwise a message says why it was skipped):
                              separate bar for zeros, as in Micikevicius et al., Figure 3
   grad_scales.png            per-layer gradient scale over training (telemetry "scale" per name),
                              as in Zhao et al., Figure 2; one panel per run
+  rounding.png               the backward pass's measured 16-bit underflow per sampled step
+                             ("rounding" events of the rounding census), every run on one axis
   underflow.png              per-layer fraction of nonzero gradient values that would underflow
                              in the telemetry format, over training; one panel per run
 
@@ -60,7 +62,7 @@ FORMATS = {
 class Run:
     def __init__(self, path):
         self.path = path
-        self.steps, self.telemetry, self.summary = [], [], None
+        self.steps, self.telemetry, self.rounding, self.summary = [], [], [], None
         with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 line = line.strip()
@@ -78,11 +80,15 @@ class Run:
                     self.steps.append(ev)
                 elif kind == "telemetry":
                     self.telemetry.append(ev)
+                elif kind == "rounding":
+                    self.rounding.append(ev)
                 elif kind == "summary":
                     self.summary = ev
         stem = os.path.splitext(os.path.basename(path))[0]
-        if self.summary and ("precision" in self.summary or "scaling" in self.summary):
-            parts = [str(self.summary[k]) for k in ("precision", "scaling") if k in self.summary]
+        if self.summary and "config" in self.summary:
+            self.label = str(self.summary["config"])
+        elif self.summary and ("precision" in self.summary or "scaling" in self.summary):
+            parts = [str(self.summary[k]) for k in ("precision", "scaling", "update_rounding") if k in self.summary]
             self.label = " / ".join(parts)
         else:
             self.label = stem
@@ -181,6 +187,28 @@ def plot_scale(plt, runs, out):
 
 
 # ---- telemetry ----------------------------------------------------------------------------
+
+
+def plot_rounding(plt, runs, out):
+    have = [r for r in runs if any(number(ev.get("underflow_rate")) and ev.get("nonzero") for ev in r.rounding)]
+    if not have:
+        print("rounding.png: no \"rounding\" events with 16-bit stores in any run; skipped")
+        return
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in have:
+        pts = [(ev["step"], 100.0 * ev["underflow_rate"]) for ev in r.rounding
+               if number(ev.get("underflow_rate")) and ev.get("nonzero")]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", color=r.color, label=r.label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("% of nonzero backward values -> 0")
+    ax.set_title("Backward-pass underflow measured where values are rounded to 16 bits")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = fig_path(out, "rounding.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
 
 
 def select(records, kind, layers):
@@ -384,6 +412,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     plot_loss(plt, runs, args.out, args.smooth)
     plot_scale(plt, runs, args.out)
+    plot_rounding(plt, runs, args.out)
     plot_histograms(plt, runs, args.out, args.step, args.kind, args.layers, args.max_layers, args.unscaled)
     plot_per_name(plt, runs, args.out, args.kind, args.layers, args.max_layers, "scale",
                   lambda v: math.log2(v) if v > 0 else None, "grad_scales.png", "log2(gradient scale)",

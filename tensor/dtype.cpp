@@ -13,14 +13,26 @@ void reset_census() {
 RoundingCensus::RoundingCensus() {
   MT_CHECK(!detail::census_open.load(), "RoundingCensus: a census is already open (they do not nest)");
   reset_census();
+  detail::census_generation.fetch_add(1);
   detail::census_open.store(true);
 }
 
 RoundingCensus::~RoundingCensus() { detail::census_open.store(false); }
 
-RoundingCounts RoundingCensus::counts() const {
+RoundingCounts RoundingCensus::counts() const { return current(); }
+
+bool RoundingCensus::is_open() { return detail::census_open.load(); }
+
+RoundingCounts RoundingCensus::current() {
   const auto& c = detail::census;
   return {c.rounded.load(), c.nonzero.load(), c.underflow.load(), c.subnormal.load(), c.overflow.load()};
+}
+
+uint64_t RoundingCensus::generation() { return detail::census_generation.load(); }
+
+RoundingCounts operator-(const RoundingCounts& a, const RoundingCounts& b) {
+  return {a.rounded - b.rounded, a.nonzero - b.nonzero, a.underflow - b.underflow, a.subnormal - b.subnormal,
+          a.overflow - b.overflow};
 }
 
 }  // namespace mixtape

@@ -101,6 +101,7 @@ struct CensusCounters {
   std::atomic<uint64_t> rounded{0}, nonzero{0}, underflow{0}, subnormal{0}, overflow{0};
 };
 inline std::atomic<bool> census_open{false};
+inline std::atomic<uint64_t> census_generation{0};
 inline CensusCounters census;
 template <class C>
 void count_rounding(C v, uint16_t bits, uint16_t exp_mask) {
@@ -133,7 +134,16 @@ class RoundingCensus {
   RoundingCensus(const RoundingCensus&) = delete;
   RoundingCensus& operator=(const RoundingCensus&) = delete;
   RoundingCounts counts() const;
+
+  // For observers inside the measured code (autograd/telemetry.h): whether a census is open,
+  // its counts so far, and how many censuses have been opened (to tell one from the next).
+  static bool is_open();
+  static RoundingCounts current();
+  static uint64_t generation();
 };
+
+// a - b, field by field (counts taken from the same census, b earlier).
+RoundingCounts operator-(const RoundingCounts& a, const RoundingCounts& b);
 
 template <> inline half store<half, float>(float v) { return detail::counted(round_to_half(v), v); }
 template <> inline bfloat16 store<bfloat16, float>(float v) { return detail::counted(round_to_bf16(v), v); }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "autograd/tape.h"
@@ -140,11 +141,24 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
     DType format = options_.telemetry_format.value_or(is_16bit(compute_dtype()) ? compute_dtype() : DType::f16);
     telemetry_ = std::make_unique<Telemetry>(TelemetryOptions{.every_n_steps = options_.telemetry_every, .format = format});
   }
+  // A pure policy converts the model before its optimizer is built over the 16-bit parameters;
+  // if the optimizer refuses (Nesterov, Adam with L2 decay, a bad hyper-parameter), the model
+  // gets its parameters back as they were.
+  std::vector<std::pair<Tensor, std::optional<ScaledGrad>>> before;
+  for (const Variable& p : model.parameters()) before.emplace_back(p.data(), p.grad());
   nn::apply_precision(model, options_.precision);
   params_ = model.parameters();
   MT_CHECK(!params_.empty(), who, ": the model has no parameters");
   if (nn::is_pure(options_.precision)) {
-    pure_ = make_pure_optimizer(params_, optimizer, options_);
+    try {
+      pure_ = make_pure_optimizer(params_, optimizer, options_);
+    } catch (...) {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        params_[i].impl().data = before[i].first;
+        params_[i].set_grad(before[i].second);
+      }
+      throw;
+    }
   } else {
     const OptimizerSpec spec = optimizer;
     masters_ = std::make_unique<MasterWeights>(

@@ -93,7 +93,8 @@ class PrecisionTrainer {
  public:
   // Applies the policy to `model` (pure: parameters to 16 bits) and builds the optimizer over
   // model.parameters(). Throws on a combination the policy cannot do (Nesterov or Adam with L2
-  // weight decay under a pure policy, whose update rules are Zamirai et al.'s SGD and AdamW).
+  // weight decay under a pure policy, whose update rules are Zamirai et al.'s SGD and AdamW),
+  // leaving the model as it was.
   PrecisionTrainer(nn::Module& model, const OptimizerSpec& optimizer, PrecisionOptions options);
   PrecisionTrainer(const PrecisionTrainer&) = delete;
   PrecisionTrainer& operator=(const PrecisionTrainer&) = delete;

@@ -4,6 +4,8 @@
 //   ./char_lstm                                   # default run: ~5-10 min on 2 cores
 //   ./char_lstm --smoke                           # tiny model, 60 steps, a few seconds (CI)
 //   ./char_lstm --data book.txt --hidden 512 --epochs 20 --temperature 0.6 --prompt "Q:"
+//   ./char_lstm --precision fp16 --loss-scale backoff     # mixed precision (optim/precision.h)
+//   ./char_lstm --precision bf16-pure --update-rounding kahan
 //
 // Training draws random windows of --seq-len characters (every position is a prediction:
 // input[t] -> target[t] = the next character); each window starts from a zero state. Validation
@@ -11,6 +13,12 @@
 // state from one chunk to the next, so every prediction sees the whole stream before it.
 // Losses are reported in bits per character (cross-entropy in nats / ln 2) next to the
 // unigram entropy of the corpus, what a model that ignores context gets at best.
+//
+// Every step goes through a PrecisionTrainer: the embedding rows, the LSTM and the head compute
+// in the policy's dtype, the cross-entropy in fp32 (the allow-list's cast_input rule), and the
+// trainer scales the loss, checks, unscales and clips the gradients (--clip acts on the true,
+// unscaled gradient) and updates the parameters. Evaluation and sampling run in the same
+// compute dtype as training.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -83,15 +91,16 @@ class CharLSTM : public nn::Module {
   std::shared_ptr<nn::Linear> head;
 };
 
-// Mean cross-entropy in nats over all B*T positions: logits [B, T, V], targets i64 [B, T].
+// Mean cross-entropy in nats over all B*T positions: logits [B, T, V] in any dtype, targets
+// i64 [B, T]; the loss is computed in fp32 (Note [The fp32 allow-list]).
 Variable sequence_loss(const Variable& logits, const Tensor& targets, Reduction reduction = Reduction::mean) {
   const int64_t V = logits.size(2);
-  return cross_entropy(cast(reshape(logits, {-1, V}), DType::f32), targets.reshape({-1}), reduction);
+  return cross_entropy(nn::fp32_input(OpId::cross_entropy, reshape(logits, {-1, V})), targets.reshape({-1}), reduction);
 }
 
 // Validation cross-entropy in nats per character over `batches` (carrying the state along each
-// stream), stopping once `max_chars` targets are scored (0: all).
-double evaluate(CharLSTM& model, const std::vector<data::TextBatch>& batches, int64_t max_chars) {
+// stream), stopping once `max_chars` targets are scored (0: all). The model runs in `dtype`.
+double evaluate(CharLSTM& model, const std::vector<data::TextBatch>& batches, int64_t max_chars, DType dtype) {
   NoGrad no_grad;
   model.eval();
   std::optional<nn::LSTMState> state;
@@ -99,7 +108,7 @@ double evaluate(CharLSTM& model, const std::vector<data::TextBatch>& batches, in
   int64_t count = 0;
   for (const data::TextBatch& b : batches) {
     if (max_chars > 0 && count >= max_chars) break;
-    CharLSTM::Out out = model.forward(b.input, state);
+    CharLSTM::Out out = model.forward(b.input, state, dtype);
     nats += sequence_loss(out.logits, b.target, Reduction::sum).item();
     count += b.target.numel();
     state = out.state;
@@ -141,9 +150,10 @@ int64_t sample_index(const Tensor& logits, double temperature, Generator& gen) {
   return best;
 }
 
-// Feeds the prompt, then `length` sampled characters, one at a time with the carried state.
+// Feeds the prompt, then `length` sampled characters, one at a time with the carried state; the
+// model runs in `dtype`.
 std::string sample_text(CharLSTM& model, const data::CharVocab& vocab, const std::string& prompt, int64_t length,
-                        double temperature, Generator& gen) {
+                        double temperature, DType dtype, Generator& gen) {
   NoGrad no_grad;
   model.eval();
   const std::vector<int64_t> ids = vocab.encode(prompt);
@@ -151,13 +161,13 @@ std::string sample_text(CharLSTM& model, const data::CharVocab& vocab, const std
   std::optional<nn::LSTMState> state;
   if (ids.size() > 1) {
     const std::vector<int64_t> head(ids.begin(), ids.end() - 1);
-    state = model.forward(from_vector(head, {1, int64_t(head.size())})).state;
+    state = model.forward(from_vector(head, {1, int64_t(head.size())}), std::nullopt, dtype).state;
   }
   int64_t next = ids.back();
   std::vector<int64_t> out;
   out.reserve(size_t(length));
   for (int64_t i = 0; i < length; ++i) {
-    CharLSTM::Out o = model.forward(from_vector(std::vector<int64_t>{next}, {1, 1}), state);
+    CharLSTM::Out o = model.forward(from_vector(std::vector<int64_t>{next}, {1, 1}), state, dtype);
     state = o.state;
     next = sample_index(o.logits.data().reshape({-1}), temperature, gen);
     out.push_back(next);
@@ -166,13 +176,14 @@ std::string sample_text(CharLSTM& model, const data::CharVocab& vocab, const std
   return vocab.decode(out);
 }
 
-// Model parameters under "model.", the optimizer under "optim.", the schedule under "sched.",
-// and the vocabulary's bytes (the id -> byte map) as the i64 tensor "vocab".
-void save_checkpoint(const std::string& path, const CharLSTM& model, const Optimizer& opt,
+// Model parameters under "model.", the trainer (optimizer and loss scaler) under "trainer.", the
+// schedule under "sched.", and the vocabulary's bytes (the id -> byte map) as the i64 tensor
+// "vocab".
+void save_checkpoint(const std::string& path, const CharLSTM& model, const PrecisionTrainer& trainer,
                      const LRScheduler* sched, const data::CharVocab& vocab, const Config& c) {
   TensorDict ckpt;
   for (const auto& [name, t] : model.state_dict()) ckpt.add("model." + name, t);
-  ckpt.merge("optim.", opt.state_dict());
+  ckpt.merge("trainer.", trainer.state_dict());
   if (sched) ckpt.merge("sched.", sched->state_dict());
   std::vector<int64_t> bytes;
   for (unsigned char b : vocab.bytes()) bytes.push_back(int64_t(b));
@@ -196,12 +207,15 @@ int main(int argc, char** argv) {
       "steps and cosine decay to lr/10, clip 1.0, no dropout) take about 5-10 minutes on 2 cores and\n"
       "reach about 2.8 bits per character on validation, against a unigram entropy of 4.8 on fortunes;\n"
       "more epochs keep improving it (add --dropout 0.2 for runs that see the corpus several times).\n"
+      "--precision, --loss-scale and --update-rounding pick the precision policy (default fp32).\n"
       "--smoke trains a tiny model for 60 steps (a few seconds) for CI."};
   examples::CommonFlags flags;
   flags.epochs = 8;
   flags.batch_size = 32;
   flags.lr = 5e-3;
   flags.add_to(app);
+  examples::PrecisionFlags precision;
+  precision.add_to(app);
   Config c;
   app.add_option("--data", c.data, "text file, or folder of text files (read non-recursively)")->capture_default_str();
   app.add_option("--out-dir", c.out_dir, "folder for the checkpoint char_lstm.safetensors")->capture_default_str();
@@ -278,12 +292,12 @@ int main(int argc, char** argv) {
     Generator gen(flags.seed);
     CharLSTM model(V, c, gen);
     model.lstm->set_dropout_seed(flags.seed ^ 0x5eedd407ull);
-    const std::vector<Variable> params = model.parameters();
-    std::unique_ptr<Adam> opt;
-    if (c.weight_decay > 0)
-      opt = std::make_unique<AdamW>(params, AdamWOptions{.lr = flags.lr, .weight_decay = c.weight_decay});
-    else
-      opt = std::make_unique<Adam>(params, AdamOptions{.lr = flags.lr});
+    PrecisionTrainer trainer(model,
+                             {.kind = c.weight_decay > 0 ? OptimizerKind::adamw : OptimizerKind::adam,
+                              .lr = flags.lr, .weight_decay = c.weight_decay},
+                             precision.options(flags.seed, c.clip));
+    Optimizer& opt = trainer.optimizer();
+    const DType compute = trainer.compute_dtype();
     const int64_t total_steps =
         flags.max_steps > 0 ? std::min<int64_t>(flags.max_steps, flags.epochs * c.steps_per_epoch)
                             : flags.epochs * c.steps_per_epoch;
@@ -291,9 +305,9 @@ int main(int argc, char** argv) {
     const int64_t warmup = std::min(c.warmup, total_steps);
     if (c.schedule == "cosine")
       sched = std::make_unique<LRScheduler>(
-          *opt, LinearWarmup(warmup, CosineAnnealingLR(std::max<int64_t>(total_steps - warmup, 1), flags.lr / 10)));
+          opt, LinearWarmup(warmup, CosineAnnealingLR(std::max<int64_t>(total_steps - warmup, 1), flags.lr / 10)));
     else if (warmup > 0)
-      sched = std::make_unique<LRScheduler>(*opt, LinearWarmup(warmup));
+      sched = std::make_unique<LRScheduler>(opt, LinearWarmup(warmup));
 
     std::printf("char_lstm: %s: %lld characters, vocabulary %lld, train %lld / validation %lld (%zu chunks of %lld x %lld)\n",
                 c.data.c_str(), (long long)corpus.text().size(), (long long)V, (long long)n_train,
@@ -301,8 +315,10 @@ int main(int argc, char** argv) {
                 (long long)c.seq_len);
     std::printf("unigram entropy %.3f bpc; loaded in %.2f s\n", unigram, examples::seconds_since(t_load));
     std::printf("%s\n%lld parameters; %s lr %g, %s schedule, warm-up %lld, clip %g, dropout %g\n",
-                model.str().c_str(), (long long)model.num_parameters(), opt->name(), flags.lr, c.schedule.c_str(),
+                model.str().c_str(), (long long)model.num_parameters(), opt.name(), flags.lr, c.schedule.c_str(),
                 (long long)warmup, c.clip, c.dropout);
+    std::printf("precision: %s\n", trainer.describe().c_str());
+    for (const std::string& w : trainer.warnings()) std::printf("warning: %s\n", w.c_str());
     const int epochs = int((total_steps + c.steps_per_epoch - 1) / c.steps_per_epoch);
     std::printf("%d epochs x %lld steps, batch %d x %lld characters, %d threads%s\n", epochs,
                 (long long)c.steps_per_epoch, flags.batch_size, (long long)c.seq_len, flags.threads,
@@ -317,6 +333,7 @@ int main(int argc, char** argv) {
     double last_train_bpc = 0.0, last_val_bpc = 0.0;
     double window_nats = 0.0;  // since the last step event
     int64_t window_n = 0;
+    int64_t skipped_in_window = 0;  // steps the loss scaler skipped since the last step event
     // The progress line: redrawn twice a second on a terminal, a line every 15 s into a file.
     const bool tty = isatty(fileno(stderr)) != 0;
     const auto progress_every = tty ? std::chrono::milliseconds(500) : std::chrono::milliseconds(15000);
@@ -331,38 +348,49 @@ int main(int argc, char** argv) {
         ++step;
         const data::TextBatch batch =
             corpus.random_batch(data::TextSplit::train, flags.batch_size, c.seq_len, gen);
-        double grad_norm_value = 0.0;
         double loss_nats = 0.0;
         {
           const auto t_fwd = std::chrono::steady_clock::now();
           Tape tape;
-          const Variable loss = sequence_loss(model.forward(batch.input).logits, batch.target);
+          trainer.begin_step(tape);
+          const Variable loss = sequence_loss(model.forward(batch.input, std::nullopt, compute).logits, batch.target);
           const auto t_bwd = std::chrono::steady_clock::now();
-          tape.backward(loss);
+          trainer.backward(tape, loss);
           loss_nats = loss.item();
           forward_s += std::chrono::duration<double>(t_bwd - t_fwd).count();
           backward_s += examples::seconds_since(t_bwd);
         }
-        MT_CHECK(std::isfinite(loss_nats), "the training loss became ", loss_nats, " at step ", step,
-                 " (try a smaller --lr or a --clip)");
         const auto t_upd = std::chrono::steady_clock::now();
-        grad_norm_value = c.clip > 0 ? clip_grad_norm(params, c.clip) : grad_norm(params);
-        const double lr = opt->lr();
-        opt->step();
-        opt->zero_grad();
+        const float scale = trainer.scale();  // the scale this step's gradients carry
+        const double lr = opt.lr();
+        const bool applied = trainer.step();
         if (sched) sched->step();
         update_s += examples::seconds_since(t_upd);
+        metrics.write_telemetry(trainer);
+        // A step the scaler skipped (inf/NaN gradients, as fp16 produces while a dynamic scale
+        // finds its level) changed nothing; a non-finite loss whose step was applied (no loss
+        // scale to skip it, or a finite gradient) means training diverged.
+        MT_CHECK(std::isfinite(loss_nats) || !applied, "the training loss became ", loss_nats, " at step ", step,
+                 " under ", trainer.describe(), " (try a smaller --lr or a --clip",
+                 nn::is_16bit(trainer.precision()) && trainer.options().loss_scale.kind == LossScaleSpec::Kind::none
+                     ? ", or a dynamic --loss-scale such as backoff)"
+                     : ")");
+        skipped_in_window += !applied;
 
-        epoch_nats += loss_nats;
-        ++epoch_n;
-        window_nats += loss_nats;
-        ++window_n;
-        if (step % c.log_every == 0 || step == total_steps) {
+        if (std::isfinite(loss_nats)) {
+          epoch_nats += loss_nats;
+          ++epoch_n;
+          window_nats += loss_nats;
+          ++window_n;
+        }
+        if ((step % c.log_every == 0 || step == total_steps) && window_n > 0) {
           const double nats = window_nats / double(window_n);
           metrics.write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", nats},
-                         {"bpc", nats / kLn2}, {"lr", lr}, {"grad_norm", grad_norm_value}});
+                         {"bpc", nats / kLn2}, {"lr", lr}, {"grad_norm", trainer.last_grad_norm()},
+                         {"scale", scale}, {"skipped", !applied}, {"skipped_since_last", skipped_in_window}});
           window_nats = 0.0;
           window_n = 0;
+          skipped_in_window = 0;
         }
         const auto now = std::chrono::steady_clock::now();
         if (now - last_print > progress_every || s == steps_here) {
@@ -371,8 +399,8 @@ int main(int argc, char** argv) {
           const double rate = double(step) / std::max(secs, 1e-9);
           std::fprintf(stderr, "%sepoch %d/%d [%5lld/%5lld] train %.3f bpc  lr %.2e  %5.2f steps/s  ETA %4.0fs %s",
                        tty ? "\r" : "", epoch, epochs, (long long)s, (long long)steps_here,
-                       epoch_nats / double(epoch_n) / kLn2, lr, rate, double(total_steps - step) / rate,
-                       tty ? "" : "\n");
+                       epoch_nats / double(std::max<int64_t>(epoch_n, 1)) / kLn2, lr, rate,
+                       double(total_steps - step) / rate, tty ? "" : "\n");
         }
       }
       if (tty) std::fputc('\n', stderr);
@@ -380,8 +408,8 @@ int main(int argc, char** argv) {
 
       const bool whole = epoch == epochs && !c.smoke;  // the final evaluation scores every character
       const auto t_eval = std::chrono::steady_clock::now();
-      last_train_bpc = epoch_nats / double(epoch_n) / kLn2;
-      last_val_bpc = evaluate(model, val_batches, whole ? 0 : c.eval_chars) / kLn2;
+      last_train_bpc = epoch_nats / double(std::max<int64_t>(epoch_n, 1)) / kLn2;
+      last_val_bpc = evaluate(model, val_batches, whole ? 0 : c.eval_chars, compute) / kLn2;
       eval_time += examples::seconds_since(t_eval);
       std::printf("epoch %d/%d: train %.3f bpc, validation %.3f bpc%s (unigram %.3f), %.1f s + eval %.1f s\n",
                   epoch, epochs, last_train_bpc, last_val_bpc, whole ? " (all of it)" : "", unigram,
@@ -398,22 +426,26 @@ int main(int argc, char** argv) {
 
     std::filesystem::create_directories(c.out_dir);
     const std::string ckpt = (std::filesystem::path(c.out_dir) / "char_lstm.safetensors").string();
-    save_checkpoint(ckpt, model, *opt, sched.get(), vocab, c);
+    save_checkpoint(ckpt, model, trainer, sched.get(), vocab, c);
     std::printf("checkpoint: %s\n", ckpt.c_str());
 
     if (c.sample_len > 0) {
       Generator sample_gen(flags.seed + 1);
-      const std::string text = sample_text(model, vocab, prompt, c.sample_len, c.temperature, sample_gen);
+      const std::string text = sample_text(model, vocab, prompt, c.sample_len, c.temperature, compute, sample_gen);
       std::printf("sample (temperature %g, seed %llu):\n----\n%s%s\n----\n", c.temperature,
                   (unsigned long long)flags.seed, prompt.c_str(), text.c_str());
     }
 
-    metrics.write({{"event", "summary"}, {"precision", "fp32"}, {"steps", step}, {"final_train_bpc", last_train_bpc},
-                   {"final_val_bpc", last_val_bpc}, {"unigram_bpc", unigram}, {"parameters", model.num_parameters()},
-                   {"wall_s", wall}, {"train_s", train_time}, {"eval_s", eval_time},
-                   {"steps_per_s", double(step) / std::max(train_time, 1e-9)},
-                   {"forward_ms", 1e3 * forward_s / double(step)}, {"backward_ms", 1e3 * backward_s / double(step)},
-                   {"update_ms", 1e3 * update_s / double(step)}});
+    nlohmann::json summary = {{"event", "summary"}, {"steps", step}, {"final_train_bpc", last_train_bpc},
+                              {"final_val_bpc", last_val_bpc}, {"unigram_bpc", unigram},
+                              {"parameters", model.num_parameters()}, {"wall_s", wall}, {"train_s", train_time},
+                              {"eval_s", eval_time}, {"steps_per_s", double(step) / std::max(train_time, 1e-9)},
+                              {"forward_ms", 1e3 * forward_s / double(step)},
+                              {"backward_ms", 1e3 * backward_s / double(step)},
+                              {"update_ms", 1e3 * update_s / double(step)}};
+    examples::add_precision_summary(summary, trainer);
+    metrics.write(summary);
+    std::printf("%s\n", examples::precision_summary(trainer).c_str());
     std::printf("%lld steps in %.1f s (train %.1f s, %.2f steps/s; eval %.1f s)\n", (long long)step, wall, train_time,
                 double(step) / std::max(train_time, 1e-9), eval_time);
     std::printf("per step: forward %.0f ms, backward %.0f ms, clip + update %.0f ms, the rest %.0f ms\n",

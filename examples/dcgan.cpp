@@ -12,6 +12,11 @@
 // have no bias (batch norm follows, or the output is the image / the logit), weights start from
 // N(0, 0.02) (nn::init::dcgan_init), and each network has its own Adam (lr 2e-4, beta1 0.5).
 //
+// Each network trains through its own PrecisionTrainer, both built from the same precision flags
+// (--precision, --loss-scale, --update-rounding: optim/precision.h). Each has its own loss
+// scaler: D's loss and G's loss have gradients of different sizes, and a step one network's
+// scaler skips says nothing about the other's.
+//
 // Width: --ngf/--ndf default to 32, not the paper's 64 or more. At 32x32 a training step (three D
 // passes, one G pass, their backward passes) costs about 6 GFLOP at width 32 against 24 at width
 // 64; on 2 shared CPU cores that is ~0.3 s against ~1 s per batch of 64, i.e. an epoch of
@@ -24,11 +29,12 @@
 //
 //   ./dcgan --epochs 5 --metrics dcgan.jsonl --out-dir runs/dcgan      # Fashion-MNIST, 32x32
 //   ./dcgan --images ~/faces --epochs 20 --out-dir runs/faces          # any image folder, 64x64
+//   ./dcgan --precision fp16 --loss-scale backoff --epochs 2           # mixed precision
 //   ./dcgan --smoke --metrics m.jsonl --out-dir /tmp                    # CI: a few dozen steps
 //
 // Each epoch writes dcgan_epoch_NNN.png, an 8x8 grid of G's images for one fixed batch of 64
 // noise vectors, and the checkpoint dcgan.safetensors (tensors "generator.*", "discriminator.*",
-// "optimizer_g.*", "optimizer_d.*").
+// and the trainers' optimizer and scaler state "trainer_g.*", "trainer_d.*").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -108,10 +114,11 @@ void set_requires_grad(nn::Module& m, bool on) {
   for (Variable p : m.parameters()) p.set_requires_grad(on);
 }
 
-// G's images for the fixed noise batch, as an 8x8 PNG grid. In eval mode batch norm uses the
-// running statistics (the default; see Note [Sampling mode]); in train mode it uses the fixed
-// batch's own statistics, and the running statistics are restored afterwards so sampling never
-// changes training.
+// G's images for the fixed noise batch, as an 8x8 PNG grid; `fixed_z` is in G's compute dtype
+// and the images are converted to f32 for the PNG. In eval mode batch norm uses the running
+// statistics (the default; see Note [Sampling mode]); in train mode it uses the fixed batch's own
+// statistics, and the running statistics are restored afterwards so sampling never changes
+// training.
 void write_samples(nn::Sequential& G, const Tensor& fixed_z, bool train_mode, const std::string& path) {
   NoGrad no_grad;
   std::vector<Tensor> saved;
@@ -120,7 +127,7 @@ void write_samples(nn::Sequential& G, const Tensor& fixed_z, bool train_mode, co
   } else {
     G.eval();
   }
-  const Tensor images = G(Variable(fixed_z)).data();
+  const Tensor images = G(Variable(fixed_z)).data().to(DType::f32);
   if (train_mode) {
     size_t i = 0;
     for (auto& [name, t] : G.named_buffers()) t.copy_(saved[i++]);
@@ -177,12 +184,22 @@ std::string epoch_png(const std::string& dir, int epoch) {
 // backward pass yields dLoss_G/dfake, which seeds g_tape.backward(fake, ...). This is exactly the
 // gradient of one backward pass through D and G together, split in two so each network's
 // backward cost can be timed.
+// Under a precision policy both halves belong to G's step: G's trainer is attached to dg_tape
+// (its gradient-scaling rule and telemetry), G's loss is seeded with G's loss scale S_G, and
+// fake_in's gradient carries its scale into g_tape, so G's parameters receive gradients scaled
+// by S_G (times the per-op factors of G's rule under --loss-scale gradient) and G's scaler
+// alone decides whether the step is applied. D's parameters take no part: they do not require
+// a gradient during that pass (checked every step), and D's own step has already consumed D's
+// gradients.
 int main(int argc, char** argv) {
-  CLI::App app{"Train a DCGAN (fp32) on Fashion-MNIST at 32x32, or on a folder of images."};
+  CLI::App app{"Train a DCGAN on Fashion-MNIST at 32x32, or on a folder of images, under any precision "
+               "policy."};
   examples::CommonFlags flags;
   flags.epochs = 5;
   flags.lr = 2e-4;
   flags.add_to(app);
+  examples::PrecisionFlags precision;
+  precision.add_to(app);
   std::string data_dir = data::kFashionMnistDir, images_dir, out_dir = ".", sample_mode = "eval";
   int64_t image_size = 0, nz = 100, ngf = 32, ndf = 32, limit = 0, log_every = 50, sample_every = 0;
   double beta1 = 0.5;
@@ -251,12 +268,15 @@ int main(int argc, char** argv) {
     nn::init::dcgan_init(*D, init_gen);
     std::printf("generator %s\n%lld parameters\ndiscriminator %s\n%lld parameters\n", G->str().c_str(),
                 (long long)G->num_parameters(), D->str().c_str(), (long long)D->num_parameters());
-    Adam opt_g(G->parameters(), {.lr = flags.lr, .beta1 = beta1});
-    Adam opt_d(D->parameters(), {.lr = flags.lr, .beta1 = beta1});
+    const OptimizerSpec adam{.kind = OptimizerKind::adam, .lr = flags.lr, .beta1 = beta1};
+    PrecisionTrainer g_trainer(*G, adam, precision.options(flags.seed));
+    PrecisionTrainer d_trainer(*D, adam, precision.options(flags.seed + 1));
+    std::printf("precision: G %s\n           D %s\n", g_trainer.describe().c_str(), d_trainer.describe().c_str());
+    const std::vector<Variable> d_params = D->parameters();
 
     // 64 noise vectors from a constant seed: the same z for every grid of a run, and across runs.
     Generator sample_gen(20160107);
-    const Tensor fixed_z = normal({64, nz, 1, 1}, 0.0, 1.0, sample_gen);
+    const Tensor fixed_z = g_trainer.input(normal({64, nz, 1, 1}, 0.0, 1.0, sample_gen));
     const bool sample_train = sample_mode == "train";
 
     const int64_t B = flags.batch_size;
@@ -277,34 +297,41 @@ int main(int argc, char** argv) {
       progress.start_epoch();
       const auto t_epoch = Clock::now();
       double sum_d = 0, sum_g = 0, sum_real = 0, sum_fake = 0;
-      int64_t in_epoch = 0;
+      int64_t in_epoch = 0, scored = 0;  // steps, and those with finite losses (the averages')
       PhaseTimes times;
       auto t = Clock::now();
       for (data::Batch& b : loader.epoch(epoch)) {
         times.add(times.data, t);
-        const Variable real(b[0]);
-        const Tensor z = normal({B, nz, 1, 1}, 0.0, 1.0, noise_gen);
+        const Variable real(d_trainer.input(b[0]));
+        const Tensor z = g_trainer.input(normal({B, nz, 1, 1}, 0.0, 1.0, noise_gen));
 
         Tape g_tape;  // G's forward pass, kept for its update (Note [One generator pass per step])
+        g_trainer.begin_step(g_tape);
         const Variable fake = (*G)(Variable(z));
         times.add(times.g_fwd, t);
 
         // Discriminator: maximize log D(x) + log(1 - D(G(z))), i.e. minimize
         // BCE(D(x), 1) + BCE(D(G(z)), 0) with G(z) detached. Real and fake batches go through D
         // separately, so each batch norm sees one kind of image per batch (as in Radford et al.).
+        // The losses are computed in fp32 from the 16-bit logits (Note [The fp32 allow-list]).
         double loss_d, d_real, d_fake;
+        float scale_d;
+        bool applied_d;
         {
           Tape d_tape;
+          d_trainer.begin_step(d_tape);
           const Variable out_real = (*D)(real);
-          const Variable out_fake = (*D)(Variable(fake.data()));
-          const Variable err = binary_cross_entropy_with_logits(out_real, real_labels) +
-                               binary_cross_entropy_with_logits(out_fake, fake_labels);
+          const Variable out_fake = (*D)(Variable(d_trainer.input(fake.data())));
+          const Variable err =
+              binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, out_real), real_labels) +
+              binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, out_fake), fake_labels);
           times.add(times.d_fwd, t);
-          opt_d.zero_grad();
-          d_tape.backward(err);
+          d_trainer.backward(d_tape, err);
           times.add(times.d_bwd, t);
-          opt_d.step();
+          scale_d = d_trainer.scale();
+          applied_d = d_trainer.step();
           times.add(times.d_opt, t);
+          metrics.write_telemetry(d_trainer, "D.");
           loss_d = err.item();
           d_real = mean_prob(out_real);
           d_fake = mean_prob(out_fake);
@@ -312,35 +339,56 @@ int main(int argc, char** argv) {
 
         // Generator: minimize BCE(D(G(z)), 1) (the non-saturating loss) through the updated D.
         double loss_g;
+        float scale_g;
+        bool applied_g;
         {
           set_requires_grad(*D, false);
           Tape dg_tape;
+          g_trainer.attach(dg_tape);
           const Variable fake_in(fake.data(), true);
-          const Variable err = binary_cross_entropy_with_logits((*D)(fake_in), real_labels);
+          const Variable err =
+              binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, (*D)(fake_in)), real_labels);
           times.add(times.dg_fwd, t);
-          dg_tape.backward(err);
+          scale_g = g_trainer.scale();
+          g_trainer.backward(dg_tape, err);  // seeded with G's loss scale
           set_requires_grad(*D, true);
+          for (const Variable& p : d_params)
+            MT_CHECK(!p.grad(), "D's parameter ", p.name(), " received a gradient from G's loss");
           times.add(times.dg_bwd, t);
-          opt_g.zero_grad();
-          g_tape.backward(fake, *fake_in.grad());
+          g_trainer.backward(g_tape, fake, *fake_in.grad());
           times.add(times.g_bwd, t);
-          opt_g.step();
+          applied_g = g_trainer.step();
           times.add(times.g_opt, t);
+          metrics.write_telemetry(g_trainer, "G.");
           loss_g = err.item();
         }
 
         ++step;
         ++in_epoch;
-        sum_d += loss_d;
-        sum_g += loss_g;
-        sum_real += d_real;
-        sum_fake += d_fake;
-        last_d = loss_d, last_g = loss_g, last_real = d_real, last_fake = d_fake;
-        progress.update(epoch, in_epoch, sum_d / double(in_epoch));
-        if (step % log_every == 0)
-          metrics.write({{"event", "step"},   {"step", step},     {"epoch", epoch},   {"loss", loss_d},
-                         {"loss_d", loss_d},  {"loss_g", loss_g}, {"d_real", d_real}, {"d_fake", d_fake},
-                         {"lr", opt_d.lr()}});
+        // A step a scaler skipped changed nothing; a non-finite loss whose step was applied means
+        // training diverged.
+        MT_CHECK((std::isfinite(loss_d) || !applied_d) && (std::isfinite(loss_g) || !applied_g),
+                 "the losses became loss_d ", loss_d, ", loss_g ", loss_g, " at step ", step, " under ",
+                 g_trainer.describe(), " (try a smaller --lr",
+                 nn::is_16bit(g_trainer.precision()) && g_trainer.options().loss_scale.kind == LossScaleSpec::Kind::none
+                     ? ", or a dynamic --loss-scale such as backoff)"
+                     : ")");
+        const bool finite = std::isfinite(loss_d) && std::isfinite(loss_g);
+        if (finite) {
+          sum_d += loss_d;
+          sum_g += loss_g;
+          sum_real += d_real;
+          sum_fake += d_fake;
+          ++scored;
+          last_d = loss_d, last_g = loss_g, last_real = d_real, last_fake = d_fake;
+        }
+        progress.update(epoch, in_epoch, sum_d / double(std::max<int64_t>(scored, 1)));
+        if (step % log_every == 0 && finite)
+          metrics.write({{"event", "step"},    {"step", step},        {"epoch", epoch},
+                         {"loss", loss_d},     {"loss_d", loss_d},    {"loss_g", loss_g},
+                         {"d_real", d_real},   {"d_fake", d_fake},    {"lr", d_trainer.optimizer().lr()},
+                         {"d_scale", scale_d}, {"d_skipped", !applied_d}, {"g_scale", scale_g},
+                         {"g_skipped", !applied_g}});
         if (sample_every > 0 && step % sample_every == 0) {
           char name[64];
           std::snprintf(name, sizeof name, "dcgan_step_%06lld.png", (long long)step);
@@ -352,7 +400,7 @@ int main(int argc, char** argv) {
         }
         t = Clock::now();
       }
-      const double n = double(std::max<int64_t>(in_epoch, 1));
+      const double n = double(std::max<int64_t>(scored, 1));
       progress.update(epoch, in_epoch, sum_d / n, true);
       train_secs += examples::seconds_since(t_epoch);
       total_times += times;
@@ -362,8 +410,8 @@ int main(int argc, char** argv) {
       TensorDict ckpt;
       for (const auto& [name, tensor] : G->state_dict()) ckpt.add("generator." + name, tensor);
       for (const auto& [name, tensor] : D->state_dict()) ckpt.add("discriminator." + name, tensor);
-      ckpt.merge("optimizer_g.", opt_g.state_dict());
-      ckpt.merge("optimizer_d.", opt_d.state_dict());
+      ckpt.merge("trainer_g.", g_trainer.state_dict());
+      ckpt.merge("trainer_d.", d_trainer.state_dict());
       ckpt.set_meta("epoch", std::to_string(epoch));
       ckpt.set_meta("step", std::to_string(step));
       ckpt.set_meta("image_size", std::to_string(image_size));
@@ -390,16 +438,21 @@ int main(int argc, char** argv) {
     const double wall = examples::seconds_since(t_start);
     std::printf("%lld steps; wall %.1f s (training %.1f s, %.2f steps/s); checkpoint %s\n", (long long)step, wall,
                 train_secs, double(step) / train_secs, ckpt_path.c_str());
-    metrics.write({{"event", "summary"},
-                   {"precision", "fp32"},
-                   {"steps", step},
-                   {"final_loss_d", last_d},
-                   {"final_loss_g", last_g},
-                   {"final_d_real", last_real},
-                   {"final_d_fake", last_fake},
-                   {"ms_per_step", total_times.per_step(step)},
-                   {"wall_s", wall},
-                   {"steps_per_s", double(step) / train_secs}});
+    std::printf("generator: %s\ndiscriminator: %s\n", examples::precision_summary(g_trainer).c_str(),
+                examples::precision_summary(d_trainer).c_str());
+    nlohmann::json summary = {{"event", "summary"},
+                              {"precision", nn::precision_name(g_trainer.precision())},
+                              {"steps", step},
+                              {"final_loss_d", last_d},
+                              {"final_loss_g", last_g},
+                              {"final_d_real", last_real},
+                              {"final_d_fake", last_fake},
+                              {"ms_per_step", total_times.per_step(step)},
+                              {"wall_s", wall},
+                              {"steps_per_s", double(step) / train_secs}};
+    examples::add_precision_summary(summary, g_trainer, "g_");
+    examples::add_precision_summary(summary, d_trainer, "d_");
+    metrics.write(summary);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dcgan: error: %s\n", e.what());
     return 1;

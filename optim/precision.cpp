@@ -278,6 +278,7 @@ TensorDict PrecisionTrainer::state_dict() const {
   d.merge("optimizer.", masters_ ? masters_->state_dict() : pure_->state_dict());
   d.merge("scaler.", scaler_->state_dict());
   d.set_meta("precision", nn::precision_name(options_.precision));
+  d.set_meta("trainer.step", std::to_string(step_));  // the telemetry schedule resumes from here
   return d;
 }
 
@@ -285,6 +286,18 @@ void PrecisionTrainer::load_state_dict(const TensorDict& dict) {
   const std::string p = dict.has_meta("precision") ? dict.meta("precision") : std::string("(none)");
   MT_CHECK(p == nn::precision_name(options_.precision), "PrecisionTrainer::load_state_dict: the state is for precision '",
            p, "', this trainer runs '", nn::precision_name(options_.precision), "'");
+  int64_t step = 0;
+  if (dict.has_meta("trainer.step")) {
+    const std::string& v = dict.meta("trainer.step");
+    size_t used = 0;
+    try {
+      step = std::stoll(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MT_CHECK(used == v.size() && !v.empty() && step >= 0,
+             "PrecisionTrainer::load_state_dict: 'trainer.step' must be a non-negative integer, got '", v, "'");
+  }
   const TensorDict opt = dict.sub("optimizer."), sc = dict.sub("scaler.");
   // Each part validates everything before it changes anything; if the optimizer's state is
   // rejected after the scaler's was taken, the scaler goes back to where it was.
@@ -297,6 +310,7 @@ void PrecisionTrainer::load_state_dict(const TensorDict& dict) {
     scaler_->load_state_dict(old_scaler);
     throw;
   }
+  step_ = step;
 }
 
 }  // namespace mixtape

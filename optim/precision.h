@@ -147,7 +147,9 @@ class PrecisionTrainer {
   // "fp16 (f16 compute, f32 masters), loss scale backoff, AdamW" and the like.
   std::string describe() const;
 
-  // Optimizer state under "optimizer.", the scaler's under "scaler.".
+  // Optimizer state under "optimizer.", the scaler's under "scaler.", and the step count
+  // (metadata "trainer.step", so telemetry keeps its schedule). A resumed Zhao rule recomputes
+  // every beta at its first step (its cache is not saved).
   TensorDict state_dict() const;
   void load_state_dict(const TensorDict& dict);
 

@@ -28,6 +28,9 @@ struct CommonFlags {
     // Every program calls this first: make stdout line-buffered so results reach log files as
     // they happen, not when the program ends.
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    // A flag given twice takes its last value, so wrapper scripts can set defaults that the
+    // user's own arguments override (scripts/run_main.sh).
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.add_option("--epochs", epochs, "training epochs")->check(CLI::Range(1, 100000))->capture_default_str();
     app.add_option("--batch-size", batch_size, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
     app.add_option("--lr", lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();

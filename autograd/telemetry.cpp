@@ -92,14 +92,14 @@ void Telemetry::on_leaf_grad(const VarImpl& leaf, const ScaledGrad& g) {
   records_.push_back(std::move(r));
 }
 
-std::vector<std::string> Telemetry::json_lines(int64_t step) const {
+std::vector<std::string> Telemetry::json_lines(int64_t step, const std::string& name_prefix) const {
   std::vector<std::string> lines;
   lines.reserve(records_.size());
   for (const TelemetryRecord& r : records_) {
     nlohmann::ordered_json j;
     j["event"] = "telemetry";
     j["step"] = step;
-    j["name"] = r.name;
+    j["name"] = name_prefix + r.name;
     const bool node = r.kind == TelemetryRecord::Kind::node;
     j["kind"] = node ? "node" : "param";
     if (node) {

@@ -137,7 +137,8 @@ class Telemetry : public GradObserver {
   // Node records add "op", "node" and "input". underflow and subnormal are fractions of
   // "nonzero"; hist is sparse, [exponent, count] pairs for the nonempty bins, and is left out
   // when histograms are off.
-  std::vector<std::string> json_lines(int64_t step) const;
+  // `name_prefix` goes before every name ("G." for a GAN's generator).
+  std::vector<std::string> json_lines(int64_t step, const std::string& name_prefix = {}) const;
   void write_jsonl(std::ostream& os, int64_t step) const;
   // For a metrics writer of the caller's own: `sink` receives each line, without the newline.
   void write_jsonl(const std::function<void(std::string_view)>& sink, int64_t step) const;

@@ -318,7 +318,6 @@ int main(int argc, char** argv) {
                 model.str().c_str(), (long long)model.num_parameters(), opt.name(), flags.lr, c.schedule.c_str(),
                 (long long)warmup, c.clip, c.dropout);
     std::printf("precision: %s\n", trainer.describe().c_str());
-    for (const std::string& w : trainer.warnings()) std::printf("warning: %s\n", w.c_str());
     const int epochs = int((total_steps + c.steps_per_epoch - 1) / c.steps_per_epoch);
     std::printf("%d epochs x %lld steps, batch %d x %lld characters, %d threads%s\n", epochs,
                 (long long)c.steps_per_epoch, flags.batch_size, (long long)c.seq_len, flags.threads,

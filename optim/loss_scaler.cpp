@@ -44,6 +44,8 @@ float clamp_scale(double s, float lo, float hi) { return float(std::clamp(s, dou
 
 }  // namespace
 
+bool is_valid_loss_scale(double s) { return is_normal_pow2(s); }
+
 // ---- gradient check ------------------------------------------------------------------------
 
 GradCheck check_grads(const std::vector<Variable>& params) {

@@ -44,9 +44,7 @@ LossScaleSpec parse_loss_scale(const std::string& text) {
       used = 0;
     }
     MT_CHECK(used == num.size() && !num.empty(), "loss scale '", text, "': '", num, "' is not a number", accepted);
-    int e = 0;
-    const double m = std::frexp(s, &e);
-    MT_CHECK(std::isfinite(s) && m == 0.5 && e - 1 >= -126 && e - 1 <= 127, "loss scale '", text,
+    MT_CHECK(is_valid_loss_scale(s), "loss scale '", text,
              "': S must be a power of two in [2^-126, 2^127] so that scaling is exact", accepted);
     return {LossScaleSpec::Kind::fixed, float(s)};
   }
@@ -95,7 +93,7 @@ std::unique_ptr<Optimizer> make_fp32_optimizer(std::vector<Variable> params, con
 
 // Zamirai et al.'s Algorithms 2-5 are SGD (momentum, weight decay) and AdamW; Adam without
 // weight decay is AdamW with weight decay 0.
-std::unique_ptr<Optimizer> make_pure_optimizer(std::vector<Variable> params, const OptimizerSpec& o,
+std::unique_ptr<Pure16Optimizer> make_pure_optimizer(std::vector<Variable> params, const OptimizerSpec& o,
                                                const PrecisionOptions& p) {
   const char* who = "PrecisionTrainer";
   switch (o.kind) {
@@ -116,14 +114,6 @@ std::unique_ptr<Optimizer> make_pure_optimizer(std::vector<Variable> params, con
                                                       .seed = p.seed});
   }
   MT_ASSERT(false, "unknown optimizer kind");
-}
-
-void add_counts(RoundingCounts& total, const RoundingCounts& c) {
-  total.rounded += c.rounded;
-  total.nonzero += c.nonzero;
-  total.underflow += c.underflow;
-  total.subnormal += c.subnormal;
-  total.overflow += c.overflow;
 }
 
 }  // namespace
@@ -187,27 +177,20 @@ void PrecisionTrainer::attach(Tape& tape) {
 
 void PrecisionTrainer::backward(Tape& tape, const Variable& loss) {
   MT_CHECK(loss.defined() && loss.numel() == 1, "PrecisionTrainer::backward: the loss must be a defined scalar");
-  if (!sampled_) {
-    tape.backward(loss, scale());
-    return;
-  }
-  RoundingCensus census;
-  tape.backward(loss, scale());
-  const RoundingCounts c = census.counts();
-  add_counts(last_rounding_, c);
-  add_counts(total_rounding_, c);
+  census_backward([&] { tape.backward(loss, scale()); });
 }
 
 void PrecisionTrainer::backward(Tape& tape, const Variable& root, const ScaledGrad& seed) {
-  if (!sampled_) {
-    tape.backward(root, seed);
-    return;
-  }
+  census_backward([&] { tape.backward(root, seed); });
+}
+
+void PrecisionTrainer::census_backward(const std::function<void()>& run_backward) {
+  if (!sampled_) return run_backward();
   RoundingCensus census;
-  tape.backward(root, seed);
+  run_backward();
   const RoundingCounts c = census.counts();
-  add_counts(last_rounding_, c);
-  add_counts(total_rounding_, c);
+  last_rounding_ += c;
+  total_rounding_ += c;
 }
 
 bool PrecisionTrainer::step() {
@@ -230,25 +213,13 @@ void PrecisionTrainer::zero_grad() {
 Optimizer& PrecisionTrainer::optimizer() { return masters_ ? masters_->optimizer() : *pure_; }
 const Optimizer& PrecisionTrainer::optimizer() const { return masters_ ? masters_->optimizer() : *pure_; }
 
-std::vector<std::string> PrecisionTrainer::warnings() const {
-  if (auto* s = dynamic_cast<const SGD16*>(pure_.get())) return s->warnings();
-  if (auto* a = dynamic_cast<const AdamW16*>(pure_.get())) return a->warnings();
-  return {};
-}
+std::vector<std::string> PrecisionTrainer::warnings() const { return pure_ ? pure_->warnings() : std::vector<std::string>{}; }
 
 void PrecisionTrainer::write_telemetry(const std::function<void(std::string_view)>& sink,
                                        const std::string& prefix) const {
   if (!sampled_) return;
   const int64_t step = step_ - 1;
-  for (const std::string& line : telemetry_->json_lines(step)) {
-    if (prefix.empty()) {
-      sink(line);
-      continue;
-    }
-    nlohmann::json j = nlohmann::json::parse(line);
-    j["name"] = prefix + j["name"].get<std::string>();
-    sink(j.dump());
-  }
+  for (const std::string& line : telemetry_->json_lines(step, prefix)) sink(line);
   const RoundingCounts& c = last_rounding_;
   nlohmann::json r = {{"event", "rounding"}, {"step", step},           {"rounded", c.rounded},
                       {"nonzero", c.nonzero}, {"underflow", c.underflow}, {"subnormal", c.subnormal},

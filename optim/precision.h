@@ -154,10 +154,13 @@ class PrecisionTrainer {
   void load_state_dict(const TensorDict& dict);
 
  private:
+  // Runs a backward pass, inside a rounding census on sampled steps.
+  void census_backward(const std::function<void()>& run_backward);
+
   PrecisionOptions options_;
   std::vector<Variable> params_;
   std::unique_ptr<MasterWeights> masters_;  // fp32 and mixed policies
-  std::unique_ptr<Optimizer> pure_;         // pure policies
+  std::unique_ptr<Pure16Optimizer> pure_;   // pure policies
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<ZhaoScalingRule> zhao_;
   std::unique_ptr<Telemetry> telemetry_;

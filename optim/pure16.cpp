@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <mutex>
 #include <set>
+#include <utility>
 
 #include "optim/state_io.h"
 #include "tensor/ops/optim.h"
@@ -90,12 +91,6 @@ Rounding kernel_rounding(UpdateRounding r) {
   return r == UpdateRounding::stochastic ? Rounding::stochastic : Rounding::nearest;
 }
 
-void save_rng(TensorDict& d, const Generator& gen) {
-  // uint64 values as decimal text: seeds above 2^63 keep their bits through int64.
-  d.set_meta("rng.seed", std::to_string(gen.seed()));
-  d.set_meta("rng.offset", std::to_string(gen.offset()));
-}
-
 uint64_t get_u64(const TensorDict& d, const std::string& key, const char* owner) {
   MT_CHECK(d.has_meta(key), owner, " state dict: missing metadata entry '", key, "'");
   const std::string& s = d.meta(key);
@@ -113,23 +108,36 @@ uint64_t get_u64(const TensorDict& d, const std::string& key, const char* owner)
   return v;
 }
 
-// The rounding rule and the Philox position, as save_options writes them (both optimizers).
-struct RoundingState {
-  UpdateRounding rounding;
-  uint64_t seed, offset;
-};
+}  // namespace
 
-RoundingState load_rounding_state(const TensorDict& d, const char* owner) {
-  MT_CHECK(d.has_meta("rounding"), owner, " state dict: missing metadata entry 'rounding'");
-  return {update_rounding_from_name(d.meta("rounding")), get_u64(d, "rng.seed", owner), get_u64(d, "rng.offset", owner)};
+// ---- shared by SGD16 and AdamW16 --------------------------------------------------------------
+
+uint64_t Pure16Optimizer::stream_offset(UpdateRounding rounding, int64_t numel) {
+  return rounding == UpdateRounding::stochastic ? gen_.advance(uint64_t(numel)) : gen_.offset();
 }
 
-}  // namespace
+void Pure16Optimizer::set_warnings(std::vector<std::string> warnings) {
+  warnings_ = std::move(warnings);
+  for (const std::string& w : warnings_) warn_once(w);
+}
+
+void Pure16Optimizer::save_rounding(TensorDict& d, UpdateRounding rounding) const {
+  d.set_meta("rounding", update_rounding_name(rounding));
+  // uint64 values as decimal text: seeds above 2^63 keep their bits through int64.
+  d.set_meta("rng.seed", std::to_string(gen_.seed()));
+  d.set_meta("rng.offset", std::to_string(gen_.offset()));
+}
+
+Pure16Optimizer::RoundingState Pure16Optimizer::load_rounding(const TensorDict& d) const {
+  MT_CHECK(d.has_meta("rounding"), name(), " state dict: missing metadata entry 'rounding'");
+  return {update_rounding_from_name(d.meta("rounding")), get_u64(d, "rng.seed", name()),
+          get_u64(d, "rng.offset", name())};
+}
 
 // ---- SGD16 -----------------------------------------------------------------------------------
 
 SGD16::SGD16(std::vector<Variable> params, SGD16Options options)
-    : Optimizer(options.lr, options.weight_decay), options_(options), gen_(options.seed) {
+    : Pure16Optimizer(options.lr, options.weight_decay, options.seed), options_(options) {
   validate(options_);
   add_param_group(std::move(params));
   check_params_16bit(*this);
@@ -137,8 +145,7 @@ SGD16::SGD16(std::vector<Variable> params, SGD16Options options)
 }
 
 void SGD16::refresh_warnings() {
-  warnings_ = rate_warnings(*this, {{"momentum", options_.momentum}});
-  for (const std::string& w : warnings_) warn_once(w);
+  set_warnings(rate_warnings(*this, {{"momentum", options_.momentum}}));
 }
 
 void SGD16::validate(const SGD16Options& o) const {
@@ -162,34 +169,32 @@ void SGD16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, Pa
   Tensor& mom = options_.momentum != 0.0 ? state.buffers[b++] : none_m;
   Tensor& comp = options_.rounding == UpdateRounding::kahan ? state.buffers[b++] : none_c;
   const double momentum = options_.momentum != 0.0 ? decay_rate_16(options_.momentum, param.dtype()).value : 0.0;
-  const uint64_t offset =
-      options_.rounding == UpdateRounding::stochastic ? gen_.advance(uint64_t(param.numel())) : gen_.offset();
+  const uint64_t offset = stream_offset(options_.rounding, param.numel());
   sgd16_update_(param, grad, mom, comp, group.lr, momentum, group.weight_decay, kernel_rounding(options_.rounding),
-                gen_.seed(), offset);
+                generator().seed(), offset);
 }
 
 void SGD16::save_options(TensorDict& d) const {
   d.set_meta("momentum", state_io::format(options_.momentum));
-  d.set_meta("rounding", update_rounding_name(options_.rounding));
-  save_rng(d, gen_);
+  save_rounding(d, options_.rounding);
 }
 
 void SGD16::load_options(const TensorDict& d) {
   SGD16Options o = options_;
   o.momentum = state_io::get_double(d, "momentum", name());
-  const RoundingState r = load_rounding_state(d, name());
+  const RoundingState r = load_rounding(d);
   o.rounding = r.rounding;
   validate(o);
   o.seed = r.seed;
   options_ = o;
-  gen_.set_state(r.seed, r.offset);
+  restore_stream(r);
   refresh_warnings();
 }
 
 // ---- AdamW16 ---------------------------------------------------------------------------------
 
 AdamW16::AdamW16(std::vector<Variable> params, AdamW16Options options)
-    : Optimizer(options.lr, options.weight_decay), options_(options), gen_(options.seed) {
+    : Pure16Optimizer(options.lr, options.weight_decay, options.seed), options_(options) {
   validate(options_);
   add_param_group(std::move(params));
   check_params_16bit(*this);
@@ -197,13 +202,13 @@ AdamW16::AdamW16(std::vector<Variable> params, AdamW16Options options)
 }
 
 void AdamW16::refresh_warnings() {
-  warnings_ = rate_warnings(*this, {{"beta1", options_.beta1}, {"beta2", options_.beta2}});
+  std::vector<std::string> warnings = rate_warnings(*this, {{"beta1", options_.beta1}, {"beta2", options_.beta2}});
   for (DType f : formats_of(*this))
     if (f == DType::f16)
-      warnings_.push_back(
+      warnings.push_back(
           "AdamW16: exp_avg_sq in f16 holds g^2, which underflows to 0 for |g| < 2^-12 and overflows for "
           "|g| > 256 (bf16 has the range for it)");
-  for (const std::string& w : warnings_) warn_once(w);
+  set_warnings(std::move(warnings));
 }
 
 void AdamW16::validate(const AdamW16Options& o) const {
@@ -226,18 +231,16 @@ void AdamW16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, 
   Tensor& comp = options_.rounding == UpdateRounding::kahan ? state.buffers[2] : none;
   const double beta1 = decay_rate_16(options_.beta1, param.dtype()).value;
   const double beta2 = decay_rate_16(options_.beta2, param.dtype()).value;
-  const uint64_t offset =
-      options_.rounding == UpdateRounding::stochastic ? gen_.advance(uint64_t(param.numel())) : gen_.offset();
+  const uint64_t offset = stream_offset(options_.rounding, param.numel());
   adamw16_update_(param, grad, state.buffers[0], state.buffers[1], comp, group.lr, beta1, beta2, options_.eps,
-                  group.weight_decay, step, kernel_rounding(options_.rounding), gen_.seed(), offset);
+                  group.weight_decay, step, kernel_rounding(options_.rounding), generator().seed(), offset);
 }
 
 void AdamW16::save_options(TensorDict& d) const {
   d.set_meta("beta1", state_io::format(options_.beta1));
   d.set_meta("beta2", state_io::format(options_.beta2));
   d.set_meta("eps", state_io::format(options_.eps));
-  d.set_meta("rounding", update_rounding_name(options_.rounding));
-  save_rng(d, gen_);
+  save_rounding(d, options_.rounding);
 }
 
 void AdamW16::load_options(const TensorDict& d) {
@@ -245,12 +248,12 @@ void AdamW16::load_options(const TensorDict& d) {
   o.beta1 = state_io::get_double(d, "beta1", name());
   o.beta2 = state_io::get_double(d, "beta2", name());
   o.eps = state_io::get_double(d, "eps", name());
-  const RoundingState r = load_rounding_state(d, name());
+  const RoundingState r = load_rounding(d);
   o.rounding = r.rounding;
   validate(o);
   o.seed = r.seed;
   options_ = o;
-  gen_.set_state(r.seed, r.offset);
+  restore_stream(r);
   refresh_warnings();
 }
 

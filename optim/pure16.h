@@ -45,6 +45,36 @@ struct DecayRate16 {
 };
 DecayRate16 decay_rate_16(double rate, DType format);
 
+// What SGD16 and AdamW16 share: the Philox stream of stochastic rounding, whose position is
+// saved with the state ("rounding", "rng.seed", "rng.offset") so a resumed run draws the same
+// numbers, and the warnings about hyper-parameters (Note [16-bit hyper-parameters]).
+class Pure16Optimizer : public Optimizer {
+ public:
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  const Generator& generator() const { return gen_; }
+
+ protected:
+  Pure16Optimizer(double lr, double weight_decay, uint64_t seed) : Optimizer(lr, weight_decay), gen_(seed) {}
+  // The Philox offset for an update of `numel` elements; the stream advances only under
+  // stochastic rounding.
+  uint64_t stream_offset(UpdateRounding rounding, int64_t numel);
+  // Stores the warnings and prints each distinct one once per process.
+  void set_warnings(std::vector<std::string> warnings);
+  void save_rounding(TensorDict& dict, UpdateRounding rounding) const;
+  // Reads what save_rounding wrote (throwing, with nothing changed, on bad values).
+  struct RoundingState {
+    UpdateRounding rounding;
+    uint64_t seed, offset;
+  };
+  RoundingState load_rounding(const TensorDict& dict) const;
+  // Moves the stream to a loaded position.
+  void restore_stream(const RoundingState& r) { gen_.set_state(r.seed, r.offset); }
+
+ private:
+  Generator gen_;
+  std::vector<std::string> warnings_;
+};
+
 struct SGD16Options {
   double lr = 1e-3;
   double momentum = 0.0;
@@ -57,13 +87,11 @@ struct SGD16Options {
 // State: "momentum_buffer" (when momentum != 0) and "kahan_comp" (Kahan), both in the
 // parameter's 16-bit dtype. The Philox stream position is saved with the state
 // ("rng.seed", "rng.offset"), so a resumed run draws the same numbers.
-class SGD16 : public Optimizer {
+class SGD16 : public Pure16Optimizer {
  public:
   explicit SGD16(std::vector<Variable> params, SGD16Options options = {});
   const char* name() const override { return "SGD16"; }
   const SGD16Options& options() const { return options_; }
-  const std::vector<std::string>& warnings() const { return warnings_; }
-  const Generator& generator() const { return gen_; }
 
  protected:
   std::vector<std::string> buffer_names() const override;
@@ -75,8 +103,6 @@ class SGD16 : public Optimizer {
   void validate(const SGD16Options& o) const;
   void refresh_warnings();
   SGD16Options options_;
-  Generator gen_;
-  std::vector<std::string> warnings_;
 };
 
 struct AdamW16Options {
@@ -93,13 +119,11 @@ struct AdamW16Options {
 // "kahan_comp", in the parameter's 16-bit dtype; Philox position as for SGD16.
 // f16 state: exp_avg_sq = g^2 underflows to 0 for |g| < 2^-12 and overflows for |g| > 256, which
 // bf16's range avoids; the optimizer warns when it holds f16 parameters.
-class AdamW16 : public Optimizer {
+class AdamW16 : public Pure16Optimizer {
  public:
   explicit AdamW16(std::vector<Variable> params, AdamW16Options options = {});
   const char* name() const override { return "AdamW16"; }
   const AdamW16Options& options() const { return options_; }
-  const std::vector<std::string>& warnings() const { return warnings_; }
-  const Generator& generator() const { return gen_; }
 
  protected:
   std::vector<std::string> buffer_names() const override;
@@ -111,8 +135,6 @@ class AdamW16 : public Optimizer {
   void validate(const AdamW16Options& o) const;
   void refresh_warnings();
   AdamW16Options options_;
-  Generator gen_;
-  std::vector<std::string> warnings_;
 };
 
 }  // namespace mixtape

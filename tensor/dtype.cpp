@@ -35,4 +35,13 @@ RoundingCounts operator-(const RoundingCounts& a, const RoundingCounts& b) {
           a.overflow - b.overflow};
 }
 
+RoundingCounts& operator+=(RoundingCounts& a, const RoundingCounts& b) {
+  a.rounded += b.rounded;
+  a.nonzero += b.nonzero;
+  a.underflow += b.underflow;
+  a.subnormal += b.subnormal;
+  a.overflow += b.overflow;
+  return a;
+}
+
 }  // namespace mixtape

@@ -142,8 +142,9 @@ class RoundingCensus {
   static uint64_t generation();
 };
 
-// a - b, field by field (counts taken from the same census, b earlier).
+// a - b, field by field (counts taken from the same census, b earlier); a += b adds them.
 RoundingCounts operator-(const RoundingCounts& a, const RoundingCounts& b);
+RoundingCounts& operator+=(RoundingCounts& a, const RoundingCounts& b);
 
 template <> inline half store<half, float>(float v) { return detail::counted(round_to_half(v), v); }
 template <> inline bfloat16 store<bfloat16, float>(float v) { return detail::counted(round_to_bf16(v), v); }

@@ -16,8 +16,13 @@ namespace {
 bool built_with_cuda() { return false; }
 int device_count() { return 0; }
 bool is_available() { return false; }
+DeviceInfo device_info(int) { unavailable("cuda::device_info"); }
+Stream stream(int) { unavailable("cuda::stream"); }
+void synchronize(int) { unavailable("cuda::synchronize"); }
 void* device_malloc(size_t, int) { unavailable("cuda::device_malloc"); }
 void device_free(void*, int) noexcept {}
+AllocatorStats allocator_stats(int) { unavailable("cuda::allocator_stats"); }
+void empty_cache(int) { unavailable("cuda::empty_cache"); }
 void copy_host_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_host_to_device"); }
 void copy_device_to_host(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_host"); }
 void copy_device_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_device"); }

@@ -1,0 +1,187 @@
+// What every CUDA kernel file shares: checked calls, the device guard, the storage type of each
+// dtype with its conversions, the one dtype switch, launch geometry and warp/block reductions.
+// Included only by cuda/*.cu.
+//
+// Note [Rounding on the device]
+// Every store of a 16-bit value goes through store_value() below, the device twin of store<> in
+// tensor/dtype.h: round to nearest even with __float2half_rn / __float2bfloat16_rn, whose results
+// the host conversions in tensor/half.h match bit for bit (DESIGN.md section 3; checked on all
+// 65,536 patterns by tests/cuda/test_copy.cpp). Stochastic rounding has no CUDA intrinsic; the
+// kernels call the host's own bits16::float_to_*_sr, compiled for the device (the build passes
+// --expt-relaxed-constexpr), with the same Philox words, so both devices draw the same stream.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/indexing.h"
+#include "cuda/runtime.h"
+#include "tensor/dtype.h"
+#include "tensor/error.h"
+#include "tensor/half.h"
+#include "tensor/rng.h"
+#include "tensor/tensor.h"
+
+#define MT_CUDA_CHECK(call)                                                                        \
+  do {                                                                                             \
+    const cudaError_t mt_err_ = (call);                                                            \
+    if (mt_err_ != cudaSuccess)                                                                    \
+      throw ::mixtape::Error(::mixtape::detail::cat(#call, " failed at ", __FILE__, ":", __LINE__, \
+                                                    ": ", cudaGetErrorString(mt_err_)));           \
+  } while (0)
+
+// After a <<<...>>> launch: a bad configuration is reported here, with the kernel's name.
+#define MT_CUDA_CHECK_LAUNCH(kernel_name)                                                          \
+  do {                                                                                             \
+    const cudaError_t mt_err_ = cudaGetLastError();                                                \
+    if (mt_err_ != cudaSuccess)                                                                    \
+      throw ::mixtape::Error(::mixtape::detail::cat("launch of ", kernel_name, " failed at ",      \
+                                                    __FILE__, ":", __LINE__, ": ",                 \
+                                                    cudaGetErrorString(mt_err_)));                 \
+  } while (0)
+
+namespace mixtape::cuda {
+
+// Makes `device` current for the scope and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    cudaGetDevice(&previous_);
+    if (previous_ != device) MT_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// The stream of a tensor's device (Note [One stream per device] in runtime.h).
+inline Stream stream_of(const Tensor& t) { return stream(t.device().index); }
+
+// ---- storage types and conversions ------------------------------------------------------------
+
+template <class T> struct compute_of { using type = float; };  // 16-bit and f32 compute in fp32
+template <> struct compute_of<double> { using type = double; };
+template <class T> using compute_t = typename compute_of<T>::type;
+
+__device__ __forceinline__ float load_value(float v) { return v; }
+__device__ __forceinline__ double load_value(double v) { return v; }
+__device__ __forceinline__ float load_value(__half v) { return __half2float(v); }
+__device__ __forceinline__ float load_value(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// The one rounding point of the device (Note [Rounding on the device]).
+template <class T> __device__ __forceinline__ T store_value(float v);
+template <> __device__ __forceinline__ float store_value<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half store_value<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 store_value<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <class T> __device__ __forceinline__ T store_value(double v);
+template <> __device__ __forceinline__ double store_value<double>(double v) { return v; }
+
+// Stochastic rounding of v with random word r (tensor/half.h, Note [Stochastic rounding]).
+template <class T> __device__ __forceinline__ T store_stochastic(float v, uint32_t r);
+template <> __device__ __forceinline__ __half store_stochastic<__half>(float v, uint32_t r) {
+  return __ushort_as_half(bits16::float_to_half_sr(v, r));
+}
+template <> __device__ __forceinline__ __nv_bfloat16 store_stochastic<__nv_bfloat16>(float v, uint32_t r) {
+  return __ushort_as_bfloat16(bits16::float_to_bf16_sr(v, r));
+}
+
+// The random word of element i in stream (seed, offset): philox_words(seed, offset + i)[0], as
+// the CPU kernels draw it.
+__device__ __forceinline__ uint32_t philox_word(uint64_t seed, uint64_t index) {
+  return philox_words(seed, index)[0];
+}
+
+// ---- the dtype switch --------------------------------------------------------------------------
+
+// Calls f(T{}) with T the storage type of dtype: float, __half, __nv_bfloat16, or double when
+// allow_f64. Anything else throws naming the op.
+template <class F>
+void dispatch_floating(DType dtype, const char* op, F&& f, bool allow_f64 = false) {
+  switch (dtype) {
+    case DType::f32: f(float{}); return;
+    case DType::f16: f(__half{}); return;
+    case DType::bf16: f(__nv_bfloat16{}); return;
+    case DType::f64:
+      if (allow_f64) { f(double{}); return; }
+      break;
+    default: break;
+  }
+  throw Error(detail::cat(op, ": the CUDA backend has no ", dtype_name(dtype),
+                          " kernel (f32, f16 and bf16 run on the GPU; f64 stays on the CPU)"));
+}
+
+// ---- launch geometry -----------------------------------------------------------------------------
+
+inline constexpr int kBlock = 256;
+
+// Blocks for a grid-stride loop over n elements: enough to fill the GPU, never more than needed.
+inline unsigned grid_for(int64_t n, int block = kBlock) {
+  const int64_t blocks = (n + block - 1) / block;
+  constexpr int64_t kMaxBlocks = 65535LL * 8;
+  return unsigned(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+template <class T>
+__device__ __forceinline__ T* element(T* base, int64_t offset) { return base + offset; }
+
+// Shape/strides of t as an OffsetCalculator<1>, or several tensors viewed with one shape.
+template <int N>
+OffsetCalculator<N> offsets_for(const Shape& shape, const std::array<const Tensor*, N>& ts) {
+  std::array<Shape, N> st;
+  for (int k = 0; k < N; ++k) {
+    const Tensor& t = *ts[size_t(k)];
+    Shape s(shape.size(), 0);
+    const size_t lead = shape.size() - size_t(t.dim());
+    for (size_t i = 0; i < size_t(t.dim()); ++i) s[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+    st[size_t(k)] = s;
+  }
+  return make_offset_calculator<N>(shape, st);
+}
+
+// ---- reductions ------------------------------------------------------------------------------------
+
+template <class A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <class A>
+__device__ __forceinline__ A warp_max(A v) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` holds 32 values of A in shared memory. Call from every thread of the block.
+template <class A>
+__device__ A block_sum(A v, A* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : A(0);
+  return warp_sum(v);
+}
+
+template <class A>
+__device__ A block_max(A v, A* scratch, A lowest) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : lowest;
+  return warp_max(v);
+}
+
+}  // namespace mixtape::cuda

@@ -1,0 +1,53 @@
+// The CUDA runtime on a real GPU: device queries, copies, and the caching allocator's counter of
+// real allocations staying flat once a repeated training step has warmed it up.
+#include "tests/cuda/cuda_test.h"
+
+#include "mixtape.h"
+
+using namespace mixtape;
+using namespace mixtape::cuda_test;
+
+TEST_CASE("cuda runtime reports the device and round-trips bytes", "[cuda]") {
+  MT_REQUIRE_GPU();
+  const cuda::DeviceInfo info = cuda::device_info(0);
+  CHECK(!info.name.empty());
+  CHECK(info.major >= 7);  // Tensor Core kernels need sm_70 or newer
+  CHECK(info.multiprocessors > 0);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i64}) {
+    const Tensor host = dt == DType::i64 ? arange(-50, 77, 1, DType::f32).to(DType::i64) : random({127}, dt, 7);
+    const Tensor dev = on_gpu(host);
+    CHECK(dev.device() == gpu());
+    require_bit_identical(on_cpu(dev), host, std::string("round trip ") + dtype_name(dt));
+  }
+  REQUIRE_THROWS_WITH(zeros({2}, DType::f32, Device::cuda(cuda::device_count())), Catch::Contains("does not exist"));
+}
+
+TEST_CASE("cuda allocator reuses blocks: no real allocation after a warm-up step", "[cuda]") {
+  MT_REQUIRE_GPU();
+  // A small CNN step (conv, batch norm, pool, linear, loss, backward, AdamW) run several times.
+  Generator gen(3);
+  nn::Sequential model(std::make_shared<nn::Conv2d>(1, 8, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(8),
+                       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+                       std::make_shared<nn::Linear>(8 * 14 * 14, 10, true, gen));
+  model.to(gpu());
+  AdamW opt(model.parameters(), {.lr = 1e-3});
+  const Tensor x = on_gpu(random({16, 1, 28, 28}, DType::f32, 5));
+  const Tensor y = on_gpu(from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5}, {16}));
+  auto step = [&] {
+    Tape tape;
+    Variable loss = cross_entropy(model(Variable(x)), y);
+    opt.zero_grad();
+    tape.backward(loss);
+    opt.step();
+    (void)loss.data().item();
+  };
+  step();
+  step();
+  const cuda::AllocatorStats warm = cuda::allocator_stats(0);
+  for (int i = 0; i < 5; ++i) step();
+  const cuda::AllocatorStats after = cuda::allocator_stats(0);
+  INFO("real allocations after warm-up: " << warm.real_allocs << ", after 5 more steps: " << after.real_allocs
+                                           << " (cache hits " << after.cache_hits << ")");
+  CHECK(after.real_allocs == warm.real_allocs);
+  CHECK(after.cache_hits > warm.cache_hits);
+}

@@ -26,7 +26,7 @@ constexpr PhiloxBlock philox4x32_10(PhiloxBlock ctr, std::array<uint32_t, 2> key
 }
 
 // Four random words for counter `index` of stream (seed, offset).
-inline PhiloxBlock philox_words(uint64_t seed, uint64_t index) {
+constexpr PhiloxBlock philox_words(uint64_t seed, uint64_t index) {
   return philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u},
                        {uint32_t(seed), uint32_t(seed >> 32)});
 }

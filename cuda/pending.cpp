@@ -12,6 +12,4 @@ namespace mixtape::cuda {
 #undef MT_CUDA_LAUNCHER
 #undef MT_CUDA_PENDING
 
-double max_abs(const Tensor&) { throw Error("cuda::max_abs: this op has no CUDA kernel in this build yet"); }
-
 }  // namespace mixtape::cuda

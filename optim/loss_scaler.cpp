@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <vector>
 
 #include "autograd/tape.h"
 #include "optim/state_io.h"
@@ -51,14 +52,22 @@ bool is_valid_loss_scale(double s) { return is_normal_pow2(s); }
 GradCheck check_grads(const std::vector<Variable>& params) {
   NoGrad no_grad;
   GradCheck c;
+  // The defined gradients, checked in one call (one read back for gradients on a GPU).
+  std::vector<Tensor> grads;
+  std::vector<float> scales;
   for (const Variable& p : params) {
     const std::optional<ScaledGrad>& g = p.grad();
     if (!g || !g->defined()) continue;
+    grads.push_back(g->g);
+    scales.push_back(g->scale);
+  }
+  const std::vector<GradStats> stats = grad_stats(grads);
+  for (size_t i = 0; i < stats.size(); ++i) {
     ++c.grads;
-    const GradStats s = grad_stats(g->g);
+    const GradStats& s = stats[i];
     // g / scale is exact in double (scales are powers of two); past FLT_MAX the fp32 unscaled
     // gradient would be inf, so such a step counts as an overflow too.
-    const double m = s.max_abs / double(g->scale);
+    const double m = s.max_abs / double(scales[i]);
     if (s.has_inf_nan || !(m <= double(FLT_MAX))) c.found_inf = true;
     else c.max_abs = std::max(c.max_abs, m);
   }

@@ -122,6 +122,30 @@ GradStats grad_stats(const Tensor& g) {
   return GradStats{v[0] != 0.0, v[1]};
 }
 
+std::vector<GradStats> grad_stats(const std::vector<Tensor>& gs) {
+  std::vector<GradStats> r(gs.size());
+  if (gs.empty()) return r;
+  bool batched = true;
+  for (const Tensor& g : gs) {
+    ops::check_same("grad_stats", {&g});
+    ops::check_floating("grad_stats", g);
+    batched = batched && g.device().is_cuda() && g.device() == gs[0].device() && g.dtype() != DType::f64;
+  }
+  if (!batched) {
+    for (size_t i = 0; i < gs.size(); ++i) r[i] = grad_stats(gs[i]);
+    return r;
+  }
+  // Row i of `all` = [any inf/NaN, max |g_i| over the finite elements]; one read back for all.
+  Tensor all = empty({int64_t(gs.size()), 2}, DType::f32, gs[0].device());
+  for (size_t i = 0; i < gs.size(); ++i) {
+    Tensor row = all.select(0, int64_t(i));
+    cuda::grad_stats(gs[i], row);
+  }
+  const std::vector<double> v = all.to_vector();
+  for (size_t i = 0; i < gs.size(); ++i) r[i] = GradStats{v[2 * i] != 0.0, v[2 * i + 1]};
+  return r;
+}
+
 void sgd16_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tensor& kahan_comp, double lr,
                    double momentum, double weight_decay, Rounding rounding, uint64_t seed, uint64_t offset) {
   const char* op = "sgd16_update_";

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -54,6 +55,11 @@ struct GradStats {
   double max_abs = 0.0;
 };
 GradStats grad_stats(const Tensor& g);
+// grad_stats of each tensor (undefined entries are not allowed), equal to calling it per tensor.
+// Tensors on one CUDA device (none f64) write their stats into the rows of one device buffer
+// that is read back once, instead of one host round trip per tensor; anything else (CPU
+// tensors, mixed devices, f64) takes the per-tensor path.
+std::vector<GradStats> grad_stats(const std::vector<Tensor>& gs);
 
 // ---- pure 16-bit updates (Zamirai et al., "Revisiting BFloat16 Training", Algorithms 2-5) ----
 //

@@ -50,6 +50,33 @@ TEST_CASE("grad_stats finds inf/NaN and the largest finite |g| in one pass", "[o
   }
 }
 
+TEST_CASE("grad_stats of a list of tensors equals grad_stats of each", "[optim][mixed]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor m = from_vector(std::vector<double>{0.5, -3.0, 0.25, 100.0, -2.0, 7.0}, {2, 3}, DType::bf16);
+  const std::vector<Tensor> gs = {
+      m,
+      m.slice(1, 0, 3, 2).t(),
+      from_vector(std::vector<double>{1.0, -inf, 4.0}, {3}, DType::f16),
+      from_vector(std::vector<double>{std::nan(""), -2.5}, {2}, DType::f32),
+      from_vector(std::vector<double>{1e-300, -6.5}, {2}, DType::f64),
+      zeros({0}, DType::f32),
+      from_vector(std::vector<double>{-0.0, 1e-40, -2e-40}, {3}, DType::f32),
+  };
+  const std::vector<GradStats> all = grad_stats(gs);
+  REQUIRE(all.size() == gs.size());
+  for (size_t i = 0; i < gs.size(); ++i) {
+    const GradStats one = grad_stats(gs[i]);
+    INFO("tensor " << i << " " << gs[i].meta());
+    CHECK(all[i].has_inf_nan == one.has_inf_nan);
+    CHECK(all[i].max_abs == one.max_abs);
+  }
+  CHECK(all[1].max_abs == 100.0);
+  CHECK(all[2].has_inf_nan);
+  CHECK(all[4].max_abs == 6.5);
+  CHECK(all[6].max_abs == double(2e-40f));
+  CHECK(grad_stats(std::vector<Tensor>{}).empty());
+}
+
 TEST_CASE("check_grads divides each parameter's max by its own scale", "[optim][mixed]") {
   Variable a = param_with_grad({16.0, -48.0}, 16.0f, DType::f16);   // true max 3
   Variable b = param_with_grad({1024.0, 5120.0}, 1024.0f, DType::f16);  // true max 5

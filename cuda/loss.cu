@@ -1,0 +1,495 @@
+// softmax / log_softmax and the losses (cross entropy, BCE with logits, MSE), forward and
+// backward side by side. Mirrors tensor/cpu/loss.cpp; the front-ends (tensor/ops/loss.cpp)
+// validate shapes and allocate outputs contiguous.
+//
+// Note [CUDA loss numerics]
+// Each row (softmax, cross entropy) is one block: the max, then sum(exp(x - max)) in the compute
+// type (fp32; f64 for f64), then the outputs, each rounded once. The CPU sums the exponentials
+// in f64 and its std::exp/std::log may differ from CUDA's expf/logf by an ulp, so these are
+// compared with a tolerance. Reduced losses sum the per-element losses in f64 (as the CPU does)
+// with a fixed two-pass order (per-block partials, then one block), divide by `divisor` in f64
+// and round once: deterministic, no float atomics. Products that the CPU rounds before an add
+// are written with mul_rn so nvcc does not contract them into an FMA.
+//
+// Note [Cross-entropy target check]
+// The CPU kernel checks every target inside its loop. Here a block whose target is outside
+// [0, C) records its row (atomicMin on a device word, so the lowest bad position wins, as the
+// CPU reports the first) and skips the row; the launcher copies the word back (one 8-byte read,
+// which waits for the stream) and throws the CPU's message with the offending value.
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+
+#include "cuda/backend.h"
+#include "cuda/common.cuh"
+
+namespace mixtape::cuda {
+
+namespace {
+
+__device__ __forceinline__ float dev_exp(float v) { return expf(v); }
+__device__ __forceinline__ double dev_exp(double v) { return exp(v); }
+__device__ __forceinline__ float dev_log(float v) { return logf(v); }
+__device__ __forceinline__ double dev_log(double v) { return log(v); }
+__device__ __forceinline__ float dev_log1p(float v) { return log1pf(v); }
+__device__ __forceinline__ double dev_log1p(double v) { return log1p(v); }
+// A product rounded on its own (never fused with a following add).
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
+template <class A> __device__ __forceinline__ A neg_inf() { return A(-INFINITY); }
+
+inline int64_t round_up32(int64_t v) { return (v + 31) / 32 * 32; }
+// Threads for one block per row of `len` elements: a multiple of 32, at most kBlock.
+inline int row_threads(int64_t len) { return int(std::min<int64_t>(kBlock, round_up32(std::max<int64_t>(len, 1)))); }
+
+// A tensor seen as rows along `dim`: the other dims' shape and strides, the row length and stride.
+struct RowView {
+  Shape outer_shape, outer_strides;
+  int64_t len = 1, stride = 0;
+};
+
+RowView row_view(const Tensor& t, int64_t dim) {
+  RowView v;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d == dim) continue;
+    v.outer_shape.push_back(t.shape()[size_t(d)]);
+    v.outer_strides.push_back(t.strides()[size_t(d)]);
+  }
+  v.len = t.shape()[size_t(dim)];
+  v.stride = t.strides()[size_t(dim)];
+  return v;
+}
+
+// Per-element strides of a loss output or gradient: its own, or zeros for the 0-dim tensor of
+// a reduced loss (every element then reads the one value).
+Shape elem_strides(const Tensor& t, bool reduce, size_t ndim) { return reduce ? Shape(ndim, 0) : t.strides(); }
+
+// Row max (NaN ignored, as std::max(mx, v) on the CPU) and sum(exp(x - max)) of a row of `len`
+// elements at stride `stride`, over the whole block. Every thread gets both.
+template <class T, class A>
+__device__ void row_max_sum(const T* row, int64_t len, int64_t stride, A* scratch, A& mx, A& sum) {
+  A m = neg_inf<A>();
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
+    const A v = load_value(row[k * stride]);
+    m = m < v ? v : m;
+  }
+  mx = block_max(m, scratch, neg_inf<A>());
+  A s = A(0);
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) s += dev_exp(A(load_value(row[k * stride])) - mx);
+  sum = block_sum(s, scratch);
+}
+
+// ---- reduced-loss total ------------------------------------------------------------------
+
+// One block: out[0] = round(sum(partial[0..count)) / divisor), summed in f64 in a fixed order.
+template <class T>
+__global__ void loss_total_kernel(const double* __restrict__ partial, int64_t count, double divisor,
+                                  T* __restrict__ out) {
+  using A = compute_t<T>;
+  __shared__ double scratch[32];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) out[0] = store_value<T>(A(s / divisor));
+}
+
+template <class T>
+void launch_loss_total(const double* partial, int64_t count, double divisor, T* out, Stream st) {
+  loss_total_kernel<T><<<1, kBlock, 0, st>>>(partial, count, divisor, out);
+  MT_CUDA_CHECK_LAUNCH("loss_total_kernel");
+}
+
+// ---- softmax -----------------------------------------------------------------------------
+
+// One block per row. rows: offsets of (x, out) for row r; sx, so: strides along the row.
+template <class T>
+__global__ void softmax_kernel(const T* __restrict__ x, T* __restrict__ out, OffsetCalculator<2> rows, int64_t len,
+                               int64_t sx, int64_t so, bool log_out) {
+  using A = compute_t<T>;
+  __shared__ A scratch[32];
+  int64_t ro[2];
+  rows.offsets(blockIdx.x, ro);
+  const T* row = x + ro[0];
+  T* orow = out + ro[1];
+  A mx, sum;
+  row_max_sum(row, len, sx, scratch, mx, sum);
+  const A log_sum = dev_log(sum);
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
+    const A z = A(load_value(row[k * sx])) - mx;  // <= 0: exp cannot overflow
+    orow[k * so] = store_value<T>(log_out ? A(z - log_sum) : A(dev_exp(z) / sum));
+  }
+}
+
+// softmax: s = sum(dy * y), dx = y (dy - s); log_softmax: s = sum(dy), dx = dy - exp(y) s.
+// One block per row; rows: offsets of (y, dy, dx).
+template <class T>
+__global__ void softmax_backward_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
+                                        OffsetCalculator<3> rows, int64_t len, int64_t sy, int64_t sg, int64_t sd,
+                                        bool log_out) {
+  using A = compute_t<T>;
+  __shared__ A scratch[32];
+  int64_t ro[3];
+  rows.offsets(blockIdx.x, ro);
+  const T* yr = y + ro[0];
+  const T* gr = dy + ro[1];
+  T* dr = dx + ro[2];
+  A s = A(0);
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
+    const A g = load_value(gr[k * sg]);
+    s += log_out ? g : mul_rn(g, A(load_value(yr[k * sy])));
+  }
+  s = block_sum(s, scratch);
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
+    const A yk = load_value(yr[k * sy]), gk = load_value(gr[k * sg]);
+    dr[k * sd] = store_value<T>(log_out ? A(gk - mul_rn(dev_exp(yk), s)) : A(yk * (gk - s)));
+  }
+}
+
+// ---- cross entropy -------------------------------------------------------------------------
+
+// One block per row r (row-major over logits' dims other than 1 = the target's position).
+// rows: offsets of (logits, targets, out) -- out's strides are zero when reduced, and then the
+// row's loss goes to row_loss[r] (f64) for loss_total_kernel. An out-of-range target records
+// r in *bad (Note [Cross-entropy target check]).
+template <class T>
+__global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __restrict__ targets, T* __restrict__ out,
+                                     double* __restrict__ row_loss, unsigned long long* __restrict__ bad,
+                                     OffsetCalculator<3> rows, int64_t C, int64_t sx, bool reduce) {
+  using A = compute_t<T>;
+  __shared__ A scratch[32];
+  const int64_t r = blockIdx.x;
+  int64_t ro[3];
+  rows.offsets(r, ro);
+  const int64_t t = targets[ro[1]];
+  if (t < 0 || t >= C) {  // the same t in every thread: the whole block leaves
+    if (threadIdx.x == 0) {
+      atomicMin(bad, static_cast<unsigned long long>(r));
+      if (reduce) row_loss[r] = 0.0;
+    }
+    return;
+  }
+  const T* row = x + ro[0];
+  A mx, sum;
+  row_max_sum(row, C, sx, scratch, mx, sum);
+  if (threadIdx.x != 0) return;
+  // -log_softmax(x)[t] = log(sum) - (x_t - max)
+  const A loss = dev_log(sum) - (A(load_value(row[t * sx])) - mx);
+  if (reduce) row_loss[r] = double(loss);
+  else out[ro[2]] = store_value<T>(loss);
+}
+
+// dlogits_k = (softmax_k - [k == t]) g, g = dy[0] / divisor (reduced) or dy at the row.
+// rows: offsets of (logits, targets, dy, dlogits).
+template <class T>
+__global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const int64_t* __restrict__ targets,
+                                              const T* __restrict__ dy, T* __restrict__ dx,
+                                              unsigned long long* __restrict__ bad, OffsetCalculator<4> rows,
+                                              int64_t C, int64_t sx, int64_t sd, bool reduce, double divisor) {
+  using A = compute_t<T>;
+  __shared__ A scratch[32];
+  const int64_t r = blockIdx.x;
+  int64_t ro[4];
+  rows.offsets(r, ro);
+  const int64_t t = targets[ro[1]];
+  if (t < 0 || t >= C) {
+    if (threadIdx.x == 0) atomicMin(bad, static_cast<unsigned long long>(r));
+    return;
+  }
+  const T* row = x + ro[0];
+  T* drow = dx + ro[3];
+  A mx, sum;
+  row_max_sum(row, C, sx, scratch, mx, sum);
+  const A g = reduce ? A(A(load_value(dy[0])) / A(divisor)) : A(load_value(dy[ro[2]]));
+  for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
+    const A p = A(dev_exp(A(load_value(row[k * sx])) - mx) / sum);
+    drow[k * sd] = store_value<T>(A((k == t ? A(p - A(1)) : p) * g));
+  }
+}
+
+// An 8-byte word on the device set to "no bad target" (all ones).
+Tensor bad_target_word(const Tensor& like, Stream st) {
+  Tensor w = empty({1}, DType::i64, like.device());
+  MT_CUDA_CHECK(cudaMemsetAsync(w.raw_data(), 0xFF, sizeof(unsigned long long), st));
+  return w;
+}
+
+// Reads the word back; throws the CPU kernel's message for the first bad target.
+void check_bad_target(const Tensor& word, const Tensor& logits, const Tensor& targets) {
+  unsigned long long pos = ~0ull;
+  copy_device_to_host(&pos, word.raw_data(), sizeof(pos), word.device().index);
+  if (pos == ~0ull) return;
+  // The offending value: unravel the position over targets' shape and read that one element.
+  int64_t rest = int64_t(pos), off = 0;
+  for (int64_t d = targets.dim() - 1; d >= 0; --d) {
+    const int64_t size = targets.shape()[size_t(d)];
+    off += (rest % size) * targets.strides()[size_t(d)];
+    rest /= size;
+  }
+  int64_t t = 0;
+  copy_device_to_host(&t, static_cast<const int64_t*>(targets.raw_data()) + off, sizeof(t), targets.device().index);
+  const int64_t C = logits.shape()[1];
+  throw Error(detail::cat("cross_entropy: target ", t, " (at position ", int64_t(pos), ") is out of range for ", C,
+                          " classes (logits ", logits.meta(), ", targets ", targets.meta(),
+                          "); targets must lie in [0, ", C, ")"));
+}
+
+// ---- pointwise losses (BCE with logits, MSE) ----------------------------------------------
+
+// loss_i = max(x, 0) - x t + log1p(exp(-|x|))
+struct BceLoss {
+  template <class A> __device__ A operator()(A x, A t) const {
+    return A((x < A(0) ? A(0) : x) - mul_rn(x, t) + dev_log1p(dev_exp(-fabs(x))));
+  }
+};
+// (dx, dt) = ((sigmoid(x) - t) g, -x g), sigmoid without overflow (exp of -|x| only).
+struct BceGrad {
+  template <class A> __device__ void operator()(A x, A t, A g, A& da, A& db) const {
+    const A e = dev_exp(-fabs(x));
+    const A sig = x >= A(0) ? A(A(1) / (A(1) + e)) : A(e / (A(1) + e));
+    da = A((sig - t) * g);
+    db = A(-x * g);
+  }
+};
+struct MseLoss {
+  template <class A> __device__ A operator()(A a, A b) const { return A((a - b) * (a - b)); }
+};
+struct MseGrad {
+  template <class A> __device__ void operator()(A a, A b, A g, A& da, A& db) const {
+    const A d = A(A(2) * (a - b)) * g;
+    da = d;
+    db = A(-d);
+  }
+};
+
+// Unreduced: out[i] = f(a[i], b[i]). Reduced: each block sums its elements' losses in f64 in
+// a fixed grid-stride order into partial[blockIdx.x]. calc: offsets of (a, b, out).
+template <class T, class F>
+__global__ void pointwise_loss_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
+                                      double* __restrict__ partial, OffsetCalculator<3> calc, int64_t numel,
+                                      bool reduce, F f) {
+  using A = compute_t<T>;
+  __shared__ double scratch[32];
+  double total = 0.0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t o[3];
+    calc.offsets(i, o);
+    const A l = f(A(load_value(a[o[0]])), A(load_value(b[o[1]])));
+    if (reduce) total += double(l);
+    else out[o[2]] = store_value<T>(l);
+  }
+  if (!reduce) return;  // uniform over the block
+  total = block_sum(total, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+// (da[i], db[i]) = f(a[i], b[i], g[i]), g = dy[0] / divisor when reduced; a null da or db is
+// skipped. calc: offsets of (a, b, dy, da, db) (zeros for dy when reduced, for an absent output).
+template <class T, class F>
+__global__ void pointwise_loss_backward_kernel(const T* __restrict__ a, const T* __restrict__ b,
+                                               const T* __restrict__ dy, T* __restrict__ da, T* __restrict__ db,
+                                               OffsetCalculator<5> calc, int64_t numel, bool reduce, double divisor,
+                                               F f) {
+  using A = compute_t<T>;
+  const A g0 = reduce ? A(A(load_value(dy[0])) / A(divisor)) : A(0);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t o[5];
+    calc.offsets(i, o);
+    const A g = reduce ? g0 : A(load_value(dy[o[2]]));
+    A ga, gb;
+    f(A(load_value(a[o[0]])), A(load_value(b[o[1]])), g, ga, gb);
+    if (da) da[o[3]] = store_value<T>(ga);
+    if (db) db[o[4]] = store_value<T>(gb);
+  }
+}
+
+// Blocks of a reduced pointwise loss: fixed by numel alone, so the summation order is too.
+unsigned loss_blocks(int64_t numel) { return std::min<unsigned>(grid_for(numel, kBlock * 4), 512u); }
+
+template <class F>
+void pointwise_loss(const char* name, const Tensor& a, const Tensor& b, bool reduce, double divisor, Tensor& out,
+                    F f) {
+  DeviceGuard guard(a.device().index);
+  const Stream st = stream_of(a);
+  const int64_t numel = a.numel();
+  dispatch_floating(
+      a.dtype(), name,
+      [&](auto tag) {
+        using T = decltype(tag);
+        T* po = static_cast<T*>(out.raw_data());
+        if (numel == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
+          if (reduce) {
+            Tensor zero = empty({1}, DType::f64, a.device());
+            MT_CUDA_CHECK(cudaMemsetAsync(zero.raw_data(), 0, sizeof(double), st));
+            launch_loss_total<T>(static_cast<const double*>(zero.raw_data()), 1, divisor, po, st);
+          }
+          return;
+        }
+        const OffsetCalculator<3> calc = make_offset_calculator<3>(
+            a.shape(), {a.strides(), b.strides(), elem_strides(out, reduce, a.shape().size())});
+        const unsigned blocks = reduce ? loss_blocks(numel) : grid_for(numel);
+        Tensor partial;
+        double* pp = nullptr;
+        if (reduce) {
+          partial = empty({int64_t(blocks)}, DType::f64, a.device());
+          pp = static_cast<double*>(partial.raw_data());
+        }
+        pointwise_loss_kernel<T, F><<<blocks, kBlock, 0, st>>>(static_cast<const T*>(a.raw_data()),
+                                                               static_cast<const T*>(b.raw_data()), po, pp, calc,
+                                                               numel, reduce, f);
+        MT_CUDA_CHECK_LAUNCH("pointwise_loss_kernel");
+        if (reduce) launch_loss_total<T>(pp, int64_t(blocks), divisor, po, st);
+      },
+      /*allow_f64=*/true);
+}
+
+template <class F>
+void pointwise_loss_backward(const char* name, const Tensor& a, const Tensor& b, const Tensor& dy, bool reduce,
+                             double divisor, Tensor& da, Tensor& db, F f) {
+  DeviceGuard guard(a.device().index);
+  const int64_t numel = a.numel();
+  if (numel == 0 || (!da.defined() && !db.defined())) return;
+  const Stream st = stream_of(a);
+  const size_t nd = a.shape().size();
+  const Shape zero(nd, 0);
+  const OffsetCalculator<5> calc = make_offset_calculator<5>(
+      a.shape(), {a.strides(), b.strides(), elem_strides(dy, reduce, nd), da.defined() ? da.strides() : zero,
+                  db.defined() ? db.strides() : zero});
+  dispatch_floating(
+      a.dtype(), name,
+      [&](auto tag) {
+        using T = decltype(tag);
+        T* pda = da.defined() ? static_cast<T*>(da.raw_data()) : nullptr;
+        T* pdb = db.defined() ? static_cast<T*>(db.raw_data()) : nullptr;
+        pointwise_loss_backward_kernel<T, F><<<grid_for(numel), kBlock, 0, st>>>(
+            static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
+            static_cast<const T*>(dy.raw_data()), pda, pdb, calc, numel, reduce, divisor, f);
+        MT_CUDA_CHECK_LAUNCH("pointwise_loss_backward_kernel");
+      },
+      /*allow_f64=*/true);
+}
+
+}  // namespace
+
+// ---- launchers -------------------------------------------------------------------------------
+
+void softmax(const Tensor& x, int64_t dim, bool log_out, Tensor& out) {
+  DeviceGuard guard(x.device().index);
+  const RowView xv = row_view(x, dim), ov = row_view(out, dim);
+  const int64_t rows = numel_of(xv.outer_shape);
+  if (rows == 0 || xv.len == 0) return;
+  const char* name = log_out ? "log_softmax" : "softmax";
+  MT_CHECK(rows <= INT_MAX, name, ": ", rows, " rows exceed the CUDA grid (", x.meta(), ")");
+  const OffsetCalculator<2> calc = make_offset_calculator<2>(xv.outer_shape, {xv.outer_strides, ov.outer_strides});
+  dispatch_floating(
+      x.dtype(), name,
+      [&](auto tag) {
+        using T = decltype(tag);
+        softmax_kernel<T><<<unsigned(rows), row_threads(xv.len), 0, stream_of(x)>>>(
+            static_cast<const T*>(x.raw_data()), static_cast<T*>(out.raw_data()), calc, xv.len, xv.stride, ov.stride,
+            log_out);
+        MT_CUDA_CHECK_LAUNCH("softmax_kernel");
+      },
+      /*allow_f64=*/true);
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, bool log_out, Tensor& dx) {
+  DeviceGuard guard(y.device().index);
+  const RowView yv = row_view(y, dim), gv = row_view(dy, dim), dv = row_view(dx, dim);
+  const int64_t rows = numel_of(yv.outer_shape);
+  if (rows == 0 || yv.len == 0) return;
+  const char* name = log_out ? "log_softmax backward" : "softmax backward";
+  MT_CHECK(rows <= INT_MAX, name, ": ", rows, " rows exceed the CUDA grid (", y.meta(), ")");
+  const OffsetCalculator<3> calc =
+      make_offset_calculator<3>(yv.outer_shape, {yv.outer_strides, gv.outer_strides, dv.outer_strides});
+  dispatch_floating(
+      y.dtype(), name,
+      [&](auto tag) {
+        using T = decltype(tag);
+        softmax_backward_kernel<T><<<unsigned(rows), row_threads(yv.len), 0, stream_of(y)>>>(
+            static_cast<const T*>(y.raw_data()), static_cast<const T*>(dy.raw_data()), static_cast<T*>(dx.raw_data()),
+            calc, yv.len, yv.stride, gv.stride, dv.stride, log_out);
+        MT_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
+      },
+      /*allow_f64=*/true);
+}
+
+void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, double divisor, Tensor& out) {
+  DeviceGuard guard(logits.device().index);
+  const Stream st = stream_of(logits);
+  const RowView lv = row_view(logits, 1);
+  const int64_t rows = numel_of(lv.outer_shape);
+  MT_CHECK(rows <= INT_MAX, "cross_entropy: ", rows, " rows exceed the CUDA grid (", logits.meta(), ")");
+  dispatch_floating(
+      logits.dtype(), "cross_entropy",
+      [&](auto tag) {
+        using T = decltype(tag);
+        T* po = static_cast<T*>(out.raw_data());
+        // Per-row losses (f64) when reduced; one word for the empty reduced loss.
+        Tensor row_loss = reduce ? empty({std::max<int64_t>(rows, 1)}, DType::f64, logits.device()) : Tensor();
+        double* pl = reduce ? static_cast<double*>(row_loss.raw_data()) : nullptr;
+        if (rows == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
+          if (reduce) {
+            MT_CUDA_CHECK(cudaMemsetAsync(pl, 0, sizeof(double), st));
+            launch_loss_total<T>(pl, 1, divisor, po, st);
+          }
+          return;
+        }
+        Tensor bad = bad_target_word(logits, st);
+        const OffsetCalculator<3> calc = make_offset_calculator<3>(
+            lv.outer_shape, {lv.outer_strides, targets.strides(), elem_strides(out, reduce, lv.outer_shape.size())});
+        cross_entropy_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
+            static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), po, pl,
+            static_cast<unsigned long long*>(bad.raw_data()), calc, lv.len, lv.stride, reduce);
+        MT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
+        if (reduce) launch_loss_total<T>(pl, rows, divisor, po, st);
+        check_bad_target(bad, logits, targets);
+      },
+      /*allow_f64=*/true);
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dy, bool reduce,
+                            double divisor, Tensor& dlogits) {
+  DeviceGuard guard(logits.device().index);
+  const Stream st = stream_of(logits);
+  const RowView lv = row_view(logits, 1), dv = row_view(dlogits, 1);
+  const int64_t rows = numel_of(lv.outer_shape);
+  if (rows == 0) return;
+  MT_CHECK(rows <= INT_MAX, "cross_entropy backward: ", rows, " rows exceed the CUDA grid (", logits.meta(), ")");
+  const OffsetCalculator<4> calc = make_offset_calculator<4>(
+      lv.outer_shape, {lv.outer_strides, targets.strides(), elem_strides(dy, reduce, lv.outer_shape.size()),
+                       dv.outer_strides});
+  dispatch_floating(
+      logits.dtype(), "cross_entropy backward",
+      [&](auto tag) {
+        using T = decltype(tag);
+        Tensor bad = bad_target_word(logits, st);
+        cross_entropy_backward_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
+            static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()),
+            static_cast<const T*>(dy.raw_data()), static_cast<T*>(dlogits.raw_data()),
+            static_cast<unsigned long long*>(bad.raw_data()), calc, lv.len, lv.stride, dv.stride, reduce, divisor);
+        MT_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
+        check_bad_target(bad, logits, targets);
+      },
+      /*allow_f64=*/true);
+}
+
+void bce_with_logits(const Tensor& x, const Tensor& t, bool reduce, double divisor, Tensor& out) {
+  pointwise_loss("binary_cross_entropy_with_logits", x, t, reduce, divisor, out, BceLoss{});
+}
+
+void bce_with_logits_backward(const Tensor& x, const Tensor& t, const Tensor& dy, bool reduce, double divisor,
+                              Tensor& dx, Tensor& dt) {
+  pointwise_loss_backward("binary_cross_entropy_with_logits backward", x, t, dy, reduce, divisor, dx, dt, BceGrad{});
+}
+
+void mse_loss(const Tensor& a, const Tensor& b, bool reduce, double divisor, Tensor& out) {
+  pointwise_loss("mse_loss", a, b, reduce, divisor, out, MseLoss{});
+}
+
+void mse_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy, bool reduce, double divisor, Tensor& da,
+                       Tensor& db) {
+  pointwise_loss_backward("mse_loss backward", a, b, dy, reduce, divisor, da, db, MseGrad{});
+}
+
+}  // namespace mixtape::cuda

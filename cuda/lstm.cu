@@ -1,0 +1,148 @@
+// LSTM cell on the GPU, forward and backward side by side; mirrors tensor/cpu/lstm.cpp (Note
+// [LSTM cell backward] there: the backward recomputes the activations from gates and c_prev).
+// Shapes: gates [B, 4H] (chunks i, f, g, o), everything else [B, H]; inputs any strides.
+//
+// Note [LSTM cell numerics on the GPU]
+// The arithmetic is the CPU's fp32 expression tree with each + - * / rounded on its own (the
+// *_rn intrinsics keep nvcc from contracting a*b + c into an FMA, which the CPU does not do), so
+// the only possible differences are in the transcendentals:
+//   sigmoid(x) = 1 / (1 + exp(-x)): the CPU calls glibc's expf (error <= 0.502 ulp); here exp
+//     is evaluated in double and rounded to float, the correctly rounded value. The two agree
+//     except where glibc's result is the other neighbour of a near-tie: rare, and then 1 ulp.
+//   tanh: the CPU's tanh_f32 (tensor/cpu/math.h, Note [Float tanh]) evaluates in double and
+//     rounds once; tanh_f32_device is the same double expression. Only the double exp may
+//     differ (CUDA's is within 1 ulp of double, glibc's within 0.52), which survives the
+//     rounding to float only for values within ~2^-29 ulp of a float midpoint.
+// In f64 (gradient checks) std::exp / std::tanh against CUDA's exp / tanh may differ by an ulp
+// of double. The tests compare with a tight tolerance and require most elements bit-identical.
+#include <cmath>
+
+#include "cuda/backend.h"
+#include "cuda/common.cuh"
+
+namespace mixtape::cuda {
+
+namespace {
+
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
+
+// The CPU's tanh_f32 (Note [Float tanh]), operation for operation in double.
+__device__ __forceinline__ float tanh_f32_device(float x) {
+  const double d = x, a = fabs(d);
+  if (a < 0x1p-10) {
+    const double d2 = __dmul_rn(d, d);
+    return __double2float_rn(__dmul_rn(d, __dsub_rn(1.0, __dmul_rn(d2, __dsub_rn(1.0 / 3.0, __dmul_rn(d2, 2.0 / 15.0))))));
+  }
+  const double e = exp(-2.0 * a);  // -2a is exact
+  return __double2float_rn(copysign(__ddiv_rn(__dsub_rn(1.0, e), __dadd_rn(1.0, e)), d));
+}
+
+__device__ __forceinline__ float tanh_c(float x) { return tanh_f32_device(x); }
+__device__ __forceinline__ double tanh_c(double x) { return tanh(x); }
+
+// exp rounded to the compute type (float: through double, see the Note).
+__device__ __forceinline__ float exp_c(float x) { return __double2float_rn(exp(double(x))); }
+__device__ __forceinline__ double exp_c(double x) { return exp(x); }
+
+template <class C>
+__device__ __forceinline__ C sigmoid(C x) {
+  return div_rn(C(1), add_rn(C(1), exp_c(-x)));
+}
+
+// Element (b, j) of a 2-D tensor through its strides.
+template <class T>
+struct Strided2d {
+  T* p;
+  int64_t s0, s1;
+  __device__ __forceinline__ T& operator()(int64_t b, int64_t j) const { return p[b * s0 + j * s1]; }
+};
+
+template <class T>
+Strided2d<T> strided(const Tensor& t) {
+  return Strided2d<T>{static_cast<T*>(t.raw_data()), t.strides()[0], t.strides()[1]};
+}
+
+// The gate activations of one (b, j), computed in C.
+template <class T, class C = compute_t<T>>
+struct Gates {
+  C i, f, g, o;
+  __device__ __forceinline__ Gates(const Strided2d<const T>& gates, int64_t b, int64_t j, int64_t H)
+      : i(sigmoid(C(load_value(gates(b, j))))),
+        f(sigmoid(C(load_value(gates(b, H + j))))),
+        g(tanh_c(C(load_value(gates(b, 2 * H + j))))),
+        o(sigmoid(C(load_value(gates(b, 3 * H + j))))) {}
+};
+
+// One thread per (b, j), row-major over [B, H].
+template <class T>
+__global__ void lstm_cell_kernel(Strided2d<const T> gates, Strided2d<const T> c_prev, Strided2d<T> c,
+                                 Strided2d<T> h, int64_t B, int64_t H) {
+  using C = compute_t<T>;
+  const int64_t total = B * H;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = e / H, j = e - b * H;
+    const Gates<T> a(gates, b, j, H);
+    const C cv = add_rn(mul_rn(a.f, C(load_value(c_prev(b, j)))), mul_rn(a.i, a.g));
+    c(b, j) = store_value<T>(cv);
+    h(b, j) = store_value<T>(mul_rn(a.o, tanh_c(cv)));  // from the unrounded c
+  }
+}
+
+template <class T>
+__global__ void lstm_cell_backward_kernel(Strided2d<const T> gates, Strided2d<const T> c_prev,
+                                          Strided2d<const T> dc, Strided2d<const T> dh, Strided2d<T> d_gates,
+                                          Strided2d<T> d_c_prev, int64_t B, int64_t H) {
+  using C = compute_t<T>;
+  const C one = C(1);
+  const int64_t total = B * H;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = e / H, j = e - b * H;
+    const Gates<T> a(gates, b, j, H);
+    const C cp = load_value(c_prev(b, j));
+    const C tc = tanh_c(add_rn(mul_rn(a.f, cp), mul_rn(a.i, a.g)));
+    const C gh = load_value(dh(b, j));
+    const C dc_tot = add_rn(C(load_value(dc(b, j))), mul_rn(gh, mul_rn(a.o, sub_rn(one, mul_rn(tc, tc)))));
+    d_gates(b, j) = store_value<T>(mul_rn(dc_tot, mul_rn(a.g, mul_rn(a.i, sub_rn(one, a.i)))));
+    d_gates(b, H + j) = store_value<T>(mul_rn(dc_tot, mul_rn(cp, mul_rn(a.f, sub_rn(one, a.f)))));
+    d_gates(b, 2 * H + j) = store_value<T>(mul_rn(dc_tot, mul_rn(a.i, sub_rn(one, mul_rn(a.g, a.g)))));
+    d_gates(b, 3 * H + j) = store_value<T>(mul_rn(gh, mul_rn(tc, mul_rn(a.o, sub_rn(one, a.o)))));
+    d_c_prev(b, j) = store_value<T>(mul_rn(dc_tot, a.f));
+  }
+}
+
+}  // namespace
+
+void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) {
+  DeviceGuard guard(gates.device().index);
+  const int64_t B = c_prev.size(0), H = c_prev.size(1);
+  if (B * H == 0) return;
+  dispatch_floating(c.dtype(), "lstm_cell", [&](auto tag) {
+    using T = decltype(tag);
+    lstm_cell_kernel<T><<<grid_for(B * H), kBlock, 0, stream_of(gates)>>>(
+        strided<const T>(gates), strided<const T>(c_prev), strided<T>(c), strided<T>(h), B, H);
+    MT_CUDA_CHECK_LAUNCH("lstm_cell_kernel");
+  }, /*allow_f64=*/true);
+}
+
+void lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& dc, const Tensor& dh,
+                        Tensor& d_gates, Tensor& d_c_prev) {
+  DeviceGuard guard(gates.device().index);
+  const int64_t B = c_prev.size(0), H = c_prev.size(1);
+  if (B * H == 0) return;
+  dispatch_floating(d_gates.dtype(), "lstm_cell_backward", [&](auto tag) {
+    using T = decltype(tag);
+    lstm_cell_backward_kernel<T><<<grid_for(B * H), kBlock, 0, stream_of(gates)>>>(
+        strided<const T>(gates), strided<const T>(c_prev), strided<const T>(dc), strided<const T>(dh),
+        strided<T>(d_gates), strided<T>(d_c_prev), B, H);
+    MT_CUDA_CHECK_LAUNCH("lstm_cell_backward_kernel");
+  }, /*allow_f64=*/true);
+}
+
+}  // namespace mixtape::cuda

@@ -1,0 +1,497 @@
+// Batch norm and embedding on the GPU, forward and backward side by side. Each launcher mirrors
+// the CPU kernel of the same name in tensor/cpu/nn.cpp (the readable truth); the front-ends in
+// tensor/ops/nn.cpp have validated shapes and dtypes and allocated the outputs.
+//
+// Note [Batch norm on the GPU]
+// One block per channel. The statistics follow the CPU scheme: two passes in double (the mean,
+// then the squared deviations about it), so the only difference from the CPU is the order of a
+// double sum; rounded to fp32 the mean and invstd almost always come out bit for bit as on the
+// CPU, and the per-element normalisation y = (x - mean) * invstd * w + b is the CPU's fp32
+// expression with every operation rounded on its own (no FMA contraction: *_rn intrinsics).
+// The per-channel vectors (weight, bias, running statistics, dweight, dbias) may have any
+// floating dtype and stride, as on the CPU: they are read as double and written from double
+// with the CPU's store<T>(double) rounding (one rounding, through round-to-odd for 16 bits).
+// One block per channel leaves most of the GPU idle when C is small and N*H*W large; a split
+// reduction would fix that, at the price of a second launch.
+//
+// Note [Embedding backward on the GPU]
+// dweight[v, :] is the sum of dy's rows at the positions p with indices[p] == v. The CPU sums in
+// double in increasing p and rounds once. Here, deterministically and in the same order:
+//   1. keys[p] = indices[p] * n + p, sorted by a bitonic sort (padded to a power of two with
+//      INT64_MAX): the positions of each row become one run, in increasing p;
+//   2. one thread per (v, column) finds the run of v by binary search and sums dy over it in
+//      double, in increasing p, and stores once.
+// Because the order of the double additions is the CPU's, dweight is bit-identical to the CPU
+// result in every dtype, with no atomics. A scatter with fp32 atomicAdd would be faster for
+// huge index counts but order-dependent in the last bit.
+//
+// Out-of-range indices: the CPU throws at the first bad position. The launchers check every
+// index first with a one-block kernel and read the first bad position back to the host (one
+// 8-byte copy, which waits for the stream), so a bad index throws the same clear message.
+#include <climits>
+
+#include "cuda/backend.h"
+#include "cuda/common.cuh"
+
+namespace mixtape::cuda {
+
+namespace {
+
+// ---- arithmetic without FMA contraction (CPU expression order, each op rounded) -------------
+
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
+// A double rounded to the compute type A (the CPU's A(double)).
+template <class A> __device__ __forceinline__ A from_double(double v);
+template <> __device__ __forceinline__ float from_double<float>(double v) { return __double2float_rn(v); }
+template <> __device__ __forceinline__ double from_double<double>(double v) { return v; }
+
+// A double stored as T, rounded once as the CPU's store<T>(double) (tensor/dtype.h).
+template <class T> __device__ __forceinline__ T store_double(double v);
+template <> __device__ __forceinline__ float store_double<float>(double v) { return __double2float_rn(v); }
+template <> __device__ __forceinline__ double store_double<double>(double v) { return v; }
+template <> __device__ __forceinline__ __half store_double<__half>(double v) {
+  return __ushort_as_half(bits16::double_to_half_rn(v));
+}
+template <> __device__ __forceinline__ __nv_bfloat16 store_double<__nv_bfloat16>(double v) {
+  return __ushort_as_bfloat16(bits16::double_to_bf16_rn(v));
+}
+
+// ---- per-channel vectors of any floating dtype ----------------------------------------------
+
+// A [C] tensor (weight, bias, running stats, dweight, dbias) seen by a kernel; p == nullptr
+// when the tensor is undefined.
+struct ChanVec {
+  void* p = nullptr;
+  int64_t stride = 0;
+  int kind = 0;  // 0 f32, 1 f64, 2 f16, 3 bf16
+};
+
+ChanVec chan_vec(const Tensor& t, const char* op) {
+  ChanVec v;
+  if (!t.defined()) return v;
+  v.p = t.raw_data();
+  v.stride = t.strides()[0];
+  switch (t.dtype()) {
+    case DType::f32: v.kind = 0; break;
+    case DType::f64: v.kind = 1; break;
+    case DType::f16: v.kind = 2; break;
+    case DType::bf16: v.kind = 3; break;
+    default: throw Error(detail::cat(op, ": per-channel tensor ", t.meta(), " must be floating"));
+  }
+  return v;
+}
+
+__device__ double chan_read(const ChanVec& v, int64_t c) {
+  const int64_t o = c * v.stride;
+  switch (v.kind) {
+    case 0: return double(static_cast<const float*>(v.p)[o]);
+    case 1: return static_cast<const double*>(v.p)[o];
+    case 2: return double(__half2float(static_cast<const __half*>(v.p)[o]));
+    default: return double(__bfloat162float(static_cast<const __nv_bfloat16*>(v.p)[o]));
+  }
+}
+
+__device__ void chan_write(const ChanVec& v, int64_t c, double x) {
+  const int64_t o = c * v.stride;
+  switch (v.kind) {
+    case 0: static_cast<float*>(v.p)[o] = store_double<float>(x); return;
+    case 1: static_cast<double*>(v.p)[o] = x; return;
+    case 2: static_cast<__half*>(v.p)[o] = store_double<__half>(x); return;
+    default: static_cast<__nv_bfloat16*>(v.p)[o] = store_double<__nv_bfloat16>(x); return;
+  }
+}
+
+// The positions of a tensor seen as channels (dim 1) x positions (every other dim), as in the
+// CPU's channel_view: the positions' shape, one stride vector per operand, and each operand's
+// channel stride.
+Shape pos_shape_of(const Tensor& t) {
+  Shape s;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (d != 1) s.push_back(t.shape()[size_t(d)]);
+  return s;
+}
+Shape pos_strides_of(const Tensor& t) {
+  Shape s;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (d != 1) s.push_back(t.strides()[size_t(d)]);
+  return s;
+}
+
+inline constexpr int kBnBlock = 256;  // threads per channel block (a multiple of 32)
+
+// One block per channel c = blockIdx.x; blockDim.x == kBnBlock. pos maps a position index
+// (row-major over the positions' shape, n of them) to offsets in x and y.
+template <class T>
+__global__ void batch_norm_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t x_cs, int64_t y_cs,
+                                          OffsetCalculator<2> pos, int64_t n, ChanVec w, ChanVec b, ChanVec rm,
+                                          ChanVec rv, bool training, double momentum, double eps,
+                                          compute_t<T>* mean, compute_t<T>* invstd) {
+  using A = compute_t<T>;
+  __shared__ double scratch[32];
+  const int64_t c = blockIdx.x;
+  const T* xc = x + c * x_cs;
+  T* yc = y + c * y_cs;
+  int64_t o[2];
+  double m, var;
+  if (training) {  // block-uniform: every thread reaches both block_sum calls
+    double s = 0.0;
+    for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
+      pos.offsets(p, o);
+      s += double(load_value(xc[o[0]]));
+    }
+    m = block_sum(s, scratch) / double(n);  // the same value in every thread
+    double q = 0.0;
+    for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
+      pos.offsets(p, o);
+      const double d = double(load_value(xc[o[0]])) - m;
+      q = __dadd_rn(q, __dmul_rn(d, d));
+    }
+    var = block_sum(q, scratch) / double(n);
+    if (threadIdx.x == 0 && rm.p) {
+      // Running variance tracks the unbiased estimate (PyTorch semantics); n > 1 was checked.
+      const double keep = 1.0 - momentum;
+      chan_write(rm, c, __dadd_rn(__dmul_rn(keep, chan_read(rm, c)), __dmul_rn(momentum, m)));
+      const double unbiased = __dmul_rn(__dmul_rn(momentum, var), double(n)) / double(n - 1);
+      chan_write(rv, c, __dadd_rn(__dmul_rn(keep, chan_read(rv, c)), unbiased));
+    }
+  } else {
+    m = chan_read(rm, c);
+    var = chan_read(rv, c);
+  }
+  const A mc = from_double<A>(m);
+  const A ic = from_double<A>(1.0 / __dsqrt_rn(var + eps));
+  if (threadIdx.x == 0) {
+    mean[c] = mc;
+    invstd[c] = ic;
+  }
+  const A wc = w.p ? from_double<A>(chan_read(w, c)) : A(1);
+  const A bc = b.p ? from_double<A>(chan_read(b, c)) : A(0);
+  for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
+    pos.offsets(p, o);
+    const A xv = load_value(xc[o[0]]);
+    yc[o[1]] = store_value<T>(add_rn(mul_rn(mul_rn(sub_rn(xv, mc), ic), wc), bc));
+  }
+}
+
+// One block per channel; pos maps a position index to offsets in x, dy and dx (dx undefined:
+// dy's strides, never written). The sums run when `sums` (training, or dweight/dbias wanted).
+template <class T>
+__global__ void batch_norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
+                                           int64_t x_cs, int64_t dy_cs, int64_t dx_cs, OffsetCalculator<3> pos,
+                                           int64_t n, ChanVec w, const compute_t<T>* mean, int64_t mean_stride,
+                                           const compute_t<T>* invstd, int64_t invstd_stride, bool training,
+                                           bool sums, ChanVec dweight, ChanVec dbias) {
+  using A = compute_t<T>;
+  __shared__ double scratch[32];
+  const int64_t c = blockIdx.x;
+  const T* xc = x + c * x_cs;
+  const T* dyc = dy + c * dy_cs;
+  const A mc = mean[c * mean_stride], ic = invstd[c * invstd_stride];
+  const A wc = w.p ? from_double<A>(chan_read(w, c)) : A(1);
+  int64_t o[3];
+  // sum(dy) and sum(dy * xhat) over the positions of channel c, in double.
+  double sdy = 0.0, sdyxh = 0.0;
+  if (sums) {  // block-uniform
+    for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
+      pos.offsets(p, o);
+      const double g = double(load_value(dyc[o[1]]));
+      const A xh = mul_rn(sub_rn(A(load_value(xc[o[0]])), mc), ic);
+      sdy += g;
+      sdyxh = __dadd_rn(sdyxh, __dmul_rn(g, double(xh)));
+    }
+    sdy = block_sum(sdy, scratch);
+    sdyxh = block_sum(sdyxh, scratch);
+  }
+  if (threadIdx.x == 0) {
+    if (dweight.p) chan_write(dweight, c, sdyxh);
+    if (dbias.p) chan_write(dbias, c, sdy);
+  }
+  if (!dx) return;
+  T* dxc = dx + c * dx_cs;
+  const A k = mul_rn(wc, ic);
+  if (training) {
+    // dx = w * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)): the mean and var paths.
+    const A mdy = from_double<A>(sdy / double(n)), mdyxh = from_double<A>(sdyxh / double(n));
+    for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
+      pos.offsets(p, o);
+      const A xh = mul_rn(sub_rn(A(load_value(xc[o[0]])), mc), ic);
+      const A t = sub_rn(sub_rn(A(load_value(dyc[o[1]])), mdy), mul_rn(xh, mdyxh));
+      dxc[o[2]] = store_value<T>(mul_rn(k, t));
+    }
+  } else {
+    for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
+      pos.offsets(p, o);
+      dxc[o[2]] = store_value<T>(mul_rn(A(load_value(dyc[o[1]])), k));
+    }
+  }
+}
+
+// ---- embedding --------------------------------------------------------------------------------
+
+inline constexpr int kCheckBlock = 1024;
+
+// One block of kCheckBlock threads: *first_bad = the smallest row-major position p < n whose
+// index lies outside [0, V), or n when every index is valid.
+__global__ void first_bad_index_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, int64_t n,
+                                       int64_t V, int64_t* first_bad) {
+  __shared__ int64_t scratch[32];
+  int64_t best = n;
+  for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
+    int64_t o[1];
+    ic.offsets(p, o);
+    const int64_t k = idx[o[0]];
+    if ((k < 0 || k >= V) && p < best) best = p;  // p grows: the first hit is this thread's minimum
+  }
+  for (int s = 16; s > 0; s >>= 1) best = min(best, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)best, s));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) scratch[warp] = best;
+  __syncthreads();
+  if (warp == 0) {
+    best = lane < int(blockDim.x >> 5) ? scratch[lane] : n;
+    for (int s = 16; s > 0; s >>= 1) best = min(best, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)best, s));
+    if (lane == 0) *first_bad = best;
+  }
+}
+
+// Throws the CPU's message when an index of `indices` is outside [0, V).
+// `table` names the [V, D] tensor in the message.
+void check_indices(const Tensor& indices, const OffsetCalculator<1>& ic, int64_t V, const char* op,
+                   const char* table_name, const Tensor& table) {
+  const int64_t n = indices.numel();
+  if (n == 0) return;
+  const int device = indices.device().index;
+  Tensor flag = empty({1}, DType::i64, indices.device());
+  const int64_t* pidx = static_cast<const int64_t*>(indices.raw_data());
+  first_bad_index_kernel<<<1, kCheckBlock, 0, stream_of(indices)>>>(pidx, ic, n, V, flag.data<int64_t>());
+  MT_CUDA_CHECK_LAUNCH("first_bad_index_kernel");
+  int64_t bad = n;
+  copy_device_to_host(&bad, flag.raw_data(), sizeof bad, device);
+  if (bad >= n) return;
+  int64_t o[1];
+  ic.offsets(bad, o);
+  int64_t k = 0;
+  copy_device_to_host(&k, pidx + o[0], sizeof k, device);
+  throw Error(detail::cat(op, ": index ", k, " (at position ", bad, ") is out of range for ", V, " rows (",
+                          table_name, " ", table.meta(), ")"));
+}
+
+// out [n, D] contiguous: out[row, j] = weight[idx[row], j]; indices already checked.
+template <class T>
+__global__ void embedding_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, const T* __restrict__ w,
+                                 int64_t ws0, int64_t ws1, T* __restrict__ out, int64_t n, int64_t D, int64_t V) {
+  const int64_t total = n * D;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = e / D, j = e - row * D;
+    int64_t o[1];
+    ic.offsets(row, o);
+    const int64_t k = idx[o[0]];
+    if (k < 0 || k >= V) continue;  // never taken after check_indices; keeps every load in bounds
+    out[e] = w[k * ws0 + j * ws1];
+  }
+}
+
+// keys[p] = idx[p] * n + p for p < n, INT64_MAX up to npad (Note [Embedding backward on the GPU]).
+__global__ void embedding_keys_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, int64_t n,
+                                      int64_t npad, int64_t* __restrict__ keys) {
+  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < npad; p += int64_t(gridDim.x) * blockDim.x) {
+    if (p < n) {
+      int64_t o[1];
+      ic.offsets(p, o);
+      keys[p] = idx[o[0]] * n + p;
+    } else {
+      keys[p] = INT64_MAX;
+    }
+  }
+}
+
+// Bitonic sort of npad (a power of two) keys, ascending. Step (k, j) compares pair t:
+// i = (t / j) * 2j + t % j and i + j, ascending where (i & k) == 0. Every key is in exactly one
+// pair per step, so the threads of a step never touch the same key.
+__device__ __forceinline__ void bitonic_pair(int64_t* keys, int64_t t, int64_t j, int64_t k, int64_t base) {
+  const int64_t i = (t / j) * 2 * j + t % j, l = i + j;
+  const int64_t a = keys[i], b = keys[l];
+  const bool up = ((base + i) & k) == 0;  // direction from the global index
+  if (up ? a > b : a < b) {
+    keys[i] = b;
+    keys[l] = a;
+  }
+}
+
+inline constexpr int64_t kSortTile = 2048;  // keys sorted in shared memory by one block (tile / 2 threads)
+
+// One step (k, j) over the whole array in global memory: npad / 2 pairs.
+__global__ void bitonic_global_step(int64_t* keys, int64_t npad, int64_t j, int64_t k) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < npad / 2; t += int64_t(gridDim.x) * blockDim.x)
+    bitonic_pair(keys, t, j, k, 0);
+}
+
+// Block b holds keys [b * tile, (b + 1) * tile) in shared memory (tile = min(npad, kSortTile),
+// blockDim.x = tile / 2) and runs, for each k in [k_first, k_last] (powers of two), the steps
+// j = min(k, tile) / 2 .. 1: all of them stay inside the tile.
+__global__ void bitonic_tile_steps(int64_t* keys, int64_t tile, int64_t k_first, int64_t k_last) {
+  __shared__ int64_t s[kSortTile];
+  const int64_t base = int64_t(blockIdx.x) * tile;
+  for (int64_t t = threadIdx.x; t < tile; t += blockDim.x) s[t] = keys[base + t];
+  __syncthreads();
+  for (int64_t k = k_first; k <= k_last; k <<= 1) {
+    for (int64_t j = (k < tile ? k : tile) >> 1; j > 0; j >>= 1) {
+      bitonic_pair(s, threadIdx.x, j, k, base);
+      __syncthreads();
+    }
+  }
+  for (int64_t t = threadIdx.x; t < tile; t += blockDim.x) keys[base + t] = s[t];
+}
+
+void bitonic_sort(int64_t* keys, int64_t npad, Stream s) {
+  if (npad < 2) return;
+  const int64_t tile = npad < kSortTile ? npad : kSortTile;
+  const unsigned tiles = unsigned(npad / tile);
+  // k = 2 .. tile: entirely inside tiles.
+  bitonic_tile_steps<<<tiles, unsigned(tile / 2), 0, s>>>(keys, tile, 2, tile);
+  MT_CUDA_CHECK_LAUNCH("bitonic_tile_steps");
+  for (int64_t k = tile * 2; k <= npad; k <<= 1) {
+    for (int64_t j = k >> 1; j >= tile; j >>= 1) {
+      bitonic_global_step<<<grid_for(npad / 2), kBlock, 0, s>>>(keys, npad, j, k);
+      MT_CUDA_CHECK_LAUNCH("bitonic_global_step");
+    }
+    bitonic_tile_steps<<<tiles, unsigned(tile / 2), 0, s>>>(keys, tile, k, k);  // j = tile/2 .. 1
+    MT_CUDA_CHECK_LAUNCH("bitonic_tile_steps");
+  }
+}
+
+// dweight [V, D] contiguous; one thread per (v, j). keys: the n sorted keys. dy row p at
+// dy + offsets(p) + j * dstride.
+template <class T>
+__global__ void embedding_backward_kernel(const int64_t* __restrict__ keys, int64_t n, const T* __restrict__ dy,
+                                          OffsetCalculator<1> dyc, int64_t dstride, T* __restrict__ dw, int64_t V,
+                                          int64_t D) {
+  const int64_t total = V * D;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t v = e / D, j = e - v * D;
+    const int64_t lo_key = v * n;
+    // First key >= v * n.
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (keys[mid] < lo_key) lo = mid + 1;
+      else hi = mid;
+    }
+    double acc = 0.0;
+    for (int64_t q = lo; q < n && keys[q] - lo_key < n; ++q) {  // the run of row v, increasing p
+      int64_t o[1];
+      dyc.offsets(keys[q] - lo_key, o);
+      acc += double(load_value(dy[o[0] + j * dstride]));
+    }
+    dw[e] = store_double<T>(acc);
+  }
+}
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------------------
+
+void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                        Tensor& running_var, bool training, double momentum, double eps, Tensor& y, Tensor& mean,
+                        Tensor& invstd) {
+  DeviceGuard guard(x.device().index);
+  const int64_t C = x.size(1);
+  if (C == 0) return;
+  const Shape ps = pos_shape_of(x);
+  const int64_t n = numel_of(ps);
+  const OffsetCalculator<2> pos = make_offset_calculator<2>(ps, {pos_strides_of(x), pos_strides_of(y)});
+  const char* op = "batch_norm";
+  const ChanVec w = chan_vec(weight, op), b = chan_vec(bias, op);
+  const ChanVec rm = chan_vec(running_mean, op), rv = chan_vec(running_var, op);
+  MT_CHECK(mean.is_contiguous() && invstd.is_contiguous(), "batch_norm: statistics outputs must be contiguous");
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    batch_norm_forward_kernel<T><<<unsigned(C), kBnBlock, 0, stream_of(x)>>>(
+        static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()), x.strides()[1], y.strides()[1], pos, n,
+        w, b, rm, rv, training, momentum, eps, static_cast<A*>(mean.raw_data()), static_cast<A*>(invstd.raw_data()));
+    MT_CUDA_CHECK_LAUNCH("batch_norm_forward_kernel");
+  }, /*allow_f64=*/true);
+}
+
+void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  DeviceGuard guard(x.device().index);
+  const int64_t C = x.size(1);
+  if (C == 0) return;
+  const Shape ps = pos_shape_of(x);
+  const int64_t n = numel_of(ps);
+  const Tensor& dxl = dx.defined() ? dx : dy;  // layout only when dx is not wanted
+  const OffsetCalculator<3> pos =
+      make_offset_calculator<3>(ps, {pos_strides_of(x), pos_strides_of(dy), pos_strides_of(dxl)});
+  const char* op = "batch_norm backward";
+  const ChanVec w = chan_vec(weight, op), dwv = chan_vec(dweight, op), dbv = chan_vec(dbias, op);
+  const bool sums = training || dweight.defined() || dbias.defined();
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    T* pdx = dx.defined() ? static_cast<T*>(dx.raw_data()) : nullptr;
+    batch_norm_backward_kernel<T><<<unsigned(C), kBnBlock, 0, stream_of(x)>>>(
+        static_cast<const T*>(dy.raw_data()), static_cast<const T*>(x.raw_data()), pdx, x.strides()[1],
+        dy.strides()[1], dxl.strides()[1], pos, n, w, static_cast<const A*>(mean.raw_data()), mean.strides()[0],
+        static_cast<const A*>(invstd.raw_data()), invstd.strides()[0], training, sums, dwv, dbv);
+    MT_CUDA_CHECK_LAUNCH("batch_norm_backward_kernel");
+  }, /*allow_f64=*/true);
+}
+
+void embedding(const Tensor& indices, const Tensor& weight, Tensor& out) {
+  DeviceGuard guard(weight.device().index);
+  const int64_t V = weight.size(0), D = weight.size(1), n = indices.numel();
+  const OffsetCalculator<1> ic = make_offset_calculator<1>(indices.shape(), {indices.strides()});
+  check_indices(indices, ic, V, "embedding", "weight", weight);
+  if (n == 0 || D == 0) return;
+  MT_CHECK(out.is_contiguous(), "embedding: output must be contiguous, got ", out.meta());
+  dispatch_floating(weight.dtype(), "embedding", [&](auto tag) {
+    using T = decltype(tag);
+    embedding_kernel<T><<<grid_for(n * D), kBlock, 0, stream_of(weight)>>>(
+        static_cast<const int64_t*>(indices.raw_data()), ic, static_cast<const T*>(weight.raw_data()),
+        weight.strides()[0], weight.strides()[1], static_cast<T*>(out.raw_data()), n, D, V);
+    MT_CUDA_CHECK_LAUNCH("embedding_kernel");
+  }, /*allow_f64=*/true);
+}
+
+void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight) {
+  DeviceGuard guard(dy.device().index);
+  const int64_t V = dweight.size(0), D = dweight.size(1), n = indices.numel();
+  const OffsetCalculator<1> ic = make_offset_calculator<1>(indices.shape(), {indices.strides()});
+  check_indices(indices, ic, V, "embedding backward", "dweight", dweight);
+  if (V == 0 || D == 0) return;
+  MT_CHECK(dweight.is_contiguous(), "embedding backward: dweight must be contiguous, got ", dweight.meta());
+  MT_CHECK(n == 0 || V <= INT64_MAX / n, "embedding backward: ", V, " rows x ", n,
+           " indices overflow the 64-bit sort keys");
+  const Stream s = stream_of(dy);
+  // Sorted keys (Note [Embedding backward on the GPU]); npad: n rounded up to a power of two.
+  int64_t npad = 1;
+  while (npad < n) npad <<= 1;
+  Tensor keys = empty({npad}, DType::i64, dy.device());
+  int64_t* pk = keys.data<int64_t>();
+  if (n > 0) {
+    embedding_keys_kernel<<<grid_for(npad), kBlock, 0, s>>>(static_cast<const int64_t*>(indices.raw_data()), ic, n,
+                                                            npad, pk);
+    MT_CUDA_CHECK_LAUNCH("embedding_keys_kernel");
+    bitonic_sort(pk, npad, s);
+  }
+  // dy viewed as [n, D]: its leading dims follow indices' shape.
+  const Shape& dys = dy.strides();
+  const Shape lead(dys.begin(), dys.end() - 1);
+  const OffsetCalculator<1> dyc = make_offset_calculator<1>(indices.shape(), {lead});
+  dispatch_floating(dy.dtype(), "embedding backward", [&](auto tag) {
+    using T = decltype(tag);
+    embedding_backward_kernel<T><<<grid_for(V * D), kBlock, 0, s>>>(pk, n, static_cast<const T*>(dy.raw_data()),
+                                                                     dyc, dys.back(),
+                                                                     static_cast<T*>(dweight.raw_data()), V, D);
+    MT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
+  }, /*allow_f64=*/true);
+}
+
+}  // namespace mixtape::cuda

@@ -1,0 +1,256 @@
+// 2-D max and average pooling on the GPU, forward and backward side by side. Each launcher
+// mirrors the CPU kernel of the same name in tensor/cpu/pool.cpp: the same clipped windows, the
+// same visiting order, the same accumulation type (compute_t<T>) and one rounding per output, so
+// every result is bit-identical to the CPU's.
+//
+// Layouts: x and dy have any strides; out, indices and dx are contiguous (allocated by the
+// front-ends in tensor/ops/pool.cpp, which also make indices contiguous). Window of output row
+// o: input rows [o * s - p, o * s - p + k) clipped to [0, H) (never empty: the front-end keeps
+// 2p <= k and k <= H + 2p). avg_pool2d counts padded zeros (count_include_pad): it always divides
+// by kh * kw.
+//
+// Note [Max pool backward on the GPU]
+// The CPU adds each output's gradient into the input its index names, outputs in row-major
+// order, in the compute type, then rounds. The launcher is not told the window geometry (only
+// dy, indices and dx), so it cannot gather from windows. Instead one block takes one (n, c)
+// plane and keeps a tile of the plane's input gradients in shared memory; the plane's
+// (index, dy) pairs stream through shared memory in row-major order, and each thread adds only
+// the pairs whose input it owns (input position % block == thread). Every input therefore sums
+// its contributions alone, in row-major output order: deterministic, no atomics, and bit-identical
+// to the CPU. Indices outside [0, H*W) (the CPU would write out of bounds) are ignored.
+#include <cmath>
+
+#include "cuda/backend.h"
+#include "cuda/common.cuh"
+
+namespace mixtape::cuda {
+
+namespace {
+
+// Input rows [lo, hi) covered by output row o (the window clipped to the input).
+__device__ __forceinline__ void window_span(int64_t o, int64_t k, int64_t s, int64_t p, int64_t n, int64_t& lo,
+                                            int64_t& hi) {
+  const int64_t start = o * s - p;
+  lo = start > 0 ? start : 0;
+  hi = start + k < n ? start + k : n;
+}
+
+// Geometry shared by the kernels.
+struct PoolGeom {
+  int64_t N, C, H, W, OH, OW;
+  int64_t kh, kw, sh, sw, ph, pw;
+};
+
+// One thread per output (n, c, oh, ow), row-major = the contiguous out / indices position.
+template <class T>
+__global__ void max_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t xs1, int64_t xs2, int64_t xs3,
+                                  PoolGeom g, T* __restrict__ out, int64_t* __restrict__ indices) {
+  using Cc = compute_t<T>;
+  const int64_t total = g.N * g.C * g.OH * g.OW;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ow = e % g.OW, oh = (e / g.OW) % g.OH, c = (e / (g.OW * g.OH)) % g.C, n = e / (g.OW * g.OH * g.C);
+    const T* plane = x + n * xs0 + c * xs1;
+    int64_t h_lo, h_hi, w_lo, w_hi;
+    window_span(oh, g.kh, g.sh, g.ph, g.H, h_lo, h_hi);
+    window_span(ow, g.kw, g.sw, g.pw, g.W, w_lo, w_hi);
+    // As the CPU: padding is -inf and never wins, strict > keeps the first maximum, and when the
+    // window holds a NaN the first NaN (row-major) wins.
+    Cc best = Cc(-INFINITY);
+    int64_t arg = h_lo * g.W + w_lo;
+    bool nan = false;
+    for (int64_t h = h_lo; h < h_hi; ++h)
+      for (int64_t w = w_lo; w < w_hi; ++w) {
+        const Cc v = load_value(plane[h * xs2 + w * xs3]);
+        if (v > best) {
+          best = v;
+          arg = h * g.W + w;
+        }
+        nan |= v != v;
+      }
+    if (nan) {
+      bool found = false;
+      for (int64_t h = h_lo; h < h_hi && !found; ++h)
+        for (int64_t w = w_lo; w < w_hi; ++w) {
+          const Cc v = load_value(plane[h * xs2 + w * xs3]);
+          if (v != v) {
+            best = v;
+            arg = h * g.W + w;
+            found = true;
+            break;
+          }
+        }
+    }
+    out[e] = store_value<T>(best);
+    indices[e] = arg;
+  }
+}
+
+inline constexpr int kPlaneBlock = 256;   // threads per plane block (ownership: position % kPlaneBlock)
+inline constexpr int64_t kPlaneTile = 4096;  // input gradients per shared-memory tile
+
+// One block per (n, c) plane = blockIdx.x, blockDim.x == kPlaneBlock (Note [Max pool backward
+// on the GPU]). dy plane at dy + n * ds0 + c * ds1; indices and dx contiguous.
+template <class T>
+__global__ void max_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0, int64_t ds1, int64_t ds2,
+                                           int64_t ds3, const int64_t* __restrict__ indices, T* __restrict__ dx,
+                                           int64_t C, int64_t HW, int64_t OH, int64_t OW) {
+  using Cc = compute_t<T>;
+  __shared__ Cc acc[kPlaneTile];
+  __shared__ int64_t s_idx[kPlaneBlock];
+  __shared__ Cc s_val[kPlaneBlock];
+  const int64_t plane = blockIdx.x, n = plane / C, c = plane % C;
+  const int tid = int(threadIdx.x);
+  const T* g = dy + n * ds0 + c * ds1;
+  const int64_t* pi = indices + plane * OH * OW;
+  T* d = dx + plane * HW;
+  const int64_t outs = OH * OW;
+  for (int64_t tile_base = 0; tile_base < HW; tile_base += kPlaneTile) {
+    const int64_t tile_len = HW - tile_base < kPlaneTile ? HW - tile_base : kPlaneTile;
+    for (int64_t t = tid; t < tile_len; t += kPlaneBlock) acc[t] = Cc(0);  // owner tid writes acc[t]
+    for (int64_t chunk = 0; chunk < outs; chunk += kPlaneBlock) {
+      const int64_t q = chunk + tid;
+      __syncthreads();  // the previous chunk's pairs have been read by every thread
+      if (q < outs) {
+        const int64_t oh = q / OW, ow = q - oh * OW;
+        s_idx[tid] = pi[q];
+        s_val[tid] = load_value(g[oh * ds2 + ow * ds3]);
+      }
+      __syncthreads();
+      const int cnt = int(outs - chunk < kPlaneBlock ? outs - chunk : kPlaneBlock);
+      for (int r = 0; r < cnt; ++r) {  // row-major order of the outputs
+        const int64_t rel = s_idx[r] - tile_base;
+        if (rel >= 0 && rel < tile_len && int(rel % kPlaneBlock) == tid) acc[rel] += s_val[r];
+      }
+    }
+    for (int64_t t = tid; t < tile_len; t += kPlaneBlock) d[tile_base + t] = store_value<T>(acc[t]);
+  }
+}
+
+// One thread per output, as the CPU: the clipped window summed row-major, divided by kh * kw.
+template <class T>
+__global__ void avg_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t xs1, int64_t xs2, int64_t xs3,
+                                  PoolGeom g, T* __restrict__ out) {
+  using Cc = compute_t<T>;
+  const Cc divisor = Cc(g.kh * g.kw);  // count_include_pad: padded zeros count
+  const int64_t total = g.N * g.C * g.OH * g.OW;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ow = e % g.OW, oh = (e / g.OW) % g.OH, c = (e / (g.OW * g.OH)) % g.C, n = e / (g.OW * g.OH * g.C);
+    const T* plane = x + n * xs0 + c * xs1;
+    int64_t h_lo, h_hi, w_lo, w_hi;
+    window_span(oh, g.kh, g.sh, g.ph, g.H, h_lo, h_hi);
+    window_span(ow, g.kw, g.sw, g.pw, g.W, w_lo, w_hi);
+    Cc s = 0;
+    for (int64_t h = h_lo; h < h_hi; ++h)
+      for (int64_t w = w_lo; w < w_hi; ++w) s += load_value(plane[h * xs2 + w * xs3]);
+    out[e] = store_value<T>(s / divisor);
+  }
+}
+
+// Output rows whose window contains input row h: [lo, hi] (empty when lo > hi). Window of o:
+// [o*s - p, o*s - p + k), so o*s <= h + p and o*s > h + p - k.
+__device__ __forceinline__ void outputs_covering(int64_t h, int64_t k, int64_t s, int64_t p, int64_t out_n,
+                                                 int64_t& lo, int64_t& hi) {
+  const int64_t a = h + p - k;  // o*s > a
+  lo = a < 0 ? 0 : a / s + 1;
+  hi = (h + p) / s;  // h + p >= 0
+  if (hi > out_n - 1) hi = out_n - 1;
+}
+
+// One thread per input (n, c, h, w), row-major = the contiguous dx position: gathers the
+// gradients of the windows that cover it in row-major output order, which is the order in
+// which the CPU's scatter adds them, so the sum is bit-identical.
+template <class T>
+__global__ void avg_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0, int64_t ds1, int64_t ds2,
+                                           int64_t ds3, PoolGeom g, T* __restrict__ dx) {
+  using Cc = compute_t<T>;
+  const Cc divisor = Cc(g.kh * g.kw);
+  const int64_t total = g.N * g.C * g.H * g.W;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t w = e % g.W, h = (e / g.W) % g.H, c = (e / (g.W * g.H)) % g.C, n = e / (g.W * g.H * g.C);
+    const T* gp = dy + n * ds0 + c * ds1;
+    int64_t oh_lo, oh_hi, ow_lo, ow_hi;
+    outputs_covering(h, g.kh, g.sh, g.ph, g.OH, oh_lo, oh_hi);
+    outputs_covering(w, g.kw, g.sw, g.pw, g.OW, ow_lo, ow_hi);
+    Cc acc = Cc(0);
+    for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
+      for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) acc += Cc(load_value(gp[oh * ds2 + ow * ds3])) / divisor;
+    dx[e] = store_value<T>(acc);
+  }
+}
+
+PoolGeom geom(const Tensor& x, const Tensor& out, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+              int64_t pw) {
+  return PoolGeom{x.size(0), x.size(1), x.size(2), x.size(3), out.size(2), out.size(3), kh, kw, sh, sw, ph, pw};
+}
+
+}  // namespace
+
+void max_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
+                int64_t pad_h, int64_t pad_w, Tensor& out, Tensor& indices) {
+  DeviceGuard guard(x.device().index);
+  MT_CHECK(out.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64,
+           "max_pool2d: outputs must be contiguous with i64 indices");
+  const PoolGeom g = geom(x, out, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  const Shape& xs = x.strides();
+  dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    max_pool2d_kernel<T><<<grid_for(total), kBlock, 0, stream_of(x)>>>(
+        static_cast<const T*>(x.raw_data()), xs[0], xs[1], xs[2], xs[3], g, static_cast<T*>(out.raw_data()),
+        indices.data<int64_t>());
+    MT_CUDA_CHECK_LAUNCH("max_pool2d_kernel");
+  }, /*allow_f64=*/true);
+}
+
+void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx) {
+  DeviceGuard guard(dy.device().index);
+  MT_CHECK(dx.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64,
+           "max_pool2d backward: dx and indices must be contiguous, indices i64");
+  const int64_t N = dx.size(0), C = dx.size(1), HW = dx.size(2) * dx.size(3), OH = dy.size(2), OW = dy.size(3);
+  const int64_t planes = N * C;
+  if (planes == 0 || HW == 0) return;
+  MT_CHECK(planes <= 2147483647LL, "max_pool2d backward: ", planes, " planes exceed the grid");
+  const Shape& ds = dy.strides();
+  dispatch_floating(dx.dtype(), "max_pool2d backward", [&](auto tag) {
+    using T = decltype(tag);
+    max_pool2d_backward_kernel<T><<<unsigned(planes), kPlaneBlock, 0, stream_of(dy)>>>(
+        static_cast<const T*>(dy.raw_data()), ds[0], ds[1], ds[2], ds[3], indices.data<int64_t>(),
+        static_cast<T*>(dx.raw_data()), C, HW, OH, OW);
+    MT_CUDA_CHECK_LAUNCH("max_pool2d_backward_kernel");
+  }, /*allow_f64=*/true);
+}
+
+void avg_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
+                int64_t pad_h, int64_t pad_w, Tensor& out) {
+  DeviceGuard guard(x.device().index);
+  MT_CHECK(out.is_contiguous(), "avg_pool2d: output must be contiguous");
+  const PoolGeom g = geom(x, out, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  const Shape& xs = x.strides();
+  dispatch_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    avg_pool2d_kernel<T><<<grid_for(total), kBlock, 0, stream_of(x)>>>(
+        static_cast<const T*>(x.raw_data()), xs[0], xs[1], xs[2], xs[3], g, static_cast<T*>(out.raw_data()));
+    MT_CUDA_CHECK_LAUNCH("avg_pool2d_kernel");
+  }, /*allow_f64=*/true);
+}
+
+void avg_pool2d_backward(const Tensor& dy, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
+                         int64_t pad_h, int64_t pad_w, Tensor& dx) {
+  DeviceGuard guard(dy.device().index);
+  MT_CHECK(dx.is_contiguous(), "avg_pool2d backward: dx must be contiguous");
+  const PoolGeom g = geom(dx, dy, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);
+  const int64_t total = dx.numel();
+  if (total == 0) return;
+  const Shape& ds = dy.strides();
+  dispatch_floating(dx.dtype(), "avg_pool2d backward", [&](auto tag) {
+    using T = decltype(tag);
+    avg_pool2d_backward_kernel<T><<<grid_for(total), kBlock, 0, stream_of(dy)>>>(
+        static_cast<const T*>(dy.raw_data()), ds[0], ds[1], ds[2], ds[3], g, static_cast<T*>(dx.raw_data()));
+    MT_CUDA_CHECK_LAUNCH("avg_pool2d_backward_kernel");
+  }, /*allow_f64=*/true);
+}
+
+}  // namespace mixtape::cuda

@@ -1,0 +1,74 @@
+// The LSTM cell on the GPU against the CPU kernels (tensor/cpu/lstm.cpp), forward and backward.
+//
+// Tolerance (Note [LSTM cell numerics on the GPU] in cuda/lstm.cu): the arithmetic is the CPU's,
+// operation for operation; only exp inside sigmoid (glibc expf on the CPU, a correctly rounded
+// double exp here) and the double exp inside tanh can differ, by at most an ulp of fp32 in the
+// activation. Through the cell's few products that is a handful of fp32 ulps, so f32 allows
+// 8 ulps plus 1e-6 absolute (terms of size ~1 cancel in dc + dh * ...), 16-bit outputs allow
+// one flipped rounding (2 ulps of the format), f64 allows 64 ulps of double. Beyond the
+// tolerance, at least 95% of the f32 and 16-bit elements must be bit-identical: a kernel that
+// computed, say, an FMA where the CPU rounds twice would fail that.
+#include "tests/cuda/cuda_test.h"
+
+#include "mixtape.h"
+#include "tests/cuda/host_layout.h"
+
+using namespace mixtape;
+using namespace mixtape::cuda_test;
+
+namespace {
+
+void require_lstm_close(const Tensor& got, const Tensor& want, const std::string& what) {
+  const DType dt = want.dtype();
+  const double ulps = dt == DType::f32 ? 8.0 : dt == DType::f64 ? 64.0 : 2.0;
+  const double atol = dt == DType::f64 ? 1e-14 : 1e-6;
+  require_close(got, want, what, ulps, atol);
+  if (dt == DType::f64) return;  // CUDA's double exp/tanh are within 1 ulp, not correctly rounded
+  const double same = fraction_identical(got, want);
+  INFO(what << ": " << same * 100.0 << "% bit-identical");
+  CHECK(same >= 0.95);
+}
+
+}  // namespace
+
+TEST_CASE("cuda lstm_cell forward and backward match the CPU", "[cuda]") {
+  MT_REQUIRE_GPU();
+  uint64_t seed = 40;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64})
+    for (const auto& [B, H] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 7}, {33, 17}, {5, 257}, {64, 128}})
+      for (bool strided : {false, true}) {
+        ++seed;
+        const std::string what = std::string(dtype_name(dt)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
+                                 " " + layout_name(strided);
+        // Pre-activations over [-6, 6]: saturated and linear regions of sigmoid and tanh.
+        const Tensor gates = random({B, 4 * H}, dt, seed, -6.0, 6.0);
+        const Tensor c_prev = random({B, H}, dt, seed + 1, -3.0, 3.0);
+        const Tensor dc = random({B, H}, dt, seed + 2), dh = random({B, H}, dt, seed + 3);
+
+        const LstmCellResult<Tensor> want = lstm_cell(gates, c_prev);
+        const LstmCellResult<Tensor> got = lstm_cell(gpu_input(gates, strided), gpu_input(c_prev, strided));
+        require_lstm_close(got.c, want.c, what + ": c");
+        require_lstm_close(got.h, want.h, what + ": h");
+
+        const LstmCellGrads gw = lstm_cell_backward(gates, c_prev, dc, dh);
+        const LstmCellGrads gg = lstm_cell_backward(gpu_input(gates, strided), gpu_input(c_prev, strided),
+                                                    gpu_input(dc, strided), gpu_input(dh, strided));
+        require_lstm_close(gg.d_gates, gw.d_gates, what + ": d_gates");
+        require_lstm_close(gg.d_c_prev, gw.d_c_prev, what + ": d_c_prev");
+      }
+}
+
+TEST_CASE("cuda lstm_cell reads the gate chunks of a wider matrix", "[cuda]") {
+  MT_REQUIRE_GPU();
+  // gates as a column slice of a [B, 4H + 3] matrix (row stride 4H + 3), as a fused projection
+  // with extra columns would hand it over.
+  const int64_t B = 9, H = 13;
+  const Tensor wide = random({B, 4 * H + 3}, DType::f32, 77, -4.0, 4.0);
+  const Tensor c_prev = random({B, H}, DType::f32, 78);
+  const Tensor gates_cpu = wide.narrow(1, 2, 4 * H);
+  const Tensor gates_gpu = on_gpu(wide).narrow(1, 2, 4 * H);
+  const LstmCellResult<Tensor> want = lstm_cell(gates_cpu, c_prev);
+  const LstmCellResult<Tensor> got = lstm_cell(gates_gpu, on_gpu(c_prev));
+  require_lstm_close(got.c, want.c, "narrowed gates: c");
+  require_lstm_close(got.h, want.h, "narrowed gates: h");
+}

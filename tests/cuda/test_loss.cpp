@@ -44,30 +44,6 @@ void check_close(const Tensor& got, const Tensor& want, const std::string& what,
   require_close(got, want, what, rel_ulps, atol + tiny(got.dtype()));
 }
 
-// cuda_test::strided_copy's layout (even positions of a buffer twice as wide, last two dims
-// swapped in memory) built on the CPU and moved to the GPU as one contiguous buffer: only views
-// are taken on the GPU, so these tests need no other CUDA kernel (fill, copy) to make inputs.
-Tensor strided_on_gpu(const Tensor& t) {
-  if (t.dim() == 0) return on_gpu(t);
-  Shape buf_shape = t.shape();
-  if (t.dim() >= 2) std::swap(buf_shape[buf_shape.size() - 1], buf_shape[buf_shape.size() - 2]);
-  buf_shape.back() *= 2;
-  auto view_of = [&](const Tensor& buf) {
-    const Tensor v = buf.slice(-1, 0, buf_shape.back(), 2);
-    return t.dim() >= 2 ? v.transpose(-1, -2) : v;
-  };
-  const Tensor buf = zeros(buf_shape, t.dtype());
-  Tensor v = view_of(buf);
-  v.copy_(t);
-  const Tensor g = view_of(on_gpu(buf));
-  if (t.numel() > 1) REQUIRE_FALSE(g.is_contiguous());
-  return g;
-}
-
-std::vector<std::pair<const char*, Tensor>> layouts(const Tensor& x) {
-  return {{"contiguous", on_gpu(x)}, {"strided", strided_on_gpu(x)}};
-}
-
 // GPU copy of t in the same layout family as `layout`.
 Tensor like_layout(const Tensor& t, const char* layout) {
   return std::string(layout) == "strided" ? strided_on_gpu(t) : on_gpu(t);

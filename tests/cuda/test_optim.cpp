@@ -5,7 +5,7 @@
 #include "tests/cuda/cuda_test.h"
 
 #include "mixtape.h"
-#include "tests/cuda/host_layout.h"
+#include "tests/cuda/cuda_test.h"
 
 using namespace mixtape;
 using namespace mixtape::cuda_test;

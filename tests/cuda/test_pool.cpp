@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "mixtape.h"
-#include "tests/cuda/host_layout.h"
+#include "tests/cuda/cuda_test.h"
 
 using namespace mixtape;
 using namespace mixtape::cuda_test;

@@ -45,31 +45,6 @@ std::string describe(ReduceOp op, const Shape& s, const std::vector<int64_t>& di
          shape_str(dims) + " (" + layout + ")";
 }
 
-// cuda_test::strided_copy's layout (even positions of a buffer twice as wide, last two dims
-// swapped in memory) built on the CPU and moved to the GPU as one contiguous buffer: only views
-// are taken on the GPU, so these tests need no other CUDA kernel (fill, copy) to make inputs.
-Tensor strided_on_gpu(const Tensor& t) {
-  if (t.dim() == 0) return on_gpu(t);
-  Shape buf_shape = t.shape();
-  if (t.dim() >= 2) std::swap(buf_shape[buf_shape.size() - 1], buf_shape[buf_shape.size() - 2]);
-  buf_shape.back() *= 2;
-  auto view_of = [&](const Tensor& buf) {
-    const Tensor v = buf.slice(-1, 0, buf_shape.back(), 2);
-    return t.dim() >= 2 ? v.transpose(-1, -2) : v;
-  };
-  const Tensor buf = zeros(buf_shape, t.dtype());
-  Tensor v = view_of(buf);
-  v.copy_(t);
-  const Tensor g = view_of(on_gpu(buf));
-  if (t.numel() > 1) REQUIRE_FALSE(g.is_contiguous());
-  return g;
-}
-
-// The GPU copies of x to test: contiguous and strided.
-std::vector<std::pair<const char*, Tensor>> layouts(const Tensor& x) {
-  return {{"contiguous", on_gpu(x)}, {"strided", strided_on_gpu(x)}};
-}
-
 // Uniform integers in [-k, k] (as `dtype`, exact in every dtype for small k), on the CPU.
 Tensor small_integers(const Shape& shape, DType dtype, uint64_t seed, int k) {
   std::vector<double> v = random(shape, DType::f64, seed, -k - 0.49, k + 0.49).to_vector();

@@ -1,0 +1,219 @@
+// Copy with cast and fill: the device twins of tensor/cpu/copy.cpp.
+//
+// This is where values become 16 bits on the device: Tensor::to(f16/bf16) of a CUDA tensor and
+// every copy_ into a 16-bit view run copy_cast below, so its conversions are the ones the
+// numerics contract (DESIGN.md section 3) promises bit-identical to the CPU:
+//   f32 / f16 / bf16 -> f16 / bf16   store_value (__float2half_rn / __float2bfloat16_rn), RNE;
+//                                    the host's float_to_half_rn / float_to_bf16_rn match them
+//                                    bit for bit, NaN -> 0x7FFF included (Note [Rounding on the
+//                                    device] in common.cuh).
+//   f64 -> f16 / bf16                __double2half / __double2bfloat16: ONE rounding from double
+//                                    (cvt.rn.f16.f64; cvt.rn.bf16.f64 on sm_90, before that the
+//                                    header's round-to-odd emulation), like the CPU's
+//                                    round_to_*_f64 (Note [Rounding f64 and i64 to 16 bits]).
+//                                    Never through float: that would round twice.
+//   i64 -> f16 / bf16                __ll2half_rn / __ll2bfloat16_rn: one rounding (cvt.rn.*.s64,
+//                                    or round-to-odd before sm_90), like round_to_*_i64.
+//   -> f16 / bf16, Rounding::stochastic
+//                                    store_stochastic = the host's float_to_*_sr compiled for the
+//                                    device, fed word 0 of Philox block (seed, offset + i), i the
+//                                    row-major index in dst: the CPU's exact draw.
+// Widening is exact; 16-bit NaN payloads are kept like the CPU's half_to_float does (see
+// exact_float). float -> i64 truncates toward zero; NaN and out-of-range values are undefined in
+// C++ (the CPU gives whatever the compiler emits, x86 INT64_MIN) and saturate here.
+#include <cstring>
+#include <type_traits>
+
+#include "cuda/backend.h"
+#include "cuda/common.cuh"
+#include "cuda/elementwise.cuh"
+
+namespace mixtape::cuda {
+
+namespace {
+
+// ---- exact widening, NaN payloads kept -----------------------------------------------------------
+
+// 16-bit -> float exactly, as bits16::half_to_float: cvt.f32.f16 (__half2float) returns the
+// canonical NaN 0x7FFFFFFF for every NaN, while the CPU keeps sign and payload (mant << 13), so
+// NaNs are rebuilt from the bits. bf16 -> float is a shift, payload included.
+__device__ __forceinline__ float exact_float(__half h) {
+  const float f = __half2float(h);
+  if (f == f) return f;
+  const uint32_t b = __half_as_ushort(h);
+  return __uint_as_float(((b & 0x8000u) << 16) | 0x7F800000u | ((b & 0x3FFu) << 13));
+}
+__device__ __forceinline__ float exact_float(__nv_bfloat16 b) { return __bfloat162float(b); }
+__device__ __forceinline__ float exact_float(float f) { return f; }
+
+// float <-> double with NaN sign and payload kept and the quiet bit set, as x86's cvtss2sd /
+// cvtsd2ss (and AArch64's fcvt) do for the CPU kernel's double(f) / float(d); the GPU's cvt
+// returns the canonical NaN. (f64 stays on the CPU today; these keep the kernel complete.)
+__device__ __forceinline__ double widen(float f) {
+  if (f == f) return double(f);
+  const uint32_t b = __float_as_uint(f);
+  return __longlong_as_double(static_cast<long long>((uint64_t(b & 0x80000000u) << 32) | 0x7FF8000000000000ull |
+                                                     (uint64_t(b & 0x7FFFFFu) << 29)));
+}
+__device__ __forceinline__ float narrow(double d) {
+  if (d == d) return __double2float_rn(d);
+  const uint64_t b = uint64_t(__double_as_longlong(d));
+  return __uint_as_float(uint32_t(b >> 32 & 0x80000000u) | 0x7FC00000u | uint32_t((b >> 29) & 0x7FFFFFu));
+}
+
+// ---- one element, Rounding::nearest: cpu convert<D, S> = store<D>(load<S>(v)) ---------------------
+
+template <class T> inline constexpr bool is_16bit_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+template <class D, class S>
+__device__ __forceinline__ D convert(S v) {
+  if constexpr (std::is_same_v<D, S>) {
+    return v;  // bit copy
+  } else if constexpr (std::is_same_v<S, int64_t>) {
+    if constexpr (std::is_same_v<D, float>) return __ll2float_rn(v);
+    else if constexpr (std::is_same_v<D, double>) return __ll2double_rn(v);
+    else if constexpr (std::is_same_v<D, __half>) return __ll2half_rn(v);  // one rounding
+    else return __ll2bfloat16_rn(v);                                       // one rounding
+  } else if constexpr (std::is_same_v<S, double>) {
+    if constexpr (std::is_same_v<D, float>) return narrow(v);
+    else if constexpr (std::is_same_v<D, int64_t>) return __double2ll_rz(v);
+    else if (v != v) return store_value<D>(__int_as_float(0x7FFFFFFF));  // NaN -> 0x7FFF, as the CPU
+    else if constexpr (std::is_same_v<D, __half>) return __double2half(v);  // one rounding
+    else return __double2bfloat16(v);                                       // one rounding
+  } else {  // S is float, __half or __nv_bfloat16: widen exactly to float first
+    const float f = exact_float(v);
+    if constexpr (std::is_same_v<D, float>) return f;
+    else if constexpr (std::is_same_v<D, double>) return widen(f);
+    else if constexpr (std::is_same_v<D, int64_t>) return __float2ll_rz(f);
+    else return store_value<D>(f);  // the one rounding point (Note [Rounding on the device])
+  }
+}
+
+// float(load<S>(v)) of the CPU's stochastic path: the value the random word rounds.
+template <class S>
+__device__ __forceinline__ float to_float_rn(S v) {
+  if constexpr (std::is_same_v<S, int64_t>) return __ll2float_rn(v);
+  else if constexpr (std::is_same_v<S, double>) return __double2float_rn(v);
+  else return exact_float(v);
+}
+
+// dst[o0] = convert(src[o1]); src broadcast to dst's shape.
+template <class D, class S>
+struct CopyNearest {
+  const S* src;
+  D* dst;
+  __device__ void operator()(int64_t, const int64_t (&o)[2]) const { dst[o[0]] = convert<D>(src[o[1]]); }
+};
+
+// dst[o0] = stochastic round of src[o1] with word 0 of Philox block (seed, offset + i), as
+// cpu::copy_cast: philox_words(seed, offset + i)[0] (philox_words is not constexpr, so the block
+// is built from philox4x32_10 with its counter and key layout). D is f16 or bf16. Exact values
+// (same-dtype copies included) never move; NaN becomes 0x7FFF as on the CPU.
+template <class D, class S>
+struct CopyStochastic {
+  const S* src;
+  D* dst;
+  uint64_t seed, offset;
+  __device__ void operator()(int64_t i, const int64_t (&o)[2]) const {
+    const uint64_t index = offset + uint64_t(i);
+    const uint32_t r = philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u},
+                                     {uint32_t(seed), uint32_t(seed >> 32)})[0];
+    dst[o[0]] = store_stochastic<D>(to_float_rn(src[o[1]]), r);
+  }
+};
+
+// Bit pattern writes: fill is a store of one precomputed element.
+template <class U>
+struct FillBits {
+  U* dst;
+  U bits;
+  __device__ void operator()(int64_t, const int64_t (&o)[1]) const { dst[o[0]] = bits; }
+};
+
+// Calls f(T{}) for every dtype, i64 included: float, double, __half, __nv_bfloat16, int64_t.
+template <class F>
+void dispatch_all_types(DType dtype, F&& f) {
+  if (dtype == DType::i64) {
+    f(int64_t{});
+    return;
+  }
+  dispatch_floating(dtype, "copy", f, /*allow_f64=*/true);
+}
+
+// The unsigned integer of a dtype's size, for bit copies.
+template <class F>
+void dispatch_bits(DType dtype, F&& f) {
+  switch (dtype_size(dtype)) {
+    case 2: f(uint16_t{}); return;
+    case 4: f(uint32_t{}); return;
+    case 8: f(uint64_t{}); return;
+    default: throw Error(detail::cat("copy: unexpected element size ", dtype_size(dtype), " of ", dtype_name(dtype)));
+  }
+}
+
+}  // namespace
+
+// dst may be any strided view (copy_ into a slice); src is broadcast to dst's shape (the front-end
+// expands it). Same dtype, both contiguous and the same size: one device-to-device memcpy.
+void copy_cast(const Tensor& src, Tensor& dst, Rounding rounding, uint64_t seed, uint64_t offset) {
+  DeviceGuard guard(dst.device().index);
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  const bool stochastic = rounding == Rounding::stochastic && is_16bit(dst.dtype());
+  if (!stochastic && src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() &&
+      dst.is_contiguous()) {
+    copy_device_to_device(dst.raw_data(), src.raw_data(), size_t(n) * dtype_size(dst.dtype()), dst.device().index);
+    return;
+  }
+  const OffsetCalculator<2> calc = offsets_for<2>(dst.shape(), {&dst, &src});
+  const Stream s = stream_of(dst);
+  if (!stochastic && src.dtype() == dst.dtype()) {  // a strided bit copy: one kernel per element size
+    dispatch_bits(dst.dtype(), [&](auto tag) {
+      using U = decltype(tag);
+      const CopyNearest<U, U> f{static_cast<const U*>(src.raw_data()), static_cast<U*>(dst.raw_data())};
+      launch_elementwise<2>("copy", n, calc, f, s);
+    });
+    return;
+  }
+  dispatch_all_types(dst.dtype(), [&](auto dtag) {
+    using D = decltype(dtag);
+    dispatch_all_types(src.dtype(), [&](auto stag) {
+      using S = decltype(stag);
+      const S* ps = static_cast<const S*>(src.raw_data());
+      D* pd = static_cast<D*>(dst.raw_data());
+      if constexpr (is_16bit_v<D>) {
+        if (stochastic) {
+          const CopyStochastic<D, S> f{ps, pd, seed, offset};
+          launch_elementwise<2>("copy_stochastic", n, calc, f, s);
+          return;
+        }
+      }
+      if constexpr (!std::is_same_v<D, S>) {  // same dtype went through the bit copy above
+        const CopyNearest<D, S> f{ps, pd};
+        launch_elementwise<2>("copy_cast", n, calc, f, s);
+      }
+    });
+  });
+}
+
+// One rounding from double on the host, with the CPU's own store<T> (cpu::fill), then a strided
+// write of that bit pattern.
+void fill(Tensor& out, double value) {
+  DeviceGuard guard(out.device().index);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  uint64_t pattern = 0;
+  dispatch_all(out.dtype(), "fill", [&]<class T>() {
+    const T v = store<T>(value);
+    static_assert(sizeof(T) <= sizeof(pattern));
+    std::memcpy(&pattern, &v, sizeof(T));  // little-endian: the low bytes
+  });
+  const OffsetCalculator<1> calc = offsets_for<1>(out.shape(), {&out});
+  dispatch_bits(out.dtype(), [&](auto tag) {
+    using U = decltype(tag);
+    const FillBits<U> f{static_cast<U*>(out.raw_data()), U(pattern)};
+    launch_elementwise<1>("fill", n, calc, f, stream_of(out));
+  });
+}
+
+}  // namespace mixtape::cuda

@@ -80,9 +80,10 @@ class CharLSTM : public nn::Module {
     Variable logits;  // [B, T, V]
     nn::LSTMState state;
   };
-  // ids i64 [B, T]; the embedding rows come in `dtype` and everything after follows them.
+  // ids i64 [B, T] on any device (copied to the model's); the embedding rows come in `dtype` and
+  // everything after follows them.
   Out forward(const Tensor& ids, const std::optional<nn::LSTMState>& state = std::nullopt, DType dtype = DType::f32) {
-    nn::LSTMOutput o = (*lstm)((*embed)(ids, dtype), state);
+    nn::LSTMOutput o = (*lstm)((*embed)(ids.to(embed->weight.device()), dtype), state);
     return {(*head)(o.output), o.state};
   }
 
@@ -95,7 +96,8 @@ class CharLSTM : public nn::Module {
 // i64 [B, T]; the loss is computed in fp32 (Note [The fp32 allow-list]).
 Variable sequence_loss(const Variable& logits, const Tensor& targets, Reduction reduction = Reduction::mean) {
   const int64_t V = logits.size(2);
-  return cross_entropy(nn::fp32_input(OpId::cross_entropy, reshape(logits, {-1, V})), targets.reshape({-1}), reduction);
+  return cross_entropy(nn::fp32_input(OpId::cross_entropy, reshape(logits, {-1, V})),
+                       targets.to(logits.device()).reshape({-1}), reduction);
 }
 
 // Validation cross-entropy in nats per character over `batches` (carrying the state along each
@@ -216,6 +218,8 @@ int main(int argc, char** argv) {
   flags.add_to(app);
   examples::PrecisionFlags precision;
   precision.add_to(app);
+  examples::DeviceFlag device_flag;
+  device_flag.add_to(app);
   Config c;
   app.add_option("--data", c.data, "text file, or folder of text files (read non-recursively)")->capture_default_str();
   app.add_option("--out-dir", c.out_dir, "folder for the checkpoint char_lstm.safetensors")->capture_default_str();
@@ -269,6 +273,7 @@ int main(int argc, char** argv) {
       flags.batch_size = 32;
       flags.lr = 1e-2;
     }
+    const Device device = device_flag.resolve();
     set_num_threads(flags.threads);
     const std::string prompt = unescape(c.prompt);
     MT_CHECK(!prompt.empty(), "--prompt must not be empty");
@@ -292,6 +297,7 @@ int main(int argc, char** argv) {
     Generator gen(flags.seed);
     CharLSTM model(V, c, gen);
     model.lstm->set_dropout_seed(flags.seed ^ 0x5eedd407ull);
+    model.to(device);  // before the trainer: its masters and optimizer state follow the parameters
     PrecisionTrainer trainer(model,
                              {.kind = c.weight_decay > 0 ? OptimizerKind::adamw : OptimizerKind::adam,
                               .lr = flags.lr, .weight_decay = c.weight_decay},
@@ -317,7 +323,8 @@ int main(int argc, char** argv) {
     std::printf("%s\n%lld parameters; %s lr %g, %s schedule, warm-up %lld, clip %g, dropout %g\n",
                 model.str().c_str(), (long long)model.num_parameters(), opt.name(), flags.lr, c.schedule.c_str(),
                 (long long)warmup, c.clip, c.dropout);
-    std::printf("precision: %s\n", trainer.describe().c_str());
+    std::printf("device: %s\nprecision: %s\n", examples::device_description(device, flags.threads).c_str(),
+                trainer.describe().c_str());
     const int epochs = int((total_steps + c.steps_per_epoch - 1) / c.steps_per_epoch);
     std::printf("%d epochs x %lld steps, batch %d x %lld characters, %d threads%s\n", epochs,
                 (long long)c.steps_per_epoch, flags.batch_size, (long long)c.seq_len, flags.threads,
@@ -353,9 +360,10 @@ int main(int argc, char** argv) {
           Tape tape;
           trainer.begin_step(tape);
           const Variable loss = sequence_loss(model.forward(batch.input, std::nullopt, compute).logits, batch.target);
+          examples::synchronize(device);  // GPU kernels run asynchronously: time each phase to its end
           const auto t_bwd = std::chrono::steady_clock::now();
           trainer.backward(tape, loss);
-          loss_nats = loss.item();
+          loss_nats = loss.item();  // waits for the backward pass
           forward_s += std::chrono::duration<double>(t_bwd - t_fwd).count();
           backward_s += examples::seconds_since(t_bwd);
         }
@@ -364,6 +372,7 @@ int main(int argc, char** argv) {
         const double lr = opt.lr();
         const bool applied = trainer.step();
         if (sched) sched->step();
+        examples::synchronize(device);
         update_s += examples::seconds_since(t_upd);
         metrics.write_telemetry(trainer);
         // A step the scaler skipped (inf/NaN gradients, as fp16 produces while a dynamic scale
@@ -435,7 +444,8 @@ int main(int argc, char** argv) {
                   (unsigned long long)flags.seed, prompt.c_str(), text.c_str());
     }
 
-    nlohmann::json summary = {{"event", "summary"}, {"steps", step}, {"final_train_bpc", last_train_bpc},
+    nlohmann::json summary = {{"event", "summary"}, {"device", device.str()}, {"steps", step},
+                              {"final_train_bpc", last_train_bpc},
                               {"final_val_bpc", last_val_bpc}, {"unigram_bpc", unigram},
                               {"parameters", model.num_parameters()}, {"wall_s", wall}, {"train_s", train_time},
                               {"eval_s", eval_time}, {"steps_per_s", double(step) / std::max(train_time, 1e-9)},

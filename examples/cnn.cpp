@@ -7,6 +7,7 @@
 //   ./cnn --epochs 12 --metrics cnn.jsonl                      # the README's accuracy run
 //   ./cnn --precision fp16 --loss-scale backoff --epochs 2     # the main job: mixed precision
 //   ./cnn --smoke --metrics m.jsonl --out-dir /tmp              # a few steps, for CI
+//   ./cnn --device cpu                                          # default --device auto: cuda:0 if any
 #include <cstdio>
 #include <filesystem>
 
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   flags.add_to(app);
   examples::PrecisionFlags precision;
   precision.add_to(app);
+  examples::DeviceFlag device_flag;
+  device_flag.add_to(app);
   std::string data_dir = data::kFashionMnistDir, out_dir = ".";
   int64_t width = 32, limit = 0, log_every = 50;
   double dropout = 0.3, weight_decay = 1e-4;
@@ -46,7 +49,9 @@ int main(int argc, char** argv) {
       width = 8;
       log_every = 4;
     }
+    const Device device = device_flag.resolve();
     set_num_threads(flags.threads);
+    std::printf("cnn: device %s\n", examples::device_description(device, flags.threads).c_str());
     const auto t_start = std::chrono::steady_clock::now();
     data::LabeledImages train = data::load_fashion_mnist(data_dir, data::MnistSplit::train, {.limit = limit > 0 ? limit : -1});
     data::LabeledImages test = data::load_fashion_mnist(data_dir, data::MnistSplit::test, {.limit = smoke ? 1000 : -1});
@@ -55,7 +60,7 @@ int main(int argc, char** argv) {
 
     examples::CnnConfig config{.width = width, .dropout = dropout, .lr = flags.lr, .weight_decay = weight_decay,
                                .epochs = flags.epochs, .batch_size = flags.batch_size, .seed = flags.seed,
-                               .log_every = log_every, .max_steps = flags.max_steps};
+                               .log_every = log_every, .max_steps = flags.max_steps, .device = device};
     const PrecisionOptions options = precision.options(flags.seed);
     examples::Metrics metrics(flags.metrics);
     examples::CnnRun run = examples::train_cnn(config, options, train, test, metrics);
@@ -74,11 +79,14 @@ int main(int argc, char** argv) {
 
     const double wall = examples::seconds_since(t_start);
     std::printf("%s\n", examples::precision_summary(trainer).c_str());
-    std::printf("final test accuracy %.2f%% after %lld steps; wall %.1f s (training %.1f s, %.1f steps/s); checkpoint %s\n",
-                100.0 * last.accuracy, (long long)step, wall, train_secs, double(step) / train_secs, path.c_str());
+    std::printf("final test accuracy %.2f%% after %lld steps on %s; wall %.1f s (training %.1f s, %.1f steps/s); "
+                "checkpoint %s\n",
+                100.0 * last.accuracy, (long long)step, device.str().c_str(), wall, train_secs,
+                double(step) / train_secs, path.c_str());
     if (run.nonfinite_losses > 0)
       std::printf("%lld training steps had an inf or NaN loss\n", (long long)run.nonfinite_losses);
-    nlohmann::json summary = {{"event", "summary"},       {"final_test_accuracy", last.accuracy},
+    nlohmann::json summary = {{"event", "summary"},       {"device", device.str()},
+                              {"final_test_accuracy", last.accuracy},
                               {"final_test_loss", last.loss}, {"steps", step},
                               {"wall_s", wall},               {"steps_per_s", double(step) / train_secs},
                               {"nonfinite_losses", run.nonfinite_losses}};

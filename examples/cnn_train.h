@@ -7,6 +7,8 @@
 //
 // AdamW with a cosine learning-rate schedule over the whole run, through a PrecisionTrainer
 // (optim/precision.h), so every policy, loss scale and update rounding runs the same loop.
+// The model is built on the CPU (same initial weights on every device), moved to `device`, and
+// then the trainer is built there; each batch is copied to the device as it comes.
 #pragma once
 
 #include <chrono>
@@ -30,6 +32,7 @@ struct CnnConfig {
   int64_t max_steps = 0;   // 0: every epoch
   bool progress = true;    // the progress line on stderr
   bool verbose = true;     // per-epoch lines on stdout
+  mixtape::Device device = mixtape::Device::cpu();
 };
 
 struct CnnEval {
@@ -69,8 +72,8 @@ inline CnnEval evaluate_cnn(mixtape::nn::Sequential& model, const mixtape::Preci
   int64_t correct = 0, n = 0;
   for (data::Batch& b : loader.epoch(0)) {
     const Variable logits = nn::fp32_input(OpId::cross_entropy, model(Variable(trainer.input(b[0]))));
-    loss_sum += cross_entropy(logits, b[1], Reduction::sum).item();
-    // argmax over classes, compared with the labels
+    loss_sum += cross_entropy(logits, trainer.input(b[1]), Reduction::sum).item();
+    // argmax over classes, compared with the labels (on the host: values() copies back)
     const std::vector<float> l = logits.data().values<float>();
     const std::vector<int64_t> y = b[1].values<int64_t>();
     for (int64_t i = 0; i < b.size(); ++i) {
@@ -95,6 +98,7 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
   CnnRun run;
   Generator gen(c.seed);
   run.model = make_cnn(c.width, c.dropout, gen);
+  run.model->to(c.device);  // before the trainer: masters and optimizer state follow the parameters
   run.trainer = std::make_unique<PrecisionTrainer>(
       *run.model, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = c.lr, .weight_decay = c.weight_decay}, precision);
   PrecisionTrainer& trainer = *run.trainer;
@@ -123,7 +127,7 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
       Tape tape;
       trainer.begin_step(tape);
       const Variable logits = model(Variable(trainer.input(b[0])));
-      const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), b[1]);
+      const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), trainer.input(b[1]));
       trainer.backward(tape, loss);
       const float scale = trainer.scale();  // the scale this step's gradients carry
       const double lr = opt.lr();

@@ -11,9 +11,66 @@
 #include <string_view>
 #include <unistd.h>
 
+#include "cuda/runtime.h"
 #include "mixtape.h"
 
 namespace examples {
+
+// --device: where the model, its optimizer state and every batch live (data loading stays on the
+// host; batches are copied over one at a time). "auto" is cuda:0 when mixtape was built with CUDA
+// and a GPU is visible, the CPU otherwise; "cuda" is cuda:0.
+struct DeviceFlag {
+  std::string name = "auto";
+
+  void add_to(CLI::App& app) {
+    app.add_option("--device", name, "auto (cuda:0 when a GPU is visible, else cpu), cpu, cuda or cuda:N")
+        ->check([](const std::string& s) -> std::string {
+          if (s == "auto") return {};
+          try {
+            mixtape::Device::parse(s);
+            return {};
+          } catch (const std::exception& e) {
+            return e.what();
+          }
+        })
+        ->capture_default_str();
+  }
+
+  // The device asked for; throws a mixtape::Error that says why when it cannot be used (the
+  // programs print it and exit with status 1).
+  mixtape::Device resolve() const {
+    using mixtape::Device;
+    namespace cuda = mixtape::cuda;
+    if (name == "auto") return cuda::is_available() ? Device::cuda(0) : Device::cpu();
+    const Device d = Device::parse(name);
+    if (d.is_cpu()) return d;
+    MT_CHECK(cuda::built_with_cuda(), "--device ", name, ": this mixtape was built without CUDA (nvcc was not found "
+             "at configure time; reconfigure with -DMIXTAPE_CUDA=ON on a machine with the CUDA toolkit), so only "
+             "--device cpu works");
+    const int n = cuda::device_count();
+    MT_CHECK(n > 0, "--device ", name, ": no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
+             "hides them; nvidia-smi lists what the driver sees); use --device cpu");
+    MT_CHECK(d.index < n, "--device ", name, ": cuda:", d.index, " does not exist (", n, " CUDA device",
+             n == 1 ? " is" : "s are", " visible: cuda:0", n > 1 ? mixtape::detail::cat("..cuda:", n - 1) : "", ")");
+    return d;
+  }
+};
+
+// "cpu (2 threads)" or "cuda:0 (NVIDIA H100 80GB HBM3, compute capability 9.0, 132 SMs, 79.1 GiB)".
+inline std::string device_description(mixtape::Device d, int threads) {
+  if (d.is_cpu()) return mixtape::detail::cat("cpu (", threads, " threads)");
+  const mixtape::cuda::DeviceInfo info = mixtape::cuda::device_info(d.index);
+  char mem[32];
+  std::snprintf(mem, sizeof mem, "%.1f GiB", double(info.global_memory) / double(1ull << 30));
+  return mixtape::detail::cat(d.str(), " (", info.name, ", compute capability ", info.major, ".", info.minor, ", ",
+                              info.multiprocessors, " SMs, ", mem, ")");
+}
+
+// Waits for the work queued on `d` (a no-op on the CPU). Kernels run asynchronously, so a host
+// clock read after a phase measures that phase only after this.
+inline void synchronize(mixtape::Device d) {
+  if (d.is_cuda()) mixtape::cuda::synchronize(d.index);
+}
 
 struct CommonFlags {
   int epochs = 1;

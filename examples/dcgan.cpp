@@ -31,6 +31,11 @@
 //   ./dcgan --images ~/faces --epochs 20 --out-dir runs/faces          # any image folder, 64x64
 //   ./dcgan --precision fp16 --loss-scale backoff --epochs 2           # mixed precision
 //   ./dcgan --smoke --metrics m.jsonl --out-dir /tmp                    # CI: a few dozen steps
+//   ./dcgan --device cpu                    # default --device auto: cuda:0 when a GPU is visible
+//
+// Both networks, their trainers and the labels live on --device; images are loaded and batched on
+// the host and copied over per batch, noise is drawn on the host (the same numbers on every
+// device), and the sample grids are copied back for the PNG writer.
 //
 // Each epoch writes dcgan_epoch_NNN.png, an 8x8 grid of G's images for one fixed batch of 64
 // noise vectors, and the checkpoint dcgan.safetensors (tensors "generator.*", "discriminator.*",
@@ -127,7 +132,7 @@ void write_samples(nn::Sequential& G, const Tensor& fixed_z, bool train_mode, co
   } else {
     G.eval();
   }
-  const Tensor images = G(Variable(fixed_z)).data().to(DType::f32);
+  const Tensor images = G(Variable(fixed_z)).data().to(DType::f32).to(Device::cpu());
   if (train_mode) {
     size_t i = 0;
     for (auto& [name, t] : G.named_buffers()) t.copy_(saved[i++]);
@@ -136,10 +141,13 @@ void write_samples(nn::Sequential& G, const Tensor& fixed_z, bool train_mode, co
   data::write_png_grid(path, images, 8, 8);
 }
 
-// Milliseconds per step spent in each phase, summed over an epoch.
+// Milliseconds per step spent in each phase, summed over an epoch. On a GPU each phase ends with a
+// synchronize, so the time is that of its kernels, not of queueing them.
 struct PhaseTimes {
   double g_fwd = 0, d_fwd = 0, d_bwd = 0, d_opt = 0, dg_fwd = 0, dg_bwd = 0, g_bwd = 0, g_opt = 0, data = 0;
+  Device device = Device::cpu();
   void add(double& slot, Clock::time_point& t) {
+    examples::synchronize(device);
     const auto now = Clock::now();
     slot += std::chrono::duration<double, std::milli>(now - t).count();
     t = now;
@@ -200,6 +208,8 @@ int main(int argc, char** argv) {
   flags.add_to(app);
   examples::PrecisionFlags precision;
   precision.add_to(app);
+  examples::DeviceFlag device_flag;
+  device_flag.add_to(app);
   std::string data_dir = data::kFashionMnistDir, images_dir, out_dir = ".", sample_mode = "eval";
   int64_t image_size = 0, nz = 100, ngf = 32, ndf = 32, limit = 0, log_every = 50, sample_every = 0;
   double beta1 = 0.5;
@@ -243,6 +253,7 @@ int main(int argc, char** argv) {
              image_size, "; use --images DIR for other sizes");
     MT_CHECK((ngf << (num_stages(image_size) - 1)) <= 8192 && (ndf << (num_stages(image_size) - 1)) <= 8192,
              "--ngf/--ndf too large for --image-size ", image_size);
+    const Device device = device_flag.resolve();
     set_num_threads(flags.threads);
     std::filesystem::create_directories(out_dir);
     const auto t_start = Clock::now();
@@ -266,12 +277,16 @@ int main(int argc, char** argv) {
     auto D = make_discriminator(ndf, nc, image_size);
     nn::init::dcgan_init(*G, init_gen);
     nn::init::dcgan_init(*D, init_gen);
+    G->to(device);  // before the trainers: masters and optimizer state follow the parameters
+    D->to(device);
     std::printf("generator %s\n%lld parameters\ndiscriminator %s\n%lld parameters\n", G->str().c_str(),
                 (long long)G->num_parameters(), D->str().c_str(), (long long)D->num_parameters());
     const OptimizerSpec adam{.kind = OptimizerKind::adam, .lr = flags.lr, .beta1 = beta1};
     PrecisionTrainer g_trainer(*G, adam, precision.options(flags.seed));
     PrecisionTrainer d_trainer(*D, adam, precision.options(flags.seed + 1));
-    std::printf("precision: G %s\n           D %s\n", g_trainer.describe().c_str(), d_trainer.describe().c_str());
+    std::printf("device: %s\nprecision: G %s\n           D %s\n",
+                examples::device_description(device, flags.threads).c_str(), g_trainer.describe().c_str(),
+                d_trainer.describe().c_str());
     const std::vector<Variable> d_params = D->parameters();
 
     // 64 noise vectors from a constant seed: the same z for every grid of a run, and across runs.
@@ -283,7 +298,7 @@ int main(int argc, char** argv) {
     data::DataLoader loader(data::TensorDataset({images}),
                             {.batch_size = B, .shuffle = true, .drop_last = true, .seed = flags.seed});
     const int64_t steps_per_epoch = loader.batches_per_epoch();
-    const Tensor real_labels = ones({B, 1}), fake_labels = zeros({B, 1});
+    const Tensor real_labels = ones({B, 1}, DType::f32, device), fake_labels = zeros({B, 1}, DType::f32, device);
 
     examples::Metrics metrics(flags.metrics);
     examples::Progress progress(flags.epochs, steps_per_epoch);
@@ -299,6 +314,7 @@ int main(int argc, char** argv) {
       double sum_d = 0, sum_g = 0, sum_real = 0, sum_fake = 0;
       int64_t in_epoch = 0, scored = 0;  // steps, and those with finite losses (the averages')
       PhaseTimes times;
+      times.device = device;
       auto t = Clock::now();
       for (data::Batch& b : loader.epoch(epoch)) {
         times.add(times.data, t);
@@ -441,6 +457,7 @@ int main(int argc, char** argv) {
     std::printf("generator: %s\ndiscriminator: %s\n", examples::precision_summary(g_trainer).c_str(),
                 examples::precision_summary(d_trainer).c_str());
     nlohmann::json summary = {{"event", "summary"},
+                              {"device", device.str()},
                               {"precision", nn::precision_name(g_trainer.precision())},
                               {"steps", step},
                               {"final_loss_d", last_d},

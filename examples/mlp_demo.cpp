@@ -11,6 +11,7 @@
 //   ./mlp_demo --precision fp16 --loss-scale static:1024
 //   ./mlp_demo --precision bf16
 //   ./mlp_demo --precision bf16-pure --update-rounding stochastic
+//   ./mlp_demo --device cpu                               # default --device auto: cuda:0 if any
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -53,6 +54,8 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   examples::PrecisionFlags precision;
   precision.add_to(app);
+  examples::DeviceFlag device_flag;
+  device_flag.add_to(app);
   int steps = 300, batch = 64, hidden = 64, log_every = 50;
   double lr = 0.05;
   uint64_t seed = 1;
@@ -74,22 +77,25 @@ int main(int argc, char** argv) {
       steps = 100;
       log_every = 5;
     }
+    const Device device = device_flag.resolve();
     Generator gen(seed);
     const int64_t in = 8, out = 1;
     // Teacher: y = 2 sigmoid(x . a) + 0.5 tanh(x . b), a fixed random function of 8 inputs.
     const Tensor a = normal({in, 1}, 0.0, 0.5, gen), b = normal({in, 1}, 0.0, 0.5, gen);
     auto teacher = [&](const Tensor& x) { return sigmoid(matmul(x, a)) * 2.0 + tanh(matmul(x, b)) * 0.5; };
     Mlp model(in, hidden, out, gen);
+    model.to(device);  // before the trainer: its masters and optimizer state follow the parameters
     PrecisionTrainer trainer(model, {.kind = OptimizerKind::sgd, .lr = lr}, precision.options(seed));
     examples::Metrics metrics(metrics_path);
 
-    std::printf("mlp_demo: %d steps, batch %d, hidden %d\nprecision: %s\n", steps, batch, hidden,
-                trainer.describe().c_str());
+    std::printf("mlp_demo: %d steps, batch %d, hidden %d\ndevice: %s\nprecision: %s\n", steps, batch, hidden,
+                examples::device_description(device, num_threads()).c_str(), trainer.describe().c_str());
     const auto t0 = std::chrono::steady_clock::now();
     double first = 0.0, last = 0.0;
     for (int step = 1; step <= steps; ++step) {
+      // The data is drawn and labelled on the CPU (the same numbers on every device) and copied over.
       const Tensor xb = normal({batch, in}, 0.0, 1.0, gen);
-      const Tensor yb = teacher(xb);
+      const Tensor yb = teacher(xb).to(device);
       Tape tape;
       trainer.begin_step(tape);
       const Variable pred = model.forward(Variable(trainer.input(xb)));
@@ -113,7 +119,7 @@ int main(int argc, char** argv) {
     const double secs = examples::seconds_since(t0);
     std::printf("loss %.5f -> %.5f in %.2f s (%.0f steps/s)\n%s\n", first, last, secs, double(steps) / secs,
                 examples::precision_summary(trainer).c_str());
-    nlohmann::json summary = {{"event", "summary"}, {"steps", steps}, {"first_loss", first}, {"final_loss", last},
+    nlohmann::json summary = {{"event", "summary"}, {"device", device.str()}, {"steps", steps}, {"first_loss", first}, {"final_loss", last},
                               {"wall_s", secs}, {"steps_per_s", double(steps) / secs}};
     examples::add_precision_summary(summary, trainer);
     metrics.write(summary);

@@ -23,6 +23,11 @@
 //   ./precision_lab --out-dir lab                 # the table in docs/mixed-precision.md
 //   ./precision_lab --lr 2e-4 --out-dir lab-small  # updates below bf16 resolution
 //   ./precision_lab --only fp32,bf16-pure-nearest,bf16-pure-sr --epochs 1
+//
+// --device (default auto: cuda:0 when a GPU is visible) runs every configuration there. The
+// backward-underflow column comes from the rounding census, which counts the roundings of the CPU
+// kernels; CUDA kernels round on the device without counting, so on a GPU that column reads "-"
+// (per-gradient underflow is still measured by the telemetry's grad_telemetry, in the metrics).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -104,6 +109,8 @@ int main(int argc, char** argv) {
   flags.epochs = 3;
   flags.lr = 2e-3;
   flags.add_to(app);
+  examples::DeviceFlag device_flag;
+  device_flag.add_to(app);
   std::string data_dir = data::kFashionMnistDir, out_dir = "precision_lab", only, static_scale = "1024";
   int64_t width = 16, limit = 12000, test_limit = 5000, telemetry_every = 25, log_every = 10;
   double weight_decay = 1e-4, dropout = 0.3;
@@ -134,6 +141,7 @@ int main(int argc, char** argv) {
       telemetry_every = 4;
       log_every = 2;
     }
+    const Device device = device_flag.resolve();
     set_num_threads(flags.threads);
     std::vector<LabConfig> configs = lab_configs(static_scale);
     if (!only.empty()) {
@@ -162,6 +170,9 @@ int main(int argc, char** argv) {
                 "(cosine), weight decay %g, seed %llu, %d threads\n",
                 (long long)width, (long long)train.images.size(0), (long long)test.images.size(0), flags.epochs,
                 flags.batch_size, flags.lr, weight_decay, (unsigned long long)flags.seed, flags.threads);
+    std::printf("device: %s\n", examples::device_description(device, flags.threads).c_str());
+    if (device.is_cuda())
+      std::printf("(the backward-underflow column counts CPU roundings only: '-' on %s)\n", device.str().c_str());
 
     std::vector<LabRow> rows;
     for (const LabConfig& lc : configs) {
@@ -173,7 +184,8 @@ int main(int argc, char** argv) {
       const PrecisionOptions options = pf.options(flags.seed);
       examples::CnnConfig cc{.width = width, .dropout = dropout, .lr = flags.lr, .weight_decay = weight_decay,
                              .epochs = flags.epochs, .batch_size = flags.batch_size, .seed = flags.seed,
-                             .log_every = log_every, .max_steps = flags.max_steps, .progress = true, .verbose = false};
+                             .log_every = log_every, .max_steps = flags.max_steps, .progress = true, .verbose = false,
+                             .device = device};
       const std::string metrics_path = (std::filesystem::path(out_dir) / (lc.name + ".jsonl")).string();
       examples::Metrics metrics(metrics_path);
       std::printf("== %s: --precision %s --loss-scale %s%s\n", lc.name.c_str(), lc.precision.c_str(),
@@ -192,7 +204,7 @@ int main(int argc, char** argv) {
       row.rounding = run.trainer->total_rounding();
       std::printf("   test accuracy %.2f%%, %s, %.0f s\n", 100.0 * row.accuracy,
                   examples::precision_summary(*run.trainer).c_str(), row.wall);
-      nlohmann::json summary = {{"event", "summary"},        {"config", lc.name},
+      nlohmann::json summary = {{"event", "summary"},        {"config", lc.name}, {"device", device.str()},
                                 {"final_test_accuracy", row.accuracy}, {"final_test_loss", row.test_loss},
                                 {"final_train_loss", std::isfinite(row.train_loss) ? nlohmann::json(row.train_loss) : nlohmann::json(nullptr)},
                                 {"steps", row.steps},           {"nonfinite_losses", row.nonfinite},
@@ -208,7 +220,7 @@ int main(int argc, char** argv) {
     nlohmann::json j = nlohmann::json::array();
     for (const LabRow& r : rows)
       j.push_back({{"config", r.config.name}, {"precision", r.config.precision}, {"loss_scale", r.config.loss_scale},
-                   {"update_rounding", r.config.rounding}, {"test_accuracy", r.accuracy}, {"test_loss", r.test_loss},
+                   {"update_rounding", r.config.rounding}, {"device", device.str()}, {"test_accuracy", r.accuracy}, {"test_loss", r.test_loss},
                    {"train_loss", std::isfinite(r.train_loss) ? nlohmann::json(r.train_loss) : nlohmann::json(nullptr)},
                    {"steps", r.steps}, {"skipped", r.skipped}, {"nonfinite_losses", r.nonfinite},
                    {"final_scale", r.final_scale}, {"rounded_16bit", r.rounding.rounded},

@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# smoke.sh PYTHON CHECKER EXAMPLE [ARGS...]: runs EXAMPLE's smoke configuration (its --smoke flag
-# picks a few steps on real data) under fp32, then under fp16 (backoff loss scale, telemetry
-# every 4 steps) and bf16-pure (stochastic rounding) with ARGS added (--max-steps N keeps those
-# two short), each with a metrics file, in a temporary folder that is also the working directory
-# (every example writes its outputs to "." by default). Each run must write valid JSON Lines
-# whose training loss falls (scripts/check_metrics.py) and a summary event that reports the
-# loss scaler's skipped steps and final scale; the fp16 run must also write telemetry.
+# smoke.sh PYTHON CHECKER EXAMPLE DEVICE [ARGS...]: runs EXAMPLE's smoke configuration (its
+# --smoke flag picks a few steps on real data) on DEVICE (cpu, cuda, cuda:N) under fp32, then
+# under fp16 (backoff loss scale, telemetry every 4 steps) and bf16-pure (stochastic rounding)
+# with ARGS added (--max-steps N keeps those two short), each with a metrics file, in a temporary
+# folder that is also the working directory (every example writes its outputs to "." by default).
+# Each run must write valid JSON Lines whose training loss falls (scripts/check_metrics.py) and a
+# summary event that reports the device, the loss scaler's skipped steps and final scale; the
+# fp16 run must also write telemetry.
+# For a CUDA device the program named by $MIXTAPE_CUDA_PROBE (examples/cuda_probe.cpp) runs first:
+# without a GPU it prints "SKIPPED: no CUDA device" and this script exits 77, which ctest reports
+# as skipped.
 set -euo pipefail
-python=$1 checker=$2 exe=$3
-shift 3
+python=$1 checker=$2 exe=$3 device=$4
+shift 4
 extra=("$@")
+if [ "$device" != cpu ]; then
+  probe_status=0
+  "${MIXTAPE_CUDA_PROBE:?set MIXTAPE_CUDA_PROBE to the cuda_probe program}" || probe_status=$?
+  if [ "$probe_status" -ne 0 ]; then exit "$probe_status"; fi  # 77: skipped
+fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
@@ -35,13 +44,26 @@ if len(sys.argv) > 3 and not any(e["event"] == sys.argv[3] for e in events):
 PY
 }
 
+# The summary names the device the run asked for ("cuda" is cuda:0).
+check_device() {
+  "$python" - "$1" "$device" <<'PY'
+import json, sys
+path, want = sys.argv[1], sys.argv[2]
+want = "cuda:0" if want == "cuda" else want
+s = [e for e in map(json.loads, open(path, encoding="utf-8")) if e["event"] == "summary"][-1]
+if s.get("device") != want:
+    sys.exit(f"{path}: the summary says device {s.get('device')!r}, expected {want!r}")
+PY
+}
+
 run() {  # run NAME ARGS...: one smoke run with metrics NAME.jsonl, then its checks
   local name=$1
   shift
-  echo "== $(basename "$exe") --smoke $*"
+  echo "== $(basename "$exe") --smoke --device $device $*"
   local t0=$SECONDS
-  "$exe" --smoke --metrics "$dir/$name.jsonl" "$@"
+  "$exe" --smoke --device "$device" --metrics "$dir/$name.jsonl" "$@"
   "$python" "$checker" "$dir/$name.jsonl" --loss-falls
+  check_device "$dir/$name.jsonl"
   echo "== $name: $((SECONDS - t0)) s"
 }
 

@@ -38,7 +38,7 @@ void BatchNormBase::reset_running_stats() {
   init::zeros_(running_mean());
   init::ones_(running_var());
   Tensor n = num_batches_tracked();
-  n.flat_set(0, 0.0);
+  n.copy_(from_vector(std::vector<int64_t>{0}, Shape{}).to(n.device()));
 }
 
 void BatchNormBase::reset_parameters() {
@@ -62,8 +62,15 @@ Variable BatchNormBase::forward(const Variable& x) {
   Variable y = batch_norm(x, param(weight), param(bias), track ? running_mean() : Tensor(),
                           track ? running_var() : Tensor(), batch_stats, options_.momentum, options_.eps);
   if (is_training() && track) {
+    // The counter lives with the module (on its device, like the running statistics); it is
+    // counted on the host: read, add one, write back (a 1-element copy each way on a GPU).
     Tensor n = num_batches_tracked();
-    n.flat_set(0, n.flat_get(0) + 1.0);
+    if (n.device().is_cpu()) {
+      n.flat_set(0, n.flat_get(0) + 1.0);
+    } else {
+      const int64_t count = int64_t(n.item()) + 1;
+      n.copy_(from_vector(std::vector<int64_t>{count}, Shape{}).to(n.device()));
+    }
   }
   return y;
 }

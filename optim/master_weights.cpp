@@ -130,7 +130,7 @@ void MasterWeights::load_state_dict(const TensorDict& d) {
   NoGrad no_grad;
   for (const auto& [i, t] : loaded) {
     Tensor m = masters_[i].data();
-    m.copy_(*t);
+    m.copy_(t->to(m.device()));  // a loaded file is on the CPU; the master may be on a GPU
     Tensor p = params_[i].data();
     p.copy_(m);  // the model holds the rounded master
   }

@@ -136,6 +136,12 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
   // gets its parameters back as they were.
   std::vector<std::pair<Tensor, std::optional<ScaledGrad>>> before;
   for (const Variable& p : model.parameters()) before.emplace_back(p.data(), p.grad());
+  // One device for everything (checked before the policy changes the model).
+  MT_CHECK(!before.empty(), who, ": the model has no parameters");
+  device_ = before.front().first.device();
+  for (const auto& [name, p] : model.named_parameters())
+    MT_CHECK(p.device() == device_, who, ": parameter '", name, "' is on ", p.device(), ", the first parameter on ",
+             device_, "; move the whole model with Module::to(device) first");
   nn::apply_precision(model, options_.precision);
   params_ = model.parameters();
   MT_CHECK(!params_.empty(), who, ": the model has no parameters");
@@ -159,7 +165,8 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
 
 Tensor PrecisionTrainer::input(const Tensor& x) const {
   MT_CHECK(x.defined(), "PrecisionTrainer::input: got an undefined tensor");
-  return is_floating(x.dtype()) && x.dtype() != compute_dtype() ? x.to(compute_dtype()) : x;
+  const Tensor here = x.to(device_);  // no copy when x is already there
+  return is_floating(here.dtype()) && here.dtype() != compute_dtype() ? here.to(compute_dtype()) : here;
 }
 
 void PrecisionTrainer::begin_step(Tape& tape) {

@@ -6,7 +6,7 @@
 //   for (...) {
 //     Tape tape;
 //     trainer.begin_step(tape);                             // scaling rule and telemetry
-//     Variable logits = model(trainer.input(x));             // x cast to the compute dtype
+//     Variable logits = model(trainer.input(x));             // x on the model's device, in the compute dtype
 //     Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), y);
 //     trainer.backward(tape, loss);                         // seeded with the loss scale
 //     bool applied = trainer.step();                        // check, skip or update
@@ -24,6 +24,11 @@
 // The loss scale is one of LossScaleSpec's kinds. "gradient" is Zhao et al.'s per-operator
 // gradient scaling (autograd/zhao.h): a ZhaoScalingRule on every tape begin_step() sees, a loss
 // scale of 1, and the same inf/NaN check and skip as a static scale.
+//
+// Device: the trainer works where the model's parameters are. Move the model first
+// (model.to(Device::cuda(0))), then build the trainer: masters, optimizer state and Kahan buffers
+// are created next to the parameters; input() moves each batch there. All parameters must be on
+// one device.
 //
 // Telemetry (autograd/telemetry.h) is off unless telemetry_every > 0; on a sampled step the
 // tape reports every gradient to it and a RoundingCensus (tensor/dtype.h) counts what the
@@ -102,7 +107,10 @@ class PrecisionTrainer {
   const PrecisionOptions& options() const { return options_; }
   nn::Precision precision() const { return options_.precision; }
   DType compute_dtype() const { return nn::compute_dtype(options_.precision); }
-  // A data tensor in the compute dtype (RNE; no tape node: inputs need no gradient).
+  // The device of the model's parameters (fixed when the trainer is built).
+  Device device() const { return device_; }
+  // A data tensor moved to device() and, when floating, cast to the compute dtype there (RNE; no
+  // tape node: inputs need no gradient). Targets (integer labels) only move.
   Tensor input(const Tensor& x) const;
 
   // Call once per step on the tape that will record it, before the forward pass: attaches the
@@ -159,6 +167,7 @@ class PrecisionTrainer {
 
   PrecisionOptions options_;
   std::vector<Variable> params_;
+  Device device_;
   std::unique_ptr<MasterWeights> masters_;  // fp32 and mixed policies
   std::unique_ptr<Pure16Optimizer> pure_;   // pure policies
   std::unique_ptr<LossScaler> scaler_;

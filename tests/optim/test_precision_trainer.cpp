@@ -629,3 +629,18 @@ TEST_CASE("pure policies refuse Nesterov SGD and Adam with L2 weight decay", "[p
   }
 }
 
+
+TEST_CASE("PrecisionTrainer works on its parameters' device; input() moves data there and casts only floats",
+          "[precision]") {
+  auto model = make_mlp(3);
+  PrecisionOptions o;
+  o.precision = nn::Precision::bf16;
+  PrecisionTrainer tr(*model, {.kind = OptimizerKind::sgd, .lr = 0.1}, o);
+  CHECK(tr.device() == Device::cpu());
+  const Tensor x = tr.input(mlp_data().x);
+  CHECK(x.device() == Device::cpu());
+  CHECK(x.dtype() == DType::bf16);
+  const Tensor y = tr.input(mlp_data().y);  // labels: same tensor, no cast
+  CHECK(y.dtype() == DType::i64);
+  CHECK(y.same_storage(mlp_data().y));
+}

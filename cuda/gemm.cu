@@ -1,0 +1,571 @@
+// The GEMM kernels behind cuda::gemm (cuda/gemm.h): a Tensor Core kernel (WMMA) for f16, bf16
+// and, when opted in, TF32; an exact-fp32 SIMT kernel; a split-K finishing pass. No cuBLAS.
+//
+// Note [GEMM tiles]
+// Each block computes a BM x BN tile of C for one batch entry (and one K range, see split-K),
+// walking K in steps of BK. The A tile (BM x BK) and B tile (BK x BN) are staged through shared
+// memory in the orientation of their global layout: an operand whose contiguous dim is K (A
+// row-major, B column-major) is stored with K innermost, otherwise M (or N) innermost; the WMMA
+// fragments are then loaded as row_major or col_major to match. So every global load is
+// coalesced along the operand's contiguous dim whichever of the four transpose combinations is
+// asked for, and the shared stores are 16-byte vectors. Operands with any other strides take the
+// same path with scalar loads (correct, slower). Every load is bounds-checked against M, N and the
+// K range and zero-filled outside, so ragged edges need no special case: a zero contributes
+// nothing to the sum. Shared rows are padded (16 bytes) against bank conflicts; WMMA needs 32-byte
+// aligned fragment pointers and ldm a multiple of 16 bytes, which the static_asserts check.
+//
+// Pipeline: the tile for step t+1 is read from global memory into registers while step t's tile
+// is multiplied out of shared memory, then written to the other shared buffer; one __syncthreads
+// per step separates the last read of a buffer (step t-1) from its next write (step t).
+//
+// Epilogue: each warp stores one 16x16 accumulator fragment at a time to its own slice of shared
+// memory (reusing the operand buffers after the last barrier) and its 32 lanes write the 256
+// elements: out = act(alpha * acc (+ beta * C) + bias), rounded once with store_value.
+//
+// Note [Split-K]
+// A GEMM with few output tiles but a long K (a conv weight gradient: M = out channels, N = C*KH*KW,
+// K = batch * OH * OW) would run on a handful of SMs. It is split into S contiguous K ranges, each
+// a separate blockIdx.z entry writing fp32 partial sums to a workspace [batch][S][M][N]; a second
+// kernel sums the S partials in a fixed order (deterministic) and applies the epilogue. The output
+// is still rounded once, from fp32.
+#include <mma.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common.cuh"
+#include "cuda/gemm.h"
+
+namespace mixtape::cuda {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+// bf16 and TF32 WMMA need sm_80; f16 WMMA sm_70. The host checks the device before launching;
+// this keeps a build for an older architecture compiling.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr bool kHasSm80Mma = false;
+#else
+constexpr bool kHasSm80Mma = true;
+#endif
+
+// Typed kernel arguments. blockIdx.z = batch_entry * splits + split; blockIdx.x = tile_m * tiles_n
+// + tile_n. Strides in elements. bias has the input type.
+template <class In, class Out>
+struct Args {
+  const In* a;
+  int64_t a_rs, a_cs, a_bs;
+  const In* b;
+  int64_t b_rs, b_cs, b_bs;
+  Out* c;
+  int64_t c_rs, c_cs, c_bs;  // c_bs steps blockIdx.z (so a split-K workspace gets one slice per split)
+  const In* bias;
+  int64_t bias_stride;
+  BiasAlong bias_along;
+  float alpha, beta;
+  bool relu;
+  int64_t M, N, K;
+  int64_t k_chunk;  // K range of one split (a multiple of BK); K when splits == 1
+  int splits;
+  int64_t tiles_n;
+  bool a_vec, b_vec;  // 16-byte loads allowed along the operand's contiguous dim (set by the host)
+};
+
+// out = act(alpha * acc (+ beta * C) + bias), rounded once (Note [Rounding on the device]).
+template <class In, class Out>
+__device__ __forceinline__ void store_output(const Args<In, Out>& p, Out* c, int64_t m, int64_t n, float acc) {
+  Out* dst = c + m * p.c_rs + n * p.c_cs;
+  float v = p.alpha * acc;
+  if (p.beta != 0.0f) v += p.beta * load_value(*dst);
+  if (p.bias_along == BiasAlong::cols) v += load_value(p.bias[n * p.bias_stride]);
+  else if (p.bias_along == BiasAlong::rows) v += load_value(p.bias[m * p.bias_stride]);
+  if (p.relu) v = v < 0.0f ? 0.0f : v;  // NaN passes through
+  *dst = store_value<Out>(v);
+}
+
+// The slow path of TileLoader: kVec elements (o, i + e) one by one, 0 outside [0, o_end) x
+// [0, i_end). Out of line: it runs only at ragged edges and for unaligned or strided operands, and
+// inlined it would hold registers across the whole main loop.
+template <class In>
+__device__ __noinline__ uint4 load_vector_checked(const In* base, int64_t os, int64_t is, int64_t o, int64_t i,
+                                                  int64_t o_end, int64_t i_end) {
+  constexpr int kVec = int(16 / sizeof(In));
+  In tmp[kVec];
+  for (int e = 0; e < kVec; ++e) {
+    tmp[e] = store_value<In>(0.0f);
+    if (o < o_end && i + e < i_end) tmp[e] = base[o * os + (i + e) * is];
+  }
+  uint4 out;
+  memcpy(&out, tmp, sizeof(uint4));
+  return out;
+}
+
+// Loads a ROWS x COLS tile of an operand into registers and stores it to shared memory as
+// [ROWS][ld]. Tile element (r, c) is operand element (outer o0 + r, inner i0 + c) at
+// base[o * os + i * is]; "inner" is the operand's contiguous dim when it has one. Elements with
+// o >= o_end or i >= i_end read as 0. Each of THREADS threads moves PER_THREAD vectors of 16
+// bytes; consecutive threads take consecutive vectors along a row (coalesced when is == 1).
+template <class In, int ROWS, int COLS, int THREADS>
+struct TileLoader {
+  static constexpr int kVec = int(16 / sizeof(In));
+  static constexpr int kVecPerRow = COLS / kVec;
+  static constexpr int kPerThread = ROWS * kVecPerRow / THREADS;
+  static_assert(COLS % kVec == 0 && (ROWS * kVecPerRow) % THREADS == 0, "tile does not split into 16-byte vectors");
+
+  uint4 regs[kPerThread];
+
+  // vec: is == 1, os and the base are 16-byte aligned (checked by the host), so a vector whose
+  // elements are all in range is one aligned 16-byte load.
+  __device__ __forceinline__ void load(const In* base, int64_t os, int64_t is, int64_t o0, int64_t i0, int64_t o_end,
+                                       int64_t i_end, bool vec) {
+#pragma unroll
+    for (int v = 0; v < kPerThread; ++v) {
+      const int idx = int(threadIdx.x) + v * THREADS;
+      const int64_t o = o0 + idx / kVecPerRow, i = i0 + (idx % kVecPerRow) * kVec;
+      if (vec && o < o_end && i + kVec <= i_end) {
+        regs[v] = __ldg(reinterpret_cast<const uint4*>(base + o * os + i));
+      } else {
+        regs[v] = load_vector_checked(base, os, is, o, i, o_end, i_end);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(In* smem, int ld) const {
+#pragma unroll
+    for (int v = 0; v < kPerThread; ++v) {
+      const int idx = int(threadIdx.x) + v * THREADS;
+      *reinterpret_cast<uint4*>(smem + (idx / kVecPerRow) * ld + (idx % kVecPerRow) * kVec) = regs[v];
+    }
+  }
+};
+
+// Shared-memory geometry of the A and B tiles (Note [GEMM tiles]) for element type In.
+template <class In, int BM, int BN, int BK, int PAD, bool A_K_CONTIG, bool B_N_CONTIG>
+struct SmemTiles {
+  static constexpr int kARows = A_K_CONTIG ? BM : BK, kACols = A_K_CONTIG ? BK : BM, kLda = kACols + PAD;
+  static constexpr int kBRows = B_N_CONTIG ? BK : BN, kBCols = B_N_CONTIG ? BN : BK, kLdb = kBCols + PAD;
+  static constexpr int kAElems = kARows * kLda, kBElems = kBRows * kLdb;
+  static constexpr size_t kBytes = 2 * size_t(kAElems + kBElems) * sizeof(In);  // two stages
+  // 16-byte vector stores need 16-byte rows; WMMA needs 32-byte aligned fragment pointers, which
+  // holds when the rows are 16-byte multiples and each buffer is a 32-byte multiple.
+  static_assert((kLda * sizeof(In)) % 16 == 0 && (kLdb * sizeof(In)) % 16 == 0, "shared rows must be 16-byte multiples");
+  static_assert((kAElems * sizeof(In)) % 32 == 0 && (kBElems * sizeof(In)) % 32 == 0, "buffers must be 32-byte multiples");
+
+  // A element (m, k) and B element (k, n) of the tile, as shared-memory indices.
+  __device__ static constexpr int a_index(int m, int k) { return A_K_CONTIG ? m * kLda + k : k * kLda + m; }
+  __device__ static constexpr int b_index(int k, int n) { return B_N_CONTIG ? k * kLdb + n : n * kLdb + k; }
+
+  // Global -> registers for the K step starting at k0 (absolute); M, N and k_end bound the loads.
+  template <class LA, class LB, class P>
+  __device__ static void load(LA& la, LB& lb, const In* a, const In* b, const P& p, int64_t m0, int64_t n0, int64_t k0,
+                              int64_t k_end) {
+    if constexpr (A_K_CONTIG) la.load(a, p.a_rs, p.a_cs, m0, k0, p.M, k_end, p.a_vec);  // rows m, inner k
+    else la.load(a, p.a_cs, p.a_rs, k0, m0, k_end, p.M, p.a_vec);                       // rows k, inner m
+    if constexpr (B_N_CONTIG) lb.load(b, p.b_rs, p.b_cs, k0, n0, k_end, p.N, p.b_vec);  // rows k, inner n
+    else lb.load(b, p.b_cs, p.b_rs, n0, k0, p.N, k_end, p.b_vec);                       // rows n, inner k
+  }
+};
+
+// ---- Tensor Core kernel ----------------------------------------------------------------------
+
+// WMMA shape per input type: 16-bit inputs m16n16k16 with BK = 32; TF32 m16n16k8 with BK = 16
+// (the same 64 bytes of K per row, so shared memory stays under the 48 KiB static limit).
+template <class In> struct Mma;
+template <> struct Mma<__half> {
+  using Elem = __half;
+  static constexpr int kK = 16, kBK = 32, kPad = 8;
+};
+template <> struct Mma<__nv_bfloat16> {
+  using Elem = __nv_bfloat16;
+  static constexpr int kK = 16, kBK = 32, kPad = 8;
+};
+template <> struct Mma<float> {
+  using Elem = wmma::precision::tf32;
+  static constexpr int kK = 8, kBK = 16, kPad = 4;
+};
+
+// Block tile BM x BN with WARPS_M x WARPS_N warps, each owning a (BM/WARPS_M) x (BN/WARPS_N) warp
+// tile of 16x16 accumulator fragments.
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_>
+struct TcConfig {
+  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+  static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
+  static constexpr int kWarpM = BM / WARPS_M, kWarpN = BN / WARPS_N;
+  static constexpr int kFragM = kWarpM / 16, kFragN = kWarpN / 16;
+  static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tiles are made of 16x16 fragments");
+};
+using TcBig = TcConfig<128, 128, 2, 4>;  // 8 warps, warp tile 64x32 (4x2 fragments)
+using TcSmall = TcConfig<64, 64, 2, 2>;  // 4 warps, warp tile 32x32 (2x2 fragments)
+
+constexpr int kStageLd = 16 + 4;  // epilogue staging row (floats): a 16-byte multiple
+
+// C tile = A tile x B tile on Tensor Cores (Note [GEMM tiles]). Tile sizes are compile-time
+// (Cfg, Mma<In>); M, N, K, strides and batch are runtime, any values >= 0.
+template <class In, class Out, class Cfg, bool A_K_CONTIG, bool B_N_CONTIG>
+__global__ void __launch_bounds__(Cfg::kThreads) wmma_gemm_kernel(const Args<In, Out> p) {
+  if constexpr (std::is_same_v<In, __half> || kHasSm80Mma) {
+    constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Mma<In>::kBK, KS = Mma<In>::kK;
+    using Tiles = SmemTiles<In, BM, BN, BK, Mma<In>::kPad, A_K_CONTIG, B_N_CONTIG>;
+    constexpr size_t kStageBytes = size_t(Cfg::kThreads / 32) * 16 * kStageLd * sizeof(float);
+    constexpr size_t kSmemBytes = Tiles::kBytes > kStageBytes ? Tiles::kBytes : kStageBytes;
+    __shared__ __align__(128) unsigned char smem[kSmemBytes];
+    In* const a_s = reinterpret_cast<In*>(smem);   // [2][kAElems]
+    In* const b_s = a_s + 2 * Tiles::kAElems;      // [2][kBElems]
+
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+    const int wm = (warp / Cfg::WARPS_N) * Cfg::kWarpM, wn = (warp % Cfg::WARPS_N) * Cfg::kWarpN;
+    const int64_t m0 = int64_t(blockIdx.x / p.tiles_n) * BM, n0 = int64_t(blockIdx.x % p.tiles_n) * BN;
+    const int64_t z = blockIdx.z, entry = z / p.splits, split = z % p.splits;
+    const int64_t k_begin = split * p.k_chunk, k_end = min(p.K, k_begin + p.k_chunk);
+    const In* a = p.a + entry * p.a_bs;
+    const In* b = p.b + entry * p.b_bs;
+    Out* c = p.c + z * p.c_bs;
+
+    using ALayout = std::conditional_t<A_K_CONTIG, wmma::row_major, wmma::col_major>;
+    using BLayout = std::conditional_t<B_N_CONTIG, wmma::row_major, wmma::col_major>;
+    using Elem = typename Mma<In>::Elem;
+    wmma::fragment<wmma::accumulator, 16, 16, KS, float> acc[Cfg::kFragM][Cfg::kFragN];
+#pragma unroll
+    for (int i = 0; i < Cfg::kFragM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::kFragN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+    TileLoader<In, Tiles::kARows, Tiles::kACols, Cfg::kThreads> la;
+    TileLoader<In, Tiles::kBRows, Tiles::kBCols, Cfg::kThreads> lb;
+    const int64_t steps = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+    if (steps > 0) {
+      Tiles::load(la, lb, a, b, p, m0, n0, k_begin, k_end);
+      la.store(a_s, Tiles::kLda);
+      lb.store(b_s, Tiles::kLdb);
+      __syncthreads();
+    }
+    for (int64_t t = 0; t < steps; ++t) {
+      const int cur = int(t & 1);
+      const bool more = t + 1 < steps;
+      if (more) Tiles::load(la, lb, a, b, p, m0, n0, k_begin + (t + 1) * BK, k_end);  // in flight during the MMAs
+      const In* as = a_s + cur * Tiles::kAElems;
+      const In* bs = b_s + cur * Tiles::kBElems;
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += KS) {
+        wmma::fragment<wmma::matrix_a, 16, 16, KS, Elem, ALayout> af[Cfg::kFragM];
+        wmma::fragment<wmma::matrix_b, 16, 16, KS, Elem, BLayout> bf[Cfg::kFragN];
+#pragma unroll
+        for (int i = 0; i < Cfg::kFragM; ++i) {
+          wmma::load_matrix_sync(af[i], as + Tiles::a_index(wm + i * 16, kk), Tiles::kLda);
+          if constexpr (std::is_same_v<In, float>)
+            for (int e = 0; e < af[i].num_elements; ++e) af[i].x[e] = wmma::__float_to_tf32(af[i].x[e]);
+        }
+#pragma unroll
+        for (int j = 0; j < Cfg::kFragN; ++j) {
+          wmma::load_matrix_sync(bf[j], bs + Tiles::b_index(kk, wn + j * 16), Tiles::kLdb);
+          if constexpr (std::is_same_v<In, float>)
+            for (int e = 0; e < bf[j].num_elements; ++e) bf[j].x[e] = wmma::__float_to_tf32(bf[j].x[e]);
+        }
+#pragma unroll
+        for (int i = 0; i < Cfg::kFragM; ++i)
+#pragma unroll
+          for (int j = 0; j < Cfg::kFragN; ++j) wmma::mma_sync(acc[i][j], af[i], bf[j], acc[i][j]);
+      }
+      if (more) {
+        la.store(a_s + (cur ^ 1) * Tiles::kAElems, Tiles::kLda);
+        lb.store(b_s + (cur ^ 1) * Tiles::kBElems, Tiles::kLdb);
+      }
+      __syncthreads();  // step t's reads of `cur` are done before step t+1 overwrites it
+    }
+
+    // Epilogue: the operand buffers are free (the loop ended with a barrier, or never ran).
+    float* stage = reinterpret_cast<float*>(smem) + warp * 16 * kStageLd;
+#pragma unroll
+    for (int i = 0; i < Cfg::kFragM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::kFragN; ++j) {
+        const int64_t rb = m0 + wm + i * 16, cb = n0 + wn + j * 16;
+        if (rb >= p.M || cb >= p.N) continue;  // warp-uniform: the whole fragment is outside C
+        wmma::store_matrix_sync(stage, acc[i][j], kStageLd, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {  // lanes 0-15 and 16-31 write two 16-wide rows
+          const int r = e / 16, cc = e % 16;
+          if (rb + r < p.M && cb + cc < p.N) store_output(p, c, rb + r, cb + cc, stage[r * kStageLd + cc]);
+        }
+        __syncwarp();  // the next fragment overwrites `stage`
+      }
+  } else {
+    __trap();  // the host never launches this on a device below sm_80
+  }
+}
+
+// ---- exact fp32 SIMT kernel ------------------------------------------------------------------
+
+// Block tile BM x BN, 256 threads as 16 x 16, each thread a (BM/16) x (BN/16) register tile at
+// rows ty + 16 i and columns tx + 16 j (strided, so a warp's shared reads are broadcasts or
+// consecutive); BK = 16. Products and sums are fp32 FMAs, in K order within each split.
+template <int BM_, int BN_>
+struct SimtConfig {
+  static constexpr int BM = BM_, BN = BN_, kThreads = 256, kTM = BM / 16, kTN = BN / 16;
+};
+using SimtBig = SimtConfig<128, 128>;
+using SimtSmall = SimtConfig<64, 64>;
+
+template <class Cfg, bool A_K_CONTIG, bool B_N_CONTIG>
+__global__ void __launch_bounds__(256) simt_gemm_kernel(const Args<float, float> p) {
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = 16;
+  using Tiles = SmemTiles<float, BM, BN, BK, 4, A_K_CONTIG, B_N_CONTIG>;
+  __shared__ __align__(128) unsigned char smem[Tiles::kBytes];
+  float* const a_s = reinterpret_cast<float*>(smem);
+  float* const b_s = a_s + 2 * Tiles::kAElems;
+
+  const int tx = int(threadIdx.x) % 16, ty = int(threadIdx.x) / 16;
+  const int64_t m0 = int64_t(blockIdx.x / p.tiles_n) * BM, n0 = int64_t(blockIdx.x % p.tiles_n) * BN;
+  const int64_t z = blockIdx.z, entry = z / p.splits, split = z % p.splits;
+  const int64_t k_begin = split * p.k_chunk, k_end = min(p.K, k_begin + p.k_chunk);
+  const float* a = p.a + entry * p.a_bs;
+  const float* b = p.b + entry * p.b_bs;
+  float* c = p.c + z * p.c_bs;
+
+  float acc[Cfg::kTM][Cfg::kTN];
+#pragma unroll
+  for (int i = 0; i < Cfg::kTM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kTN; ++j) acc[i][j] = 0.0f;
+
+  TileLoader<float, Tiles::kARows, Tiles::kACols, Cfg::kThreads> la;
+  TileLoader<float, Tiles::kBRows, Tiles::kBCols, Cfg::kThreads> lb;
+  const int64_t steps = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+  if (steps > 0) {
+    Tiles::load(la, lb, a, b, p, m0, n0, k_begin, k_end);
+    la.store(a_s, Tiles::kLda);
+    lb.store(b_s, Tiles::kLdb);
+    __syncthreads();
+  }
+  for (int64_t t = 0; t < steps; ++t) {
+    const int cur = int(t & 1);
+    const bool more = t + 1 < steps;
+    if (more) Tiles::load(la, lb, a, b, p, m0, n0, k_begin + (t + 1) * BK, k_end);
+    const float* as = a_s + cur * Tiles::kAElems;
+    const float* bs = b_s + cur * Tiles::kBElems;
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      float av[Cfg::kTM], bv[Cfg::kTN];
+#pragma unroll
+      for (int i = 0; i < Cfg::kTM; ++i) av[i] = as[Tiles::a_index(ty + 16 * i, kk)];
+#pragma unroll
+      for (int j = 0; j < Cfg::kTN; ++j) bv[j] = bs[Tiles::b_index(kk, tx + 16 * j)];
+#pragma unroll
+      for (int i = 0; i < Cfg::kTM; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::kTN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    if (more) {
+      la.store(a_s + (cur ^ 1) * Tiles::kAElems, Tiles::kLda);
+      lb.store(b_s + (cur ^ 1) * Tiles::kBElems, Tiles::kLdb);
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < Cfg::kTM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kTN; ++j) {
+      const int64_t m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
+      if (m < p.M && n < p.N) store_output(p, c, m, n, acc[i][j]);
+    }
+}
+
+// ---- split-K finish (Note [Split-K]) -----------------------------------------------------------
+
+// C[e][m, n] = epilogue(sum over s of ws[(e * splits + s) * M * N + m * N + n]) for `entries`
+// batch entries; p is the caller's epilogue (C, strides, bias, activation).
+template <class In, class Out>
+__global__ void splitk_finish_kernel(const float* ws, const Args<In, Out> p, int64_t entries) {
+  const int64_t mn = p.M * p.N, total = entries * mn;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = idx / mn, r = idx % mn, m = r / p.N, n = r % p.N;
+    const float* src = ws + e * p.splits * mn + r;
+    float sum = 0.0f;
+    for (int s = 0; s < p.splits; ++s) sum += src[s * mn];
+    store_output(p, p.c + e * p.c_bs, m, n, sum);
+  }
+}
+
+// ---- host side ----------------------------------------------------------------------------------
+
+int device_attribute(cudaDeviceAttr attr, int device) {
+  int v = 0;
+  MT_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, device));
+  return v;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// 16-byte vector loads along an operand's contiguous dim: unit inner stride, and every row start
+// and batch entry 16-byte aligned.
+// inner_is_cols: the contiguous dim is the column dim (A K-contiguous, B N-contiguous).
+bool vector_ok(const GemmOperand& op, bool inner_is_cols, int vec) {
+  const int64_t inner = inner_is_cols ? op.col_stride : op.row_stride;
+  const int64_t outer = inner_is_cols ? op.row_stride : op.col_stride;
+  return inner == 1 && outer % vec == 0 && op.batch_stride % vec == 0 &&
+         reinterpret_cast<uintptr_t>(op.ptr) % 16 == 0;
+}
+
+// The kernel instance for one layout combination: A K-contiguous (row-major) or M-contiguous,
+// B N-contiguous (row-major) or K-contiguous.
+template <template <bool, bool> class Kernel, class A>
+void launch_layout(bool a_k, bool b_n, dim3 grid, int threads, const A& args, Stream stream, const char* name) {
+  if (a_k && b_n) Kernel<true, true>::fn<<<grid, threads, 0, stream>>>(args);
+  else if (a_k) Kernel<true, false>::fn<<<grid, threads, 0, stream>>>(args);
+  else if (b_n) Kernel<false, true>::fn<<<grid, threads, 0, stream>>>(args);
+  else Kernel<false, false>::fn<<<grid, threads, 0, stream>>>(args);
+  MT_CUDA_CHECK_LAUNCH(name);
+}
+
+template <class In, class Out, class Cfg>
+struct Wmma {
+  template <bool AK, bool BN>
+  struct K {
+    static constexpr auto fn = wmma_gemm_kernel<In, Out, Cfg, AK, BN>;
+  };
+};
+template <class Cfg>
+struct Simt {
+  template <bool AK, bool BN>
+  struct K {
+    static constexpr auto fn = simt_gemm_kernel<Cfg, AK, BN>;
+  };
+};
+
+// Runs the GEMM with tile configuration Cfg (BM, BN, kThreads) and K step bk; `kernel_of<Out2>`
+// launches the main kernel for an output type (Out, or float for split-K partials).
+template <class In, class Out, class Cfg, int BK, class Launch>
+void run_tiles(const GemmParams& p, bool a_k, bool b_n, Stream stream, int sms, Launch&& launch) {
+  constexpr int vec = int(16 / sizeof(In));
+  Args<In, Out> args{};
+  args.a = static_cast<const In*>(p.a.ptr);
+  args.a_rs = p.a.row_stride, args.a_cs = p.a.col_stride, args.a_bs = p.a.batch_stride;
+  args.b = static_cast<const In*>(p.b.ptr);
+  args.b_rs = p.b.row_stride, args.b_cs = p.b.col_stride, args.b_bs = p.b.batch_stride;
+  args.c = static_cast<Out*>(p.c);
+  args.c_rs = p.c_row_stride, args.c_cs = p.c_col_stride, args.c_bs = p.c_batch_stride;
+  args.bias = static_cast<const In*>(p.bias);
+  args.bias_stride = p.bias_stride;
+  args.bias_along = p.bias ? p.bias_along : BiasAlong::none;
+  args.alpha = p.alpha, args.beta = p.beta;
+  args.relu = p.activation == Activation::relu;
+  args.M = p.M, args.N = p.N, args.K = p.K;
+  args.k_chunk = std::max<int64_t>(p.K, 1);
+  args.splits = 1;
+  args.tiles_n = ceil_div(p.N, Cfg::BN);
+  args.a_vec = vector_ok(p.a, a_k, vec);
+  args.b_vec = vector_ok(p.b, b_n, vec);
+  const int64_t tiles = ceil_div(p.M, Cfg::BM) * args.tiles_n;
+  MT_CHECK(tiles <= int64_t(INT32_MAX), "gemm: ", p.M, " x ", p.N, " output needs too many tiles");
+
+  // Split-K (Note [Split-K]) when the tiles cannot fill the GPU and K is long: aim for two waves,
+  // at least 4 K steps per split, at most 256 splits.
+  const int64_t k_steps = ceil_div(p.K, BK);
+  int64_t splits = 1;
+  if (tiles * p.batch < sms && k_steps >= 8)
+    splits = std::min<int64_t>({ceil_div(2 * sms, tiles * p.batch), k_steps / 4, 256});
+  if (splits > 1) {
+    args.k_chunk = ceil_div(k_steps, splits) * BK;
+    splits = ceil_div(p.K, args.k_chunk);
+  }
+  args.splits = int(splits);
+
+  // gridDim.z <= 65535: batch entries in chunks.
+  const int64_t per_launch = std::max<int64_t>(1, 65535 / splits);
+  for (int64_t e0 = 0; e0 < p.batch; e0 += per_launch) {
+    const int64_t entries = std::min(per_launch, p.batch - e0);
+    Args<In, Out> part = args;
+    part.a += e0 * args.a_bs;
+    part.b += e0 * args.b_bs;
+    part.c += e0 * args.c_bs;
+    const dim3 grid(unsigned(tiles), 1, unsigned(entries * splits));
+    if (splits == 1) {
+      launch(grid, part);
+      continue;
+    }
+    Tensor ws = empty({entries * splits * p.M * p.N}, DType::f32, Device::cuda(p.device));
+    Args<In, float> partial{};
+    partial.a = part.a, partial.a_rs = args.a_rs, partial.a_cs = args.a_cs, partial.a_bs = args.a_bs;
+    partial.b = part.b, partial.b_rs = args.b_rs, partial.b_cs = args.b_cs, partial.b_bs = args.b_bs;
+    partial.c = static_cast<float*>(ws.raw_data());
+    partial.c_rs = p.N, partial.c_cs = 1, partial.c_bs = p.M * p.N;  // slice per (entry, split)
+    partial.bias = nullptr, partial.bias_stride = 0, partial.bias_along = BiasAlong::none;
+    partial.alpha = 1.0f, partial.beta = 0.0f, partial.relu = false;
+    partial.M = p.M, partial.N = p.N, partial.K = p.K;
+    partial.k_chunk = args.k_chunk, partial.splits = args.splits, partial.tiles_n = args.tiles_n;
+    partial.a_vec = args.a_vec, partial.b_vec = args.b_vec;
+    launch(grid, partial);
+    const int64_t total = entries * p.M * p.N;
+    splitk_finish_kernel<In, Out><<<grid_for(total), kBlock, 0, stream>>>(partial.c, part, entries);
+    MT_CUDA_CHECK_LAUNCH("splitk_finish_kernel");
+  }
+}
+
+template <class In, class Out>
+void run_gemm(const GemmParams& p, bool tf32, Stream stream) {
+  // Which dim of each operand is contiguous picks the kernel (Note [GEMM tiles]); a general
+  // strided operand takes the K-contiguous path with scalar loads.
+  const bool a_k = p.a.col_stride == 1 || p.a.row_stride != 1;
+  const bool b_n = p.b.col_stride == 1 || p.b.row_stride != 1;
+  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, p.device);
+  const int64_t big_tiles = ceil_div(p.M, 128) * ceil_div(p.N, 128) * p.batch;
+  const bool big = big_tiles >= sms;  // 128x128 tiles once they fill one wave, else 64x64
+
+  if constexpr (std::is_same_v<In, float>) {
+    if (!tf32) {
+      auto go = [&]<class Cfg>(Cfg) {
+        run_tiles<float, float, Cfg, 16>(p, a_k, b_n, stream, sms, [&](dim3 grid, const auto& args) {
+          launch_layout<Simt<Cfg>::template K>(a_k, b_n, grid, Cfg::kThreads, args, stream, "simt_gemm_kernel");
+        });
+      };
+      if (big) go(SimtBig{});
+      else go(SimtSmall{});
+      return;
+    }
+  }
+  auto go = [&]<class Cfg>(Cfg) {
+    run_tiles<In, Out, Cfg, Mma<In>::kBK>(p, a_k, b_n, stream, sms, [&]<class A>(dim3 grid, const A& args) {
+      using O = std::remove_pointer_t<decltype(args.c)>;
+      launch_layout<Wmma<In, O, Cfg>::template K>(a_k, b_n, grid, Cfg::kThreads, args, stream, "wmma_gemm_kernel");
+    });
+  };
+  if (big) go(TcBig{});
+  else go(TcSmall{});
+}
+
+}  // namespace
+
+void gemm(const GemmParams& p, Stream stream) {
+  MT_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0 && p.batch >= 0, "gemm: negative size (M=", p.M, ", N=", p.N,
+           ", K=", p.K, ", batch=", p.batch, ")");
+  MT_CHECK(p.out_dtype == p.in_dtype || p.out_dtype == DType::f32, "gemm: ", dtype_name(p.in_dtype),
+           " inputs can write ", dtype_name(p.in_dtype), " or f32, not ", dtype_name(p.out_dtype));
+  MT_CHECK(p.bias_along == BiasAlong::none || p.bias != nullptr, "gemm: bias_along set without a bias pointer");
+  if (p.M == 0 || p.N == 0 || p.batch == 0) return;
+  DeviceGuard guard(p.device);
+  const bool tf32 = p.in_dtype == DType::f32 &&
+                    (p.fp32_math == Fp32Math::tf32 || (p.fp32_math == Fp32Math::global && tf32_enabled()));
+  const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, p.device);
+  MT_CHECK(major >= 8 || p.in_dtype == DType::f16 || (p.in_dtype == DType::f32 && !tf32),
+           "gemm: ", tf32 ? "TF32" : dtype_name(p.in_dtype), " Tensor Core kernels need sm_80 or newer (cuda:",
+           p.device, " is sm_", major, "x)");
+  switch (p.in_dtype) {
+    case DType::f16:
+      if (p.out_dtype == DType::f16) run_gemm<__half, __half>(p, false, stream);
+      else run_gemm<__half, float>(p, false, stream);
+      return;
+    case DType::bf16:
+      if (p.out_dtype == DType::bf16) run_gemm<__nv_bfloat16, __nv_bfloat16>(p, false, stream);
+      else run_gemm<__nv_bfloat16, float>(p, false, stream);
+      return;
+    case DType::f32: run_gemm<float, float>(p, tf32, stream); return;
+    default: break;
+  }
+  throw Error(detail::cat("gemm: the CUDA GEMM takes f32, f16 or bf16 inputs, not ", dtype_name(p.in_dtype)));
+}
+
+}  // namespace mixtape::cuda

@@ -1,0 +1,88 @@
+// The CUDA GEMM behind matmul, linear, bmm and the convolutions (cuda/gemm.cu). Host-facing: no
+// CUDA type appears here except cuda::Stream, so plain C++ (tests, bench/) may include it.
+//
+//   C[z][m, n] = epilogue(alpha * sum_k A[z][m, k] B[z][k, n] (+ beta * C[z][m, n]))
+//   epilogue(v) = act(v + bias), rounded once to C's dtype (Note [Rounding on the device]).
+//
+// Each operand is a logical matrix given by (pointer, row stride, col stride, batch stride) in
+// elements, so a transposed operand is just swapped strides, a broadcast batch operand has batch
+// stride 0, and any of the four transpose combinations works (Note [GEMM tiles] in gemm.cu).
+// Inputs: f16 and bf16 run on Tensor Cores (WMMA m16n16k16) with fp32 accumulation; f32 runs an
+// exact fp32 SIMT kernel (fp32 FMA), or TF32 Tensor Cores when opted in (Note [TF32 opt-in]).
+//
+// Note [TF32 opt-in]
+// TF32 keeps 10 of fp32's 23 mantissa bits in each product, so it changes results (relative error
+// ~2^-11 per product instead of ~2^-24); mixtape therefore computes f32 GEMMs exactly unless the
+// user opts in: set the environment variable MIXTAPE_TF32=1 (read once, on first use), call
+// cuda::set_tf32_enabled(true), or hold a cuda::Tf32Scope. GemmParams::fp32_math overrides the
+// global choice for one call (bench/ and tests use it). 16-bit GEMMs are not affected.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/runtime.h"
+#include "tensor/dtype.h"
+
+namespace mixtape::cuda {
+
+// ---- TF32 opt-in (header-only, so every build and every test can read it) -------------------
+
+inline std::atomic<bool>& tf32_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* env = std::getenv("MIXTAPE_TF32");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }()};
+  return flag;
+}
+inline bool tf32_enabled() { return tf32_flag().load(std::memory_order_relaxed); }
+inline void set_tf32_enabled(bool on) { tf32_flag().store(on, std::memory_order_relaxed); }
+
+// Enables (or disables) TF32 for its lifetime and restores the previous setting.
+class Tf32Scope {
+ public:
+  explicit Tf32Scope(bool on = true) : previous_(tf32_enabled()) { set_tf32_enabled(on); }
+  ~Tf32Scope() { set_tf32_enabled(previous_); }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// ---- the GEMM -------------------------------------------------------------------------------------
+
+enum class Fp32Math : uint8_t { global, exact, tf32 };  // global: tf32_enabled() decides
+enum class BiasAlong : uint8_t { none, cols, rows };    // bias[n] on every row, or bias[m] on every column
+enum class Activation : uint8_t { none, relu };
+
+struct GemmOperand {
+  const void* ptr = nullptr;
+  int64_t row_stride = 0, col_stride = 0, batch_stride = 0;  // elements
+};
+
+struct GemmParams {
+  int device = 0;  // where the pointers live; split-K workspaces are allocated there
+  int64_t M = 0, N = 0, K = 0, batch = 1;
+  DType in_dtype = DType::f32;  // dtype of A, B and bias: f32, f16 or bf16
+  GemmOperand a;                // logical [M, K]
+  GemmOperand b;                // logical [K, N]
+  DType out_dtype = DType::f32;  // C: in_dtype or f32
+  void* c = nullptr;
+  int64_t c_row_stride = 0, c_col_stride = 1, c_batch_stride = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;  // 0: C is only written (never read, so it may hold NaN garbage)
+  const void* bias = nullptr;  // in_dtype; length N (cols) or M (rows)
+  int64_t bias_stride = 1;
+  BiasAlong bias_along = BiasAlong::none;
+  Activation activation = Activation::none;
+  Fp32Math fp32_math = Fp32Math::global;
+};
+
+// Queues the GEMM on `stream` (the stream of p.device). Throws mixtape::Error on bad arguments
+// (dtype combination, negative sizes) or a failed launch. Never synchronizes.
+void gemm(const GemmParams& p, Stream stream);
+
+}  // namespace mixtape::cuda

@@ -101,17 +101,15 @@ __device__ __forceinline__ uint32_t philox_word(uint64_t seed, uint64_t index) {
 
 // ---- the dtype switch --------------------------------------------------------------------------
 
-// Calls f(T{}) with T the storage type of dtype: float, __half, __nv_bfloat16, or double when
-// allow_f64. Anything else throws naming the op.
+// Calls f(T{}) with T the storage type of dtype: float, __half or __nv_bfloat16. Anything else
+// throws naming the op. f64 tensors stay on the CPU (DESIGN.md section 3: empty() refuses them on
+// a CUDA device), so no kernel is compiled for double.
 template <class F>
-void dispatch_floating(DType dtype, const char* op, F&& f, bool allow_f64 = false) {
+void dispatch_floating(DType dtype, const char* op, F&& f) {
   switch (dtype) {
     case DType::f32: f(float{}); return;
     case DType::f16: f(__half{}); return;
     case DType::bf16: f(__nv_bfloat16{}); return;
-    case DType::f64:
-      if (allow_f64) { f(double{}); return; }
-      break;
     default: break;
   }
   throw Error(detail::cat(op, ": the CUDA backend has no ", dtype_name(dtype),

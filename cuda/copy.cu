@@ -130,14 +130,14 @@ struct FillBits {
   __device__ void operator()(int64_t, const int64_t (&o)[1]) const { dst[o[0]] = bits; }
 };
 
-// Calls f(T{}) for every dtype, i64 included: float, double, __half, __nv_bfloat16, int64_t.
+// Calls f(T{}) for every dtype a CUDA tensor can have: float, __half, __nv_bfloat16, int64_t.
 template <class F>
 void dispatch_all_types(DType dtype, F&& f) {
   if (dtype == DType::i64) {
     f(int64_t{});
     return;
   }
-  dispatch_floating(dtype, "copy", f, /*allow_f64=*/true);
+  dispatch_floating(dtype, "copy", f);
 }
 
 // The unsigned integer of a dtype's size, for bit copies.

@@ -237,8 +237,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
           const UnaryForward<OP, T> f{cptr<T>(x), mptr<T>(out), C(a), C(b)};
           launch_elementwise<2>("unary_forward", out.numel(), calc, f, stream_of(out));
         });
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a, double b) {
@@ -253,8 +252,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
           const UnaryBackward<OP, T> f{cptr<T>(x), cptr<T>(y), cptr<T>(dy), mptr<T>(dx), C(a), C(b)};
           launch_elementwise<4>("unary_backward", dx.numel(), calc, f, stream_of(dx));
         });
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 // a and b broadcast to out's shape (offsets_for gives size-1 and missing leading dims stride 0).
@@ -269,8 +267,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
           const BinaryElementwise<OP, T> f{cptr<T>(a), cptr<T>(b), mptr<T>(out)};
           launch_elementwise<3>("binary", out.numel(), calc, f, stream_of(out));
         });
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 // p in [0, 1) (checked by the front-end). keep and scale are computed on the host exactly as
@@ -286,8 +283,7 @@ void dropout(const Tensor& x, Tensor& out, double p, uint64_t seed, uint64_t off
         using C = compute_t<T>;
         const Dropout<T> f{cptr<T>(x), mptr<T>(out), keep, C(1.0 / keep), seed, offset};
         launch_elementwise<2>("dropout", x.numel(), calc, f, stream_of(out));
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 }  // namespace mixtape::cuda

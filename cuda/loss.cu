@@ -339,8 +339,7 @@ void pointwise_loss(const char* name, const Tensor& a, const Tensor& b, bool red
                                                                numel, reduce, f);
         MT_CUDA_CHECK_LAUNCH("pointwise_loss_kernel");
         if (reduce) launch_loss_total<T>(pp, int64_t(blocks), divisor, po, st);
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 template <class F>
@@ -365,8 +364,7 @@ void pointwise_loss_backward(const char* name, const Tensor& a, const Tensor& b,
             static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
             static_cast<const T*>(dy.raw_data()), pda, pdb, calc, numel, reduce, divisor, f);
         MT_CUDA_CHECK_LAUNCH("pointwise_loss_backward_kernel");
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 }  // namespace
@@ -389,8 +387,7 @@ void softmax(const Tensor& x, int64_t dim, bool log_out, Tensor& out) {
             static_cast<const T*>(x.raw_data()), static_cast<T*>(out.raw_data()), calc, xv.len, xv.stride, ov.stride,
             log_out);
         MT_CUDA_CHECK_LAUNCH("softmax_kernel");
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, bool log_out, Tensor& dx) {
@@ -410,8 +407,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, bool log_o
             static_cast<const T*>(y.raw_data()), static_cast<const T*>(dy.raw_data()), static_cast<T*>(dx.raw_data()),
             calc, yv.len, yv.stride, gv.stride, dv.stride, log_out);
         MT_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, double divisor, Tensor& out) {
@@ -444,8 +440,7 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, dou
         MT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
         if (reduce) launch_loss_total<T>(pl, rows, divisor, po, st);
         check_bad_target(bad, logits, targets);
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dy, bool reduce,
@@ -470,8 +465,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
             static_cast<unsigned long long*>(bad.raw_data()), calc, lv.len, lv.stride, dv.stride, reduce, divisor);
         MT_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
         check_bad_target(bad, logits, targets);
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 void bce_with_logits(const Tensor& x, const Tensor& t, bool reduce, double divisor, Tensor& out) {

@@ -128,7 +128,7 @@ void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) 
     lstm_cell_kernel<T><<<grid_for(B * H), kBlock, 0, stream_of(gates)>>>(
         strided<const T>(gates), strided<const T>(c_prev), strided<T>(c), strided<T>(h), B, H);
     MT_CUDA_CHECK_LAUNCH("lstm_cell_kernel");
-  }, /*allow_f64=*/true);
+  });
 }
 
 void lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& dc, const Tensor& dh,
@@ -142,7 +142,7 @@ void lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor&
         strided<const T>(gates), strided<const T>(c_prev), strided<const T>(dc), strided<const T>(dh),
         strided<T>(d_gates), strided<T>(d_c_prev), B, H);
     MT_CUDA_CHECK_LAUNCH("lstm_cell_backward_kernel");
-  }, /*allow_f64=*/true);
+  });
 }
 
 }  // namespace mixtape::cuda

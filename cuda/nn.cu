@@ -416,7 +416,7 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
         static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()), x.strides()[1], y.strides()[1], pos, n,
         w, b, rm, rv, training, momentum, eps, static_cast<A*>(mean.raw_data()), static_cast<A*>(invstd.raw_data()));
     MT_CUDA_CHECK_LAUNCH("batch_norm_forward_kernel");
-  }, /*allow_f64=*/true);
+  });
 }
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
@@ -441,7 +441,7 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
         dy.strides()[1], dxl.strides()[1], pos, n, w, static_cast<const A*>(mean.raw_data()), mean.strides()[0],
         static_cast<const A*>(invstd.raw_data()), invstd.strides()[0], training, sums, dwv, dbv);
     MT_CUDA_CHECK_LAUNCH("batch_norm_backward_kernel");
-  }, /*allow_f64=*/true);
+  });
 }
 
 void embedding(const Tensor& indices, const Tensor& weight, Tensor& out) {
@@ -457,7 +457,7 @@ void embedding(const Tensor& indices, const Tensor& weight, Tensor& out) {
         static_cast<const int64_t*>(indices.raw_data()), ic, static_cast<const T*>(weight.raw_data()),
         weight.strides()[0], weight.strides()[1], static_cast<T*>(out.raw_data()), n, D, V);
     MT_CUDA_CHECK_LAUNCH("embedding_kernel");
-  }, /*allow_f64=*/true);
+  });
 }
 
 void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight) {
@@ -491,7 +491,7 @@ void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight
                                                                      dyc, dys.back(),
                                                                      static_cast<T*>(dweight.raw_data()), V, D);
     MT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
-  }, /*allow_f64=*/true);
+  });
 }
 
 }  // namespace mixtape::cuda

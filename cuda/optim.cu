@@ -115,11 +115,11 @@ __global__ void adam_kernel(P* p, const P* g, P* m, P* v, OffsetCalculator<4> oc
   }
 }
 
-// Only (f32, f32) and (f64, f64) have kernels, as on the CPU (Note [Update kernel dtypes]).
+// Only (f32, f32) has a kernel: the CPU also has (f64, f64), but f64 stays on the CPU
+// (Note [Update kernel dtypes] in tensor/cpu/optim.cpp).
 template <class F>
 void dispatch_update(const char* op, DType param, DType state, F&& f) {
   if (param == DType::f32 && state == DType::f32) return f(float{});
-  if (param == DType::f64 && state == DType::f64) return f(double{});
   throw Error(detail::cat(op, ": no kernel for ", dtype_name(param), " parameters with ", dtype_name(state),
                           " state"));
 }

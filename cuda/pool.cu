@@ -200,7 +200,7 @@ void max_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t str
         static_cast<const T*>(x.raw_data()), xs[0], xs[1], xs[2], xs[3], g, static_cast<T*>(out.raw_data()),
         indices.data<int64_t>());
     MT_CUDA_CHECK_LAUNCH("max_pool2d_kernel");
-  }, /*allow_f64=*/true);
+  });
 }
 
 void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx) {
@@ -218,7 +218,7 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx) {
         static_cast<const T*>(dy.raw_data()), ds[0], ds[1], ds[2], ds[3], indices.data<int64_t>(),
         static_cast<T*>(dx.raw_data()), C, HW, OH, OW);
     MT_CUDA_CHECK_LAUNCH("max_pool2d_backward_kernel");
-  }, /*allow_f64=*/true);
+  });
 }
 
 void avg_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
@@ -234,7 +234,7 @@ void avg_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t str
     avg_pool2d_kernel<T><<<grid_for(total), kBlock, 0, stream_of(x)>>>(
         static_cast<const T*>(x.raw_data()), xs[0], xs[1], xs[2], xs[3], g, static_cast<T*>(out.raw_data()));
     MT_CUDA_CHECK_LAUNCH("avg_pool2d_kernel");
-  }, /*allow_f64=*/true);
+  });
 }
 
 void avg_pool2d_backward(const Tensor& dy, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
@@ -250,7 +250,7 @@ void avg_pool2d_backward(const Tensor& dy, int64_t kernel_h, int64_t kernel_w, i
     avg_pool2d_backward_kernel<T><<<grid_for(total), kBlock, 0, stream_of(dy)>>>(
         static_cast<const T*>(dy.raw_data()), ds[0], ds[1], ds[2], ds[3], g, static_cast<T*>(dx.raw_data()));
     MT_CUDA_CHECK_LAUNCH("avg_pool2d_backward_kernel");
-  }, /*allow_f64=*/true);
+  });
 }
 
 }  // namespace mixtape::cuda

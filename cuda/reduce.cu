@@ -305,8 +305,7 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tens
           launch_reduce<T, A>(x, out, dims, op == ReduceOp::mean, op_identity<A>(op), SumOp{}, name);
         else
           launch_reduce<T, A>(x, out, dims, false, op_identity<A>(op), MaxOp{}, name);
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor& dy, const std::vector<int64_t>& dims,
@@ -340,8 +339,7 @@ void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor
             static_cast<const T*>(x.raw_data()), static_cast<const T*>(y.raw_data()), pdy, pdx, outer, inner, s.n,
             op == ReduceOp::amax);
         MT_CUDA_CHECK_LAUNCH("reduce_max_backward_kernel");
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 double max_abs(const Tensor& x) {
@@ -361,8 +359,7 @@ double max_abs(const Tensor& x) {
         const unsigned blocks = std::min<unsigned>(grid_for(x.numel()), 1024u);
         max_abs_kernel<T><<<blocks, kBlock, 0, st>>>(static_cast<const T*>(x.raw_data()), calc, x.numel(), pacc);
         MT_CUDA_CHECK_LAUNCH("max_abs_kernel");
-      },
-      /*allow_f64=*/true);
+      });
   unsigned long long host[2] = {0, 0};
   copy_device_to_host(host, pacc, sizeof(host), x.device().index);
   if (host[0] != 0) return std::numeric_limits<double>::quiet_NaN();

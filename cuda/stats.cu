@@ -209,8 +209,7 @@ void launch_moments(const char* op, const Tensor& x, Tensor& out, bool log_abs) 
         const OffsetCalculator<1> calc = offsets_for<1>(x.shape(), {&x});
         moments_kernel<T><<<blocks, kBlock, 0, st>>>(static_cast<const T*>(x.raw_data()), calc, numel, log_abs, pp);
         MT_CUDA_CHECK_LAUNCH("moments_kernel");
-      },
-      /*allow_f64=*/true);
+      });
   moments_total_kernel<<<1, kBlock, 0, st>>>(pp, int64_t(blocks), po);
   MT_CUDA_CHECK_LAUNCH("moments_total_kernel");
 }
@@ -235,8 +234,7 @@ void grad_stats(const Tensor& g, Tensor& out) {
         grad_stats_kernel<T><<<stat_blocks(g.numel()), kBlock, 0, st>>>(static_cast<const T*>(g.raw_data()), calc,
                                                                          g.numel(), static_cast<C*>(out.raw_data()));
         MT_CUDA_CHECK_LAUNCH("grad_stats_kernel");
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 void grad_telemetry(const Tensor& x, DType format, int64_t hist_lo, Tensor& counts, Tensor& max_abs) {
@@ -258,8 +256,7 @@ void grad_telemetry(const Tensor& x, DType format, int64_t hist_lo, Tensor& coun
             static_cast<const T*>(x.raw_data()), calc, x.numel(), format == DType::f16, hist_lo, nbins,
             static_cast<unsigned long long*>(counts.raw_data()), static_cast<C*>(max_abs.raw_data()));
         MT_CUDA_CHECK_LAUNCH("grad_telemetry_kernel");
-      },
-      /*allow_f64=*/true);
+      });
 }
 
 void tensor_moments(const Tensor& x, Tensor& out) { launch_moments("tensor_moments", x, out, false); }

@@ -1,4 +1,4 @@
-// bench_gemm: mixtape's GEMM (cuda/gemm.h) against cuBLAS (cublasGemmEx, the yardstick; the
+// gemm: mixtape's GEMM (cuda/gemm.h) against cuBLAS (cublasGemmEx, the yardstick; the
 // library itself never links cuBLAS) in one process, on the same device buffers and stream.
 //
 // For each dtype (f16 and bf16 with fp32 accumulation, f32 exact, f32 on TF32 Tensor Cores, each
@@ -11,7 +11,7 @@
 // over the output (a normwise error; per-element ratios blow up near zero). The exit status is 1
 // when any error exceeds its dtype's tolerance (below), 2 on a usage error.
 //
-// Usage: bench_gemm [--max-size N] [--dtype f16|bf16|f32|tf32] [--quick]
+// Usage: build/bench/gemm [--max-size N] [--dtype f16|bf16|f32|tf32] [--quick]
 //   --max-size skips squares larger than N; --dtype runs one dtype; --quick: squares <= 1024.
 #include <cublas_v2.h>
 
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!cuda::is_available()) {
-    std::fprintf(stderr, "bench_gemm: no CUDA device visible\n");
+    std::fprintf(stderr, "gemm: no CUDA device visible\n");
     return 2;
   }
   std::vector<Shape3> shapes;
@@ -211,10 +211,10 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+    std::fprintf(stderr, "gemm: %s\n", e.what());
     return 2;
   }
   BENCH_CUBLAS(cublasDestroy(handle));
-  if (!ok) std::fprintf(stderr, "bench_gemm: some results disagree with cuBLAS beyond tolerance\n");
+  if (!ok) std::fprintf(stderr, "gemm: some results disagree with cuBLAS beyond tolerance\n");
   return ok ? 0 : 1;
 }

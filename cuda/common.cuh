@@ -99,6 +99,21 @@ __device__ __forceinline__ uint32_t philox_word(uint64_t seed, uint64_t index) {
   return philox_words(seed, index)[0];
 }
 
+// Arithmetic rounded once per operation, spelled out where a kernel must equal the CPU's fp32
+// expression bit for bit. The build already forbids contraction (--fmad=false, Note [No
+// contracted multiply-adds] in CMakeLists.txt) and nvcc's / and sqrt are correctly rounded by
+// default; the names make the intent survive a change of flags.
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ float sqrt_rn(float a) { return __fsqrt_rn(a); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
+__device__ __forceinline__ double sqrt_rn(double a) { return __dsqrt_rn(a); }
+
 // ---- the dtype switch --------------------------------------------------------------------------
 
 // Calls f(T{}) with T the storage type of dtype: float, __half or __nv_bfloat16. Anything else

@@ -7,18 +7,13 @@
 //                                    the host's float_to_half_rn / float_to_bf16_rn match them
 //                                    bit for bit, NaN -> 0x7FFF included (Note [Rounding on the
 //                                    device] in common.cuh).
-//   f64 -> f16 / bf16                __double2half / __double2bfloat16: ONE rounding from double
-//                                    (cvt.rn.f16.f64; cvt.rn.bf16.f64 on sm_90, before that the
-//                                    header's round-to-odd emulation), like the CPU's
-//                                    round_to_*_f64 (Note [Rounding f64 and i64 to 16 bits]).
-//                                    Never through float: that would round twice.
 //   i64 -> f16 / bf16                __ll2half_rn / __ll2bfloat16_rn: one rounding (cvt.rn.*.s64,
 //                                    or round-to-odd before sm_90), like round_to_*_i64.
 //   -> f16 / bf16, Rounding::stochastic
 //                                    store_stochastic = the host's float_to_*_sr compiled for the
 //                                    device, fed word 0 of Philox block (seed, offset + i), i the
 //                                    row-major index in dst: the CPU's exact draw.
-// Widening is exact; 16-bit NaN payloads are kept like the CPU's half_to_float does (see
+// f64 tensors stay on the CPU, so no cast here reads or writes double. Widening is exact; 16-bit NaN payloads are kept like the CPU's half_to_float does (see
 // exact_float). float -> i64 truncates toward zero; NaN and out-of-range values are undefined in
 // C++ (the CPU gives whatever the compiler emits, x86 INT64_MIN) and saturate here.
 #include <cstring>
@@ -46,21 +41,6 @@ __device__ __forceinline__ float exact_float(__half h) {
 __device__ __forceinline__ float exact_float(__nv_bfloat16 b) { return __bfloat162float(b); }
 __device__ __forceinline__ float exact_float(float f) { return f; }
 
-// float <-> double with NaN sign and payload kept and the quiet bit set, as x86's cvtss2sd /
-// cvtsd2ss (and AArch64's fcvt) do for the CPU kernel's double(f) / float(d); the GPU's cvt
-// returns the canonical NaN. (f64 stays on the CPU today; these keep the kernel complete.)
-__device__ __forceinline__ double widen(float f) {
-  if (f == f) return double(f);
-  const uint32_t b = __float_as_uint(f);
-  return __longlong_as_double(static_cast<long long>((uint64_t(b & 0x80000000u) << 32) | 0x7FF8000000000000ull |
-                                                     (uint64_t(b & 0x7FFFFFu) << 29)));
-}
-__device__ __forceinline__ float narrow(double d) {
-  if (d == d) return __double2float_rn(d);
-  const uint64_t b = uint64_t(__double_as_longlong(d));
-  return __uint_as_float(uint32_t(b >> 32 & 0x80000000u) | 0x7FC00000u | uint32_t((b >> 29) & 0x7FFFFFu));
-}
-
 // ---- one element, Rounding::nearest: cpu convert<D, S> = store<D>(load<S>(v)) ---------------------
 
 template <class T> inline constexpr bool is_16bit_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
@@ -71,19 +51,11 @@ __device__ __forceinline__ D convert(S v) {
     return v;  // bit copy
   } else if constexpr (std::is_same_v<S, int64_t>) {
     if constexpr (std::is_same_v<D, float>) return __ll2float_rn(v);
-    else if constexpr (std::is_same_v<D, double>) return __ll2double_rn(v);
     else if constexpr (std::is_same_v<D, __half>) return __ll2half_rn(v);  // one rounding
     else return __ll2bfloat16_rn(v);                                       // one rounding
-  } else if constexpr (std::is_same_v<S, double>) {
-    if constexpr (std::is_same_v<D, float>) return narrow(v);
-    else if constexpr (std::is_same_v<D, int64_t>) return __double2ll_rz(v);
-    else if (v != v) return store_value<D>(__int_as_float(0x7FFFFFFF));  // NaN -> 0x7FFF, as the CPU
-    else if constexpr (std::is_same_v<D, __half>) return __double2half(v);  // one rounding
-    else return __double2bfloat16(v);                                       // one rounding
   } else {  // S is float, __half or __nv_bfloat16: widen exactly to float first
     const float f = exact_float(v);
     if constexpr (std::is_same_v<D, float>) return f;
-    else if constexpr (std::is_same_v<D, double>) return widen(f);
     else if constexpr (std::is_same_v<D, int64_t>) return __float2ll_rz(f);
     else return store_value<D>(f);  // the one rounding point (Note [Rounding on the device])
   }
@@ -93,7 +65,6 @@ __device__ __forceinline__ D convert(S v) {
 template <class S>
 __device__ __forceinline__ float to_float_rn(S v) {
   if constexpr (std::is_same_v<S, int64_t>) return __ll2float_rn(v);
-  else if constexpr (std::is_same_v<S, double>) return __double2float_rn(v);
   else return exact_float(v);
 }
 

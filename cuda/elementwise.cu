@@ -33,21 +33,12 @@ namespace {
 
 // ---- scalar math in the compute type C (float, or double for f64) ----------------------------
 
-__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
 
 __device__ __forceinline__ float dexp(float x) { return expf(x); }
-__device__ __forceinline__ double dexp(double x) { return ::exp(x); }
 __device__ __forceinline__ float dlog(float x) { return logf(x); }
-__device__ __forceinline__ double dlog(double x) { return ::log(x); }
 __device__ __forceinline__ float dsqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double dsqrt(double x) { return ::sqrt(x); }
 __device__ __forceinline__ float dabs(float x) { return fabsf(x); }
-__device__ __forceinline__ double dabs(double x) { return ::fabs(x); }
 __device__ __forceinline__ float dpow(float x, float a) { return powf(x, a); }
-__device__ __forceinline__ double dpow(double x, double a) { return ::pow(x, a); }
 
 // cpu::tanh_f32 (Note [Float tanh]) on the device: same branches, same double operations, no
 // contraction (Note [No FMA contraction]).
@@ -62,7 +53,6 @@ __device__ __forceinline__ float dtanh(float x) {
   const double e = ::exp(__dmul_rn(-2.0, a));
   return float(::copysign((1.0 - e) / (1.0 + e), d));
 }
-__device__ __forceinline__ double dtanh(double x) { return ::tanh(x); }
 
 // ---- the formulas: tensor/cpu/elementwise.cpp, operation for operation ------------------------
 

@@ -28,14 +28,9 @@ namespace mixtape::cuda {
 namespace {
 
 __device__ __forceinline__ float dev_exp(float v) { return expf(v); }
-__device__ __forceinline__ double dev_exp(double v) { return exp(v); }
 __device__ __forceinline__ float dev_log(float v) { return logf(v); }
-__device__ __forceinline__ double dev_log(double v) { return log(v); }
 __device__ __forceinline__ float dev_log1p(float v) { return log1pf(v); }
-__device__ __forceinline__ double dev_log1p(double v) { return log1p(v); }
 // A product rounded on its own (never fused with a following add).
-__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
 template <class A> __device__ __forceinline__ A neg_inf() { return A(-INFINITY); }
 

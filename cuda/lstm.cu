@@ -24,14 +24,6 @@ namespace mixtape::cuda {
 
 namespace {
 
-__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
-__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
-__device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
 
 // The CPU's tanh_f32 (Note [Float tanh]), operation for operation in double.
 __device__ __forceinline__ float tanh_f32_device(float x) {
@@ -45,11 +37,9 @@ __device__ __forceinline__ float tanh_f32_device(float x) {
 }
 
 __device__ __forceinline__ float tanh_c(float x) { return tanh_f32_device(x); }
-__device__ __forceinline__ double tanh_c(double x) { return tanh(x); }
 
 // exp rounded to the compute type (float: through double, see the Note).
 __device__ __forceinline__ float exp_c(float x) { return __double2float_rn(exp(double(x))); }
-__device__ __forceinline__ double exp_c(double x) { return exp(x); }
 
 template <class C>
 __device__ __forceinline__ C sigmoid(C x) {

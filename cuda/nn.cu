@@ -39,22 +39,14 @@ namespace {
 
 // ---- arithmetic without FMA contraction (CPU expression order, each op rounded) -------------
 
-__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
-__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
 // A double rounded to the compute type A (the CPU's A(double)).
 template <class A> __device__ __forceinline__ A from_double(double v);
 template <> __device__ __forceinline__ float from_double<float>(double v) { return __double2float_rn(v); }
-template <> __device__ __forceinline__ double from_double<double>(double v) { return v; }
 
 // A double stored as T, rounded once as the CPU's store<T>(double) (tensor/dtype.h).
 template <class T> __device__ __forceinline__ T store_double(double v);
 template <> __device__ __forceinline__ float store_double<float>(double v) { return __double2float_rn(v); }
-template <> __device__ __forceinline__ double store_double<double>(double v) { return v; }
 template <> __device__ __forceinline__ __half store_double<__half>(double v) {
   return __ushort_as_half(bits16::double_to_half_rn(v));
 }

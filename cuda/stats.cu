@@ -27,12 +27,8 @@ unsigned stat_blocks(int64_t numel) { return std::min<unsigned>(grid_for(numel, 
 __device__ __forceinline__ void atomic_max_nonneg(float* p, float v) {
   atomicMax(reinterpret_cast<unsigned int*>(p), __float_as_uint(v));
 }
-__device__ __forceinline__ void atomic_max_nonneg(double* p, double v) {
-  atomicMax(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(__double_as_longlong(v)));
-}
 
 __device__ __forceinline__ bool finite(float v) { return isfinite(v); }
-__device__ __forceinline__ bool finite(double v) { return isfinite(v); }
 
 // ---- grad_stats -----------------------------------------------------------------------------
 
@@ -68,20 +64,12 @@ __device__ __forceinline__ uint16_t round_magnitude(float v, bool f16) {
   return uint16_t((f16 ? __half_as_ushort(__float2half_rn(v)) : __bfloat16_as_ushort(__float2bfloat16_rn(v))) &
                   0x7FFFu);
 }
-__device__ __forceinline__ uint16_t round_magnitude(double v, bool f16) {
-  return uint16_t((f16 ? bits16::double_to_half_rn(v) : bits16::double_to_bf16_rn(v)) & 0x7FFFu);
-}
 
 // floor(log2 a) for finite a > 0, exact for subnormals (std::ilogb on the CPU), from the bits.
 __device__ __forceinline__ int64_t floor_log2(float a) {
   const unsigned int b = __float_as_uint(a);
   const int e = int(b >> 23);
   return e != 0 ? int64_t(e) - 127 : int64_t(31 - __clz(int(b))) - 149;
-}
-__device__ __forceinline__ int64_t floor_log2(double a) {
-  const unsigned long long b = static_cast<unsigned long long>(__double_as_longlong(a));
-  const int e = int(b >> 52);
-  return e != 0 ? int64_t(e) - 1023 : int64_t(63 - __clzll(static_cast<long long>(b))) - 1074;
 }
 
 // Shared memory: kTelemetryCounts + nbins counters (unsigned, per block), flushed to the i64

@@ -3,13 +3,10 @@
 // below is the CPU one, in the same order of fp32 operations, so the results match it bit for
 // bit except where Note [Device libm] says otherwise.
 //
-// Note [No FMA contraction]
-// nvcc contracts a * b + c into one fused multiply-add by default (--fmad=true), which rounds
-// once where the CPU kernels (built without -ffp-contract, no -march) round twice. Wherever a
-// product feeds an addition or subtraction the kernels below spell the operations with
-// __fmul_rn / __fsub_rn (mul_rn / sub_rn), which are never fused. Division and sqrt are IEEE
-// correctly rounded under nvcc's defaults (-prec-div=true, -prec-sqrt=true, -ftz=false; the build
-// never passes --use_fast_math), as on the CPU.
+// The formulas themselves are tensor/elementwise_formulas.h, the CPU's own, compiled without
+// contracted multiply-adds on both devices (Note [No contracted multiply-adds] in CMakeLists.txt).
+// Division and sqrt are IEEE correctly rounded under nvcc's defaults (-prec-div=true,
+// -prec-sqrt=true, -ftz=false; the build never passes --use_fast_math), as on the CPU.
 //
 // Note [Device libm]
 // exp, log, pow (and through exp: sigmoid, tanh) call CUDA's libdevice, whose results may differ
@@ -26,6 +23,7 @@
 #include "cuda/backend.h"
 #include "cuda/common.cuh"
 #include "cuda/elementwise.cuh"
+#include "tensor/elementwise_formulas.h"
 
 namespace mixtape::cuda {
 
@@ -41,7 +39,7 @@ __device__ __forceinline__ float dabs(float x) { return fabsf(x); }
 __device__ __forceinline__ float dpow(float x, float a) { return powf(x, a); }
 
 // cpu::tanh_f32 (Note [Float tanh]) on the device: same branches, same double operations, no
-// contraction (Note [No FMA contraction]).
+// contraction (Note [No contracted multiply-adds] in CMakeLists.txt).
 __device__ __forceinline__ float dtanh(float x) {
   const double d = x, a = ::fabs(d);
   if (a < 0x1p-10) {
@@ -54,7 +52,7 @@ __device__ __forceinline__ float dtanh(float x) {
   return float(::copysign((1.0 - e) / (1.0 + e), d));
 }
 
-// ---- the formulas: tensor/cpu/elementwise.cpp, operation for operation ------------------------
+// ---- the formulas: shared with the CPU (tensor/elementwise_formulas.h) ---------------------------
 
 // Note [Branch-free leaky ReLU] (cpu/elementwise.cpp): x * slope gives the same bits as the
 // branch in every case; on the GPU the select costs nothing either way.
@@ -63,54 +61,16 @@ __device__ __forceinline__ C leaky_slope(C x, C a) {
   return x > C(0) ? C(1) : a;
 }
 
-template <UnaryOp OP, class C>
-__device__ __forceinline__ C forward(C x, C a, C b) {
-  if constexpr (OP == UnaryOp::neg) return -x;
-  else if constexpr (OP == UnaryOp::exp) return dexp(x);
-  else if constexpr (OP == UnaryOp::log) return dlog(x);
-  else if constexpr (OP == UnaryOp::sqrt) return dsqrt(x);
-  else if constexpr (OP == UnaryOp::abs) return dabs(x);
-  else if constexpr (OP == UnaryOp::relu) return x > C(0) ? x : C(0);
-  else if constexpr (OP == UnaryOp::sigmoid) return C(1) / (C(1) + dexp(-x));
-  else if constexpr (OP == UnaryOp::tanh) return dtanh(x);
-  else if constexpr (OP == UnaryOp::leaky_relu) return x * leaky_slope(x, a);
-  else if constexpr (OP == UnaryOp::clamp) return x < a ? a : (x > b ? b : x);
-  else if constexpr (OP == UnaryOp::pow) return dpow(x, a);
-  else if constexpr (OP == UnaryOp::add_scalar) return x + a;
-  else if constexpr (OP == UnaryOp::mul_scalar) return x * a;
-  else if constexpr (OP == UnaryOp::div_scalar) return x / a;
-  else if constexpr (OP == UnaryOp::rsub_scalar) return a - x;
-  else if constexpr (OP == UnaryOp::rdiv_scalar) return a / x;
-}
-
-// dy * f'(x), as cpu::backward (linear in dy, so power-of-two gradient scales pass exactly).
-template <UnaryOp OP, class C>
-__device__ __forceinline__ C backward(C x, C y, C dy, C a, C b) {
-  if constexpr (OP == UnaryOp::neg) return -dy;
-  else if constexpr (OP == UnaryOp::exp) return dy * y;
-  else if constexpr (OP == UnaryOp::log) return dy / x;
-  else if constexpr (OP == UnaryOp::sqrt) return dy / (C(2) * y);
-  else if constexpr (OP == UnaryOp::abs) return x > C(0) ? dy : (x < C(0) ? -dy : C(0));
-  else if constexpr (OP == UnaryOp::relu) return x > C(0) ? dy : C(0);
-  else if constexpr (OP == UnaryOp::sigmoid) return dy * (y * (C(1) - y));
-  else if constexpr (OP == UnaryOp::tanh) return dy * sub_rn(C(1), mul_rn(y, y));  // 1 - y*y unfused
-  else if constexpr (OP == UnaryOp::leaky_relu) return dy * leaky_slope(x, a);
-  else if constexpr (OP == UnaryOp::clamp) return (x >= a && x <= b) ? dy : C(0);
-  else if constexpr (OP == UnaryOp::pow) return dy * (a * dpow(x, a - C(1)));
-  else if constexpr (OP == UnaryOp::add_scalar) return dy;
-  else if constexpr (OP == UnaryOp::mul_scalar) return dy * a;
-  else if constexpr (OP == UnaryOp::div_scalar) return dy / a;
-  else if constexpr (OP == UnaryOp::rsub_scalar) return -dy;
-  else if constexpr (OP == UnaryOp::rdiv_scalar) return -(dy * (y / x));  // d(a/x) = -a/x^2 = -y/x
-}
-
-template <BinaryOp OP, class C>
-__device__ __forceinline__ C binary_fn(C a, C b) {
-  if constexpr (OP == BinaryOp::add) return a + b;
-  else if constexpr (OP == BinaryOp::sub) return a - b;
-  else if constexpr (OP == BinaryOp::mul) return a * b;
-  else if constexpr (OP == BinaryOp::div) return a / b;
-}
+// The device's scalar math for the shared formulas (tensor/elementwise_formulas.h).
+struct DeviceMath {
+  static __device__ __forceinline__ float exp(float x) { return dexp(x); }
+  static __device__ __forceinline__ float log(float x) { return dlog(x); }
+  static __device__ __forceinline__ float sqrt(float x) { return dsqrt(x); }
+  static __device__ __forceinline__ float abs(float x) { return dabs(x); }
+  static __device__ __forceinline__ float pow(float x, float a) { return dpow(x, a); }
+  static __device__ __forceinline__ float tanh(float x) { return dtanh(x); }
+  static __device__ __forceinline__ float leaky_slope(float x, float a) { return cuda::leaky_slope(x, a); }
+};
 
 // ---- the ops: loads to the compute type, one rounding on store (Note [Rounding on the device]) --
 
@@ -122,7 +82,7 @@ struct UnaryForward {
   T* out;
   C a, b;
   __device__ void operator()(int64_t, const int64_t (&o)[2]) const {
-    out[o[0]] = store_value<T>(forward<OP, C>(load_value(x[o[1]]), a, b));
+    out[o[0]] = store_value<T>(formulas::unary_forward<OP, DeviceMath>(load_value(x[o[1]]), a, b));
   }
 };
 
@@ -136,7 +96,7 @@ struct UnaryBackward {
   T* dx;
   C a, b;
   __device__ void operator()(int64_t, const int64_t (&o)[4]) const {
-    dx[o[0]] = store_value<T>(backward<OP, C>(load_value(x[o[1]]), load_value(y[o[2]]), load_value(dy[o[3]]), a, b));
+    dx[o[0]] = store_value<T>(formulas::unary_backward<OP, DeviceMath>(load_value(x[o[1]]), load_value(y[o[2]]), load_value(dy[o[3]]), a, b));
   }
 };
 
@@ -147,7 +107,7 @@ struct BinaryElementwise {
   const T* b;
   T* out;
   __device__ void operator()(int64_t, const int64_t (&o)[3]) const {
-    out[o[0]] = store_value<T>(binary_fn<OP, compute_t<T>>(load_value(a[o[1]]), load_value(b[o[2]])));
+    out[o[0]] = store_value<T>(formulas::binary<OP, compute_t<T>>(load_value(a[o[1]]), load_value(b[o[2]])));
   }
 };
 

@@ -12,13 +12,9 @@
 #include <cstdint>
 
 #include "tensor/error.h"
+#include "tensor/host_device.h"
 #include "tensor/shape.h"
 
-#if defined(__CUDACC__)
-#define MT_HOST_DEVICE __host__ __device__
-#else
-#define MT_HOST_DEVICE
-#endif
 
 namespace mixtape::cuda {
 

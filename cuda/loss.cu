@@ -22,6 +22,7 @@
 
 #include "cuda/backend.h"
 #include "cuda/common.cuh"
+#include "tensor/rows.h"
 
 namespace mixtape::cuda {
 
@@ -30,31 +31,12 @@ namespace {
 __device__ __forceinline__ float dev_exp(float v) { return expf(v); }
 __device__ __forceinline__ float dev_log(float v) { return logf(v); }
 __device__ __forceinline__ float dev_log1p(float v) { return log1pf(v); }
-// A product rounded on its own (never fused with a following add).
 
 template <class A> __device__ __forceinline__ A neg_inf() { return A(-INFINITY); }
 
 inline int64_t round_up32(int64_t v) { return (v + 31) / 32 * 32; }
 // Threads for one block per row of `len` elements: a multiple of 32, at most kBlock.
 inline int row_threads(int64_t len) { return int(std::min<int64_t>(kBlock, round_up32(std::max<int64_t>(len, 1)))); }
-
-// A tensor seen as rows along `dim`: the other dims' shape and strides, the row length and stride.
-struct RowView {
-  Shape outer_shape, outer_strides;
-  int64_t len = 1, stride = 0;
-};
-
-RowView row_view(const Tensor& t, int64_t dim) {
-  RowView v;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (d == dim) continue;
-    v.outer_shape.push_back(t.shape()[size_t(d)]);
-    v.outer_strides.push_back(t.strides()[size_t(d)]);
-  }
-  v.len = t.shape()[size_t(dim)];
-  v.stride = t.strides()[size_t(dim)];
-  return v;
-}
 
 // Per-element strides of a loss output or gradient: its own, or zeros for the 0-dim tensor of
 // a reduced loss (every element then reads the one value).

@@ -7,6 +7,7 @@
 
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/math.h"
+#include "tensor/elementwise_formulas.h"
 
 namespace mixtape::cpu {
 
@@ -23,55 +24,16 @@ inline C leaky_slope(C x, C a) {
   return slope[x > C(0)];
 }
 
-template <UnaryOp OP, class C>
-inline C forward(C x, C a, C b) {
-  if constexpr (OP == UnaryOp::neg) return -x;
-  else if constexpr (OP == UnaryOp::exp) return std::exp(x);
-  else if constexpr (OP == UnaryOp::log) return std::log(x);
-  else if constexpr (OP == UnaryOp::sqrt) return std::sqrt(x);
-  else if constexpr (OP == UnaryOp::abs) return std::abs(x);
-  else if constexpr (OP == UnaryOp::relu) return x > C(0) ? x : C(0);
-  else if constexpr (OP == UnaryOp::sigmoid) return C(1) / (C(1) + std::exp(-x));
-  else if constexpr (OP == UnaryOp::tanh) return tanh_c(x);  // Note [Float tanh]
-  else if constexpr (OP == UnaryOp::leaky_relu) return x * leaky_slope(x, a);
-  else if constexpr (OP == UnaryOp::clamp) return x < a ? a : (x > b ? b : x);
-  else if constexpr (OP == UnaryOp::pow) return std::pow(x, a);
-  else if constexpr (OP == UnaryOp::add_scalar) return x + a;
-  else if constexpr (OP == UnaryOp::mul_scalar) return x * a;
-  else if constexpr (OP == UnaryOp::div_scalar) return x / a;
-  else if constexpr (OP == UnaryOp::rsub_scalar) return a - x;
-  else if constexpr (OP == UnaryOp::rdiv_scalar) return a / x;
-}
-
-// dy * f'(x), written with the saved output y where that is cheaper or more accurate.
-// Each formula is linear in dy, so a power-of-two gradient scale passes through exactly.
-template <UnaryOp OP, class C>
-inline C backward(C x, C y, C dy, C a, C b) {
-  if constexpr (OP == UnaryOp::neg) return -dy;
-  else if constexpr (OP == UnaryOp::exp) return dy * y;
-  else if constexpr (OP == UnaryOp::log) return dy / x;
-  else if constexpr (OP == UnaryOp::sqrt) return dy / (C(2) * y);
-  else if constexpr (OP == UnaryOp::abs) return x > C(0) ? dy : (x < C(0) ? -dy : C(0));
-  else if constexpr (OP == UnaryOp::relu) return x > C(0) ? dy : C(0);
-  else if constexpr (OP == UnaryOp::sigmoid) return dy * (y * (C(1) - y));
-  else if constexpr (OP == UnaryOp::tanh) return dy * (C(1) - y * y);
-  else if constexpr (OP == UnaryOp::leaky_relu) return dy * leaky_slope(x, a);
-  else if constexpr (OP == UnaryOp::clamp) return (x >= a && x <= b) ? dy : C(0);
-  else if constexpr (OP == UnaryOp::pow) return dy * (a * std::pow(x, a - C(1)));
-  else if constexpr (OP == UnaryOp::add_scalar) return dy;
-  else if constexpr (OP == UnaryOp::mul_scalar) return dy * a;
-  else if constexpr (OP == UnaryOp::div_scalar) return dy / a;
-  else if constexpr (OP == UnaryOp::rsub_scalar) return -dy;
-  else if constexpr (OP == UnaryOp::rdiv_scalar) return -(dy * (y / x));  // d(a/x) = -a/x^2 = -y/x
-}
-
-template <BinaryOp OP, class C>
-inline C binary_fn(C a, C b) {
-  if constexpr (OP == BinaryOp::add) return a + b;
-  else if constexpr (OP == BinaryOp::sub) return a - b;
-  else if constexpr (OP == BinaryOp::mul) return a * b;
-  else if constexpr (OP == BinaryOp::div) return a / b;
-}
+// The host's scalar math for the shared formulas (tensor/elementwise_formulas.h).
+struct HostMath {
+  template <class C> static C exp(C x) { return std::exp(x); }
+  template <class C> static C log(C x) { return std::log(x); }
+  template <class C> static C sqrt(C x) { return std::sqrt(x); }
+  template <class C> static C abs(C x) { return std::abs(x); }
+  template <class C> static C pow(C x, C a) { return std::pow(x, a); }
+  template <class C> static C tanh(C x) { return tanh_c(x); }  // Note [Float tanh]
+  template <class C> static C leaky_slope(C x, C a) { return cpu::leaky_slope(x, a); }
+};
 
 // Calls f.template operator()<OP>() for the runtime op.
 template <class F>
@@ -105,7 +67,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
     T* po = static_cast<T*>(out.raw_data());
     dispatch_unary(op, [&]<UnaryOp OP>() {
       for_each_offset<2>(out.shape(), {out.strides(), x.strides()}, [&](const std::array<int64_t, 2>& o) {
-        po[o[0]] = store<T>(forward<OP, C>(load(px[o[1]]), C(a), C(b)));
+        po[o[0]] = store<T>(formulas::unary_forward<OP, HostMath>(load(px[o[1]]), C(a), C(b)));
       });
     });
   });
@@ -122,7 +84,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
     dispatch_unary(op, [&]<UnaryOp OP>() {
       for_each_offset<4>(dx.shape(), {dx.strides(), x.strides(), y.strides(), dy.strides()},
                          [&](const std::array<int64_t, 4>& o) {
-                           pdx[o[0]] = store<T>(backward<OP, C>(load(px[o[1]]), load(py[o[2]]),
+                           pdx[o[0]] = store<T>(formulas::unary_backward<OP, HostMath>(load(px[o[1]]), load(py[o[2]]),
                                                                  load(pdy[o[3]]), C(a), C(b)));
                          });
     });
@@ -138,7 +100,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
       for_each_offset<3>(out.shape(),
                          {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())},
                          [&](const std::array<int64_t, 3>& o) {
-                           po[o[0]] = store<T>(binary_fn<OP>(load(pa[o[1]]), load(pb[o[2]])));
+                           po[o[0]] = store<T>(formulas::binary<OP>(load(pa[o[1]]), load(pb[o[2]])));
                          });
     });
   });

@@ -1,4 +1,5 @@
 #include "tensor/cpu/loss.h"
+#include "tensor/rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,24 +12,6 @@
 namespace mixtape::cpu {
 
 namespace {
-
-// A tensor seen as rows along `dim`: the other dims (shape, strides), the row length and stride.
-struct RowView {
-  Shape outer_shape, outer_strides;
-  int64_t len = 1, stride = 0;
-};
-
-RowView row_view(const Tensor& t, int64_t dim) {
-  RowView v;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (d == dim) continue;
-    v.outer_shape.push_back(t.shape()[size_t(d)]);
-    v.outer_strides.push_back(t.strides()[size_t(d)]);
-  }
-  v.len = t.shape()[size_t(dim)];
-  v.stride = t.strides()[size_t(dim)];
-  return v;
-}
 
 // Max-subtracted row statistics: the row max (in compute type A) and sum(exp(x - max)), each
 // exp in A (<= 1, cannot overflow) and the sum accumulated in double.

@@ -1,0 +1,65 @@
+// The formulas of the elementwise ops, written once for both devices: tensor/cpu/elementwise.cpp
+// and cuda/elementwise.cu instantiate them with their own scalar math (`M`: exp, log, sqrt, abs,
+// pow, tanh and the leaky-ReLU slope), so the arithmetic between those calls is the same code,
+// in the same order of operations, on the CPU and the GPU (Note [No contracted multiply-adds] in
+// CMakeLists.txt keeps it unfused on both). C is the compute type: float for f32/f16/bf16 (the
+// kernels round the result once on store), double for f64 (CPU only).
+#pragma once
+
+#include "tensor/host_device.h"
+#include "tensor/ops/op_kinds.h"
+
+
+namespace mixtape::formulas {
+
+template <UnaryOp OP, class M, class C>
+MT_HOST_DEVICE inline C unary_forward(C x, C a, C b) {
+  if constexpr (OP == UnaryOp::neg) return -x;
+  else if constexpr (OP == UnaryOp::exp) return M::exp(x);
+  else if constexpr (OP == UnaryOp::log) return M::log(x);
+  else if constexpr (OP == UnaryOp::sqrt) return M::sqrt(x);
+  else if constexpr (OP == UnaryOp::abs) return M::abs(x);
+  else if constexpr (OP == UnaryOp::relu) return x > C(0) ? x : C(0);
+  else if constexpr (OP == UnaryOp::sigmoid) return C(1) / (C(1) + M::exp(-x));
+  else if constexpr (OP == UnaryOp::tanh) return M::tanh(x);
+  else if constexpr (OP == UnaryOp::leaky_relu) return x * M::leaky_slope(x, a);
+  else if constexpr (OP == UnaryOp::clamp) return x < a ? a : (x > b ? b : x);
+  else if constexpr (OP == UnaryOp::pow) return M::pow(x, a);
+  else if constexpr (OP == UnaryOp::add_scalar) return x + a;
+  else if constexpr (OP == UnaryOp::mul_scalar) return x * a;
+  else if constexpr (OP == UnaryOp::div_scalar) return x / a;
+  else if constexpr (OP == UnaryOp::rsub_scalar) return a - x;
+  else if constexpr (OP == UnaryOp::rdiv_scalar) return a / x;
+}
+
+// dy * f'(x), written with the saved output y where that is cheaper or more accurate.
+// Each formula is linear in dy, so a power-of-two gradient scale passes through exactly.
+template <UnaryOp OP, class M, class C>
+MT_HOST_DEVICE inline C unary_backward(C x, C y, C dy, C a, C b) {
+  if constexpr (OP == UnaryOp::neg) return -dy;
+  else if constexpr (OP == UnaryOp::exp) return dy * y;
+  else if constexpr (OP == UnaryOp::log) return dy / x;
+  else if constexpr (OP == UnaryOp::sqrt) return dy / (C(2) * y);
+  else if constexpr (OP == UnaryOp::abs) return x > C(0) ? dy : (x < C(0) ? -dy : C(0));
+  else if constexpr (OP == UnaryOp::relu) return x > C(0) ? dy : C(0);
+  else if constexpr (OP == UnaryOp::sigmoid) return dy * (y * (C(1) - y));
+  else if constexpr (OP == UnaryOp::tanh) return dy * (C(1) - y * y);
+  else if constexpr (OP == UnaryOp::leaky_relu) return dy * M::leaky_slope(x, a);
+  else if constexpr (OP == UnaryOp::clamp) return (x >= a && x <= b) ? dy : C(0);
+  else if constexpr (OP == UnaryOp::pow) return dy * (a * M::pow(x, a - C(1)));
+  else if constexpr (OP == UnaryOp::add_scalar) return dy;
+  else if constexpr (OP == UnaryOp::mul_scalar) return dy * a;
+  else if constexpr (OP == UnaryOp::div_scalar) return dy / a;
+  else if constexpr (OP == UnaryOp::rsub_scalar) return -dy;
+  else if constexpr (OP == UnaryOp::rdiv_scalar) return -(dy * (y / x));  // d(a/x) = -a/x^2 = -y/x
+}
+
+template <BinaryOp OP, class C>
+MT_HOST_DEVICE inline C binary(C a, C b) {
+  if constexpr (OP == BinaryOp::add) return a + b;
+  else if constexpr (OP == BinaryOp::sub) return a - b;
+  else if constexpr (OP == BinaryOp::mul) return a * b;
+  else if constexpr (OP == BinaryOp::div) return a / b;
+}
+
+}  // namespace mixtape::formulas

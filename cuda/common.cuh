@@ -81,8 +81,17 @@ template <> __device__ __forceinline__ __half store_value<__half>(float v) { ret
 template <> __device__ __forceinline__ __nv_bfloat16 store_value<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
+// From a double accumulator (batch-norm statistics, bias and embedding gradients), rounded once
+// as the CPU's store<T>(double): round-to-odd to float first (Note [Rounding f64 and i64 to 16
+// bits] in tensor/half.h), with the host's own functions compiled for the device.
 template <class T> __device__ __forceinline__ T store_value(double v);
-template <> __device__ __forceinline__ double store_value<double>(double v) { return v; }
+template <> __device__ __forceinline__ float store_value<float>(double v) { return __double2float_rn(v); }
+template <> __device__ __forceinline__ __half store_value<__half>(double v) {
+  return __ushort_as_half(bits16::double_to_half_rn(v));
+}
+template <> __device__ __forceinline__ __nv_bfloat16 store_value<__nv_bfloat16>(double v) {
+  return __ushort_as_bfloat16(bits16::double_to_bf16_rn(v));
+}
 
 // Stochastic rounding of v with random word r (tensor/half.h, Note [Stochastic rounding]).
 template <class T> __device__ __forceinline__ T store_stochastic(float v, uint32_t r);

@@ -132,17 +132,6 @@ __global__ void round_kernel(const float* src, T* dst, int64_t n) {
     dst[i] = store_value<T>(src[i]);
 }
 
-// A double rounded once to T, as the CPU's store<T>(double) (round-to-odd to float first, Note
-// [Rounding f64 and i64 to 16 bits] in tensor/half.h).
-template <class T> __device__ __forceinline__ T store_double(double v);
-template <> __device__ __forceinline__ float store_double<float>(double v) { return float(v); }
-template <> __device__ __forceinline__ __half store_double<__half>(double v) {
-  return __ushort_as_half(bits16::double_to_half_rn(v));
-}
-template <> __device__ __forceinline__ __nv_bfloat16 store_double<__nv_bfloat16>(double v) {
-  return __ushort_as_bfloat16(bits16::double_to_bf16_rn(v));
-}
-
 // db[oc] = sum over (n, h, w) of dy[n, oc, h, w]: one block per channel, accumulated in double
 // like the CPU's conv_bias_grad (a large reduction; double keeps the result independent of order
 // in practice). blockDim.x = kBlock.
@@ -157,7 +146,7 @@ __global__ void bias_grad_kernel(const T* dy, int64_t ds0, int64_t ds1, int64_t 
     acc += double(load_value(dy[n * ds0 + oc * ds1 + h * ds2 + w * ds3]));
   }
   acc = block_sum(acc, scratch);
-  if (threadIdx.x == 0) db[oc * db_stride] = store_double<T>(acc);
+  if (threadIdx.x == 0) db[oc * db_stride] = store_value<T>(acc);
 }
 
 // w [OC, C, KH, KW] as the row-major [OC, R] GEMM operand (copied when not contiguous).

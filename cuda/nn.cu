@@ -44,16 +44,6 @@ namespace {
 template <class A> __device__ __forceinline__ A from_double(double v);
 template <> __device__ __forceinline__ float from_double<float>(double v) { return __double2float_rn(v); }
 
-// A double stored as T, rounded once as the CPU's store<T>(double) (tensor/dtype.h).
-template <class T> __device__ __forceinline__ T store_double(double v);
-template <> __device__ __forceinline__ float store_double<float>(double v) { return __double2float_rn(v); }
-template <> __device__ __forceinline__ __half store_double<__half>(double v) {
-  return __ushort_as_half(bits16::double_to_half_rn(v));
-}
-template <> __device__ __forceinline__ __nv_bfloat16 store_double<__nv_bfloat16>(double v) {
-  return __ushort_as_bfloat16(bits16::double_to_bf16_rn(v));
-}
-
 // ---- per-channel vectors of any floating dtype ----------------------------------------------
 
 // A [C] tensor (weight, bias, running stats, dweight, dbias) seen by a kernel; p == nullptr
@@ -92,10 +82,10 @@ __device__ double chan_read(const ChanVec& v, int64_t c) {
 __device__ void chan_write(const ChanVec& v, int64_t c, double x) {
   const int64_t o = c * v.stride;
   switch (v.kind) {
-    case 0: static_cast<float*>(v.p)[o] = store_double<float>(x); return;
+    case 0: static_cast<float*>(v.p)[o] = store_value<float>(x); return;
     case 1: static_cast<double*>(v.p)[o] = x; return;
-    case 2: static_cast<__half*>(v.p)[o] = store_double<__half>(x); return;
-    default: static_cast<__nv_bfloat16*>(v.p)[o] = store_double<__nv_bfloat16>(x); return;
+    case 2: static_cast<__half*>(v.p)[o] = store_value<__half>(x); return;
+    default: static_cast<__nv_bfloat16*>(v.p)[o] = store_value<__nv_bfloat16>(x); return;
   }
 }
 
@@ -380,7 +370,7 @@ __global__ void embedding_backward_kernel(const int64_t* __restrict__ keys, int6
       dyc.offsets(keys[q] - lo_key, o);
       acc += double(load_value(dy[o[0] + j * dstride]));
     }
-    dw[e] = store_double<T>(acc);
+    dw[e] = store_value<T>(acc);
   }
 }
 

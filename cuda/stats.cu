@@ -58,10 +58,9 @@ __global__ void grad_stats_kernel(const T* __restrict__ g, OffsetCalculator<1> c
 // ---- grad_telemetry -------------------------------------------------------------------------
 
 // |v| rounded (RNE) to the format as its magnitude bits (sign dropped), as the CPU's
-// round_magnitude: f32 through the CUDA intrinsics, f64 rounded once by tensor/half.h's
-// double_to_*_rn (compiled for the device).
+// round_magnitude: what store_value would write, measured rather than stored.
 __device__ __forceinline__ uint16_t round_magnitude(float v, bool f16) {
-  return uint16_t((f16 ? __half_as_ushort(__float2half_rn(v)) : __bfloat16_as_ushort(__float2bfloat16_rn(v))) &
+  return uint16_t((f16 ? __half_as_ushort(store_value<__half>(v)) : __bfloat16_as_ushort(store_value<__nv_bfloat16>(v))) &
                   0x7FFFu);
 }
 

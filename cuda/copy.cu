@@ -101,6 +101,15 @@ struct FillBits {
   __device__ void operator()(int64_t, const int64_t (&o)[1]) const { dst[o[0]] = bits; }
 };
 
+// counter += by, wrapping in two's complement like cpu::increment.
+struct Increment {
+  int64_t* counter;
+  int64_t by;
+  __device__ void operator()(int64_t, const int64_t (&o)[1]) const {
+    counter[o[0]] = int64_t(uint64_t(counter[o[0]]) + uint64_t(by));
+  }
+};
+
 // Calls f(T{}) for every dtype a CUDA tensor can have: float, __half, __nv_bfloat16, int64_t.
 template <class F>
 void dispatch_all_types(DType dtype, F&& f) {
@@ -185,6 +194,14 @@ void fill(Tensor& out, double value) {
     const FillBits<U> f{static_cast<U*>(out.raw_data()), U(pattern)};
     launch_elementwise<1>("fill", n, calc, f, stream_of(out));
   });
+}
+
+void increment(Tensor& counter, int64_t by) {
+  DeviceGuard guard(counter.device().index);
+  const int64_t n = counter.numel();
+  if (n == 0) return;
+  launch_elementwise<1>("increment", n, offsets_for<1>(counter.shape(), {&counter}),
+                        Increment{counter.data<int64_t>(), by}, stream_of(counter));
 }
 
 }  // namespace mixtape::cuda

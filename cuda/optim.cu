@@ -13,12 +13,10 @@
 // Stochastic rounding draws philox_words(seed, offset + i)[0] for the element of row-major
 // index i, as the CPU loop does, so a fixed (seed, offset) gives the CPU's bits too.
 //
-// Master weights: the fp32 update of mixed precision (MasterWeights::step in
-// optim/master_weights.cpp) runs adam_update / sgd_update on the fp32 master and then a separate
-// copy_ into the 16-bit model parameter. A fused "update the master and write its 16-bit copy"
-// kernel would be one more store per element in sgd_kernel / adam_kernel below (an optional
-// P16* copy written with store_value<P16>(new master)); it needs a launcher taking the copy
-// tensor, called from MasterWeights::step instead of the copy_ loop.
+// Master weights: the fp32 kernels take the optional 16-bit copy of the master (Note [Fused
+// master copy] in tensor/ops/optim.h) as one more operand, Q* q, written with store_value<Q> of
+// the new fp32 value in the same pass; without a copy Q is float, q aliases the parameter's
+// layout and has_copy is false, so it is never written.
 #include <cmath>
 
 #include "cuda/backend.h"
@@ -49,25 +47,34 @@ OffsetCalculator<N> same_shape_offsets(const Shape& shape, const std::array<cons
 
 // ---- fp32 / f64 updates -------------------------------------------------------------------------
 
-// torch.optim.SGD without momentum: p += -lr * (g + wd * p). Operands: param, grad.
-template <class P>
-__global__ void sgd_plain_kernel(P* p, const P* g, OffsetCalculator<2> oc, int64_t n, P neg_lr, P wd, bool decay) {
+// Writes the new master value v into the rounded copy (Note [Fused master copy]).
+template <class Q>
+__device__ __forceinline__ void write_copy(Q* q, bool has_copy, float v) {
+  if (has_copy) *q = store_value<Q>(v);
+}
+
+// torch.optim.SGD without momentum: p += -lr * (g + wd * p). Operands: param, grad, copy.
+template <class P, class Q>
+__global__ void sgd_plain_kernel(P* p, const P* g, Q* q, bool has_copy, OffsetCalculator<3> oc, int64_t n,
+                                 P neg_lr, P wd, bool decay) {
   MT_GRID_STRIDE(i, n) {
-    int64_t o[2];
+    int64_t o[3];
     oc.offsets(i, o);
     const P pv = p[o[0]];
     P d = g[o[1]];
     if (decay) d = add_rn(d, mul_rn(wd, pv));
-    p[o[0]] = add_rn(pv, mul_rn(neg_lr, d));
+    const P next = add_rn(pv, mul_rn(neg_lr, d));
+    p[o[0]] = next;
+    write_copy(q + o[2], has_copy, next);
   }
 }
 
-// torch.optim.SGD with momentum. Operands: param, grad, momentum buffer.
-template <class P>
-__global__ void sgd_momentum_kernel(P* p, const P* g, P* b, OffsetCalculator<3> oc, int64_t n, P neg_lr, P wd,
-                                    P mom, P keep, bool decay, bool first, bool nesterov) {
+// torch.optim.SGD with momentum. Operands: param, grad, momentum buffer, copy.
+template <class P, class Q>
+__global__ void sgd_momentum_kernel(P* p, const P* g, P* b, Q* q, bool has_copy, OffsetCalculator<4> oc, int64_t n,
+                                    P neg_lr, P wd, P mom, P keep, bool decay, bool first, bool nesterov) {
   MT_GRID_STRIDE(i, n) {
-    int64_t o[3];
+    int64_t o[4];
     oc.offsets(i, o);
     const P pv = p[o[0]];
     P d = g[o[1]];
@@ -75,7 +82,9 @@ __global__ void sgd_momentum_kernel(P* p, const P* g, P* b, OffsetCalculator<3> 
     const P buf = first ? d : add_rn(mul_rn(mom, b[o[2]]), mul_rn(keep, d));
     b[o[2]] = buf;
     d = nesterov ? add_rn(d, mul_rn(mom, buf)) : buf;
-    p[o[0]] = add_rn(pv, mul_rn(neg_lr, d));
+    const P next = add_rn(pv, mul_rn(neg_lr, d));
+    p[o[0]] = next;
+    write_copy(q + o[3], has_copy, next);
   }
 }
 
@@ -85,12 +94,13 @@ __device__ __forceinline__ C lerp(C a, C b, C w) {
   return w < C(0.5) ? add_rn(a, mul_rn(w, sub_rn(b, a))) : sub_rn(b, mul_rn(sub_rn(b, a), sub_rn(C(1), w)));
 }
 
-// Adam / AdamW. Operands: param, grad, exp_avg, exp_avg_sq.
-template <class P>
-__global__ void adam_kernel(P* p, const P* g, P* m, P* v, OffsetCalculator<4> oc, int64_t n, P neg_step_size,
-                            P bias2_sqrt, P w1, P b2, P w2, P eps, P wd, P shrink, bool l2, bool shrink_w) {
+// Adam / AdamW. Operands: param, grad, exp_avg, exp_avg_sq, copy.
+template <class P, class Q>
+__global__ void adam_kernel(P* p, const P* g, P* m, P* v, Q* q, bool has_copy, OffsetCalculator<5> oc, int64_t n,
+                            P neg_step_size, P bias2_sqrt, P w1, P b2, P w2, P eps, P wd, P shrink, bool l2,
+                            bool shrink_w) {
   MT_GRID_STRIDE(i, n) {
-    int64_t o[4];
+    int64_t o[5];
     oc.offsets(i, o);
     P pv = p[o[0]];
     P d = g[o[1]];
@@ -101,7 +111,9 @@ __global__ void adam_kernel(P* p, const P* g, P* m, P* v, OffsetCalculator<4> oc
     m[o[2]] = mv;
     v[o[3]] = vv;
     const P denom = add_rn(div_rn(sqrt_rn(vv), bias2_sqrt), eps);
-    p[o[0]] = add_rn(pv, mul_rn(neg_step_size, div_rn(mv, denom)));
+    const P next = add_rn(pv, mul_rn(neg_step_size, div_rn(mv, denom)));
+    p[o[0]] = next;
+    write_copy(q + o[4], has_copy, next);
   }
 }
 
@@ -194,53 +206,78 @@ void dispatch_16bit(const char* op, DType t, F&& f) {
   throw Error(detail::cat(op, ": no kernel for ", dtype_name(t), " parameters (need bf16 or f16)"));
 }
 
+// The rounded copy's element type (Note [Fused master copy]): f(Q{}) with Q = __half or
+// __nv_bfloat16, or float (never written) when there is no copy.
+template <class F>
+void dispatch_copy(const Tensor* copy, F&& f) {
+  if (!copy) return f(float{});
+  dispatch_16bit("rounded copy", copy->dtype(), f);
+}
+
+// The copy operand of the fp32 kernels: its pointer and layout, or the parameter's (never written).
+template <class Q>
+Q* copy_data(const Tensor* copy, const Tensor& param) {
+  return static_cast<Q*>(copy ? copy->raw_data() : param.raw_data());
+}
+
 }  // namespace
 
 void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
-                double dampening, double weight_decay, bool nesterov, int64_t step) {
+                double dampening, double weight_decay, bool nesterov, int64_t step, Tensor* rounded_copy) {
   DeviceGuard guard(param.device().index);
   const DType state_dtype = momentum != 0.0 ? momentum_buf.dtype() : param.dtype();
   const int64_t n = param.numel();
   dispatch_update("sgd_update", param.dtype(), state_dtype, [&](auto tag) {
     using P = decltype(tag);  // == compute type and grad type
     if (n == 0) return;
-    const P neg_lr = P(-lr), wd = P(weight_decay), mom = P(momentum), keep = P(1.0 - dampening);
-    const bool decay = weight_decay != 0.0;
-    P* p = param.data<P>();
-    const P* g = grad.data<P>();
-    const Stream s = stream_of(param);
-    if (momentum == 0.0) {
-      sgd_plain_kernel<P><<<grid_for(n), kBlock, 0, s>>>(p, g, same_shape_offsets<2>(param.shape(), {&param, &grad}),
-                                                         n, neg_lr, wd, decay);
-      MT_CUDA_CHECK_LAUNCH("sgd_plain_kernel");
-      return;
-    }
-    sgd_momentum_kernel<P><<<grid_for(n), kBlock, 0, s>>>(
-        p, g, momentum_buf.data<P>(), same_shape_offsets<3>(param.shape(), {&param, &grad, &momentum_buf}), n,
-        neg_lr, wd, mom, keep, decay, step == 1, nesterov);
-    MT_CUDA_CHECK_LAUNCH("sgd_momentum_kernel");
+    dispatch_copy(rounded_copy, [&](auto copy_tag) {
+      using Q = decltype(copy_tag);
+      const P neg_lr = P(-lr), wd = P(weight_decay), mom = P(momentum), keep = P(1.0 - dampening);
+      const bool decay = weight_decay != 0.0, has_copy = rounded_copy != nullptr;
+      const Tensor& qt = has_copy ? *rounded_copy : param;
+      P* p = param.data<P>();
+      const P* g = grad.data<P>();
+      Q* q = copy_data<Q>(rounded_copy, param);
+      const Stream s = stream_of(param);
+      if (momentum == 0.0) {
+        sgd_plain_kernel<P, Q><<<grid_for(n), kBlock, 0, s>>>(
+            p, g, q, has_copy, same_shape_offsets<3>(param.shape(), {&param, &grad, &qt}), n, neg_lr, wd, decay);
+        MT_CUDA_CHECK_LAUNCH("sgd_plain_kernel");
+        return;
+      }
+      sgd_momentum_kernel<P, Q><<<grid_for(n), kBlock, 0, s>>>(
+          p, g, momentum_buf.data<P>(), q, has_copy,
+          same_shape_offsets<4>(param.shape(), {&param, &grad, &momentum_buf, &qt}), n, neg_lr, wd, mom, keep, decay,
+          step == 1, nesterov);
+      MT_CUDA_CHECK_LAUNCH("sgd_momentum_kernel");
+    });
   });
 }
 
 void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1,
-                 double beta2, double eps, double weight_decay, bool decoupled, int64_t step) {
+                 double beta2, double eps, double weight_decay, bool decoupled, int64_t step, Tensor* rounded_copy) {
   DeviceGuard guard(param.device().index);
   const int64_t n = param.numel();
   dispatch_update(decoupled ? "adamw_update" : "adam_update", param.dtype(), exp_avg.dtype(), [&](auto tag) {
     using P = decltype(tag);
     if (n == 0) return;
-    // Host scalars in double, as the CPU kernel (and torch.optim) computes them.
-    const double bias1 = 1.0 - std::pow(beta1, double(step));
-    const double bias2 = 1.0 - std::pow(beta2, double(step));
-    const P neg_step_size = P(-lr / bias1), bias2_sqrt = P(std::sqrt(bias2));
-    const P w1 = P(1.0 - beta1), b2 = P(beta2), w2 = P(1.0 - beta2), eps_c = P(eps);
-    const P wd = P(weight_decay), shrink = P(1.0 - lr * weight_decay);
-    const bool l2 = !decoupled && weight_decay != 0.0, shrink_w = decoupled && weight_decay != 0.0;
-    adam_kernel<P><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
-        param.data<P>(), grad.data<P>(), exp_avg.data<P>(), exp_avg_sq.data<P>(),
-        same_shape_offsets<4>(param.shape(), {&param, &grad, &exp_avg, &exp_avg_sq}), n, neg_step_size, bias2_sqrt,
-        w1, b2, w2, eps_c, wd, shrink, l2, shrink_w);
-    MT_CUDA_CHECK_LAUNCH("adam_kernel");
+    dispatch_copy(rounded_copy, [&](auto copy_tag) {
+      using Q = decltype(copy_tag);
+      // Host scalars in double, as the CPU kernel (and torch.optim) computes them.
+      const double bias1 = 1.0 - std::pow(beta1, double(step));
+      const double bias2 = 1.0 - std::pow(beta2, double(step));
+      const P neg_step_size = P(-lr / bias1), bias2_sqrt = P(std::sqrt(bias2));
+      const P w1 = P(1.0 - beta1), b2 = P(beta2), w2 = P(1.0 - beta2), eps_c = P(eps);
+      const P wd = P(weight_decay), shrink = P(1.0 - lr * weight_decay);
+      const bool l2 = !decoupled && weight_decay != 0.0, shrink_w = decoupled && weight_decay != 0.0;
+      const bool has_copy = rounded_copy != nullptr;
+      const Tensor& qt = has_copy ? *rounded_copy : param;
+      adam_kernel<P, Q><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
+          param.data<P>(), grad.data<P>(), exp_avg.data<P>(), exp_avg_sq.data<P>(), copy_data<Q>(rounded_copy, param),
+          has_copy, same_shape_offsets<5>(param.shape(), {&param, &grad, &exp_avg, &exp_avg_sq, &qt}), n,
+          neg_step_size, bias2_sqrt, w1, b2, w2, eps_c, wd, shrink, l2, shrink_w);
+      MT_CUDA_CHECK_LAUNCH("adam_kernel");
+    });
   });
 }
 

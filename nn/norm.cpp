@@ -62,15 +62,10 @@ Variable BatchNormBase::forward(const Variable& x) {
   Variable y = batch_norm(x, param(weight), param(bias), track ? running_mean() : Tensor(),
                           track ? running_var() : Tensor(), batch_stats, options_.momentum, options_.eps);
   if (is_training() && track) {
-    // The counter lives with the module (on its device, like the running statistics); it is
-    // counted on the host: read, add one, write back (a 1-element copy each way on a GPU).
+    // The counter lives with the module (on its device, like the running statistics) and is
+    // counted there: no host round trip per layer and step on a GPU.
     Tensor n = num_batches_tracked();
-    if (n.device().is_cpu()) {
-      n.flat_set(0, n.flat_get(0) + 1.0);
-    } else {
-      const int64_t count = int64_t(n.item()) + 1;
-      n.copy_(from_vector(std::vector<int64_t>{count}, Shape{}).to(n.device()));
-    }
+    increment_(n);
   }
   return y;
 }

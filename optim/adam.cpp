@@ -26,9 +26,10 @@ void Adam::validate(const AdamOptions& o) const {
   MT_CHECK(std::isfinite(o.eps) && o.eps >= 0.0, name(), ": eps must be finite and >= 0, got ", o.eps);
 }
 
-void Adam::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step) {
+void Adam::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
+                 Tensor* rounded_copy) {
   adam_update_(param, grad, state.buffers[0], state.buffers[1], group.lr, options_.beta1, options_.beta2,
-               options_.eps, group.weight_decay, decoupled_, step);
+               options_.eps, group.weight_decay, decoupled_, step, rounded_copy);
 }
 
 void Adam::save_options(TensorDict& d) const {

@@ -36,7 +36,8 @@ class Adam : public Optimizer {
  protected:
   Adam(std::vector<Variable> params, AdamOptions options, bool decoupled);
   std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
-  void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step) override;
+  void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
+             Tensor* rounded_copy) override;
   void save_options(TensorDict& dict) const override;
   void load_options(const TensorDict& dict) override;
 

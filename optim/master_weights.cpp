@@ -35,10 +35,12 @@ MasterWeights::MasterWeights(std::vector<Variable> params, const OptimizerFactor
   MT_CHECK(inner_->num_params() == masters_.size(), who, ": the inner ", inner_->name(), " holds ",
            inner_->num_params(), " parameters, but there are ", masters_.size(), " masters");
   for (size_t j = 0; j < inner_->num_params(); ++j) {
-    bool found = false;
-    for (const Variable& m : masters_) found = found || m.same(inner_->param(j));
-    MT_CHECK(found, who, ": parameter ", j, " of the inner ", inner_->name(), " ('", inner_->param(j).name(),
-             "') is not one of the masters this MasterWeights built");
+    size_t i = 0;
+    while (i < masters_.size() && !masters_[i].same(inner_->param(j))) ++i;
+    MT_CHECK(i < masters_.size(), who, ": parameter ", j, " of the inner ", inner_->name(), " ('",
+             inner_->param(j).name(), "') is not one of the masters this MasterWeights built");
+    // Step 6 of Note [Master weight step], fused into the update's pass.
+    if (copy_[i]) inner_->set_rounded_copy(j, params_[i]);
   }
 }
 
@@ -72,24 +74,17 @@ bool MasterWeights::step(LossScaler& scaler) {
     zero_grad();
     return false;
   }
-  std::vector<bool> updated(params_.size(), false);
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::optional<ScaledGrad>& g = params_[i].grad();
     if (g && g->defined()) {
       // Each parameter by its own scale, in fp32 (f64 for f64 gradients).
       masters_[i].set_grad(ScaledGrad{g->unscaled(), 1.0f});
-      updated[i] = true;
     } else if (copy_[i]) {
       masters_[i].zero_grad();
     }
   }
   last_norm_ = options_.max_grad_norm > 0.0 ? clip_grad_norm(masters_, options_.max_grad_norm) : grad_norm(masters_);
-  inner_->step();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!copy_[i] || !updated[i]) continue;
-    Tensor dst = params_[i].data();  // a handle: writes the model parameter's storage
-    dst.copy_(masters_[i].data());   // fp32 -> 16 bits, round to nearest even
-  }
+  inner_->step();  // also rounds each updated master into its 16-bit parameter (set_rounded_copy)
   zero_grad();
   return true;
 }

@@ -27,6 +27,10 @@
 //   5. the inner optimizer updates the masters (weight decay therefore acts on the fp32 copy,
 //      where it cannot underflow, as OpenSeq2Seq's wrapper arranges);
 //   6. round the updated masters into the 16-bit model parameters (RNE) and drop the gradients.
+//      The rounding happens inside step 5: the constructor registers each 16-bit parameter as
+//      the rounded copy of its master (Optimizer::set_rounded_copy), so the update kernel
+//      writes the new fp32 master and its 16-bit rounding in one pass over memory (Note [Fused
+//      master copy] in tensor/ops/optim.h).
 // step() consumes the gradients either way; the next backward starts from nothing.
 //
 // Several MasterWeights (each with its own scaler) can train different parameter sets side by

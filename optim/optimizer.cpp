@@ -41,6 +41,7 @@ size_t Optimizer::add_param_group(std::vector<Variable> params, GroupOptions opt
   for (size_t k = 0; k < params.size(); ++k) {
     group_of_.push_back(gi);
     state_.emplace_back();
+    copies_.emplace_back();
   }
   g.params = std::move(params);
   groups_.push_back(std::move(g));
@@ -98,8 +99,24 @@ void Optimizer::update(size_t index, Tensor& param, const Tensor& grad) {
     MT_CHECK(st.buffers[b].shape() == param.shape(), name(), ": state '", names[b], "' of parameter ", index, " ",
              st.buffers[b].meta(), " does not match the tensor being updated ", param.meta());
   const int64_t next = st.step + 1;
-  apply(groups_[group_of_[index]], param, grad, st, next);
+  Tensor copy = copies_[index].defined() ? copies_[index].data() : Tensor();  // a handle to its storage
+  apply(groups_[group_of_[index]], param, grad, st, next, copy.defined() ? &copy : nullptr);
   st.step = next;
+}
+
+void Optimizer::set_rounded_copy(size_t index, Variable copy) {
+  const Variable& p = param(index);  // range-checked
+  if (copy.defined()) {
+    MT_CHECK(p.dtype() == DType::f32, name(), ": a rounded copy needs an f32 parameter; parameter ", index, " '",
+             p.name(), "' is ", p.data().meta());
+    MT_CHECK(is_16bit(copy.dtype()), name(), ": the rounded copy '", copy.name(), "' ", copy.data().meta(),
+             " of parameter ", index, " must be bf16 or f16");
+    MT_CHECK(copy.shape() == p.shape() && copy.data().device() == p.data().device(), name(), ": the rounded copy '",
+             copy.name(), "' ", copy.data().meta(), " must have the shape and device of parameter ", index, " '",
+             p.name(), "' ", p.data().meta());
+    MT_CHECK(!copy.same(p), name(), ": parameter ", index, " cannot be its own rounded copy");
+  }
+  copies_[index] = std::move(copy);
 }
 
 void Optimizer::step() {

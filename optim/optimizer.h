@@ -16,6 +16,9 @@
 // the model), so the state lives in fp32 next to the masters. Pure 16-bit rules (stochastic
 // rounding, Kahan summation) are further kernels called from an optimizer's apply()
 // (optim/pure16.h). Loss scaling and skipped steps sit above step() (optim/loss_scaler.h).
+// The master-weight layer also registers each 16-bit model parameter as the rounded copy of its
+// master (set_rounded_copy), so the update kernel writes the new fp32 master and its 16-bit
+// rounding in one pass (Note [Fused master copy] in tensor/ops/optim.h).
 #pragma once
 
 #include <cstdint>
@@ -73,6 +76,12 @@ class Optimizer {
   // for f64 params). See Note [Optimizer seam for mixed precision].
   void update(size_t index, Tensor& param, const Tensor& grad);
 
+  // Note [Fused master copy]: from now on every update of parameter `index` (an f32 parameter)
+  // also writes its new value, rounded to nearest even, into `copy`'s data (a bf16 or f16
+  // Variable shaped like the parameter, on its device) in the same pass. An undefined `copy`
+  // removes it. A copy is a binding, not state: state_dict does not save it.
+  void set_rounded_copy(size_t index, Variable copy);
+
   // State for checkpoints (tensor/safetensors.h):
   //   metadata  "optimizer" = name(), "param_groups" = G,
   //             "param_groups.<g>.lr", ".weight_decay", ".params" (how many),
@@ -99,8 +108,9 @@ class Optimizer {
   // Names of the state buffers the rule keeps per parameter (may depend on hyper-parameters).
   virtual std::vector<std::string> buffer_names() const = 0;
   // Applies the rule to `param` at its `step`-th update (1-based) with the group's settings.
+  // rounded_copy: nullptr, or the 16-bit tensor the rule's kernel writes round(new param) into.
   virtual void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state,
-                     int64_t step) = 0;
+                     int64_t step, Tensor* rounded_copy) = 0;
   // The rule's hyper-parameters in the state dict. load_options validates everything before it
   // changes anything.
   virtual void save_options(TensorDict& dict) const = 0;
@@ -113,6 +123,7 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
   std::vector<size_t> group_of_;  // parameter index -> group
   std::vector<ParamState> state_;  // parameter index -> state
+  std::vector<Variable> copies_;    // parameter index -> rounded 16-bit copy (or undefined)
   double default_lr_;
   double default_weight_decay_;
 };

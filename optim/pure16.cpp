@@ -163,7 +163,10 @@ std::vector<std::string> SGD16::buffer_names() const {
   return names;
 }
 
-void SGD16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t) {
+// A 16-bit parameter is its own weight: set_rounded_copy accepts f32 parameters only, so the
+// 16-bit rules never receive a rounded copy.
+void SGD16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t,
+                  Tensor*) {
   Tensor none_m, none_c;
   size_t b = 0;
   Tensor& mom = options_.momentum != 0.0 ? state.buffers[b++] : none_m;
@@ -226,7 +229,8 @@ std::vector<std::string> AdamW16::buffer_names() const {
   return names;
 }
 
-void AdamW16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step) {
+void AdamW16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
+                    Tensor*) {
   Tensor none;
   Tensor& comp = options_.rounding == UpdateRounding::kahan ? state.buffers[2] : none;
   const double beta1 = decay_rate_16(options_.beta1, param.dtype()).value;

@@ -28,11 +28,12 @@ std::vector<std::string> SGD::buffer_names() const {
   return {"momentum_buffer"};
 }
 
-void SGD::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step) {
+void SGD::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
+                Tensor* rounded_copy) {
   Tensor none;
   Tensor& buf = state.buffers.empty() ? none : state.buffers[0];
   sgd_update_(param, grad, buf, group.lr, options_.momentum, options_.dampening, group.weight_decay,
-              options_.nesterov, step);
+              options_.nesterov, step, rounded_copy);
 }
 
 void SGD::save_options(TensorDict& d) const {

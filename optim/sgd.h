@@ -24,7 +24,8 @@ class SGD : public Optimizer {
 
  protected:
   std::vector<std::string> buffer_names() const override;
-  void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step) override;
+  void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
+             Tensor* rounded_copy) override;
   void save_options(TensorDict& dict) const override;
   void load_options(const TensorDict& dict) override;
 

@@ -424,6 +424,16 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   else cuda::fill(t, value);
   return t;
 }
+void increment_(Tensor& counter, int64_t by) {
+  MT_CHECK(counter.defined(), "increment_: the counter is undefined");
+  MT_CHECK(counter.dtype() == DType::i64, "increment_: counter ", counter.meta(), " must be i64");
+  for (int64_t d = 0; d < counter.dim(); ++d)
+    MT_CHECK(counter.shape()[size_t(d)] <= 1 || counter.strides()[size_t(d)] != 0, "increment_: counter ",
+             counter.meta(), " is a broadcast view (stride 0 in dim ", d, ") and cannot be written in place");
+  if (counter.device().is_cpu()) cpu::increment(counter, by);
+  else cuda::increment(counter, by);
+}
+
 Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
 Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }

@@ -111,6 +111,11 @@ Tensor from_vector(const std::vector<double>& data, const Shape& shape, DType dt
 Tensor from_vector(const std::vector<float>& data, const Shape& shape, DType dtype = DType::f32);
 Tensor from_vector(const std::vector<int64_t>& data, const Shape& shape);
 Tensor scalar_tensor(double value, DType dtype = DType::f32);
+// counter += by for every element of an i64 tensor (any strides, not a broadcast view), in place
+// on the tensor's device: a GPU counter such as BatchNorm's num_batches_tracked advances without
+// a host round trip. Throws on other dtypes; a sum outside int64's range wraps (two's complement)
+// on both devices, as torch's add_ on int64 does: a step counter never gets there.
+void increment_(Tensor& counter, int64_t by = 1);
 
 // Random factories (Philox, see rng.h). Values are drawn in f32 (f64 for f64 tensors) and then
 // rounded to the dtype.

@@ -51,4 +51,11 @@ void fill(Tensor& out, double value) {
   });
 }
 
+void increment(Tensor& counter, int64_t by) {
+  int64_t* c = counter.data<int64_t>();
+  for_each_offset<1>(counter.shape(), {counter.strides()}, [&](const std::array<int64_t, 1>& o) {
+    c[o[0]] = int64_t(uint64_t(c[o[0]]) + uint64_t(by));  // two's-complement wrap, as on the GPU
+  });
+}
+
 }  // namespace mixtape::cpu

@@ -11,5 +11,7 @@ namespace mixtape::cpu {
 // row-major index in dst.
 void copy_cast(const Tensor& src, Tensor& dst, Rounding rounding, uint64_t seed, uint64_t offset);
 void fill(Tensor& out, double value);
+// i64 counter += by (tensor.h increment_).
+void increment(Tensor& counter, int64_t by);
 
 }  // namespace mixtape::cpu

@@ -8,7 +8,9 @@
 // kernel accepts: today (f32, f32), the fp32 parameters and fp32 master weights of mixed
 // precision, and (f64, f64) for the reference tests. Pure 16-bit training (bf16 or f16 params
 // and state) rounds the update differently (stochastically, or with a Kahan compensation
-// buffer), so those rules are separate kernels below (Note [16-bit update rules]).
+// buffer), so those rules are separate kernels below (Note [16-bit update rules]). The fp32
+// kernels take a third type, Q, for the optional 16-bit copy of a master weight that the same
+// pass writes (half, bfloat16, or NoCopy; Note [Fused master copy] in tensor/ops/optim.h).
 //
 // Note [16-bit update rules]
 // sgd16_update and adamw16_update implement Zamirai et al.'s Algorithms 2-5 for weights and
@@ -49,6 +51,35 @@ void dispatch_update(const char* op, DType param, DType state, F&& f) {
                           " state"));
 }
 
+// The rounded 16-bit copy of an f32 master (Note [Fused master copy] in tensor/ops/optim.h):
+// f.template operator()<Q>() with Q = half or bfloat16, or NoCopy when there is none.
+struct NoCopy {};
+
+template <class F>
+void dispatch_copy(const Tensor* copy, F&& f) {
+  if (!copy) return f.template operator()<NoCopy>();
+  if (copy->dtype() == DType::f16) return f.template operator()<half>();
+  if (copy->dtype() == DType::bf16) return f.template operator()<bfloat16>();
+  throw Error(detail::cat("rounded copy: ", copy->meta(), " is not bf16 or f16"));
+}
+
+// The copy's element pointer and strides; without a copy, the param's strides (never written).
+template <class Q>
+Q* copy_data(const Tensor* copy) {
+  if constexpr (std::is_same_v<Q, NoCopy>) return nullptr;
+  else return static_cast<Q*>(copy->raw_data());
+}
+
+inline const Shape& copy_strides(const Tensor* copy, const Tensor& param) {
+  return copy ? copy->strides() : param.strides();
+}
+
+// Stores the new master value v into the copy, rounded to nearest even.
+template <class Q, class C>
+inline void write_copy(Q* q, int64_t offset, C v) {
+  if constexpr (!std::is_same_v<Q, NoCopy>) q[offset] = store<Q>(v);
+}
+
 // torch.lerp's CPU formula: a + w (b - a), written from the nearer end for w >= 0.5.
 template <class C>
 inline C lerp(C a, C b, C w) {
@@ -58,66 +89,83 @@ inline C lerp(C a, C b, C w) {
 }  // namespace
 
 void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
-                double dampening, double weight_decay, bool nesterov, int64_t step) {
+                double dampening, double weight_decay, bool nesterov, int64_t step, Tensor* rounded_copy) {
   const DType state_dtype = momentum != 0.0 ? momentum_buf.dtype() : param.dtype();
   dispatch_update("sgd_update", param.dtype(), state_dtype, [&]<class P, class S>() {
-    using C = compute_t<P>;
-    const C neg_lr = C(-lr), wd = C(weight_decay), mom = C(momentum), keep = C(1.0 - dampening);
-    const bool decay = weight_decay != 0.0;
-    P* p = param.data<P>();
-    const C* g = grad.data<C>();
-    if (momentum == 0.0) {
-      for_each_offset<2>(param.shape(), {param.strides(), grad.strides()}, [&](const std::array<int64_t, 2>& o) {
-        const C pv = load(p[o[0]]);
-        C d = g[o[1]];
-        if (decay) d += wd * pv;
-        p[o[0]] = store<P>(pv + neg_lr * d);
-      });
-      return;
-    }
-    S* b = momentum_buf.data<S>();
-    const bool first = step == 1;
-    for_each_offset<3>(param.shape(), {param.strides(), grad.strides(), momentum_buf.strides()},
-                       [&](const std::array<int64_t, 3>& o) {
-                         const C pv = load(p[o[0]]);
-                         C d = g[o[1]];
-                         if (decay) d += wd * pv;
-                         const C buf = first ? d : mom * load(b[o[2]]) + keep * d;
-                         b[o[2]] = store<S>(buf);
-                         d = nesterov ? d + mom * buf : buf;
-                         p[o[0]] = store<P>(pv + neg_lr * d);
-                       });
+    dispatch_copy(rounded_copy, [&]<class Q>() {
+      using C = compute_t<P>;
+      const C neg_lr = C(-lr), wd = C(weight_decay), mom = C(momentum), keep = C(1.0 - dampening);
+      const bool decay = weight_decay != 0.0;
+      P* p = param.data<P>();
+      const C* g = grad.data<C>();
+      Q* q = copy_data<Q>(rounded_copy);
+      const Shape& q_strides = copy_strides(rounded_copy, param);
+      if (momentum == 0.0) {
+        for_each_offset<3>(param.shape(), {param.strides(), grad.strides(), q_strides},
+                           [&](const std::array<int64_t, 3>& o) {
+                             const C pv = load(p[o[0]]);
+                             C d = g[o[1]];
+                             if (decay) d += wd * pv;
+                             const C next = pv + neg_lr * d;
+                             p[o[0]] = store<P>(next);
+                             write_copy(q, o[2], next);
+                           });
+        return;
+      }
+      S* b = momentum_buf.data<S>();
+      const bool first = step == 1;
+      for_each_offset<4>(param.shape(), {param.strides(), grad.strides(), momentum_buf.strides(), q_strides},
+                         [&](const std::array<int64_t, 4>& o) {
+                           const C pv = load(p[o[0]]);
+                           C d = g[o[1]];
+                           if (decay) d += wd * pv;
+                           const C buf = first ? d : mom * load(b[o[2]]) + keep * d;
+                           b[o[2]] = store<S>(buf);
+                           d = nesterov ? d + mom * buf : buf;
+                           const C next = pv + neg_lr * d;
+                           p[o[0]] = store<P>(next);
+                           write_copy(q, o[3], next);
+                         });
+    });
   });
 }
 
 void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1,
-                 double beta2, double eps, double weight_decay, bool decoupled, int64_t step) {
-  dispatch_update(decoupled ? "adamw_update" : "adam_update", param.dtype(), exp_avg.dtype(), [&]<class P, class S>() {
-    using C = compute_t<P>;
-    // Host scalars in double, as torch.optim computes them in Python floats.
-    const double bias1 = 1.0 - std::pow(beta1, double(step));
-    const double bias2 = 1.0 - std::pow(beta2, double(step));
-    const C neg_step_size = C(-lr / bias1), bias2_sqrt = C(std::sqrt(bias2));
-    const C w1 = C(1.0 - beta1), b2 = C(beta2), w2 = C(1.0 - beta2), eps_c = C(eps);
-    const C wd = C(weight_decay), shrink = C(1.0 - lr * weight_decay);
-    const bool l2 = !decoupled && weight_decay != 0.0, shrink_w = decoupled && weight_decay != 0.0;
-    P* p = param.data<P>();
-    const C* g = grad.data<C>();
-    S* m = exp_avg.data<S>();
-    S* v = exp_avg_sq.data<S>();
-    for_each_offset<4>(param.shape(), {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides()},
-                       [&](const std::array<int64_t, 4>& o) {
-                         C pv = load(p[o[0]]);
-                         C d = g[o[1]];
-                         if (l2) d += wd * pv;
-                         if (shrink_w) pv *= shrink;
-                         const C mv = lerp(C(load(m[o[2]])), d, w1);
-                         const C vv = b2 * load(v[o[3]]) + w2 * (d * d);
-                         m[o[2]] = store<S>(mv);
-                         v[o[3]] = store<S>(vv);
-                         const C denom = std::sqrt(vv) / bias2_sqrt + eps_c;
-                         p[o[0]] = store<P>(pv + neg_step_size * (mv / denom));
-                       });
+                 double beta2, double eps, double weight_decay, bool decoupled, int64_t step, Tensor* rounded_copy) {
+  const char* op = decoupled ? "adamw_update" : "adam_update";
+  dispatch_update(op, param.dtype(), exp_avg.dtype(), [&]<class P, class S>() {
+    dispatch_copy(rounded_copy, [&]<class Q>() {
+      using C = compute_t<P>;
+      // Host scalars in double, as torch.optim computes them in Python floats.
+      const double bias1 = 1.0 - std::pow(beta1, double(step));
+      const double bias2 = 1.0 - std::pow(beta2, double(step));
+      const C neg_step_size = C(-lr / bias1), bias2_sqrt = C(std::sqrt(bias2));
+      const C w1 = C(1.0 - beta1), b2 = C(beta2), w2 = C(1.0 - beta2), eps_c = C(eps);
+      const C wd = C(weight_decay), shrink = C(1.0 - lr * weight_decay);
+      const bool l2 = !decoupled && weight_decay != 0.0, shrink_w = decoupled && weight_decay != 0.0;
+      P* p = param.data<P>();
+      const C* g = grad.data<C>();
+      S* m = exp_avg.data<S>();
+      S* v = exp_avg_sq.data<S>();
+      Q* q = copy_data<Q>(rounded_copy);
+      for_each_offset<5>(param.shape(),
+                         {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(),
+                          copy_strides(rounded_copy, param)},
+                         [&](const std::array<int64_t, 5>& o) {
+                           C pv = load(p[o[0]]);
+                           C d = g[o[1]];
+                           if (l2) d += wd * pv;
+                           if (shrink_w) pv *= shrink;
+                           const C mv = lerp(C(load(m[o[2]])), d, w1);
+                           const C vv = b2 * load(v[o[3]]) + w2 * (d * d);
+                           m[o[2]] = store<S>(mv);
+                           v[o[3]] = store<S>(vv);
+                           const C denom = std::sqrt(vv) / bias2_sqrt + eps_c;
+                           const C next = pv + neg_step_size * (mv / denom);
+                           p[o[0]] = store<P>(next);
+                           write_copy(q, o[4], next);
+                         });
+    });
   });
 }
 

@@ -35,6 +35,19 @@ void check_written(const char* op, const Tensor& t, const Tensor& param, const c
              " is a broadcast view (stride 0 in dim ", d, ") and cannot be updated in place");
 }
 
+// The 16-bit copy of an f32 master written in the update's pass (Note [Fused master copy]).
+void check_rounded_copy(const char* op, const Tensor* copy, const Tensor& param) {
+  if (!copy) return;
+  MT_CHECK(copy->defined(), op, ": the rounded copy is undefined (parameter ", param.meta(), ")");
+  MT_CHECK(param.dtype() == DType::f32, op, ": a rounded copy needs an f32 master parameter, got ", param.meta());
+  MT_CHECK(is_16bit(copy->dtype()), op, ": the rounded copy ", copy->meta(), " must be bf16 or f16");
+  MT_CHECK(copy->device() == param.device() && copy->shape() == param.shape(), op, ": the rounded copy ",
+           copy->meta(), " must have the shape and device of parameter ", param.meta());
+  for (int64_t d = 0; d < copy->dim(); ++d)
+    MT_CHECK(copy->shape()[size_t(d)] <= 1 || copy->strides()[size_t(d)] != 0, op, ": the rounded copy ",
+             copy->meta(), " is a broadcast view (stride 0 in dim ", d, ") and cannot be written in place");
+}
+
 void check_hyper(const char* op, bool ok, const char* what, double v) {
   MT_CHECK(ok, op, ": invalid ", what, " ", v);
 }
@@ -76,7 +89,7 @@ void check_param16(const char* op, const Tensor& param, const Tensor& grad, cons
 }  // namespace
 
 void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
-                 double dampening, double weight_decay, bool nesterov, int64_t step) {
+                 double dampening, double weight_decay, bool nesterov, int64_t step, Tensor* rounded_copy) {
   const char* op = "sgd_update_";
   check_param(op, param, grad);
   check_written(op, param, param, "parameter");
@@ -88,27 +101,38 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double
            ": Nesterov momentum needs momentum > 0 and dampening 0, got momentum ", momentum, ", dampening ",
            dampening);
   MT_CHECK(step >= 1, op, ": step counts updates from 1, got ", step);
+  check_rounded_copy(op, rounded_copy, param);
   ops::on_device(
       param.device(),
-      [&] { cpu::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step); },
-      [&] { cuda::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step); });
+      [&] {
+        cpu::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step,
+                        rounded_copy);
+      },
+      [&] {
+        cuda::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step,
+                         rounded_copy);
+      });
 }
 
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr,
-                  double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step) {
+                  double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
+                  Tensor* rounded_copy) {
   const char* op = decoupled ? "adamw_update_" : "adam_update_";
   check_param(op, param, grad);
   check_written(op, param, param, "parameter");
   check_written(op, exp_avg, param, "exp_avg");
   check_written(op, exp_avg_sq, param, "exp_avg_sq");
   check_adam_hypers(op, lr, beta1, beta2, eps, weight_decay, step);
+  check_rounded_copy(op, rounded_copy, param);
   ops::on_device(
       param.device(),
       [&] {
-        cpu::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+        cpu::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+                         rounded_copy);
       },
       [&] {
-        cuda::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+        cuda::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+                          rounded_copy);
       });
 }
 

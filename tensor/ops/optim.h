@@ -13,6 +13,15 @@
 // (Note [Update kernel dtypes] in tensor/cpu/optim.cpp).
 // All tensors share one device and one shape; any strides, but the ones written (param and
 // state) must not be broadcast views (a zero stride over a dim longer than 1).
+//
+// Note [Fused master copy]
+// In mixed precision the fp32 master is updated and then rounded into the 16-bit weight the
+// next forward reads (Micikevicius et al., section 3.1). rounded_copy, when given, is that
+// 16-bit tensor (bf16 or f16, the param's shape and device, any strides): the same pass that
+// writes the new fp32 param also writes round_nearest_even(new param) into it, so the copy
+// costs one 2-byte store per element instead of a second pass that reads the master again.
+// The bits equal those of rounded_copy->copy_(param) after the update (one RNE rounding of the
+// same fp32 value). The param must be f32 (a master weight).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +41,8 @@ namespace mixtape {
 // momentum_buf is read and written only when momentum != 0 (else it may be undefined); at
 // step 1 its old contents are ignored. nesterov needs momentum > 0 and dampening == 0.
 void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
-                 double dampening, double weight_decay, bool nesterov, int64_t step);
+                 double dampening, double weight_decay, bool nesterov, int64_t step,
+                 Tensor* rounded_copy = nullptr);
 
 // torch.optim.Adam (decoupled = false) and torch.optim.AdamW (decoupled = true), for one
 // parameter at its `step`-th update (1-based, counted per parameter):
@@ -43,7 +53,8 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double
 //   param -= (lr / (1 - beta1^step)) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps)
 // The state buffers start at zero (the optimizer allocates them with zeros).
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr,
-                  double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
+                  double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
+                  Tensor* rounded_copy = nullptr);
 
 // ---- gradient statistics for loss scaling ---------------------------------------------------
 

@@ -260,6 +260,32 @@ TEST_CASE("cuda fill rounds the value once like the CPU", "[cuda]") {
         1.0 + std::ldexp(1.0, -10));
 }
 
+TEST_CASE("cuda increment_ counts on the device like the CPU", "[cuda]") {
+  MT_REQUIRE_GPU();
+  const Tensor start = from_vector(std::vector<int64_t>{0, 5, -3, 7, std::numeric_limits<int64_t>::max(), 1 << 20},
+                                   {2, 3});
+  for (bool strided : {false, true})
+    for (int64_t by : {int64_t(1), int64_t(-4), int64_t(1) << 40}) {
+      Tensor c_cpu = start.clone();
+      Tensor c_gpu = start.to(gpu());
+      Tensor v_cpu = strided ? c_cpu.t() : c_cpu;  // through a strided view
+      Tensor v_gpu = strided ? c_gpu.t() : c_gpu;
+      for (int k = 0; k < 3; ++k) {
+        increment_(v_cpu, by);
+        increment_(v_gpu, by);
+      }
+      require_bit_identical(c_gpu.to(Device::cpu()), c_cpu,
+                            std::string("increment_ by ") + std::to_string(by) + (strided ? " strided" : ""));
+    }
+  // A BatchNorm on the GPU counts its training batches there.
+  nn::BatchNorm2d bn(3);
+  bn.to(gpu());
+  bn.train();
+  for (int k = 0; k < 4; ++k) bn.forward(Variable(ones({2, 3, 4, 4}, DType::f32, gpu())));
+  CHECK(bn.num_batches_tracked().device() == gpu());
+  CHECK(bn.num_batches_tracked().item() == 4.0);
+}
+
 TEST_CASE("cuda concat matches the CPU in every dim with non-contiguous parts", "[cuda]") {
   MT_REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::i64}) {

@@ -91,6 +91,39 @@ TEST_CASE("cuda adam_update and adamw are bit-identical to the CPU over several 
         }
 }
 
+TEST_CASE("cuda master updates write the 16-bit copy bit-identical to the CPU", "[cuda]") {
+  // Note [Fused master copy]: the fp32 master and its rounded copy, both devices, one pass each.
+  MT_REQUIRE_GPU();
+  uint64_t seed = 3000;
+  for (DType low : {DType::f16, DType::bf16})
+    for (const Shape& s : param_shapes())
+      for (int rule = 0; rule < 3; ++rule)  // sgd, sgd + Nesterov momentum, adamw
+        for (bool strided : {false, true}) {
+          ++seed;
+          Tensor p_c = random(s, DType::f32, seed), m_c = zeros(s, DType::f32), v_c = zeros(s, DType::f32);
+          Tensor q_c = p_c.to(low);
+          Tensor p_g = gpu_input(p_c, strided), m_g = gpu_input(m_c, strided), v_g = gpu_input(v_c, strided);
+          Tensor q_g = gpu_input(q_c, strided);
+          for (int64_t step = 1; step <= 3; ++step) {
+            const Tensor g = random(s, DType::f32, seed * 100 + uint64_t(step), -0.5, 0.5);
+            const Tensor g_g = gpu_input(g, strided);
+            if (rule < 2) {
+              sgd_update_(p_c, g, m_c, 0.05, 0.9, 0.0, 1e-2, rule == 1, step, &q_c);
+              sgd_update_(p_g, g_g, m_g, 0.05, 0.9, 0.0, 1e-2, rule == 1, step, &q_g);
+            } else {
+              adam_update_(p_c, g, m_c, v_c, 1e-2, 0.9, 0.999, 1e-8, 1e-2, true, step, &q_c);
+              adam_update_(p_g, g_g, m_g, v_g, 1e-2, 0.9, 0.999, 1e-8, 1e-2, true, step, &q_g);
+            }
+            const std::string what = std::string(dtype_name(low)) + " copy " + shape_str(s) + " " +
+                                     layout_name(strided) + " rule " + std::to_string(rule) + " step " +
+                                     std::to_string(step);
+            require_same(p_g, p_c, what + ": master");
+            require_same(q_g, q_c, what + ": rounded copy");
+            require_bit_identical(q_c, p_c.to(low), what + ": CPU copy equals the rounded master");
+          }
+        }
+}
+
 namespace {
 
 enum class Rule { nearest, stochastic, kahan };

@@ -348,3 +348,32 @@ TEST_CASE("an fp16 MLP with master weights and loss scaling tracks its fp32 twin
     CHECK(wdiff <= 2e-3);
   }
 }
+
+TEST_CASE("an optimizer writes the rounded copy of an updated parameter only", "[optim][mixed]") {
+  Variable a(from_vector(kW, {4}), true, "a"), b(from_vector(kW, {4}), true, "b");
+  Variable a16(from_vector(kW, {4}, DType::bf16), true, "a16"), b16(from_vector(kW, {4}, DType::f16), true, "b16");
+  SGD opt({a, b}, {.lr = 0.1, .momentum = 0.9});
+  opt.set_rounded_copy(0, a16);
+  opt.set_rounded_copy(1, b16);
+  set_grad(a, kG[0], 1.0f, DType::f32);  // b has no gradient: neither b nor b16 may change
+  const std::vector<uint8_t> b16_before = bytes_of(b16.data());
+  opt.step();
+  CHECK(a16.data().to_vector() == a.data().to(DType::bf16).to_vector());
+  CHECK(a16.data().to_vector() != from_vector(kW, {4}, DType::bf16).to_vector());
+  CHECK(bytes_of(b16.data()) == b16_before);
+  // Removing the copy stops the writes.
+  opt.set_rounded_copy(0, Variable());
+  const std::vector<uint8_t> a16_before = bytes_of(a16.data());
+  set_grad(a, kG[1], 1.0f, DType::f32);
+  opt.step();
+  CHECK(bytes_of(a16.data()) == a16_before);
+
+  Variable wrong_shape(zeros({3}, DType::bf16), true, "w");
+  CHECK_THROWS_WITH(opt.set_rounded_copy(0, wrong_shape),
+                    Catch::Contains("SGD: the rounded copy 'w' bf16[3]") && Catch::Contains("shape and device"));
+  Variable wide(zeros({4}), true, "wide");
+  CHECK_THROWS_WITH(opt.set_rounded_copy(0, wide), Catch::Contains("must be bf16 or f16"));
+  CHECK_THROWS_WITH(opt.set_rounded_copy(2, a16), Catch::Contains("out of range"));
+  SGD16 pure({a16}, {.lr = 0.1});
+  CHECK_THROWS_WITH(pure.set_rounded_copy(0, b16), Catch::Contains("needs an f32 parameter"));
+}

@@ -81,3 +81,60 @@ TEST_CASE("update kernels reject bad arguments with clear messages", "[optim]") 
   CHECK_THROWS_WITH(adam_update_(p, g, m, v, 0.1, 0.9, 1.0, 1e-8, 0.0, false, 1), Catch::Contains("beta2"));
   CHECK_THROWS_WITH(sgd_update_(p, g, m, -0.1, 0.0, 0.0, 0.0, false, 1), Catch::Contains("learning rate"));
 }
+
+TEST_CASE("the rounded copy written in the update's pass equals copy_ after the update", "[optim][mixed]") {
+  // Note [Fused master copy]: one RNE rounding of the same fp32 value, so the bits must agree.
+  Generator gen(11);
+  for (DType low : {DType::f16, DType::bf16})
+    for (int rule = 0; rule < 4; ++rule) {  // sgd, sgd + Nesterov momentum, adam (L2), adamw
+      INFO(dtype_name(low) << " rule " << rule);
+      const Tensor p0 = normal({5, 7}, 0.0, 1.0, gen);
+      Tensor fused = p0.clone(), plain = p0.clone();
+      Tensor fm = zeros({5, 7}), fv = zeros({5, 7}), pm = zeros({5, 7}), pv = zeros({5, 7});
+      // The copy is a transposed view, as a model parameter may be; its storage is [7, 5].
+      Tensor copy_store = p0.t().contiguous().to(low);
+      Tensor copy = copy_store.t();
+      Tensor plain_copy = p0.to(low);
+      for (int64_t step = 1; step <= 3; ++step) {
+        const Tensor g = normal({5, 7}, 0.0, 0.3, gen);
+        switch (rule) {
+          case 0:
+            sgd_update_(fused, g, fm, 0.1, 0.0, 0.0, 1e-2, false, step, &copy);
+            sgd_update_(plain, g, pm, 0.1, 0.0, 0.0, 1e-2, false, step);
+            break;
+          case 1:
+            sgd_update_(fused, g, fm, 0.1, 0.9, 0.0, 1e-2, true, step, &copy);
+            sgd_update_(plain, g, pm, 0.1, 0.9, 0.0, 1e-2, true, step);
+            break;
+          default:
+            adam_update_(fused, g, fm, fv, 1e-2, 0.9, 0.999, 1e-8, 1e-2, rule == 3, step, &copy);
+            adam_update_(plain, g, pm, pv, 1e-2, 0.9, 0.999, 1e-8, 1e-2, rule == 3, step);
+        }
+        plain_copy.copy_(plain);
+        REQUIRE(fused.to_vector() == plain.to_vector());  // the master is untouched by the copy
+        REQUIRE(copy.to_vector() == plain_copy.to_vector());
+      }
+      CHECK(copy.to_vector() != p0.to(low).to_vector());  // it moved
+    }
+}
+
+TEST_CASE("a bad rounded copy is rejected before anything is written", "[optim][mixed]") {
+  Tensor p = from_vector(std::vector<double>{1.0, 2.0, 3.0}, {3}), g = ones({3}), m = zeros({3}), v = zeros({3});
+  Tensor none;
+  Tensor f32_copy = zeros({3});
+  CHECK_THROWS_WITH(sgd_update_(p, g, none, 0.1, 0.0, 0.0, 0.0, false, 1, &f32_copy),
+                    Catch::Contains("sgd_update_: the rounded copy f32[3] must be bf16 or f16"));
+  Tensor short_copy = zeros({2}, DType::bf16);
+  CHECK_THROWS_WITH(adam_update_(p, g, m, v, 0.1, 0.9, 0.999, 1e-8, 0.0, true, 1, &short_copy),
+                    Catch::Contains("adamw_update_: the rounded copy bf16[2]") &&
+                        Catch::Contains("shape and device of parameter f32[3]"));
+  Tensor bcast = zeros({1}, DType::f16).expand({3});
+  CHECK_THROWS_WITH(sgd_update_(p, g, none, 0.1, 0.0, 0.0, 0.0, false, 1, &bcast), Catch::Contains("broadcast view"));
+  Tensor p64 = zeros({3}, DType::f64), g64 = zeros({3}, DType::f64), copy = zeros({3}, DType::f16);
+  CHECK_THROWS_WITH(sgd_update_(p64, g64, none, 0.1, 0.0, 0.0, 0.0, false, 1, &copy),
+                    Catch::Contains("needs an f32 master parameter"));
+  Tensor undefined;
+  CHECK_THROWS_WITH(sgd_update_(p, g, none, 0.1, 0.0, 0.0, 0.0, false, 1, &undefined),
+                    Catch::Contains("the rounded copy is undefined"));
+  CHECK(p.to_vector() == std::vector<double>{1.0, 2.0, 3.0});
+}

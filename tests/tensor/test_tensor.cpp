@@ -504,3 +504,22 @@ TEST_CASE("CUDA tensors in a build without CUDA", "[tensor]") {
   const Tensor x = iota({2});
   CHECK(x.to(Device::cpu()).same_storage(x));
 }
+
+TEST_CASE("increment_ adds to an i64 counter in place", "[tensor]") {
+  Tensor c = from_vector(std::vector<int64_t>{0, 5, -3, 7}, {2, 2});
+  Tensor col = c.t();  // a strided view writes through to the storage
+  increment_(col, 2);
+  CHECK(c.to_vector() == std::vector<double>{2, 7, -1, 9});
+  Tensor s = from_vector(std::vector<int64_t>{41}, Shape{});
+  increment_(s);
+  CHECK(s.item() == 42.0);
+  Tensor top = from_vector(std::vector<int64_t>{std::numeric_limits<int64_t>::max()}, {1});
+  increment_(top);  // wraps, as on the GPU
+  CHECK(top.data<int64_t>()[0] == std::numeric_limits<int64_t>::min());
+  Tensor f = zeros({2});
+  CHECK_THROWS_WITH(increment_(f), Catch::Contains("increment_: counter f32[2] must be i64"));
+  Tensor b = from_vector(std::vector<int64_t>{0}, {1}).expand({3});
+  CHECK_THROWS_WITH(increment_(b), Catch::Contains("broadcast view"));
+  Tensor none;
+  CHECK_THROWS_WITH(increment_(none), Catch::Contains("undefined"));
+}

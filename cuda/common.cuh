@@ -154,6 +154,15 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
 template <class T>
 __device__ __forceinline__ T* element(T* base, int64_t offset) { return base + offset; }
 
+// Device workspace for n values of A (float or double), e.g. per-block partial sums. Kernels
+// accumulate in double where the CPU does, but f64 tensors stay on the CPU (empty() refuses them
+// on a GPU), so a double workspace is an i64 tensor of the same size whose bytes only kernels read.
+template <class A>
+Tensor workspace(int64_t n, Device device) {
+  static_assert(sizeof(A) == 4 || sizeof(A) == 8, "workspace of 4- or 8-byte values");
+  return empty({n}, sizeof(A) == 8 ? DType::i64 : DType::f32, device);
+}
+
 // Shape/strides of t as an OffsetCalculator<1>, or several tensors viewed with one shape.
 template <int N>
 OffsetCalculator<N> offsets_for(const Shape& shape, const std::array<const Tensor*, N>& ts) {

@@ -296,7 +296,7 @@ void pointwise_loss(const char* name, const Tensor& a, const Tensor& b, bool red
         T* po = static_cast<T*>(out.raw_data());
         if (numel == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
           if (reduce) {
-            Tensor zero = empty({1}, DType::f64, a.device());
+            Tensor zero = workspace<double>(1, a.device());
             MT_CUDA_CHECK(cudaMemsetAsync(zero.raw_data(), 0, sizeof(double), st));
             launch_loss_total<T>(static_cast<const double*>(zero.raw_data()), 1, divisor, po, st);
           }
@@ -308,7 +308,7 @@ void pointwise_loss(const char* name, const Tensor& a, const Tensor& b, bool red
         Tensor partial;
         double* pp = nullptr;
         if (reduce) {
-          partial = empty({int64_t(blocks)}, DType::f64, a.device());
+          partial = workspace<double>(int64_t(blocks), a.device());
           pp = static_cast<double*>(partial.raw_data());
         }
         pointwise_loss_kernel<T, F><<<blocks, kBlock, 0, st>>>(static_cast<const T*>(a.raw_data()),
@@ -399,7 +399,7 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, dou
         using T = decltype(tag);
         T* po = static_cast<T*>(out.raw_data());
         // Per-row losses (f64) when reduced; one word for the empty reduced loss.
-        Tensor row_loss = reduce ? empty({std::max<int64_t>(rows, 1)}, DType::f64, logits.device()) : Tensor();
+        Tensor row_loss = reduce ? workspace<double>(std::max<int64_t>(rows, 1), logits.device()) : Tensor();
         double* pl = reduce ? static_cast<double*>(row_loss.raw_data()) : nullptr;
         if (rows == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
           if (reduce) {

@@ -199,7 +199,7 @@ void launch_reduce(const Tensor& x, Tensor& out, const std::vector<int64_t>& dim
   Tensor partial;
   A* pp = nullptr;
   if (splits > 1) {
-    partial = empty({s.m * splits}, std::is_same_v<A, double> ? DType::f64 : DType::f32, x.device());
+    partial = workspace<A>(s.m * splits, x.device());
     pp = static_cast<A*>(partial.raw_data());
   }
   const dim3 grid(unsigned(s.m), unsigned(splits));

@@ -181,13 +181,16 @@ void launch_moments(const char* op, const Tensor& x, Tensor& out, bool log_abs) 
   DeviceGuard guard(x.device().index);
   const Stream st = stream_of(x);
   const int64_t numel = x.numel();
+  // Five f64 sums in the 8-byte elements of `out` (tensor/ops/stats.cpp: an i64 [5] on a GPU).
+  MT_CHECK(dtype_size(out.dtype()) == 8 && out.numel() == 5 && out.is_contiguous(), op,
+           ": the CUDA kernel writes five doubles into a contiguous 8-byte [5], got ", out.meta());
   double* po = static_cast<double*>(out.raw_data());
   if (numel == 0) {  // every sum empty: zeros, as the CPU writes
     MT_CUDA_CHECK(cudaMemsetAsync(po, 0, 5 * sizeof(double), st));
     return;
   }
   const unsigned blocks = stat_blocks(numel);
-  Tensor partial = empty({int64_t(blocks) * 5}, DType::f64, x.device());
+  Tensor partial = workspace<double>(int64_t(blocks) * 5, x.device());
   auto* pp = static_cast<double*>(partial.raw_data());
   dispatch_floating(
       x.dtype(), op,

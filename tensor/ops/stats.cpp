@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "cuda/backend.h"
 #include "tensor/cpu/stats.h"
@@ -11,14 +12,24 @@ namespace mixtape {
 
 namespace {
 
-// Runs the kernel pair into a fresh f64 [5] on x's device and returns the sums on the host.
+// Runs the kernel pair into 5 fresh f64 sums on x's device and returns them on the host. f64
+// tensors stay on the CPU, so on a GPU the sums land in the 8-byte elements of an i64 [5] whose
+// bytes are read back as doubles.
 template <class Cpu, class Cuda>
 std::vector<double> raw_sums(const char* op, const Tensor& x, Cpu&& cpu, Cuda&& cuda) {
   ops::check_same(op, {&x});
   ops::check_floating(op, x);
-  Tensor out = zeros({5}, DType::f64, x.device());
-  ops::on_device(x.device(), [&] { cpu(x, out); }, [&] { cuda(x, out); });
-  return out.to_vector();
+  if (x.device().is_cpu()) {
+    Tensor out = zeros({5}, DType::f64);
+    cpu(x, out);
+    return out.to_vector();
+  }
+  Tensor out = zeros({5}, DType::i64, x.device());
+  cuda(x, out);
+  const Tensor host = out.to(Device::cpu());
+  std::vector<double> sums(5);
+  std::memcpy(sums.data(), host.raw_data(), sizeof(double) * 5);
+  return sums;
 }
 
 // Mean and population std from a count, a sum and a sum of squares (all f64).

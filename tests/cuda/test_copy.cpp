@@ -126,7 +126,7 @@ TEST_CASE("cuda f32 to 16-bit rounds to nearest even like the CPU in every round
     require_bit_identical(dst, want, std::string("f32 -> ") + dtype_name(dt) + " into a strided view");
     // The rounding cases do exercise ties: 1 + half an ulp rounds to 1 (even), 1 + 1.5 ulp up.
     const float ulp = dt == DType::f16 ? 0x1p-10f : 0x1p-7f;
-    const Tensor ties = on_gpu(from_floats({1.0f + ulp / 2, 1.0f + 1.5f * ulp})).to(dt);
+    const Tensor ties = host_view(on_gpu(from_floats({1.0f + ulp / 2, 1.0f + 1.5f * ulp})).to(dt));
     CHECK(ties.flat_get(0) == 1.0);
     CHECK(ties.flat_get(1) == 1.0 + 2 * double(ulp));
   }
@@ -157,7 +157,7 @@ TEST_CASE("cuda i64 to 16-bit and f32 rounds once", "[cuda]") {
     const Tensor got = on_gpu(src).to(dt);
     require_bit_identical(got, src.to(dt), std::string("i64 -> ") + dtype_name(dt));
   }
-  CHECK(on_gpu(src).to(DType::bf16).flat_get(11) == std::ldexp(1.0, 30) + std::ldexp(1.0, 23));
+  CHECK(host_view(on_gpu(src).to(DType::bf16)).flat_get(11) == std::ldexp(1.0, 30) + std::ldexp(1.0, 23));
 }
 
 TEST_CASE("cuda copy_cast matches the CPU for every dtype pair and layout", "[cuda]") {
@@ -256,7 +256,7 @@ TEST_CASE("cuda fill rounds the value once like the CPU", "[cuda]") {
       }
     }
   // One rounding from double: 1 + 2^-11 + 2^-40 is nearer 1 + 2^-10 than 1 in fp16.
-  CHECK(full({3}, 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40), DType::f16, gpu()).flat_get(2) ==
+  CHECK(host_view(full({3}, 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40), DType::f16, gpu())).flat_get(2) ==
         1.0 + std::ldexp(1.0, -10));
 }
 

@@ -17,6 +17,19 @@ if ./build/consumer/readme_model; then
 else
   echo "installed package: out-of-tree consumer FAILED"; status=1
 fi
+# The CUDA tests once more on the emulated device (Note [CUDA emulation] in tests/cuda/emu/emu.h):
+# the kernels' indexing, tiling and barriers checked against the CPU without a GPU. They are
+# labelled cuda_emu and named "emulated/...": a pass here is not a GPU result.
+if [ "$(uname -m)" = x86_64 ] && cmake --preset cuda-emu >/dev/null; then
+  cmake --build --preset cuda-emu -j "$(nproc)"
+  if ctest --preset cuda-emu -L cuda_emu; then
+    echo "cuda kernels on the emulated device (not a GPU): all passed"
+  else
+    echo "cuda kernels on the emulated device (not a GPU): FAILED"; status=1
+  fi
+else
+  echo "cuda kernels on the emulated device: not run (needs x86-64 and the CUDA headers)"
+fi
 # The gradient-check suite reports how many differentiable ops it covered.
 grep -h -o 'gradcheck: .*' build/Testing/Temporary/LastTest.log 2>/dev/null | head -n 1 || true
 exit $status

@@ -4,7 +4,9 @@
 // One device, "mixtape CUDA emulator", compute capability 9.0 (so every kernel path the library
 // has for sm_80+ is taken), 132 multiprocessors. Streams are names only: work runs when it is
 // launched or copied, so a stream is always idle and synchronizing returns at once.
-#include <ucontext.h>
+#if !defined(__x86_64__)
+#error "the CUDA emulator's fiber switch is written for x86-64 (build with MIXTAPE_CUDA=AUTO or OFF)"
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -29,8 +31,42 @@ constexpr size_t kMaxDynamicShared = 48 * 1024;  // without cudaFuncSetAttribute
 
 enum class State { ready, block_barrier, warp_barrier, done };
 
+// Fiber switching: a saved stack pointer per fiber. switch_to(&from, to) saves the callee-saved
+// registers and the floating-point control words on the current stack, stores the stack pointer
+// in *from, and resumes the fiber whose stack pointer is `to` (x86-64 System V). A fresh
+// fiber's stack is laid out as if it had been suspended just before entering fiber_entry.
+extern "C" void mt_emu_switch(void** from, void* to);
+asm(R"(
+  .text
+  .globl mt_emu_switch
+  .type mt_emu_switch, @function
+mt_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size mt_emu_switch, .-mt_emu_switch
+)");
+
 struct Fiber {
-  ucontext_t context;
+  void* sp = nullptr;
   std::vector<char> stack;
   ThreadContext self;
   State state = State::ready;
@@ -41,7 +77,7 @@ struct Block {
   std::vector<Fiber> fibers;
   std::vector<uint64_t> slots;  // 32 per warp
   std::vector<unsigned char> shared;
-  ucontext_t scheduler;
+  void* scheduler = nullptr;  // the scheduler's saved stack pointer
   Fiber* running = nullptr;
   void (*body)(void*) = nullptr;
   void* closure = nullptr;
@@ -57,14 +93,32 @@ void suspend(State state) {
   Block& b = block();
   Fiber* f = b.running;
   f->state = state;
-  swapcontext(&f->context, &b.scheduler);
+  mt_emu_switch(&f->sp, b.scheduler);
 }
 
-void fiber_main() {
+// A fiber's first frame: runs the thread, then hands control back for good.
+[[noreturn]] void fiber_entry() {
   Block& b = block();
   b.body(b.closure);
   b.running->state = State::done;
-  // Returning ends the fiber; uc_link takes the scheduler's context back.
+  mt_emu_switch(&b.running->sp, b.scheduler);
+  std::abort();  // a finished fiber is never resumed
+}
+
+// The stack of a fiber that has not run: the words mt_emu_switch pops (control words, six
+// registers) and fiber_entry as the return address, at a 16-byte boundary so that fiber_entry
+// starts with the stack alignment a call gives.
+void prepare(Fiber& f) {
+  uintptr_t top = reinterpret_cast<uintptr_t>(f.stack.data() + f.stack.size()) & ~uintptr_t(15);
+  auto* words = reinterpret_cast<uint64_t*>(top) - 9;  // 7 saved words, return address, padding
+  uint32_t control[2];
+  asm volatile("stmxcsr %0" : "=m"(control[0]));
+  asm volatile("fnstcw %0" : "=m"(control[1]));
+  std::memcpy(&words[0], control, 8);
+  for (int r = 1; r <= 6; ++r) words[r] = 0;          // r15 r14 r13 r12 rbx rbp
+  words[7] = reinterpret_cast<uint64_t>(&fiber_entry);  // at top - 16; `ret` leaves rsp = top - 8
+  words[8] = 0;
+  f.sp = words;
 }
 
 // Releases a barrier when every live thread of `first..last` has reached it. Returns whether it did.
@@ -106,11 +160,7 @@ bool run_block(const Config& cfg, uint3 block_idx) {
     f.self.linear = t;
     f.state = State::ready;
     f.predicate = 0;
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack.data();
-    f.context.uc_stack.ss_size = f.stack.size();
-    f.context.uc_link = &b.scheduler;
-    makecontext(&f.context, fiber_main, 0);
+    prepare(f);
   }
   for (;;) {
     bool ran = false;
@@ -120,7 +170,7 @@ bool run_block(const Config& cfg, uint3 block_idx) {
       ran = true;
       b.running = &f;
       current = &f.self;
-      swapcontext(&b.scheduler, &f.context);
+      mt_emu_switch(&b.scheduler, f.sp);
       current = nullptr;
       if (!fault.empty()) return false;
     }
@@ -162,7 +212,7 @@ void trap(const char* what) {
                                                             current->block_idx.z)) +
           ", thread " + describe(dim3(current->thread_idx.x, current->thread_idx.y, current->thread_idx.z));
   b.running->state = State::done;
-  swapcontext(&b.running->context, &b.scheduler);
+  mt_emu_switch(&b.running->sp, b.scheduler);
   std::abort();  // never resumed
 }
 

@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
       c.seq_len = 32;
       c.dropout = 0.0;
       c.steps_per_epoch = 30;
-      c.log_every = 3;
+      if (app.count("--log-every") == 0) c.log_every = 3;  // an explicit flag wins
       c.warmup = 0;
       c.schedule = "constant";
       c.eval_chars = 8192;

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
       flags.epochs = 1;
       limit = 2048;
       width = 8;
-      log_every = 4;
+      if (app.count("--log-every") == 0) log_every = 4;  // an explicit flag wins
     }
     const Device device = device_flag.resolve();
     set_num_threads(flags.threads);

@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
       limit = 1536;  // 48 steps
       ngf = ndf = 8;
       nz = 32;
-      log_every = 2;
+      if (app.count("--log-every") == 0) log_every = 2;  // an explicit flag wins
     }
     const bool folder = !images_dir.empty();
     if (image_size == 0) image_size = folder ? 64 : 32;

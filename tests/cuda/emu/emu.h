@@ -13,13 +13,15 @@
 //     suspend the fiber until every thread of the block (or warp) that has not exited arrives;
 //     when no thread can go on, the launch fails with "deadlock" (a barrier some threads never
 //     reach). __shared__ variables are function statics, which is exact because one block runs
-//     at a time. Atomics are plain read-modify-writes (one OS thread).
+//     at a time. Atomics are plain read-modify-writes (one OS thread). The tests run twice: in
+//     index order and with MIXTAPE_EMU_SCHEDULE=reverse (blocks, and threads between barriers,
+//     in the opposite order), so a result that depends on the order, a race on a GPU, fails.
 //   - the arithmetic: the *_rn intrinsics are the host's IEEE operations (the library builds with
 //     -ffp-contract=off), the 16-bit conversions are the CUDA headers' own host versions, and
 //     the WMMA fragments (include/mma.h) compute each 16x16 tile product in fp32.
 // So the emulated backend checks the kernels' indexing, tiling, ragged edges, barriers and the
 // host launch code against the CPU reference, in CI. It does not check what only silicon can
-// show: real concurrency (races between blocks or unsynchronized threads), the hardware's
+// show: real concurrency (races that neither order exposes), the hardware's
 // intrinsics and Tensor Core rounding, memory limits, speed. Those need the GPU run
 // (scripts/gpu_check.sh), and a passing emulated test is not a GPU result.
 #pragma once
@@ -77,6 +79,9 @@ void warp_barrier();
 uint64_t* warp_slots();
 // The block's dynamic shared memory (the launch's smem bytes).
 void* dynamic_shared();
+// Records a __shared__ variable (emulate.cmake adds the call after each declaration) so that
+// every block starts with garbage in it, as on a GPU. Returns true.
+bool register_shared(void* p, size_t bytes);
 // Records a device-side fault (__trap) and ends the calling thread; the launch then fails.
 [[noreturn]] void trap(const char* what);
 

@@ -6,6 +6,8 @@
 #   kernel<<<cfg>>>(args)  ->  ::mt_emu::launch(::mt_emu::Config(cfg),
 #                                                [&](auto&&... a) { kernel(a...); })(args)
 #   extern __shared__ T name[];  ->  T* name = static_cast<T*>(::mt_emu::dynamic_shared());
+#   __shared__ T name[N];        ->  the same, then a call that registers it, so that each block
+#                                    starts with garbage in it (runtime.cpp)
 # The copies are refreshed whenever CMake runs; the sources are configure dependencies, so
 # editing a kernel re-runs CMake before the build.
 function(mixtape_add_emulated_cuda target)
@@ -23,6 +25,9 @@ function(mixtape_add_emulated_cuda target)
            text "${text}")
     string(REGEX REPLACE "extern __shared__ ([^;[]*[^ ;[]) +([A-Za-z_0-9]+)\\[\\];"
            "\\1* \\2 = static_cast<\\1*>(::mt_emu::dynamic_shared());" text "${text}")
+    string(REGEX REPLACE "__shared__ ([^;\n]*[^A-Za-z_0-9;\n])([A-Za-z_][A-Za-z_0-9]*)(\\[[^;\n]*\\])?;"
+           "__shared__ \\1\\2\\3; static const bool mt_shared_\\2 = ::mt_emu::register_shared(\\2, sizeof(\\2)); (void)mt_shared_\\2;"
+           text "${text}")
     get_filename_component(name ${path} NAME)
     if(name MATCHES "\\.cu$")
       set(copy ${out}/cuda/${name}.cpp)

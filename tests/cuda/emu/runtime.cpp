@@ -1,6 +1,12 @@
 // The emulated device (Note [CUDA emulation] in emu.h): the CUDA runtime calls the library makes,
 // on host memory, and the block scheduler that runs a kernel's threads as fibers.
 //
+// Schedule. By default blocks run in order of their index and, between two barriers, the threads
+// of a block run one after the other in order of their index. MIXTAPE_EMU_SCHEDULE=reverse runs
+// both in the opposite order. A kernel whose result depends on that order reads memory another
+// thread or block writes without a barrier between them (a race on a GPU): running the tests
+// under both schedules (tests/CMakeLists.txt) catches the races the order can expose.
+//
 // One device, "mixtape CUDA emulator", compute capability 9.0 (so every kernel path the library
 // has for sm_80+ is taken), 132 multiprocessors. Streams are names only: work runs when it is
 // launched or copied, so a stream is always idle and synchronizing returns at once.
@@ -30,6 +36,9 @@ constexpr unsigned kMaxThreads = 1024;
 constexpr size_t kMaxDynamicShared = 48 * 1024;  // without cudaFuncSetAttribute, as on the GPU
 
 enum class State { ready, block_barrier, warp_barrier, done };
+
+bool reverse = false;  // read from MIXTAPE_EMU_SCHEDULE at each launch
+bool reverse_schedule() { return reverse; }
 
 // Fiber switching: a saved stack pointer per fiber. switch_to(&from, to) saves the callee-saved
 // registers and the floating-point control words on the current stack, stores the stack pointer
@@ -86,6 +95,12 @@ struct Block {
 Block& block() {
   static Block* b = new Block();  // fiber stacks are reused by every launch
   return *b;
+}
+
+// The __shared__ variables seen so far (register_shared).
+std::vector<std::pair<void*, size_t>>& shared_variables() {
+  static auto* v = new std::vector<std::pair<void*, size_t>>();
+  return *v;
 }
 
 // Suspends the running fiber in `state` and returns to the scheduler.
@@ -150,6 +165,10 @@ std::string describe(const dim3& d) {
 // Runs one block to completion. Returns false after recording a fault.
 bool run_block(const Config& cfg, uint3 block_idx) {
   Block& b = block();
+  // Shared memory starts as garbage in every block, as on a GPU: a value a previous block (or
+  // launch) left must not stand in for a write this block forgot or read too early.
+  for (const auto& [p, bytes] : shared_variables()) std::memset(p, 0xcd, bytes);
+  std::fill(b.shared.begin(), b.shared.end(), static_cast<unsigned char>(0xcd));
   const unsigned n = cfg.block.x * cfg.block.y * cfg.block.z;
   for (unsigned t = 0; t < n; ++t) {
     Fiber& f = b.fibers[t];
@@ -164,8 +183,8 @@ bool run_block(const Config& cfg, uint3 block_idx) {
   }
   for (;;) {
     bool ran = false;
-    for (unsigned t = 0; t < n; ++t) {
-      Fiber& f = b.fibers[t];
+    for (unsigned i = 0; i < n; ++i) {
+      Fiber& f = b.fibers[reverse_schedule() ? n - 1 - i : i];
       if (f.state != State::ready) continue;
       ran = true;
       b.running = &f;
@@ -182,8 +201,8 @@ bool run_block(const Config& cfg, uint3 block_idx) {
     released = release(0, n, State::block_barrier) || released;
     if (!released && !ran) {
       fault = "deadlock in block " + describe(dim3(block_idx.x, block_idx.y, block_idx.z)) +
-              ": threads wait at a barrier that others never reach (__syncthreads in divergent code, or a "
-              "warp shuffle / __syncwarp not reached by the whole warp)";
+              ": its threads wait at barriers that can never all be reached (e.g. part of a warp in "
+              "__syncwarp or a shuffle while the rest waits in __syncthreads)";
       return false;
     }
   }
@@ -205,6 +224,11 @@ void warp_barrier() { suspend(State::warp_barrier); }
 uint64_t* warp_slots() { return block().slots.data() + (current->linear / 32) * 32; }
 
 void* dynamic_shared() { return block().shared.data(); }
+
+bool register_shared(void* p, size_t bytes) {
+  shared_variables().emplace_back(p, bytes);
+  return true;
+}
 
 void trap(const char* what) {
   Block& b = block();
@@ -230,18 +254,23 @@ void run(const Config& cfg, void (*body)(void*), void* closure) {
     b.fibers.back().stack.resize(kStackBytes);
   }
   b.slots.assign(((threads + 31) / 32) * 32, 0);
-  b.shared.assign(cfg.smem, 0xcd);  // uninitialized shared memory is garbage on a GPU too
+  b.shared.resize(cfg.smem);  // filled with garbage at each block's start
   b.body = body;
   b.closure = closure;
   fault.clear();
-  for (unsigned z = 0; z < cfg.grid.z; ++z)
-    for (unsigned y = 0; y < cfg.grid.y; ++y)
-      for (unsigned x = 0; x < cfg.grid.x; ++x)
-        if (!run_block(cfg, uint3{x, y, z})) {
-          std::fprintf(stderr, "cuda emulator: kernel fault: %s\n", fault.c_str());
-          last_error = cudaErrorLaunchFailure;
-          return;
-        }
+  const char* schedule = std::getenv("MIXTAPE_EMU_SCHEDULE");
+  reverse = schedule != nullptr && std::string(schedule) == "reverse";
+  const uint64_t blocks = uint64_t(cfg.grid.x) * cfg.grid.y * cfg.grid.z;
+  for (uint64_t i = 0; i < blocks; ++i) {
+    const uint64_t k = reverse_schedule() ? blocks - 1 - i : i;
+    const unsigned x = unsigned(k % cfg.grid.x), y = unsigned(k / cfg.grid.x % cfg.grid.y),
+                   z = unsigned(k / (uint64_t(cfg.grid.x) * cfg.grid.y));
+    if (!run_block(cfg, uint3{x, y, z})) {
+      std::fprintf(stderr, "cuda emulator: kernel fault: %s\n", fault.c_str());
+      last_error = cudaErrorLaunchFailure;
+      return;
+    }
+  }
 }
 
 }  // namespace mt_emu

@@ -37,10 +37,9 @@ constexpr size_t kMaxDynamicShared = 48 * 1024;  // without cudaFuncSetAttribute
 
 enum class State { ready, block_barrier, warp_barrier, done };
 
-bool reverse = false;  // read from MIXTAPE_EMU_SCHEDULE at each launch
-bool reverse_schedule() { return reverse; }
+bool reverse = false;  // MIXTAPE_EMU_SCHEDULE=reverse, read at each launch
 
-// Fiber switching: a saved stack pointer per fiber. switch_to(&from, to) saves the callee-saved
+// Fiber switching: a saved stack pointer per fiber. mt_emu_switch(&from, to) saves the callee-saved
 // registers and the floating-point control words on the current stack, stores the stack pointer
 // in *from, and resumes the fiber whose stack pointer is `to` (x86-64 System V). A fresh
 // fiber's stack is laid out as if it had been suspended just before entering fiber_entry.
@@ -184,7 +183,7 @@ bool run_block(const Config& cfg, uint3 block_idx) {
   for (;;) {
     bool ran = false;
     for (unsigned i = 0; i < n; ++i) {
-      Fiber& f = b.fibers[reverse_schedule() ? n - 1 - i : i];
+      Fiber& f = b.fibers[reverse ? n - 1 - i : i];
       if (f.state != State::ready) continue;
       ran = true;
       b.running = &f;
@@ -262,7 +261,7 @@ void run(const Config& cfg, void (*body)(void*), void* closure) {
   reverse = schedule != nullptr && std::string(schedule) == "reverse";
   const uint64_t blocks = uint64_t(cfg.grid.x) * cfg.grid.y * cfg.grid.z;
   for (uint64_t i = 0; i < blocks; ++i) {
-    const uint64_t k = reverse_schedule() ? blocks - 1 - i : i;
+    const uint64_t k = reverse ? blocks - 1 - i : i;
     const unsigned x = unsigned(k % cfg.grid.x), y = unsigned(k / cfg.grid.x % cfg.grid.y),
                    z = unsigned(k / (uint64_t(cfg.grid.x) * cfg.grid.y));
     if (!run_block(cfg, uint3{x, y, z})) {

@@ -140,32 +140,6 @@ struct Dropout {
   }
 };
 
-// ---- op dispatch: the runtime op becomes a template argument ---------------------------------
-
-template <class F>
-void dispatch_unary(UnaryOp op, F&& f) {
-  switch (op) {
-#define MT_CASE(name) case UnaryOp::name: return f.template operator()<UnaryOp::name>();
-    MT_CASE(neg) MT_CASE(exp) MT_CASE(log) MT_CASE(sqrt) MT_CASE(abs) MT_CASE(relu)
-    MT_CASE(sigmoid) MT_CASE(tanh) MT_CASE(leaky_relu) MT_CASE(clamp) MT_CASE(pow)
-    MT_CASE(add_scalar) MT_CASE(mul_scalar) MT_CASE(div_scalar) MT_CASE(rsub_scalar)
-    MT_CASE(rdiv_scalar)
-#undef MT_CASE
-  }
-  throw Error(detail::cat("cuda::unary: unknown UnaryOp ", int(op)));
-}
-
-template <class F>
-void dispatch_binary(BinaryOp op, F&& f) {
-  switch (op) {
-    case BinaryOp::add: return f.template operator()<BinaryOp::add>();
-    case BinaryOp::sub: return f.template operator()<BinaryOp::sub>();
-    case BinaryOp::mul: return f.template operator()<BinaryOp::mul>();
-    case BinaryOp::div: return f.template operator()<BinaryOp::div>();
-  }
-  throw Error(detail::cat("cuda::binary: unknown BinaryOp ", int(op)));
-}
-
 template <class T>
 const T* cptr(const Tensor& t) { return static_cast<const T*>(t.raw_data()); }
 template <class T>
@@ -183,7 +157,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
       [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
-        dispatch_unary(op, [&]<UnaryOp OP>() {
+        formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
           const UnaryForward<OP, T> f{cptr<T>(x), mptr<T>(out), C(a), C(b)};
           launch_elementwise<2>("unary_forward", out.numel(), calc, f, stream_of(out));
         });
@@ -198,7 +172,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
       [&](auto tag) {
         using T = decltype(tag);
         using C = compute_t<T>;
-        dispatch_unary(op, [&]<UnaryOp OP>() {
+        formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
           const UnaryBackward<OP, T> f{cptr<T>(x), cptr<T>(y), cptr<T>(dy), mptr<T>(dx), C(a), C(b)};
           launch_elementwise<4>("unary_backward", dx.numel(), calc, f, stream_of(dx));
         });
@@ -213,7 +187,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
       out.dtype(), binary_op_name(op),
       [&](auto tag) {
         using T = decltype(tag);
-        dispatch_binary(op, [&]<BinaryOp OP>() {
+        formulas::dispatch_binary(op, [&]<BinaryOp OP>() {
           const BinaryElementwise<OP, T> f{cptr<T>(a), cptr<T>(b), mptr<T>(out)};
           launch_elementwise<3>("binary", out.numel(), calc, f, stream_of(out));
         });

@@ -6,6 +6,7 @@
 // kernels round the result once on store), double for f64 (CPU only).
 #pragma once
 
+#include "tensor/error.h"
 #include "tensor/host_device.h"
 #include "tensor/ops/op_kinds.h"
 
@@ -60,6 +61,32 @@ MT_HOST_DEVICE inline C binary(C a, C b) {
   else if constexpr (OP == BinaryOp::sub) return a - b;
   else if constexpr (OP == BinaryOp::mul) return a * b;
   else if constexpr (OP == BinaryOp::div) return a / b;
+}
+
+// The runtime op as a template argument: f.template operator()<OP>() (host code; the device
+// kernels are instantiated per OP from there).
+template <class F>
+void dispatch_unary(UnaryOp op, F&& f) {
+  switch (op) {
+#define MT_CASE(name) case UnaryOp::name: return f.template operator()<UnaryOp::name>();
+    MT_CASE(neg) MT_CASE(exp) MT_CASE(log) MT_CASE(sqrt) MT_CASE(abs) MT_CASE(relu)
+    MT_CASE(sigmoid) MT_CASE(tanh) MT_CASE(leaky_relu) MT_CASE(clamp) MT_CASE(pow)
+    MT_CASE(add_scalar) MT_CASE(mul_scalar) MT_CASE(div_scalar) MT_CASE(rsub_scalar)
+    MT_CASE(rdiv_scalar)
+#undef MT_CASE
+  }
+  throw Error(detail::cat("unary: unknown UnaryOp ", int(op)));
+}
+
+template <class F>
+void dispatch_binary(BinaryOp op, F&& f) {
+  switch (op) {
+    case BinaryOp::add: return f.template operator()<BinaryOp::add>();
+    case BinaryOp::sub: return f.template operator()<BinaryOp::sub>();
+    case BinaryOp::mul: return f.template operator()<BinaryOp::mul>();
+    case BinaryOp::div: return f.template operator()<BinaryOp::div>();
+  }
+  throw Error(detail::cat("binary: unknown BinaryOp ", int(op)));
 }
 
 }  // namespace mixtape::formulas

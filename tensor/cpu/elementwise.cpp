@@ -35,29 +35,6 @@ struct HostMath {
   template <class C> static C leaky_slope(C x, C a) { return cpu::leaky_slope(x, a); }
 };
 
-// Calls f.template operator()<OP>() for the runtime op.
-template <class F>
-void dispatch_unary(UnaryOp op, F&& f) {
-  switch (op) {
-#define MT_CASE(name) case UnaryOp::name: return f.template operator()<UnaryOp::name>();
-    MT_CASE(neg) MT_CASE(exp) MT_CASE(log) MT_CASE(sqrt) MT_CASE(abs) MT_CASE(relu)
-    MT_CASE(sigmoid) MT_CASE(tanh) MT_CASE(leaky_relu) MT_CASE(clamp) MT_CASE(pow)
-    MT_CASE(add_scalar) MT_CASE(mul_scalar) MT_CASE(div_scalar) MT_CASE(rsub_scalar)
-    MT_CASE(rdiv_scalar)
-#undef MT_CASE
-  }
-}
-
-template <class F>
-void dispatch_binary(BinaryOp op, F&& f) {
-  switch (op) {
-    case BinaryOp::add: return f.template operator()<BinaryOp::add>();
-    case BinaryOp::sub: return f.template operator()<BinaryOp::sub>();
-    case BinaryOp::mul: return f.template operator()<BinaryOp::mul>();
-    case BinaryOp::div: return f.template operator()<BinaryOp::div>();
-  }
-}
-
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
@@ -65,7 +42,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
-    dispatch_unary(op, [&]<UnaryOp OP>() {
+    formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
       for_each_offset<2>(out.shape(), {out.strides(), x.strides()}, [&](const std::array<int64_t, 2>& o) {
         po[o[0]] = store<T>(formulas::unary_forward<OP, HostMath>(load(px[o[1]]), C(a), C(b)));
       });
@@ -81,7 +58,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
     const T* py = static_cast<const T*>(y.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pdx = static_cast<T*>(dx.raw_data());
-    dispatch_unary(op, [&]<UnaryOp OP>() {
+    formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
       for_each_offset<4>(dx.shape(), {dx.strides(), x.strides(), y.strides(), dy.strides()},
                          [&](const std::array<int64_t, 4>& o) {
                            pdx[o[0]] = store<T>(formulas::unary_backward<OP, HostMath>(load(px[o[1]]), load(py[o[2]]),
@@ -96,7 +73,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
     const T* pa = static_cast<const T*>(a.raw_data());
     const T* pb = static_cast<const T*>(b.raw_data());
     T* po = static_cast<T*>(out.raw_data());
-    dispatch_binary(op, [&]<BinaryOp OP>() {
+    formulas::dispatch_binary(op, [&]<BinaryOp OP>() {
       for_each_offset<3>(out.shape(),
                          {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())},
                          [&](const std::array<int64_t, 3>& o) {

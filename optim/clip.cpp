@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "autograd/tape.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/reduce.h"
 
@@ -28,31 +27,22 @@ double sum_squares(const Tensor& u) {
 
 }  // namespace
 
-double grad_norm(const std::vector<Variable>& params) {
-  NoGrad no_grad;
+double grad_norm(const std::vector<Tensor>& grads) {
   double total = 0.0;
-  for (const Variable& p : params) {
-    const std::optional<ScaledGrad>& g = p.grad();
-    if (!g || !g->defined()) continue;
-    total += sum_squares(g->unscaled());
-  }
+  for (const Tensor& g : grads)
+    if (g.defined()) total += sum_squares(g);
   return std::sqrt(total);
 }
 
-double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
+double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {
   MT_CHECK(std::isfinite(max_norm) && max_norm >= 0.0, "clip_grad_norm: max_norm must be finite and >= 0, got ",
            max_norm);
-  const double norm = grad_norm(params);
+  const double norm = grad_norm(grads);
   if (!std::isfinite(norm)) return norm;
   const double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return norm;
-  NoGrad no_grad;
-  for (const Variable& p : params) {
-    const std::optional<ScaledGrad>& g = p.grad();
-    if (!g || !g->defined()) continue;
-    Variable v = p;
-    v.set_grad(ScaledGrad{coef * g->g, g->scale});
-  }
+  for (Tensor& g : grads)
+    if (g.defined()) g = coef * g;
   return norm;
 }
 

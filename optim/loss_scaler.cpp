@@ -13,17 +13,10 @@ namespace mixtape {
 
 namespace {
 
-constexpr int kMinExp = -126;  // 2^-126: the smallest normal float
 constexpr int kMaxExp = 127;   // 2^127: the largest power of two below FLT_MAX
 
-bool is_normal_pow2(double s) {
-  if (!(s > 0.0) || !std::isfinite(s)) return false;
-  int e = 0;
-  return std::frexp(s, &e) == 0.5 && e - 1 >= kMinExp && e - 1 <= kMaxExp;
-}
-
 void check_pow2(const char* who, const char* what, double v) {
-  MT_CHECK(is_normal_pow2(v), who, ": ", what, " must be a power of two in [2^-126, 2^127], got ", v,
+  MT_CHECK(is_power_of_two(v), who, ": ", what, " must be a power of two in [2^-126, 2^127], got ", v,
            " (Note [Loss scales are powers of two])");
 }
 
@@ -44,8 +37,6 @@ void check_init(const char* who, float init, float min_scale, float max_scale) {
 float clamp_scale(double s, float lo, float hi) { return float(std::clamp(s, double(lo), double(hi))); }
 
 }  // namespace
-
-bool is_valid_loss_scale(double s) { return is_normal_pow2(s); }
 
 // ---- gradient check ------------------------------------------------------------------------
 
@@ -78,7 +69,7 @@ GradCheck check_grads(const std::vector<Variable>& params) {
 
 bool LossScaler::update(const GradCheck& check) {
   const bool apply = on_update(check);
-  MT_ASSERT(is_normal_pow2(scale_), name(), " loss scaler produced scale ", scale_);
+  MT_ASSERT(is_power_of_two(scale_), name(), " loss scaler produced scale ", scale_);
   ++steps_;
   if (!apply) ++skipped_;
   last_skipped_ = !apply;

@@ -40,10 +40,6 @@ struct GradCheck {
   size_t grads = 0;        // how many gradients were inspected
 };
 
-// Whether s can be a loss scale: a power of two in [2^-126, 2^127] (Note [Loss scales are powers
-// of two]).
-bool is_valid_loss_scale(double s);
-
 // Inspects the ScaledGrads of `params` (parameters without a gradient are skipped): one
 // grad_stats pass per tensor over the stored (scaled) values, each parameter's max divided by
 // its own scale.

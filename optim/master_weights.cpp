@@ -5,7 +5,6 @@
 #include <string>
 
 #include "autograd/tape.h"
-#include "optim/clip.h"
 #include "optim/state_io.h"
 
 namespace mixtape {
@@ -34,12 +33,14 @@ MasterWeights::MasterWeights(std::vector<Variable> params, const OptimizerFactor
   MT_CHECK(inner_ != nullptr, who, ": the optimizer factory returned no optimizer");
   MT_CHECK(inner_->num_params() == masters_.size(), who, ": the inner ", inner_->name(), " holds ",
            inner_->num_params(), " parameters, but there are ", masters_.size(), " masters");
+  slot_.assign(params_.size(), inner_->num_params());
   for (size_t j = 0; j < inner_->num_params(); ++j) {
     size_t i = 0;
     while (i < masters_.size() && !masters_[i].same(inner_->param(j))) ++i;
     MT_CHECK(i < masters_.size(), who, ": parameter ", j, " of the inner ", inner_->name(), " ('",
              inner_->param(j).name(), "') is not one of the masters this MasterWeights built");
-    // Step 6 of Note [Master weight step], fused into the update's pass.
+    slot_[i] = j;
+    // The rounding into the model, fused into the update's pass (Note [Fused master copy]).
     if (copy_[i]) inner_->set_rounded_copy(j, params_[i]);
   }
 }
@@ -56,37 +57,14 @@ bool MasterWeights::has_copy(size_t i) const {
 }
 
 void MasterWeights::zero_grad() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i].zero_grad();
-    if (copy_[i]) masters_[i].zero_grad();
-  }
+  for (Variable& p : params_) p.zero_grad();
 }
 
-// Note [Master weight step]
-// The skip decision comes first and reads only the gradients, so a skipped step writes nothing
-// but the dropped gradients: the check runs on the stored (scaled) values, and unscaling,
-// clipping, the inner update and the rounding into the model all come after the decision.
 bool MasterWeights::step(LossScaler& scaler) {
-  NoGrad no_grad;
-  last_norm_ = 0.0;
-  last_check_ = check_grads(params_);
-  if (!scaler.update(last_check_)) {
-    zero_grad();
-    return false;
-  }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const std::optional<ScaledGrad>& g = params_[i].grad();
-    if (g && g->defined()) {
-      // Each parameter by its own scale, in fp32 (f64 for f64 gradients).
-      masters_[i].set_grad(ScaledGrad{g->unscaled(), 1.0f});
-    } else if (copy_[i]) {
-      masters_[i].zero_grad();
-    }
-  }
-  last_norm_ = options_.max_grad_norm > 0.0 ? clip_grad_norm(masters_, options_.max_grad_norm) : grad_norm(masters_);
-  inner_->step();  // also rounds each updated master into its 16-bit parameter (set_rounded_copy)
-  zero_grad();
-  return true;
+  const StepReport r = scaled_step(params_, *inner_, scaler, options_.max_grad_norm, slot_);
+  last_check_ = r.check;
+  last_norm_ = r.grad_norm;
+  return r.applied;
 }
 
 TensorDict MasterWeights::state_dict() const {
@@ -129,28 +107,6 @@ void MasterWeights::load_state_dict(const TensorDict& d) {
     Tensor p = params_[i].data();
     p.copy_(m);  // the model holds the rounded master
   }
-}
-
-bool scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm, double* norm) {
-  MT_CHECK(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0,
-           "scaled_step: max_grad_norm must be finite and >= 0 (0 turns clipping off), got ", max_grad_norm);
-  NoGrad no_grad;
-  std::vector<Variable> params;
-  for (const ParamGroup& g : opt.param_groups()) params.insert(params.end(), g.params.begin(), g.params.end());
-  if (norm) *norm = 0.0;
-  if (!scaler.update(check_grads(params))) {
-    opt.zero_grad();
-    return false;
-  }
-  for (Variable& p : params) {
-    const std::optional<ScaledGrad>& g = p.grad();
-    if (g && g->defined()) p.set_grad(ScaledGrad{g->unscaled(), 1.0f});  // fp32, whatever g's dtype
-  }
-  const double n = max_grad_norm > 0.0 ? clip_grad_norm(params, max_grad_norm) : norm ? grad_norm(params) : 0.0;
-  if (norm) *norm = n;
-  opt.step();
-  opt.zero_grad();
-  return true;
 }
 
 }  // namespace mixtape

@@ -17,20 +17,13 @@
 //           fp32 parameters to the compute dtype in forward): MasterWeights only drives the
 //           inner optimizer with the scaler's checks and per-parameter unscaling.
 //
-// step(scaler), Note [Master weight step]:
-//   1. check every gradient for inf/NaN and max |g / scale| (check_grads, one pass per tensor);
-//   2. scaler.update(check); on a skip, parameters, masters and optimizer state are left
-//      untouched (bit for bit) and the gradients are dropped;
-//   3. unscale each parameter's ScaledGrad by its own scale, in fp32 (ScaledGrad::unscaled);
-//   4. optionally clip the unscaled gradients to a global norm (before any other use, as
-//      Micikevicius et al. recommend: hyper-parameters keep their fp32 meaning);
-//   5. the inner optimizer updates the masters (weight decay therefore acts on the fp32 copy,
-//      where it cannot underflow, as OpenSeq2Seq's wrapper arranges);
-//   6. round the updated masters into the 16-bit model parameters (RNE) and drop the gradients.
-//      The rounding happens inside step 5: the constructor registers each 16-bit parameter as
-//      the rounded copy of its master (Optimizer::set_rounded_copy), so the update kernel
-//      writes the new fp32 master and its 16-bit rounding in one pass over memory (Note [Fused
-//      master copy] in tensor/ops/optim.h).
+// step(scaler) is scaled_step (Note [Scaled step] in optim/scaled_step.h) with the inner
+// optimizer over the masters: check the 16-bit (or f32) gradients, let the scaler skip, unscale
+// each parameter's gradient by its own scale into fp32, clip, and update the masters. Weight
+// decay therefore acts on the fp32 copy, where it cannot underflow (OpenSeq2Seq's wrapper). The
+// constructor registers each 16-bit parameter as the rounded copy of its master
+// (Optimizer::set_rounded_copy), so the update kernel writes the new fp32 master and its RNE
+// rounding into the model in one pass (Note [Fused master copy] in tensor/ops/optim.h).
 // step() consumes the gradients either way; the next backward starts from nothing.
 //
 // Several MasterWeights (each with its own scaler) can train different parameter sets side by
@@ -43,6 +36,7 @@
 
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
+#include "optim/scaled_step.h"
 
 namespace mixtape {
 
@@ -61,10 +55,10 @@ class MasterWeights {
   MasterWeights(const MasterWeights&) = delete;
   MasterWeights& operator=(const MasterWeights&) = delete;
 
-  // One training step from the gradients the last backward left (Note [Master weight step]).
+  // One training step from the gradients the last backward left (Note [Scaled step]).
   // Returns whether the update was applied (false: the scaler skipped it).
   bool step(LossScaler& scaler);
-  // Drops every gradient (model parameters and masters).
+  // Drops every gradient.
   void zero_grad();
 
   Optimizer& optimizer() { return *inner_; }
@@ -90,18 +84,11 @@ class MasterWeights {
   std::vector<Variable> params_;
   std::vector<Variable> masters_;   // masters_[i] belongs to params_[i]
   std::vector<bool> copy_;          // 16-bit parameter with its own fp32 master
+  std::vector<size_t> slot_;        // params_[i]'s master is inner_->param(slot_[i])
   std::unique_ptr<Optimizer> inner_;
   MasterWeightsOptions options_;
   GradCheck last_check_;
   double last_norm_ = 0.0;
 };
-
-// The same step for an optimizer that updates its own parameters directly (f32 parameters, or
-// the 16-bit rules of optim/pure16.h under loss scaling): check, ask the scaler, and on a skip
-// drop the gradients leaving everything else untouched; otherwise unscale each gradient by its
-// own scale in fp32, clip to max_grad_norm when > 0, opt.step(), and drop the gradients.
-// Returns whether the update was applied; `norm`, when given, receives the global norm of the
-// unscaled gradients before clipping (0 on a skipped step).
-bool scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm = 0.0, double* norm = nullptr);
 
 }  // namespace mixtape

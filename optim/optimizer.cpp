@@ -59,6 +59,12 @@ const Variable& Optimizer::param(size_t index) const {
   MT_ASSERT(false, "parameter index bookkeeping");
 }
 
+std::vector<Variable> Optimizer::params() const {
+  std::vector<Variable> all;
+  for (const ParamGroup& g : groups_) all.insert(all.end(), g.params.begin(), g.params.end());
+  return all;
+}
+
 int64_t Optimizer::step_count(size_t index) const {
   MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(),
            " parameters)");
@@ -119,19 +125,34 @@ void Optimizer::set_rounded_copy(size_t index, Variable copy) {
   copies_[index] = std::move(copy);
 }
 
-void Optimizer::step() {
+void Optimizer::step(const std::vector<Tensor>& grads) {
+  MT_CHECK(grads.size() == num_params(), name(), ": step got ", grads.size(), " gradients for ", num_params(),
+           " parameters");
   NoGrad no_grad;
   size_t index = 0;
   for (const ParamGroup& g : groups_) {
     for (const Variable& p : g.params) {
-      const std::optional<ScaledGrad>& grad = p.grad();
-      if (grad && grad->defined()) {
+      const Tensor& grad = grads[index];
+      if (grad.defined()) {
+        MT_CHECK(grad.shape() == p.shape() && grad.device() == p.device(), name(), ": the gradient ", grad.meta(),
+                 " of parameter ", index, " '", p.name(), "' ", p.data().meta(), " has another shape or device");
         Tensor data = p.data();  // a handle: the update writes the parameter's storage
-        update(index, data, grad->unscaled());
+        update(index, data, grad);
       }
       ++index;
     }
   }
+}
+
+void Optimizer::step() {
+  std::vector<Tensor> grads;
+  for (const ParamGroup& g : groups_) {
+    for (const Variable& p : g.params) {
+      const std::optional<ScaledGrad>& grad = p.grad();
+      grads.push_back(grad && grad->defined() ? grad->unscaled() : Tensor());
+    }
+  }
+  step(grads);
 }
 
 void Optimizer::zero_grad() {

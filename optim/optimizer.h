@@ -1,12 +1,14 @@
 // Optimizer: the base of SGD, Adam and AdamW. It holds parameter groups (each with its own
 // learning rate and weight decay), per-parameter state (a step count and the rule's buffers),
-// and turns each parameter's ScaledGrad into an in-place update:
+// and applies plain (unscaled) gradients as in-place updates:
 //
-//   step():  for every parameter p with a gradient, in group order (index i counts over all
-//            groups):  update(i, p.data(), p.grad()->unscaled())      under NoGrad
+//   step(grads):  for every parameter i (counted over all groups, in group order) whose
+//                 grads[i] is defined:  update(i, param(i).data(), grads[i])      under NoGrad
+//   step():       the same with the parameters' own gradients, unscaled (ScaledGrad::unscaled);
+//                 for training without a loss scale. Under one, scaled_step (optim/scaled_step.h)
+//                 checks, unscales and clips first.
 //
-// Unscaling happens only in ScaledGrad::unscaled (fp32, or f64 for f64 gradients); parameters
-// without a gradient are skipped, and their step count does not advance.
+// Parameters without a gradient are skipped, and their step count does not advance.
 //
 // Note [Optimizer seam for mixed precision]
 // update(i, param, grad) is the whole update rule for one tensor: it allocates the state on
@@ -52,7 +54,10 @@ class Optimizer {
   // "SGD", "Adam", "AdamW": names the optimizer in messages and state dicts.
   virtual const char* name() const = 0;
 
-  // One update of every parameter that has a gradient.
+  // One update of every parameter i whose grads[i] is defined: grads holds num_params() plain
+  // gradients (already unscaled: f32, or f64 for f64 parameters), shaped like the parameters.
+  void step(const std::vector<Tensor>& grads);
+  // step() with each parameter's own gradient, unscaled (training without a loss scale).
   void step();
   // Drops every parameter's gradient (the next backward starts from nothing).
   void zero_grad();
@@ -68,6 +73,7 @@ class Optimizer {
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   size_t num_params() const { return group_of_.size(); }
   const Variable& param(size_t index) const;
+  std::vector<Variable> params() const;  // every parameter, in index order
   // Updates applied so far to parameter `index` (0 before its first).
   int64_t step_count(size_t index) const;
 

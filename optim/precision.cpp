@@ -44,7 +44,7 @@ LossScaleSpec parse_loss_scale(const std::string& text) {
       used = 0;
     }
     MT_CHECK(used == num.size() && !num.empty(), "loss scale '", text, "': '", num, "' is not a number", accepted);
-    MT_CHECK(is_valid_loss_scale(s), "loss scale '", text,
+    MT_CHECK(is_power_of_two(s), "loss scale '", text,
              "': S must be a power of two in [2^-126, 2^127] so that scaling is exact", accepted);
     return {LossScaleSpec::Kind::fixed, float(s)};
   }
@@ -206,7 +206,9 @@ bool PrecisionTrainer::step() {
     applied = masters_->step(*scaler_);
     last_norm_ = masters_->last_grad_norm();
   } else {
-    applied = scaled_step(*pure_, *scaler_, options_.max_grad_norm, &last_norm_);
+    const StepReport r = scaled_step(*pure_, *scaler_, options_.max_grad_norm);
+    applied = r.applied;
+    last_norm_ = r.grad_norm;
   }
   if (zhao_) zhao_->next_step();
   return applied;

@@ -10,7 +10,7 @@
 //
 //   SGD16 opt(model.parameters(), {.lr = 0.1, .momentum = 0.9, .rounding = UpdateRounding::kahan});
 //   ... backward ...;  opt.step();  opt.zero_grad();
-//   // with loss scaling (fp16-pure): scaled_step(opt, scaler) from optim/master_weights.h
+//   // with loss scaling (fp16-pure): scaled_step(opt, scaler) from optim/scaled_step.h
 //
 // Note [16-bit hyper-parameters]
 // In a 16-bit unit the decay rates are 16-bit numbers too, and rounding can change the

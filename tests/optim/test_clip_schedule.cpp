@@ -1,4 +1,5 @@
-// Gradient clipping on scaled gradients, and learning-rate schedules against their formulas.
+// Gradient clipping on plain gradients, clipping inside scaled_step (after unscaling), and
+// learning-rate schedules against their formulas.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -13,11 +14,13 @@ using namespace mixtape;
 
 namespace {
 
+Tensor vec(const std::vector<double>& v, DType dt = DType::f32) { return from_vector(v, {int64_t(v.size())}, dt); }
+
 Variable param_with_grad(const std::vector<double>& g, float scale, DType dt = DType::f32) {
   Variable p(zeros({int64_t(g.size())}, DType::f32), true);
   std::vector<double> s(g);
   for (double& x : s) x *= scale;
-  p.set_grad(ScaledGrad{from_vector(s, {int64_t(s.size())}, dt), scale});
+  p.set_grad(ScaledGrad{vec(s, dt), scale});
   return p;
 }
 
@@ -25,58 +28,66 @@ bool rel_close(double a, double b, double tol) { return std::abs(a - b) <= tol *
 
 }  // namespace
 
-TEST_CASE("clip_grad_norm measures unscaled gradients and clips them to max_norm", "[optim]") {
-  // Norm of [3, 4] (scale 1024) and [12] (scale 1) is 13; a parameter without gradient is skipped.
-  Variable a = param_with_grad({3.0, 4.0}, 1024.0f);
-  Variable b = param_with_grad({12.0}, 1.0f);
-  Variable c(zeros({2}), true);
-  const std::vector<Variable> params = {a, b, c};
-  CHECK(grad_norm(params) == 13.0);
+TEST_CASE("clip_grad_norm measures plain gradients and clips them to max_norm", "[optim]") {
+  // Norm of [3, 4] and [12] is 13; an undefined entry (a parameter without gradient) is skipped.
+  std::vector<Tensor> grads = {vec({3.0, 4.0}), vec({12.0}), Tensor()};
+  CHECK(grad_norm(grads) == 13.0);
 
   SECTION("below max_norm nothing changes") {
-    const std::vector<double> before = a.grad()->g.to_vector();
-    CHECK(clip_grad_norm(params, 20.0) == 13.0);
-    CHECK(a.grad()->g.to_vector() == before);
+    CHECK(clip_grad_norm(grads, 20.0) == 13.0);
+    CHECK(grads[0].to_vector() == std::vector<double>{3.0, 4.0});
   }
   SECTION("above max_norm every gradient is multiplied by max_norm / (norm + 1e-6)") {
-    CHECK(clip_grad_norm(params, 6.5) == 13.0);
+    CHECK(clip_grad_norm(grads, 6.5) == 13.0);
     const double coef = 6.5 / (13.0 + 1e-6);
-    CHECK(a.grad()->scale == 1024.0f);  // the scale stays a power of two; the values shrink
-    const std::vector<double> ua = a.grad()->unscaled().to_vector();
-    CHECK(rel_close(ua[0], 3.0 * coef, 1e-7));
-    CHECK(rel_close(ua[1], 4.0 * coef, 1e-7));
-    CHECK(rel_close(b.grad()->unscaled().item(), 12.0 * coef, 1e-7));
-    CHECK(rel_close(grad_norm(params), 6.5, 1e-6));
-    CHECK_FALSE(c.grad().has_value());
+    CHECK(rel_close(grads[0].to_vector()[0], 3.0 * coef, 1e-7));
+    CHECK(rel_close(grads[0].to_vector()[1], 4.0 * coef, 1e-7));
+    CHECK(rel_close(grads[1].item(), 12.0 * coef, 1e-7));
+    CHECK(rel_close(grad_norm(grads), 6.5, 1e-6));
+    CHECK_FALSE(grads[2].defined());
   }
-  SECTION("16-bit gradients are scaled in fp32 and rounded once") {
-    Variable h = param_with_grad({3.0, 4.0}, 1024.0f, DType::f16);
-    CHECK(clip_grad_norm({h}, 2.5) == 5.0);
-    CHECK(h.grad()->g.dtype() == DType::f16);
-    const std::vector<double> u = h.grad()->unscaled().to_vector();
-    CHECK(rel_close(u[0], 1.5, dtype_eps(DType::f16)));
-    CHECK(rel_close(u[1], 2.0, dtype_eps(DType::f16)));
-  }
+}
+
+TEST_CASE("scaled_step clips the unscaled gradients, each parameter by its own scale", "[optim]") {
+  // [3, 4] at scale 1024 (stored in f16) and [12] at scale 1: the norm of the true gradients is 13.
+  Variable a = param_with_grad({3.0, 4.0}, 1024.0f, DType::f16);
+  Variable b = param_with_grad({12.0}, 1.0f);
+  Variable c(zeros({2}), true);
+  SGD opt({a, b, c}, {.lr = 1.0});
+  StaticLossScaler scaler(1.0f);
+  const StepReport r = scaled_step(opt, scaler, 6.5);
+  REQUIRE(r.applied);
+  CHECK(r.grad_norm == 13.0);
+  const double coef = 6.5 / (13.0 + 1e-6);
+  // SGD with lr 1 from zero: the parameter is minus the clipped gradient.
+  CHECK(rel_close(-a.data().to_vector()[0], 3.0 * coef, 1e-7));
+  CHECK(rel_close(-a.data().to_vector()[1], 4.0 * coef, 1e-7));
+  CHECK(rel_close(-b.data().item(), 12.0 * coef, 1e-7));
+  CHECK(c.data().to_vector() == std::vector<double>{0.0, 0.0});  // no gradient: untouched
+  CHECK_FALSE(a.grad().has_value());                              // gradients are dropped
+  CHECK(opt.step_count(2) == 0);
 }
 
 TEST_CASE("clip_grad_norm returns inf and NaN norms without scaling", "[optim]") {
   const double inf = std::numeric_limits<double>::infinity();
-  Variable a = param_with_grad({inf, 1.0}, 1.0f);
-  Variable b = param_with_grad({12.0}, 1.0f);
-  CHECK(clip_grad_norm({a, b}, 1.0) == inf);
-  CHECK(b.grad()->g.item() == 12.0);
-  Variable n = param_with_grad({std::nan(""), 1.0}, 1.0f);
-  CHECK(std::isnan(clip_grad_norm({n, b}, 1.0)));
-  CHECK(std::isnan(clip_grad_norm({a, n, b}, 1.0)));
-  CHECK(b.grad()->g.item() == 12.0);
-  CHECK_THROWS_WITH(clip_grad_norm({b}, -1.0), Catch::Contains("max_norm"));
+  const Tensor b = vec({12.0});
+  std::vector<Tensor> g1 = {vec({inf, 1.0}), b};
+  CHECK(clip_grad_norm(g1, 1.0) == inf);
+  CHECK(g1[1].item() == 12.0);
+  std::vector<Tensor> g2 = {vec({std::nan(""), 1.0}), b};
+  CHECK(std::isnan(clip_grad_norm(g2, 1.0)));
+  std::vector<Tensor> g3 = {vec({inf, 1.0}), vec({std::nan(""), 1.0}), b};
+  CHECK(std::isnan(clip_grad_norm(g3, 1.0)));
+  CHECK(g3[2].item() == 12.0);
+  std::vector<Tensor> g4 = {b};
+  CHECK_THROWS_WITH(clip_grad_norm(g4, -1.0), Catch::Contains("max_norm"));
 }
 
 TEST_CASE("grad_norm neither overflows nor underflows in fp32", "[optim]") {
   // Squares of these overflow (1e60) or underflow (1e-80) fp32; the norm must not.
-  CHECK(rel_close(grad_norm({param_with_grad({3e30, 4e30}, 1.0f)}), 5e30, 1e-6));
-  CHECK(rel_close(grad_norm({param_with_grad({3e-40, 4e-40}, 1.0f)}), 5e-40, 1e-5));
-  CHECK(rel_close(grad_norm({param_with_grad({3e30}, 1.0f), param_with_grad({4e30}, 1.0f)}), 5e30, 1e-6));
+  CHECK(rel_close(grad_norm({vec({3e30, 4e30})}), 5e30, 1e-6));
+  CHECK(rel_close(grad_norm({vec({3e-40, 4e-40})}), 5e-40, 1e-5));
+  CHECK(rel_close(grad_norm({vec({3e30}), vec({4e30})}), 5e30, 1e-6));
 }
 
 TEST_CASE("StepLR and CosineAnnealingLR set the lr of every group from its initial lr", "[optim]") {

@@ -18,6 +18,9 @@ struct ScaledGrad {
   Tensor unscaled() const;
 };
 
-bool is_power_of_two(float s);
+// Whether s can be a scale: a power of two in [2^-126, 2^127], the normal float powers of two
+// (Note [Loss scales are powers of two] in optim/loss_scaler.h). Multiplying by such an s and
+// dividing by it again is exact unless a value leaves its format's range.
+bool is_power_of_two(double s);
 
 }  // namespace mixtape

@@ -9,10 +9,10 @@
 
 namespace mixtape {
 
-bool is_power_of_two(float s) {
-  if (!(s > 0.0f) || !std::isfinite(s)) return false;
+bool is_power_of_two(double s) {
+  if (!(s > 0.0) || !std::isfinite(s)) return false;
   int e = 0;
-  return std::frexp(s, &e) == 0.5f;
+  return std::frexp(s, &e) == 0.5 && e - 1 >= -126 && e - 1 <= 127;
 }
 
 Tensor ScaledGrad::unscaled() const {

@@ -7,7 +7,7 @@
 #include "autograd/tape.h"
 #include "autograd/telemetry.h"
 #include "autograd/variable.h"
-#include "autograd/zhao.h"
+#include "autograd/gradient_scaling.h"
 
 #include "autograd/functions/conv.h"
 #include "autograd/functions/elementwise.h"

@@ -6,6 +6,7 @@
 
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/reduce.h"
+#include "tensor/tensor.h"
 
 namespace mixtape {
 
@@ -58,13 +59,46 @@ float common_scale(const std::vector<ScaledGrad>& grads) {
   return lo;
 }
 
-ScaledGrad combine_branch(std::vector<ScaledGrad> grads) {
+// Note [Overflow-free branch sum]
+// Algorithm 1 (lines 18-22) picks the common scale so that no rescaled gradient overflows, but
+// the sum of M gradients that each fit can still overflow (an LSTM's recurrent weight receives
+// one gradient per time step). Under a scaling rule the gradients are therefore rescaled to the
+// largest incoming scale in fp32 (exact: powers of two, fp32 has the range), summed in fp32, and
+// the common scale is the largest candidate (the incoming scales, largest first, as the paper
+// does) under which the exact sum fits the 16-bit format; if none does, the largest power of
+// two that fits. The sum is rounded to 16 bits once, instead of once per addition.
+ScaledGrad combine_branch(std::vector<ScaledGrad> grads, bool exact_sum) {
   MT_ASSERT(!grads.empty());
   if (grads.size() == 1) return std::move(grads.front());
-  const float beta = common_scale(grads);
-  Tensor sum = rescale(grads.front().g, beta / grads.front().scale);
-  for (size_t i = 1; i < grads.size(); ++i) sum = add(sum, rescale(grads[i].g, beta / grads[i].scale));
-  return {std::move(sum), beta};
+  const DType dt = grads.front().g.dtype();
+  if (!exact_sum || !is_16bit(dt)) {
+    const float beta = common_scale(grads);
+    Tensor sum = rescale(grads.front().g, beta / grads.front().scale);
+    for (size_t i = 1; i < grads.size(); ++i) sum = add(sum, rescale(grads[i].g, beta / grads[i].scale));
+    return {std::move(sum), beta};
+  }
+  float ref = grads.front().scale;
+  for (const ScaledGrad& g : grads) ref = std::max(ref, g.scale);
+  Tensor sum32 = rescale(grads.front().g.to(DType::f32), ref / grads.front().scale);
+  for (size_t i = 1; i < grads.size(); ++i) sum32 = add(sum32, rescale(grads[i].g.to(DType::f32), ref / grads[i].scale));
+  const double m = max_abs(sum32);  // of ref x the true sum
+  if (!std::isfinite(m) || m == 0.0) return {sum32.to(dt), ref};
+  const double lmax = max_finite(dt);
+  std::vector<float> candidates;
+  for (const ScaledGrad& g : grads) candidates.push_back(g.scale);
+  std::sort(candidates.begin(), candidates.end(), std::greater<>());
+  float beta = 0.0f;
+  for (float c : candidates)
+    if (double(c) / double(ref) * m <= lmax) {
+      beta = c;
+      break;
+    }
+  if (beta == 0.0f) {  // even the smallest incoming scale overflows: the largest power of two that fits
+    int e = 0;
+    std::frexp(lmax * double(ref) / m, &e);  // = f 2^e, f in [0.5, 1): 2^(e-1) <= lmax ref / m
+    beta = float(std::ldexp(1.0, std::max(e - 1, -126)));
+  }
+  return {rescale(sum32, beta / ref).to(dt), beta};  // the one rounding to 16 bits
 }
 
 }  // namespace mixtape

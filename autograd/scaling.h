@@ -3,12 +3,16 @@
 // Every op passes its incoming scale through, except:
 //   GEMM-like nodes  (linear, matmul, bmm, conv2d, conv_transpose2d, the LSTM GEMMs):
 //                    dX is computed from beta * dY and carries beta * alpha      -> gemm_beta
+//                    the weight and bias gradients get a scale of their own      -> param_grad
 //   casts            (16-bit -> fp32 before softmax/loss): same, by the cast model -> cast_beta
 //   branches/splits  several gradients meet: rescale to one common scale          -> combine_branch
 //
-// Without a ScalingRule on the tape, gemm_beta and cast_beta return 1 (scales pass through);
-// combine_branch always applies Algorithm 1's common-scale rule. The paper's rule for the two
-// queries is ZhaoScalingRule (autograd/zhao.h).
+// Without a ScalingRule on the tape, gemm_beta and cast_beta return 1 and param_grad keeps the
+// incoming scale (scales pass through; loss scaling is exactly S times the unscaled backward);
+// combine_branch always applies Algorithm 1's common-scale rule. With a rule, every gradient a
+// node emits carries its own scale, chosen so that it cannot overflow its 16-bit format
+// (Note [Parameter gradient scale], Note [Overflow-free branch sum], and the tape's Note
+// [Overflow guard]). The paper's rule is GradientScalingRule (autograd/gradient_scaling.h).
 #pragma once
 
 #include <vector>
@@ -43,17 +47,53 @@ struct CastGradQuery {
   GradSite site{};
 };
 
+// What a GEMM-like node knows when it has accumulated a parameter gradient (dW = X^T dY, or a
+// bias gradient) in fp32 and is about to round it to `to`: the exact values, not an estimate.
+struct ParamGradQuery {
+  OpId op;
+  const Tensor* g;  // the fp32 accumulation: alpha x the true gradient, not yet rounded
+  float alpha;      // the scale g carries
+  DType to;         // the 16-bit dtype it is stored in
+  int32_t input;    // which input of the node it is the gradient of (1: weight, 2: bias)
+  GradSite site{};
+};
+
+// Where a node's output gradient overflowed (or would have, had the tape not rescaled it):
+// reported by the tape's overflow guard (Note [Overflow guard] in tape.cpp).
+struct OverflowEvent {
+  OpId op;
+  int64_t node = -1;      // position on the tape
+  int32_t input = 0;      // the node input whose gradient overflowed
+  float alpha = 1.0f;     // the scale the node's incoming gradient carried
+  int32_t shift = 0;      // the node's backward was recomputed from 2^-shift * dY (0: not recovered)
+  bool recovered = false; // the recomputation is finite: the step goes on
+};
+
 class ScalingRule {
  public:
   virtual ~ScalingRule() = default;
   virtual float gemm_beta(const GemmGradQuery& q) = 0;
   virtual float cast_beta(const CastGradQuery& q) = 0;
+  virtual float param_beta(const ParamGradQuery& q) = 0;
+  // The tape reports every overflow its guard saw (recovered or not).
+  virtual void on_overflow(const OverflowEvent& e) {}
 };
 
 // The local power-of-two factors, from the active tape's ScalingRule (1 when there is none).
 // Both stamp q.site before asking the rule.
 float gemm_beta(const GemmGradQuery& q);
 float cast_beta(const CastGradQuery& q);
+// Whether the active tape has a ScalingRule (gradients then carry per-node scales).
+bool scaling_rule_active();
+
+// Note [Parameter gradient scale]: the weight or bias gradient of a GEMM-like node at input
+// `input`. compute(t) evaluates it from operands in dtype t (accumulated in fp32 either way).
+// Without a rule: {compute(dy's dtype), alpha}, as before. With a rule and a 16-bit dY: the
+// gradient is accumulated in fp32 from widened operands (exact products, the same fp32 sums),
+// the rule picks beta from the exact values (param_beta), and the result is beta * g rounded
+// once to dY's dtype, carrying alpha * beta.
+template <class F>
+ScaledGrad param_grad(OpId op, int32_t input, const ScaledGrad& dy, F&& compute);
 
 // Largest finite magnitude of a gradient's dtype: lambda_max in Zhao et al.
 double max_finite(DType t);
@@ -62,11 +102,26 @@ double max_finite(DType t);
 // sum them. The common scale is the largest of their scales for which no rescaled gradient
 // overflows its dtype (beta * max|g_i| / alpha_i < lambda_max), trying scales in descending
 // order; the smallest scale is the fallback. Equal scales (the usual case) skip the max|g| scan.
-ScaledGrad combine_branch(std::vector<ScaledGrad> grads);
+// With `exact_sum` (a ScalingRule is active and the gradients are 16-bit), Note [Overflow-free
+// branch sum]: the gradients are summed in fp32 and the common scale is chosen from the exact
+// sum, so that the stored sum cannot overflow either; it is rounded once.
+ScaledGrad combine_branch(std::vector<ScaledGrad> grads, bool exact_sum = false);
 // The common scale alone (the first half of combine_branch).
 float common_scale(const std::vector<ScaledGrad>& grads);
 
 // g * factor for a power-of-two factor (exact unless it under/overflows); returns g when 1.
 Tensor rescale(const Tensor& g, float factor);
+
+// The active rule's param_beta, with q.site stamped (1 without a rule).
+float ask_param_beta(const ParamGradQuery& q);
+
+template <class F>
+ScaledGrad param_grad(OpId op, int32_t input, const ScaledGrad& dy, F&& compute) {
+  const DType dt = dy.g.dtype();
+  if (!scaling_rule_active() || !is_16bit(dt)) return {compute(dt), dy.scale};
+  const Tensor g32 = compute(DType::f32);
+  const float beta = ask_param_beta(ParamGradQuery{op, &g32, dy.scale, dt, input});
+  return {rescale(g32, beta).to(dt), beta * dy.scale};  // the one rounding to 16 bits
+}
 
 }  // namespace mixtape

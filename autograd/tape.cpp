@@ -1,6 +1,9 @@
 #include "autograd/tape.h"
 
+#include <cmath>
 #include <unordered_set>
+
+#include "tensor/ops/optim.h"
 
 namespace mixtape {
 
@@ -50,6 +53,19 @@ float cast_beta(const CastGradQuery& q) {
   CastGradQuery stamped = q;
   stamped.site = next_site();
   return t->scaling_rule()->cast_beta(stamped);
+}
+
+bool scaling_rule_active() {
+  Tape* t = Tape::current();
+  return t && t->scaling_rule();
+}
+
+float ask_param_beta(const ParamGradQuery& q) {
+  Tape* t = Tape::current();
+  if (!t || !t->scaling_rule()) return 1.0f;
+  ParamGradQuery stamped = q;
+  stamped.site = next_site();
+  return t->scaling_rule()->param_beta(stamped);
 }
 
 // ---- recording ---------------------------------------------------------------------------
@@ -124,6 +140,59 @@ Variable record(OpId op, const std::vector<Variable>& inputs, Tensor out, PlainB
 
 // ---- backward ----------------------------------------------------------------------------
 
+namespace {
+
+// The index of the first needed gradient holding an inf or NaN, or -1.
+int first_nonfinite(const std::vector<ScaledGrad>& gs, const std::vector<bool>& needs) {
+  for (size_t i = 0; i < gs.size(); ++i)
+    if ((needs.empty() || needs[i]) && gs[i].defined() && grad_stats(gs[i].g).has_inf_nan) return int(i);
+  return -1;
+}
+
+// Note [Overflow guard]
+// ~~~~~~~~~~~~~~~~~~~~~
+// With a scaling rule every gradient a node emits must fit its format. GEMM-like nodes, casts,
+// parameter gradients and branch sums choose scales under which they cannot overflow; an op
+// that passes its scale through can still grow a gradient past lambda_max (batch norm's backward
+// divides by the batch's standard deviation, dropout multiplies by 1 / (1 - p)). So under a rule
+// the tape checks each node's output gradients (one grad_stats pass each). When one holds an inf
+// or NaN that the node's incoming gradients did not, the node's backward runs again from
+// 2^-s dY for s = 8, 16, 24, and the first finite result is taken: each of its outputs then
+// carries alpha 2^-s (the scale travels with the tuple, so nothing else changes). Values of dY
+// below 2^s lambda_min are lost in that node only. Either way the rule hears of it
+// (ScalingRule::on_overflow): a step that is still skipped is attributed to the node whose
+// output overflowed. An overflow that arrives with the incoming gradient was reported upstream.
+std::vector<ScaledGrad> guarded_backward(ScalingRule& rule, const Node& node, size_t k,
+                                         const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs,
+                                         const std::function<void()>& enter) {
+  std::vector<ScaledGrad> dxs = node.backward(dys, needs);
+  const int bad = first_nonfinite(dxs, needs);
+  if (bad < 0 || first_nonfinite(dys, {}) >= 0) return dxs;
+  float alpha = 1.0f;
+  for (const ScaledGrad& d : dys)
+    if (d.defined()) alpha = d.scale;
+  OverflowEvent e{.op = node.op, .node = int64_t(k), .input = bad, .alpha = alpha};
+  for (int s : {8, 16, 24}) {
+    const float f = std::ldexp(1.0f, -s);
+    if (!is_power_of_two(double(alpha) * f)) break;
+    std::vector<ScaledGrad> lower(dys.size());
+    for (size_t o = 0; o < dys.size(); ++o)
+      if (dys[o].defined()) lower[o] = {rescale(dys[o].g, f), dys[o].scale * f};
+    enter();
+    std::vector<ScaledGrad> again = node.backward(lower, needs);
+    if (first_nonfinite(again, needs) < 0) {
+      e.shift = s;
+      e.recovered = true;
+      rule.on_overflow(e);
+      return again;
+    }
+  }
+  rule.on_overflow(e);
+  return dxs;
+}
+
+}  // namespace
+
 void Tape::backward(const Variable& root, float scale) {
   MT_CHECK(is_power_of_two(scale), "backward: the loss scale must be a power of two, got ", scale);
   backward(root, ScaledGrad{full(root.shape(), double(scale), root.dtype(), root.device()), scale});
@@ -156,7 +225,7 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       auto out = node.outputs[o].lock();
       if (!out || out->pending.empty()) continue;
-      dys[o] = combine_branch(std::move(out->pending));  // branch rule: a tensor used twice
+      dys[o] = combine_branch(std::move(out->pending), rule_ != nullptr);  // branch rule: a tensor used twice
       out->pending.clear();
       any = true;
     }
@@ -178,7 +247,8 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
     std::vector<bool> needs(node.inputs.size());
     for (size_t i = 0; i < needs.size(); ++i) needs[i] = node.inputs[i] != nullptr;
     pass.enter(k);
-    std::vector<ScaledGrad> dxs = node.backward(dys, needs);
+    std::vector<ScaledGrad> dxs = rule_ ? guarded_backward(*rule_, node, k, dys, needs, [&] { pass.enter(k); })
+                                        : node.backward(dys, needs);
     MT_ASSERT(dxs.size() == node.inputs.size(), op_name(node.op), " returned ", dxs.size(),
               " gradients for ", node.inputs.size(), " inputs");
     for (size_t i = 0; i < dxs.size(); ++i) {
@@ -198,7 +268,7 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
       continue;
     }
     if (leaf->grad) leaf->pending.push_back(std::move(*leaf->grad));
-    leaf->grad = combine_branch(std::move(leaf->pending));
+    leaf->grad = combine_branch(std::move(leaf->pending), rule_ != nullptr);
     leaf->pending.clear();
     if (observer_) observer_->on_leaf_grad(*leaf, *leaf->grad);
   }

@@ -4,7 +4,7 @@
 //   ./char_lstm                                   # default run: ~5-10 min on 2 cores
 //   ./char_lstm --smoke                           # tiny model, 60 steps, a few seconds (CI)
 //   ./char_lstm --data book.txt --hidden 512 --epochs 20 --temperature 0.6 --prompt "Q:"
-//   ./char_lstm --precision fp16 --loss-scale backoff     # mixed precision (optim/precision.h)
+//   ./char_lstm --precision fp16 --loss-scale backoff     # mixed precision (optim/trainer.h)
 //   ./char_lstm --precision bf16-pure --update-rounding kahan
 //
 // Training draws random windows of --seq-len characters (every position is a prediction:

@@ -1,7 +1,7 @@
 // cnn: a two-block convolutional classifier on Fashion-MNIST (the model: examples/cnn_train.h).
 //
 // AdamW with a cosine learning-rate schedule over the whole run, under any precision policy
-// (--precision, --loss-scale, --update-rounding: optim/precision.h). Reads the IDX files of the
+// (--precision, --loss-scale, --update-rounding: optim/trainer.h). Reads the IDX files of the
 // Debian package dataset-fashion-mnist by default; --data points at any MNIST-format directory.
 //
 //   ./cnn --epochs 12 --metrics cnn.jsonl                      # the README's accuracy run

@@ -6,7 +6,7 @@
 //   flatten - linear(2w*49 -> 128) - ReLU - dropout - linear(128 -> 10)
 //
 // AdamW with a cosine learning-rate schedule over the whole run, through a PrecisionTrainer
-// (optim/precision.h), so every policy, loss scale and update rounding runs the same loop.
+// (optim/trainer.h), so every policy, loss scale and update rounding runs the same loop.
 // The model is built on the CPU (same initial weights on every device), moved to `device`, and
 // then the trainer is built there; each batch is copied to the device as it comes.
 #pragma once

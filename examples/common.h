@@ -99,13 +99,13 @@ struct CommonFlags {
   }
 };
 
-// The precision flags every program has (DESIGN.md section 5; optim/precision.h).
+// The precision flags every program has (DESIGN.md section 5; optim/trainer.h).
 struct PrecisionFlags {
   std::string precision = "fp32";
   std::string loss_scale;  // empty: the policy's default (backoff for fp16 and fp16-pure, else none)
   std::string rounding = "stochastic";
-  double zhao_gamma = 1e-3;
-  int64_t zhao_period = 1;
+  double grad_scale_gamma = 1e-3;
+  int64_t grad_scale_period = 1;
   int64_t telemetry_every = 0;
   std::string telemetry_format;  // empty: the compute dtype (f16 for fp32 runs)
 
@@ -117,9 +117,9 @@ struct PrecisionFlags {
                    "default backoff for fp16 and fp16-pure, none otherwise");
     app.add_option("--update-rounding", rounding, "pure policies: nearest, stochastic or kahan")
         ->check(CLI::IsMember({"nearest", "stochastic", "kahan"}))->capture_default_str();
-    app.add_option("--zhao-gamma", zhao_gamma, "gradient scaling: underflow threshold gamma'")
+    app.add_option("--grad-scale-gamma,--zhao-gamma", grad_scale_gamma, "gradient scaling: underflow threshold gamma'")
         ->check(CLI::Range(1e-12, 0.5))->capture_default_str();
-    app.add_option("--zhao-period", zhao_period, "gradient scaling: recompute each node's scale every K steps")
+    app.add_option("--grad-scale-period,--zhao-period", grad_scale_period, "gradient scaling: recompute each node's scale every K steps")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
     app.add_option("--telemetry-every", telemetry_every,
                    "write per-layer gradient telemetry to the metrics every N steps (0: off)")
@@ -135,7 +135,7 @@ struct PrecisionFlags {
     const bool fp16 = o.precision == nn::Precision::fp16 || o.precision == nn::Precision::fp16_pure;
     o.loss_scale = parse_loss_scale(loss_scale.empty() ? (fp16 ? "backoff" : "none") : loss_scale);
     o.rounding = update_rounding_from_name(rounding);
-    o.zhao = {.underflow_threshold = zhao_gamma, .update_period = zhao_period};
+    o.gradient_scaling = {.underflow_threshold = grad_scale_gamma, .update_period = grad_scale_period};
     o.seed = seed;
     o.max_grad_norm = max_grad_norm;
     o.telemetry_every = telemetry_every;

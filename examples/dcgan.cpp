@@ -13,7 +13,7 @@
 // N(0, 0.02) (nn::init::dcgan_init), and each network has its own Adam (lr 2e-4, beta1 0.5).
 //
 // Each network trains through its own PrecisionTrainer, both built from the same precision flags
-// (--precision, --loss-scale, --update-rounding: optim/precision.h). Each has its own loss
+// (--precision, --loss-scale, --update-rounding: optim/trainer.h). Each has its own loss
 // scaler: D's loss and G's loss have gradients of different sizes, and a step one network's
 // scaler skips says nothing about the other's.
 //

@@ -4,7 +4,7 @@
 //   -> loss computed in fp32 (nn::fp32_input) -> backward seeded with {S * ones, S}
 //   -> each parameter's gradient arrives as a ScaledGrad {S * dL/dw, S} (printed at step 1)
 //   -> the trainer checks it for inf/NaN, unscales it in fp32 and updates the f32 master.
-// PrecisionTrainer (optim/precision.h) does the last three for any policy, including the pure
+// PrecisionTrainer (optim/trainer.h) does the last three for any policy, including the pure
 // ones (16-bit parameters, no masters, rounded updates).
 //
 //   ./mlp_demo                                            # fp32

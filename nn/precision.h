@@ -10,7 +10,7 @@
 // A model never names its precision: layers cast their parameters to the dtype of their input
 // (nn/module.h), so casting the model's input to compute_dtype(policy) switches every layer to
 // 16-bit compute, with the casts on the tape. A pure policy also stores the parameters in 16
-// bits (Module::to(dtype)). optim/precision.h builds the whole training step from a policy.
+// bits (Module::to(dtype)). optim/trainer.h builds the whole training step from a policy.
 //
 // Note [The fp32 allow-list]
 // Some ops stay in fp32 under every 16-bit policy (Micikevicius et al., section 3.3: "large

@@ -8,7 +8,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/master_weights.h"
 #include "optim/optimizer.h"
-#include "optim/precision.h"
+#include "optim/trainer.h"
 #include "optim/pure16.h"
 #include "optim/scaled_step.h"
 #include "optim/sgd.h"

@@ -20,8 +20,12 @@ Variable conv2d(const Variable& x, const Variable& w, const Variable& b, Size2 s
       const float beta = gemm_beta(GemmGradQuery{OpId::conv2d, &dy, &sw, ws[0] * ws[2] * ws[3]});
       g[0] = {conv2d_backward_input(rescale(dy.g, beta), sw, xs, stride, padding, dilation), beta * dy.scale};
     }
-    if (needs[1]) g[1] = {conv2d_backward_weight(sx, dy.g, ws, stride, padding, dilation), dy.scale};
-    if (needs[2]) g[2] = {conv2d_backward_bias(dy.g), dy.scale};
+    // Weight and bias gradients get their own scale (Note [Parameter gradient scale]).
+    if (needs[1])
+      g[1] = param_grad(OpId::conv2d, 1, dy, [&](DType t) {
+        return conv2d_backward_weight(sx.to(t), dy.g.to(t), ws, stride, padding, dilation);
+      });
+    if (needs[2]) g[2] = param_grad(OpId::conv2d, 2, dy, [&](DType t) { return conv2d_backward_bias(dy.g.to(t)); });
     return g;
   });
 }
@@ -44,8 +48,13 @@ Variable conv_transpose2d(const Variable& x, const Variable& w, const Variable& 
       g[0] = {conv_transpose2d_backward_input(rescale(dy.g, beta), sw, xs, stride, padding, dilation),
               beta * dy.scale};
     }
-    if (needs[1]) g[1] = {conv_transpose2d_backward_weight(sx, dy.g, ws, stride, padding, dilation), dy.scale};
-    if (needs[2]) g[2] = {conv_transpose2d_backward_bias(dy.g), dy.scale};
+    if (needs[1])
+      g[1] = param_grad(OpId::conv_transpose2d, 1, dy, [&](DType t) {
+        return conv_transpose2d_backward_weight(sx.to(t), dy.g.to(t), ws, stride, padding, dilation);
+      });
+    if (needs[2])
+      g[2] = param_grad(OpId::conv_transpose2d, 2, dy,
+                        [&](DType t) { return conv_transpose2d_backward_bias(dy.g.to(t)); });
     return g;
   });
 }

@@ -92,9 +92,12 @@ Variable linear(const Variable& x, const Variable& w, const Variable& b) {
     if (needs[0])  // dx = dy w: (..., in) = (..., out) (out, in)
       g[0] = activation_grad(OpId::linear, dy, sw, out_features,
                              [&](const Tensor& d) { return linear_backward_input(d, sw); });
-    // Parameter gradients keep alpha; the optimizer unscales each parameter by its own scale.
-    if (needs[1]) g[1] = {linear_backward_weight(dy.g, sx), dy.scale};  // dw = dy^T x: (out, in)
-    if (needs[2]) g[2] = {linear_backward_bias(dy.g), dy.scale};        // db = sum of dy rows: (out)
+    // Parameter gradients get their own scale (Note [Parameter gradient scale]); the optimizer
+    // unscales each parameter by its own.
+    if (needs[1])  // dw = dy^T x: (out, in)
+      g[1] = param_grad(OpId::linear, 1, dy, [&](DType t) { return linear_backward_weight(dy.g.to(t), sx.to(t)); });
+    if (needs[2])  // db = sum of dy rows: (out)
+      g[2] = param_grad(OpId::linear, 2, dy, [&](DType t) { return linear_backward_bias(dy.g.to(t)); });
     return g;
   });
 }

@@ -1,5 +1,5 @@
 // Whole-tensor summary statistics in one pass, accumulated in f64 whatever the dtype: what
-// gradient-scaling rules (autograd/zhao.h) and precision telemetry measure on a gradient.
+// gradient-scaling rules (autograd/gradient_scaling.h) and precision telemetry measure on a gradient.
 // Inf and NaN elements are counted and otherwise left out, so one bad value does not turn
 // every statistic into NaN; callers decide what a nonzero `nonfinite` means.
 #pragma once

@@ -417,6 +417,7 @@ struct RecordingRule : ScalingRule {
     return 4.0f;
   }
   float cast_beta(const CastGradQuery&) override { return 1.0f; }
+  float param_beta(const ParamGradQuery&) override { return 0.5f; }  // f64 gradients never ask
 };
 
 struct Grads {

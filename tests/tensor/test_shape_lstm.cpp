@@ -29,6 +29,7 @@ struct FixedRule : ScalingRule {
   int cast_queries = 0;
   DType last_to = DType::i64;
   float gemm_beta(const GemmGradQuery&) override { return 1.0f; }
+  float param_beta(const ParamGradQuery&) override { return 1.0f; }
   float cast_beta(const CastGradQuery& q) override {
     ++cast_queries;
     last_to = q.to;
@@ -262,6 +263,7 @@ TEST_CASE("split pieces whose gradients arrive at different scales meet at a com
   // The cast rule gives each piece its own scale: 2^10 for small gradients, 2^4 for large ones.
   struct ByMagnitude : ScalingRule {
     float gemm_beta(const GemmGradQuery&) override { return 1.0f; }
+    float param_beta(const ParamGradQuery&) override { return 1.0f; }
     float cast_beta(const CastGradQuery& q) override { return max_abs(q.dy->g) < 1.0 ? 1024.0f : 16.0f; }
   } rule;
   Variable x(zeros({1, 4}, DType::f16), true);

@@ -1,4 +1,4 @@
-#include "optim/precision.h"
+#include "optim/trainer.h"
 
 #include <cmath>
 #include <sstream>
@@ -126,7 +126,7 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
            ": max_grad_norm must be finite and >= 0, got ", options_.max_grad_norm);
   scaler_ = make_loss_scaler(options_.loss_scale, options_.backoff, options_.logmax);
   if (options_.loss_scale.kind == LossScaleSpec::Kind::gradient)
-    zhao_ = std::make_unique<ZhaoScalingRule>(options_.zhao);
+    grad_scaling_ = std::make_unique<GradientScalingRule>(options_.gradient_scaling);
   if (options_.telemetry_every > 0) {
     DType format = options_.telemetry_format.value_or(is_16bit(compute_dtype()) ? compute_dtype() : DType::f16);
     telemetry_ = std::make_unique<Telemetry>(TelemetryOptions{.every_n_steps = options_.telemetry_every, .format = format});
@@ -171,14 +171,14 @@ Tensor PrecisionTrainer::input(const Tensor& x) const {
 
 void PrecisionTrainer::begin_step(Tape& tape) {
   sampled_ = telemetry_ && telemetry_->begin_step(step_, tape);
-  tape.set_scaling_rule(zhao_.get());
+  tape.set_scaling_rule(grad_scaling_.get());
   last_rounding_ = {};
   ++step_;
 }
 
 void PrecisionTrainer::attach(Tape& tape) {
   MT_CHECK(step_ > 0, "PrecisionTrainer::attach: call begin_step first");
-  tape.set_scaling_rule(zhao_.get());
+  tape.set_scaling_rule(grad_scaling_.get());
   tape.set_observer(sampled_ ? telemetry_.get() : nullptr);
 }
 
@@ -210,7 +210,7 @@ bool PrecisionTrainer::step() {
     applied = r.applied;
     last_norm_ = r.grad_norm;
   }
-  if (zhao_) zhao_->next_step();
+  if (grad_scaling_) grad_scaling_->next_step();
   return applied;
 }
 
@@ -247,8 +247,8 @@ std::string PrecisionTrainer::describe() const {
                      update_rounding_name(options_.rounding), " update rounding)");
   else s += detail::cat(" (", dtype_name(compute_dtype()), " compute, f32 parameters as masters)");
   s += ", loss scale " + options_.loss_scale.str();
-  if (zhao_)
-    s += detail::cat(" (Zhao et al., gamma' ", options_.zhao.underflow_threshold, ", K ", options_.zhao.update_period, ")");
+  if (grad_scaling_)
+    s += detail::cat(" (Zhao et al., gamma' ", options_.gradient_scaling.underflow_threshold, ", K ", options_.gradient_scaling.update_period, ")");
   s += detail::cat(", ", optimizer().name());
   return s;
 }

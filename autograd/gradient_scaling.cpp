@@ -1,4 +1,4 @@
-#include "autograd/zhao.h"
+#include "autograd/gradient_scaling.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 namespace mixtape {
 
-// Note [Zhao et al. as implemented]
+// Note [Gradient scaling as implemented]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The paper's Algorithm 1 and section 4, with these readings:
 //
@@ -46,6 +46,14 @@ namespace mixtape {
 //    cache saves); as in the paper, an overflow shows up as inf/NaN and the step is skipped.
 // 10. The underflow event is P(beta |dx| <= lambda_min) as in Eqs. 1, 3 and 4, although
 //    round-to-nearest flushes only |x| <= lambda_min / 2 to zero: the prediction is cautious.
+// 11. Algorithm 1 line 8 applies the weight gradient f_G(X, dZ) / alpha at once and gives it no
+//    overflow bound; here every output of a node is a tuple of its own, and the weight and bias
+//    gradients get their own beta (Note [Parameter gradient scale] below), so a weight gradient
+//    can be scaled down without touching the activation gradient, or up when it would underflow.
+// 12. Branch sums are taken in fp32 and their common scale is chosen from the exact sum (Note
+//    [Overflow-free branch sum] in scaling.cpp): M gradients that each fit can overflow together.
+// 13. Ops that pass the scale through are guarded by the tape (Note [Overflow guard] in
+//    tape.cpp), which also reports where any remaining overflow started.
 
 namespace {
 
@@ -65,7 +73,7 @@ int floor_log2(double x) {
   return e - 1;
 }
 
-// Note [Zhao et al. as implemented] points 2 and 3: min(bound rounded up and at least 1, cap
+// Note [Gradient scaling as implemented] points 2 and 3: min(bound rounded up and at least 1, cap
 // rounded down).
 BetaChoice power_of_two_between(double bound, double cap) {
   BetaChoice c;
@@ -194,6 +202,35 @@ BetaChoice choose_gemm_beta(double sigma, int64_t n, double max_dy, double max_w
   return power_of_two_between(bound, cap);
 }
 
+// Note [Parameter gradient scale]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A GEMM-like node's weight gradient dW = X^T dY (and its bias gradient, a sum of dY) inherits
+// dY's scale alpha, which the nodes above chose for the activation gradients. Its own size is
+// another matter: each element sums N = batch x positions products, and a-priori
+//   |dW_ij| <= N max|X| max|dY|,
+// the bound Algorithm 1 line 7 uses for dX. For the cnn's first conv N = 64 x 28 x 28 = 50176,
+// about 2^15.6, so that bound would scale the gradient down by ~2^16 more than its largest
+// element needs, pushing small elements into underflow. The products of the node are summed in
+// fp32 anyway, so the exact alternative costs one pass over a weight-sized tensor: accumulate
+// dW in fp32 (from operands widened to fp32: 16-bit products are exact in fp32, so these are the
+// fp32 sums a 16-bit GEMM forms before it rounds), then choose
+//   beta = min(2^ceil(log2(lambda_min / (sqrt(2) sigma erfinv(gamma'))))  and at least 1,
+//              2^floor(log2(lambda_max / max|dW|))),
+// sigma the RMS of the fp32 dW (Theorem 1 with sigma measured, not predicted), and round beta dW
+// to 16 bits once. beta max|dW| <= lambda_max, so the stored gradient cannot overflow; the result
+// carries alpha beta and the optimizer unscales it like any other. Without a rule nothing of this
+// runs: the gradient keeps alpha, computed in 16 bits as before.
+BetaChoice choose_param_beta(double sigma, double max_g, double gamma, const FormatRange& f) {
+  const char* where = "choose_param_beta";
+  check_gamma(gamma, where);
+  check_range(f, where);
+  check_statistic(sigma, "sigma", where);
+  check_statistic(max_g, "max|g|", where);
+  const double bound = sigma > 0.0 ? f.lambda_min / (std::numbers::sqrt2 * sigma * erfinv(gamma)) : 0.0;
+  const double cap = max_g > 0.0 ? f.lambda_max / max_g : kInf;
+  return power_of_two_between(bound, cap);
+}
+
 BetaChoice choose_cast_beta(double mu, double sigma, double max_dy, double gamma, const FormatRange& f) {
   const char* where = "choose_cast_beta";
   check_gamma(gamma, where);
@@ -207,22 +244,22 @@ BetaChoice choose_cast_beta(double mu, double sigma, double max_dy, double gamma
   return power_of_two_between(std::exp(ln_bound), cap);
 }
 
-// ---- ZhaoScalingRule ----------------------------------------------------------------------
+// ---- GradientScalingRule ----------------------------------------------------------------------
 
-ZhaoScalingRule::ZhaoScalingRule(ZhaoOptions options) : options_(options) {
-  check_gamma(options_.underflow_threshold, "ZhaoScalingRule");
-  MT_CHECK(options_.update_period >= 1, "ZhaoScalingRule: update_period must be >= 1, got ",
+GradientScalingRule::GradientScalingRule(GradientScalingOptions options) : options_(options) {
+  check_gamma(options_.underflow_threshold, "GradientScalingRule");
+  MT_CHECK(options_.update_period >= 1, "GradientScalingRule: update_period must be >= 1, got ",
            options_.update_period);
 }
 
-void ZhaoScalingRule::begin_query(const GradSite& site) {
+void GradientScalingRule::begin_query(const GradSite& site) {
   if (site.pass != pass_) {  // a new backward pass: the records describe the last one only
     records_.clear();
     pass_ = site.pass;
   }
 }
 
-const ZhaoRecord* ZhaoScalingRule::cached(const GradSite& site, ZhaoRecord::Kind kind, OpId op) const {
+const ScaleRecord* GradientScalingRule::cached(const GradSite& site, ScaleRecord::Kind kind, OpId op) const {
   if (options_.update_period <= 1 || site.node < 0) return nullptr;
   const auto it = cache_.find({site.node, site.query});
   if (it == cache_.end()) return nullptr;
@@ -231,24 +268,25 @@ const ZhaoRecord* ZhaoScalingRule::cached(const GradSite& site, ZhaoRecord::Kind
   return &c.record;
 }
 
-float ZhaoScalingRule::finish(const GradSite& site, ZhaoRecord r, bool cacheable) {
+float GradientScalingRule::finish(const GradSite& site, ScaleRecord r, bool cacheable) {
   if (cacheable && options_.update_period > 1 && site.node >= 0)
     cache_[{site.node, site.query}] = Cached{r, step_};
   r.beta = clamp_total(r.beta, r.alpha);
   if (const std::optional<FormatRange> f = format_range(r.format)) {
-    r.underflow_rate = r.kind == ZhaoRecord::Kind::gemm
+    r.underflow_rate = r.kind == ScaleRecord::Kind::gemm
                            ? gemm_underflow_rate(r.beta, r.sigma, f->lambda_min)
                            : cast_underflow_rate(r.beta, r.mu, r.sigma, f->lambda_min);
   }
   records_.push_back(r);
+  step_records_.push_back(r);
   return r.beta;
 }
 
-float ZhaoScalingRule::gemm_beta(const GemmGradQuery& q) {
+float GradientScalingRule::gemm_beta(const GemmGradQuery& q) {
   MT_ASSERT(q.dy && q.dy->defined());
   begin_query(q.site);
-  ZhaoRecord r;
-  r.kind = ZhaoRecord::Kind::gemm;
+  ScaleRecord r;
+  r.kind = ScaleRecord::Kind::gemm;
   r.op = q.op;
   r.node = q.site.node;
   r.query = q.site.query;
@@ -256,8 +294,8 @@ float ZhaoScalingRule::gemm_beta(const GemmGradQuery& q) {
   r.alpha = q.dy->scale;
   const std::optional<FormatRange> f = format_range(r.format);
   if (!f || !q.w || !q.w->defined()) return finish(q.site, r, false);
-  if (const ZhaoRecord* hit = cached(q.site, r.kind, r.op)) {
-    ZhaoRecord again = *hit;
+  if (const ScaleRecord* hit = cached(q.site, r.kind, r.op)) {
+    ScaleRecord again = *hit;
     again.alpha = r.alpha;
     again.reused = true;
     return finish(q.site, again, false);
@@ -275,11 +313,36 @@ float ZhaoScalingRule::gemm_beta(const GemmGradQuery& q) {
   return finish(q.site, r, r.sigma > 0.0);  // an all-zero dY says nothing about later steps
 }
 
-float ZhaoScalingRule::cast_beta(const CastGradQuery& q) {
+float GradientScalingRule::param_beta(const ParamGradQuery& q) {
+  MT_ASSERT(q.g && q.g->defined());
+  begin_query(q.site);
+  ScaleRecord r;
+  r.kind = ScaleRecord::Kind::param;
+  r.op = q.op;
+  r.node = q.site.node;
+  r.query = q.site.query;
+  r.input = q.input;
+  r.format = q.to;
+  r.alpha = q.alpha;
+  const std::optional<FormatRange> f = format_range(r.format);
+  if (!f) return finish(q.site, r, false);
+  // Never cached: the exact maximum is at hand every step, and only it makes the cap exact.
+  const TensorMoments m = tensor_moments(*q.g);
+  if (m.nonfinite > 0) return finish(q.site, r, false);
+  r.sigma = m.rms;
+  const BetaChoice c = choose_param_beta(m.rms, m.max_abs, options_.underflow_threshold, *f);
+  r.beta = c.beta;
+  r.underflow_bound = c.underflow_bound;
+  r.cap = c.cap;
+  r.capped = c.capped;
+  return finish(q.site, r, false);
+}
+
+float GradientScalingRule::cast_beta(const CastGradQuery& q) {
   MT_ASSERT(q.dy && q.dy->defined());
   begin_query(q.site);
-  ZhaoRecord r;
-  r.kind = ZhaoRecord::Kind::cast;
+  ScaleRecord r;
+  r.kind = ScaleRecord::Kind::cast;
   r.op = OpId::cast;
   r.node = q.site.node;
   r.query = q.site.query;
@@ -287,8 +350,8 @@ float ZhaoScalingRule::cast_beta(const CastGradQuery& q) {
   r.alpha = q.dy->scale;
   const std::optional<FormatRange> f = format_range(r.format);
   if (!f) return finish(q.site, r, false);
-  if (const ZhaoRecord* hit = cached(q.site, r.kind, r.op)) {
-    ZhaoRecord again = *hit;
+  if (const ScaleRecord* hit = cached(q.site, r.kind, r.op)) {
+    ScaleRecord again = *hit;
     again.alpha = r.alpha;
     again.reused = true;
     return finish(q.site, again, false);

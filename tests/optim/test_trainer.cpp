@@ -1,4 +1,4 @@
-// PrecisionTrainer (optim/precision.h): loss-scale specs, the five policies on one MLP, skipped
+// PrecisionTrainer (optim/trainer.h): loss-scale specs, the five policies on one MLP, skipped
 // steps, Zhao's per-operator scaling through the trainer, telemetry with the rounding census,
 // state dicts, and the combinations the pure policies refuse.
 #include <catch2/catch.hpp>
@@ -51,7 +51,7 @@ const Data& mlp_data() {
   return d;
 }
 
-// One training step as optim/precision.h shows it; the loss is multiplied by `loss_mult`
+// One training step as optim/trainer.h shows it; the loss is multiplied by `loss_mult`
 // before backward (to make gradients tiny or huge). Returns the loss before the update.
 double train_step(PrecisionTrainer& tr, nn::Sequential& model, double loss_mult = 1.0, bool* applied = nullptr) {
   Tape tape;
@@ -386,26 +386,26 @@ TEST_CASE("loss scale gradient runs Zhao's rule and the optimizer sees the fp32 
     r.tr->backward(tape, cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), mlp_data().y) * kTiny);
     return r;
   };
-  const Fp16Run zhao = run("gradient"), plain = run("none");
-  PrecisionTrainer* tz = zhao.tr.get();
+  const Fp16Run with_rule = run("gradient"), plain = run("none");
+  PrecisionTrainer* tz = with_rule.tr.get();
   PrecisionTrainer* tn = plain.tr.get();
-  nn::Sequential& mz = *zhao.model;
+  nn::Sequential& mz = *with_rule.model;
   nn::Sequential& mn = *plain.model;
 
-  REQUIRE(tz->zhao() != nullptr);
-  CHECK(tn->zhao() == nullptr);
+  REQUIRE(tz->gradient_scaling() != nullptr);
+  CHECK(tn->gradient_scaling() == nullptr);
   CHECK(tz->scale() == 1.0f);  // no loss scale: the rule scales per operator
-  const std::vector<ZhaoRecord>& recs = tz->zhao()->records();
+  const std::vector<ScaleRecord>& recs = tz->gradient_scaling()->records();
   int gemm = 0, casts = 0;
   float max_beta = 1.0f, cast_beta = 1.0f;
-  for (const ZhaoRecord& r : recs) {
-    gemm += r.kind == ZhaoRecord::Kind::gemm && r.op == OpId::linear;
-    casts += r.kind == ZhaoRecord::Kind::cast;
-    if (r.kind == ZhaoRecord::Kind::cast) cast_beta = r.beta;
+  for (const ScaleRecord& r : recs) {
+    gemm += r.kind == ScaleRecord::Kind::gemm && r.op == OpId::linear;
+    casts += r.kind == ScaleRecord::Kind::cast;
+    if (r.kind == ScaleRecord::Kind::cast) cast_beta = r.beta;
     CHECK(r.format == DType::f16);
     max_beta = std::max(max_beta, r.beta);
   }
-  std::printf("[precision] Zhao: %zu records (%d linear, %d cast), largest beta %g\n", recs.size(), gemm, casts,
+  std::printf("[precision] gradient scaling: %zu records (%d linear, %d cast), largest beta %g\n", recs.size(), gemm, casts,
               double(max_beta));
   CHECK(gemm >= 1);   // the second Linear's dX (the first one's input needs no gradient)
   CHECK(casts >= 1);  // the f16 -> f32 cast before the loss
@@ -421,14 +421,14 @@ TEST_CASE("loss scale gradient runs Zhao's rule and the optimizer sees the fp32 
   // 1e-3 against lambda_min = 2^-24), so it lifts the logits gradient (mean of ln|dY| ~ -19)
   // only by 64, to ~5 x 2^-24, f16 subnormals with 2-4 significant bits each; the weight
   // gradients sum 64 such rows. Without the rule every gradient is zero (error 1).
-  const double err_zhao = worst_relative(unscaled_grads(mz), g32);
+  const double err_scaled = worst_relative(unscaled_grads(mz), g32);
   const double err_none = worst_relative(unscaled_grads(mn), g32);
-  std::printf("[precision] Zhao vs fp32 gradients: worst relative error %.2e with the rule, %.2e without\n", err_zhao,
+  std::printf("[precision] gradient scaling vs fp32 gradients: worst relative error %.2e with the rule, %.2e without\n", err_scaled,
               err_none);
-  CHECK(err_zhao <= 5e-2);
+  CHECK(err_scaled <= 5e-2);
   CHECK(err_none == 1.0);
   CHECK(tz->step());
-  CHECK(tz->zhao()->step() == 1);
+  CHECK(tz->gradient_scaling()->step() == 1);
 }
 
 TEST_CASE("telemetry every 2 steps: sampled steps, JSON lines and the rounding census", "[precision]") {

@@ -1,7 +1,7 @@
 // Gradient scaling: Zhao, Vogel, Ahmed, Luk, "Reducing Underflow in Mixed Precision Training by
 // Gradient Scaling" (IJCAI 2020), as a ScalingRule for the tape (autograd/scaling.h).
 //
-//   ZhaoScalingRule rule;              // gamma' = 1e-3, recompute every backward
+//   GradientScalingRule rule;              // gamma' = 1e-3, recompute every backward
 //   Tape tape;
 //   tape.set_scaling_rule(&rule);
 //   tape.backward(loss);               // each GEMM-like node and 16-bit cast picks its own beta
@@ -9,8 +9,11 @@
 //
 // Each GEMM-like node computes dX = f_G(beta dY, W) and each 16-bit -> wide cast passes on
 // beta dY; beta is the smallest power of two whose predicted underflow rate is <= gamma',
-// lowered to the largest power of two that cannot overflow when that is smaller.
-// Note [Zhao et al. as implemented] in zhao.cpp lists every reading of the paper made here.
+// lowered to the largest power of two that cannot overflow when that is smaller. The weight and
+// bias gradients of GEMM-like nodes get a beta of their own from their exact fp32 values
+// (Note [Parameter gradient scale]), so a weight gradient can be scaled down without touching
+// the activation gradient.
+// Note [Gradient scaling as implemented] in gradient_scaling.cpp lists every reading of the paper made here.
 #pragma once
 
 #include <cstdint>
@@ -68,24 +71,32 @@ BetaChoice choose_gemm_beta(double sigma, int64_t n, double max_dy, double max_w
 // by lambda_max / max|dY| rounded down to a power of two.
 BetaChoice choose_cast_beta(double mu, double sigma, double max_dy, double gamma, const FormatRange& f);
 
+// Note [Parameter gradient scale], for the weight or bias gradient g of a GEMM-like node, known
+// exactly (accumulated in fp32, not yet rounded): the smallest power of two whose predicted
+// underflow rate (Theorem 1 with sigma measured on g itself) is <= gamma', at least 1, capped
+// by lambda_max / max|g| rounded down to a power of two, which is exact: beta g cannot overflow.
+BetaChoice choose_param_beta(double sigma, double max_g, double gamma, const FormatRange& f);
+
 // ---- the rule -----------------------------------------------------------------------------
 
-struct ZhaoOptions {
+struct GradientScalingOptions {
   double underflow_threshold = 1e-3;  // gamma', in (0, 1)
   int64_t update_period = 1;          // K: recompute each node's beta every K steps (paper: 100)
 };
 
 // What the rule decided for one query of the last backward pass, for telemetry and plots.
-struct ZhaoRecord {
-  enum class Kind : uint8_t { gemm, cast };
+struct ScaleRecord {
+  enum class Kind : uint8_t { gemm, cast, param };
   Kind kind = Kind::gemm;
   OpId op = OpId::linear;
   int64_t node = -1;            // GradSite::node: position on the tape (-1: asked outside backward)
   int32_t query = 0;            // GradSite::query
+  int32_t input = 0;            // param: the node input (1: weight, 2: bias); gemm, cast: 0
   DType format = DType::f32;    // the 16-bit format the result is stored in
   float alpha = 1.0f;           // the incoming scale
   float beta = 1.0f;            // the local factor; the result carries alpha * beta
-  double sigma = 0.0;           // gemm: sigma of dX at beta = 1 (Eq. 2); cast: sigma of ln|dY|
+  double sigma = 0.0;           // gemm: sigma of dX at beta = 1 (Eq. 2); cast: sigma of ln|dY|;
+                                // param: the RMS of the fp32 gradient
   double mu = 0.0;              // cast: mean of ln|dY|; gemm: 0
   double underflow_bound = 0.0; // BetaChoice::underflow_bound
   double cap = std::numeric_limits<double>::infinity();  // BetaChoice::cap
@@ -94,40 +105,53 @@ struct ZhaoRecord {
   bool reused = false;          // taken from the cache (update_period > 1); statistics are from then
 };
 
-class ZhaoScalingRule : public ScalingRule {
+class GradientScalingRule : public ScalingRule {
  public:
-  explicit ZhaoScalingRule(ZhaoOptions options = {});
+  explicit GradientScalingRule(GradientScalingOptions options = {});
 
   float gemm_beta(const GemmGradQuery& q) override;
   float cast_beta(const CastGradQuery& q) override;
+  float param_beta(const ParamGradQuery& q) override;
+  void on_overflow(const OverflowEvent& e) override { step_overflows_.push_back(e); }
 
   // Advances the step counter: a node's beta is recomputed once update_period steps have passed
-  // since it was computed. Call once per training step (after backward).
-  void next_step() { ++step_; }
+  // since it was computed. Call once per training step (after backward); it also starts the
+  // next step's step_records() and step_overflows().
+  void next_step() {
+    ++step_;
+    step_records_.clear();
+    step_overflows_.clear();
+  }
   int64_t step() const { return step_; }
   // Forgets every cached beta (the next query of each node recomputes).
   void reset_cache() { cache_.clear(); }
 
-  const ZhaoOptions& options() const { return options_; }
+  const GradientScalingOptions& options() const { return options_; }
   // One record per query of the most recent backward pass, in the order they were asked
   // (queries asked outside a backward pass, GradSite::pass == 0, share one list).
-  const std::vector<ZhaoRecord>& records() const { return records_; }
+  const std::vector<ScaleRecord>& records() const { return records_; }
+  // Every record and every overflow the tape's guard reported (Note [Overflow guard] in
+  // autograd/tape.cpp) since the last next_step(), over all backward passes of the step.
+  const std::vector<ScaleRecord>& step_records() const { return step_records_; }
+  const std::vector<OverflowEvent>& step_overflows() const { return step_overflows_; }
 
  private:
   struct Cached {
-    ZhaoRecord record;
+    ScaleRecord record;
     int64_t step = 0;
   };
   // Looks up (node, query); a hit must be young enough and of the same kind and op.
-  const ZhaoRecord* cached(const GradSite& site, ZhaoRecord::Kind kind, OpId op) const;
-  float finish(const GradSite& site, ZhaoRecord r, bool cacheable);
+  const ScaleRecord* cached(const GradSite& site, ScaleRecord::Kind kind, OpId op) const;
+  float finish(const GradSite& site, ScaleRecord r, bool cacheable);
   void begin_query(const GradSite& site);
 
-  ZhaoOptions options_;
+  GradientScalingOptions options_;
   int64_t step_ = 0;
   uint64_t pass_ = 0;  // GradSite::pass of the records held
   std::map<std::pair<int64_t, int32_t>, Cached> cache_;
-  std::vector<ZhaoRecord> records_;
+  std::vector<ScaleRecord> records_;
+  std::vector<ScaleRecord> step_records_;
+  std::vector<OverflowEvent> step_overflows_;
 };
 
 }  // namespace mixtape

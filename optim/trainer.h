@@ -22,7 +22,7 @@
 //                      chosen rounding (nearest, stochastic, Kahan); scaled_step() does the
 //                      check, skip, unscale and clip.
 // The loss scale is one of LossScaleSpec's kinds. "gradient" is Zhao et al.'s per-operator
-// gradient scaling (autograd/zhao.h): a ZhaoScalingRule on every tape begin_step() sees, a loss
+// gradient scaling (autograd/gradient_scaling.h): a GradientScalingRule on every tape begin_step() sees, a loss
 // scale of 1, and the same inf/NaN check and skip as a static scale.
 //
 // Device: the trainer works where the model's parameters are. Move the model first
@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "autograd/telemetry.h"
-#include "autograd/zhao.h"
+#include "autograd/gradient_scaling.h"
 #include "nn/module.h"
 #include "nn/precision.h"
 #include "optim/loss_scaler.h"
@@ -85,7 +85,7 @@ struct PrecisionOptions {
   LossScaleSpec loss_scale;
   BackoffOptions backoff;  // used by loss_scale backoff
   LogMaxOptions logmax;    // used by loss_scale logmax
-  ZhaoOptions zhao;        // used by loss_scale gradient
+  GradientScalingOptions gradient_scaling;  // used by loss_scale gradient
   UpdateRounding rounding = UpdateRounding::stochastic;  // pure policies
   uint64_t seed = 0;                                     // stochastic rounding's Philox stream
   double max_grad_norm = 0.0;                            // > 0: clip unscaled gradients
@@ -147,7 +147,7 @@ class PrecisionTrainer {
   const RoundingCounts& last_rounding() const { return last_rounding_; }
   const RoundingCounts& total_rounding() const { return total_rounding_; }
   const Telemetry* telemetry() const { return telemetry_.get(); }
-  const ZhaoScalingRule* zhao() const { return zhao_.get(); }
+  const GradientScalingRule* gradient_scaling() const { return grad_scaling_.get(); }
   // The sampled step's records as JSON lines: one "telemetry" line per gradient
   // (Telemetry::json_lines) and one "rounding" line with the census. Nothing on other steps.
   void write_telemetry(const std::function<void(std::string_view)>& sink, const std::string& prefix = {}) const;
@@ -156,7 +156,7 @@ class PrecisionTrainer {
   std::string describe() const;
 
   // Optimizer state under "optimizer.", the scaler's under "scaler.", and the step count
-  // (metadata "trainer.step", so telemetry keeps its schedule). A resumed Zhao rule recomputes
+  // (metadata "trainer.step", so telemetry keeps its schedule). A resumed gradient-scaling rule recomputes
   // every beta at its first step (its cache is not saved).
   TensorDict state_dict() const;
   void load_state_dict(const TensorDict& dict);
@@ -171,7 +171,7 @@ class PrecisionTrainer {
   std::unique_ptr<MasterWeights> masters_;  // fp32 and mixed policies
   std::unique_ptr<Pure16Optimizer> pure_;   // pure policies
   std::unique_ptr<LossScaler> scaler_;
-  std::unique_ptr<ZhaoScalingRule> zhao_;
+  std::unique_ptr<GradientScalingRule> grad_scaling_;
   std::unique_ptr<Telemetry> telemetry_;
   bool sampled_ = false;
   int64_t step_ = 0;  // begin_step calls so far

@@ -1,4 +1,4 @@
-// Zhao et al.'s gradient scaling (autograd/zhao.h): the statistical model against numbers worked
+// Zhao et al.'s gradient scaling (autograd/gradient_scaling.h): the statistical model against numbers worked
 // out by hand, the rule's choices on real tensors, its cache, and its effect on a small f16 MLP.
 #include <catch2/catch.hpp>
 
@@ -39,7 +39,7 @@ double zero_fraction(const Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("zhao: erfinv inverts erf to double precision", "[zhao]") {
+TEST_CASE("gradient scaling: erfinv inverts erf to double precision", "[gradscale]") {
   // erfinv(1e-3) = 8.86227157466552e-4 (~ sqrt(pi)/2 * 1e-3); erfinv(2e-3 - 1) = -2.18512421913301,
   // i.e. Phi^-1(1e-3) = sqrt(2) * that = -3.0902323: the 3.09 sigma of the cast rule.
   CHECK(erfinv(1e-3) == Approx(8.86227157466552e-4).epsilon(1e-12));
@@ -54,7 +54,7 @@ TEST_CASE("zhao: erfinv inverts erf to double precision", "[zhao]") {
   CHECK(std::isnan(erfinv(1.5)));
 }
 
-TEST_CASE("zhao: format ranges come from the 16-bit dtype", "[zhao]") {
+TEST_CASE("gradient scaling: format ranges come from the 16-bit dtype", "[gradscale]") {
   REQUIRE(format_range(DType::f16).has_value());
   CHECK(format_range(DType::f16)->lambda_min == std::ldexp(1.0, -24));
   CHECK(format_range(DType::f16)->lambda_max == 65504.0);
@@ -64,7 +64,7 @@ TEST_CASE("zhao: format ranges come from the 16-bit dtype", "[zhao]") {
   CHECK_FALSE(format_range(DType::f64).has_value());
 }
 
-TEST_CASE("zhao: GEMM rule (Lemma 1, Theorem 1, Algorithm 1 line 7) by hand", "[zhao]") {
+TEST_CASE("gradient scaling: GEMM rule (Lemma 1, Theorem 1, Algorithm 1 line 7) by hand", "[gradscale]") {
   // Eq. 2: N = 64, sigma_dy = 1e-6, sigma_w = 0.05 -> sigma_dx = 8 * 1e-6 * 0.05 = 4e-7.
   const double sigma = gemm_sigma(64, 1e-6, 0.05);
   CHECK(sigma == Approx(4e-7).epsilon(1e-12));
@@ -85,7 +85,7 @@ TEST_CASE("zhao: GEMM rule (Lemma 1, Theorem 1, Algorithm 1 line 7) by hand", "[
   CHECK(choose_gemm_beta(sigma, 64, 5e-6, 0.2, 1e-2, kF16).beta == 16.0f);
 }
 
-TEST_CASE("zhao: the overflow cap wins when the maxima are large", "[zhao]") {
+TEST_CASE("gradient scaling: the overflow cap wins when the maxima are large", "[gradscale]") {
   const double sigma = 4e-7;  // bound 118.9 -> 128, as above
   // max|dY| = 10, max|W| = 1, N = 64: cap = 65504 / 640 = 102.35 -> 64 (rounded down).
   BetaChoice c = choose_gemm_beta(sigma, 64, 10.0, 1.0, 1e-3, kF16);
@@ -112,7 +112,7 @@ TEST_CASE("zhao: the overflow cap wins when the maxima are large", "[zhao]") {
   CHECK_THROWS_WITH(choose_gemm_beta(1.0, 4, 1.0, 1.0, 1.0, kF16), Contains("gamma'"));
 }
 
-TEST_CASE("zhao: cast rule (Theorem 2, Algorithm 1 line 14) by hand", "[zhao]") {
+TEST_CASE("gradient scaling: cast rule (Theorem 2, Algorithm 1 line 14) by hand", "[gradscale]") {
   // ln|dY| ~ N(mu = ln 1e-9 = -20.7233, sigma = 2). ln 2^-24 = -16.6355, sqrt(2) erfinv(2e-3 - 1) = -3.0902:
   //   ln beta >= -16.6355 + 20.7233 + 2 * 3.0902 = 10.2682 -> beta >= 28801.9 -> 2^15 = 32768.
   //   gamma(2^14) = Phi((-16.6355 + 20.7233 - 9.7041) / 2) = Phi(-2.8082) = 2.4912e-3 > 1e-3
@@ -132,7 +132,7 @@ TEST_CASE("zhao: cast rule (Theorem 2, Algorithm 1 line 14) by hand", "[zhao]") 
   CHECK(choose_cast_beta(std::log(1e-2), 1.0, 0.5, 1e-3, kF16).beta == 1.0f);
 }
 
-TEST_CASE("zhao: bf16's wider exponent range needs smaller betas than f16", "[zhao]") {
+TEST_CASE("gradient scaling: bf16's wider exponent range needs smaller betas than f16", "[gradscale]") {
   // The statistics above need nothing in bf16: bound 118.9 * 2^-109 and e^(-65.3) are far below 1.
   CHECK(choose_gemm_beta(4e-7, 64, 5e-6, 0.2, 1e-3, kBf16).beta == 1.0f);
   CHECK(choose_cast_beta(std::log(1e-9), 2.0, 1e-3, 1e-3, kBf16).beta == 1.0f);
@@ -146,7 +146,7 @@ TEST_CASE("zhao: bf16's wider exponent range needs smaller betas than f16", "[zh
   CHECK(b.beta < h.beta);
 }
 
-TEST_CASE("zhao: betas are powers of two, minimal, and overflow-free", "[zhao]") {
+TEST_CASE("gradient scaling: betas are powers of two, minimal, and overflow-free", "[gradscale]") {
   Generator gen(7);
   const std::vector<double> u = uniform({400, 4}, 0.0, 1.0, gen, DType::f64).to_vector();
   for (const FormatRange& f : {kF16, kBf16}) {
@@ -180,7 +180,7 @@ TEST_CASE("zhao: betas are powers of two, minimal, and overflow-free", "[zhao]")
   }
 }
 
-TEST_CASE("zhao: moments and log-moments of a tensor in one pass", "[zhao][stats]") {
+TEST_CASE("gradient scaling: moments and log-moments of a tensor in one pass", "[gradscale][stats]") {
   // [1, -2, 0, 4, inf, nan] seen through a strided view (every element of a [2, 3] transpose).
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   const Tensor t = from_vector(std::vector<double>{1, 0, -2, 4, inf, nan}, {3, 2}, DType::f32).t();
@@ -205,8 +205,8 @@ TEST_CASE("zhao: moments and log-moments of a tensor in one pass", "[zhao][stats
   CHECK_THROWS_WITH(tensor_moments(zeros({2}, DType::i64)), Contains("tensor_moments"));
 }
 
-TEST_CASE("zhao: the rule measures dY and W and answers 1 for wide gradients", "[zhao]") {
-  ZhaoScalingRule rule;
+TEST_CASE("gradient scaling: the rule measures dY and W and answers 1 for wide gradients", "[gradscale]") {
+  GradientScalingRule rule;
   // dY = 2^-20 [3, -4, 0, 0] (f16, exact): rms = 2^-20 sqrt(25 / 4) = 2.5 * 2^-20; W rms = 0.5; N = 2.
   //   sigma = sqrt(2) * 2.5 * 2^-20 * 0.5 = 1.68587e-6
   //   bound = 5.9605e-8 / (sqrt(2) * 1.68587e-6 * 8.86227e-4) = 28.209 -> 32
@@ -214,8 +214,8 @@ TEST_CASE("zhao: the rule measures dY and W and answers 1 for wide gradients", "
   const Tensor w = from_vector(std::vector<double>{0.5, -0.5, 0.5, 0.5}, {2, 2}, DType::f16);
   CHECK(rule.gemm_beta(GemmGradQuery{OpId::matmul, &dy, &w, 2}) == 32.0f);
   REQUIRE(rule.records().size() == 1);
-  const ZhaoRecord& r = rule.records()[0];
-  CHECK(r.kind == ZhaoRecord::Kind::gemm);
+  const ScaleRecord& r = rule.records()[0];
+  CHECK(r.kind == ScaleRecord::Kind::gemm);
   CHECK(r.op == OpId::matmul);
   CHECK(r.format == DType::f16);
   CHECK(r.alpha == 4.0f);
@@ -240,13 +240,22 @@ TEST_CASE("zhao: the rule measures dY and W and answers 1 for wide gradients", "
   CHECK(rule.gemm_beta(GemmGradQuery{OpId::linear, &bad, &w1, 1}) == 1.0f);
   CHECK(rule.cast_beta(CastGradQuery{&bad, DType::f16}) == 1.0f);
 
-  CHECK_THROWS_WITH(ZhaoScalingRule(ZhaoOptions{0.0, 1}), Contains("gamma'"));
-  CHECK_THROWS_WITH(ZhaoScalingRule(ZhaoOptions{1e-3, 0}), Contains("update_period"));
+  CHECK_THROWS_WITH(GradientScalingRule(GradientScalingOptions{0.0, 1}), Contains("gamma'"));
+  CHECK_THROWS_WITH(GradientScalingRule(GradientScalingOptions{1e-3, 0}), Contains("update_period"));
 }
 
 namespace {
+// The records of activation-gradient queries (GEMM dX and casts), without the parameter
+// gradients' own records (Note [Parameter gradient scale]).
+std::vector<ScaleRecord> activation_records(const std::vector<ScaleRecord>& all) {
+  std::vector<ScaleRecord> out;
+  for (const ScaleRecord& r : all)
+    if (r.kind != ScaleRecord::Kind::param) out.push_back(r);
+  return out;
+}
+
 // y = x W^T in f16 (x, W leaves), backward from {dY ~ N(0, seed_size^2), 1}.
-void linear_step(ZhaoScalingRule& rule, double seed_size) {
+void linear_step(GradientScalingRule& rule, double seed_size) {
   Generator gen(3);
   Variable x(normal({8, 16}, 0.0, 1.0, gen, DType::f16), true);
   Variable w(normal({4, 16}, 0.0, 0.01, gen, DType::f16), true);
@@ -257,38 +266,38 @@ void linear_step(ZhaoScalingRule& rule, double seed_size) {
 }
 }  // namespace
 
-TEST_CASE("zhao: update_period K reuses each node's beta until next_step() was called K times", "[zhao]") {
+TEST_CASE("gradient scaling: update_period K reuses each node's beta until next_step() was called K times", "[gradscale]") {
   // dY ~ 1e-4: sigma_dx = sqrt(4) * 1e-4 * 0.01 = 2e-6 -> bound 23.8 -> beta 32.
-  ZhaoScalingRule rule(ZhaoOptions{1e-3, 3});
+  GradientScalingRule rule(GradientScalingOptions{1e-3, 3});
   linear_step(rule, 1e-4);
-  REQUIRE(rule.records().size() == 1);
-  const float first = rule.records()[0].beta;
+  REQUIRE(activation_records(rule.records()).size() == 1);
+  const float first = activation_records(rule.records())[0].beta;
   CHECK(first == 32.0f);
-  CHECK_FALSE(rule.records()[0].reused);
-  CHECK(rule.records()[0].node == 0);  // the only node on the tape
+  CHECK_FALSE(activation_records(rule.records())[0].reused);
+  CHECK(activation_records(rule.records())[0].node == 0);  // the only node on the tape
   // dY 64 times smaller needs ~64 times more (bound ~1520 -> 2048); the cache keeps the old beta.
-  ZhaoScalingRule fresh;
+  GradientScalingRule fresh;
   linear_step(fresh, 1e-4 / 64);
-  const float needed = fresh.records()[0].beta;
+  const float needed = activation_records(fresh.records())[0].beta;
   CHECK(needed == 2048.0f);
   for (int s = 0; s < 3; ++s) {
     INFO("step " << rule.step());
     linear_step(rule, 1e-4 / 64);
-    REQUIRE(rule.records().size() == 1);  // records hold the last backward only
-    CHECK(rule.records()[0].reused);
-    CHECK(rule.records()[0].beta == first);
+    REQUIRE(activation_records(rule.records()).size() == 1);  // records hold the last backward only
+    CHECK(activation_records(rule.records())[0].reused);
+    CHECK(activation_records(rule.records())[0].beta == first);
     rule.next_step();  // steps 1, 2, 3
   }
   linear_step(rule, 1e-4 / 64);  // 3 steps after it was computed: recomputed
-  CHECK_FALSE(rule.records()[0].reused);
-  CHECK(rule.records()[0].beta == needed);
+  CHECK_FALSE(activation_records(rule.records())[0].reused);
+  CHECK(activation_records(rule.records())[0].beta == needed);
   // K = 1 (the default) recomputes on every call.
   linear_step(fresh, 1e-4);
-  CHECK(fresh.records()[0].beta == first);
+  CHECK(activation_records(fresh.records())[0].beta == first);
 }
 
-TEST_CASE("zhao: queries are stamped with the pass, the node and the operand", "[zhao]") {
-  ZhaoScalingRule rule;
+TEST_CASE("gradient scaling: queries are stamped with the pass, the node and the operand", "[gradscale]") {
+  GradientScalingRule rule;
   Generator gen(5);
   Variable a(normal({4, 8}, 0.0, 1.0, gen, DType::f16), true);
   Variable b(normal({8, 4}, 0.0, 0.1, gen, DType::f16), true);
@@ -325,7 +334,7 @@ struct ZeroCounter : GradObserver {
 struct MlpRun {
   std::vector<Tensor> weight_grads;  // unscaled, f32 (f64 for the reference)
   double underflow = 0.0;            // fraction of zeros in the activation gradients
-  std::vector<ZhaoRecord> records;
+  std::vector<ScaleRecord> records;
 };
 
 // 64 -> 64 -> 64 -> 10 MLP with ReLU, weights N(0, 0.02^2), batch 32; loss = sum(cast(y, f32) * C)
@@ -333,7 +342,7 @@ struct MlpRun {
 // activation gradients are ~1e-6 * 0.02 * sqrt(N) per layer and fall below f16's 2^-24.
 // nn::Linear keeps f32 masters and casts them to x's dtype: f16 for the runs under test, f64 for
 // the reference (on the same f16-representable values).
-MlpRun run_mlp(DType dtype, ZhaoScalingRule* rule) {
+MlpRun run_mlp(DType dtype, GradientScalingRule* rule) {
   Generator gen(11);
   const Tensor x16 = normal({32, 64}, 0.0, 1.0, gen, DType::f16);
   const Tensor c = normal({32, 10}, 0.0, 1e-6, gen, DType::f32);
@@ -362,16 +371,16 @@ MlpRun run_mlp(DType dtype, ZhaoScalingRule* rule) {
   MlpRun run;
   for (const auto& l : layers) run.weight_grads.push_back(l->weight.grad()->unscaled());
   run.underflow = zc.fraction();
-  if (rule) run.records = rule->records();
+  if (rule) run.records = activation_records(rule->records());
   return run;
 }
 
 }  // namespace
 
-TEST_CASE("zhao: an f16 MLP with tiny gradients underflows without the rule and not with it", "[zhao]") {
+TEST_CASE("gradient scaling: an f16 MLP with tiny gradients underflows without the rule and not with it", "[gradscale]") {
   const MlpRun ref = run_mlp(DType::f64, nullptr);
   const MlpRun plain = run_mlp(DType::f16, nullptr);
-  ZhaoScalingRule rule;
+  GradientScalingRule rule;
   const MlpRun ruled = run_mlp(DType::f16, &rule);
   CHECK(ref.underflow == 0.0);
   INFO("zeros in activation gradients: plain " << plain.underflow << ", with the rule " << ruled.underflow);
@@ -379,9 +388,9 @@ TEST_CASE("zhao: an f16 MLP with tiny gradients underflows without the rule and 
   CHECK(ruled.underflow < 0.01);
   // One cast record (the f16 -> f32 cast before the loss), then the three linear nodes.
   REQUIRE(ruled.records.size() == 4);
-  CHECK(ruled.records[0].kind == ZhaoRecord::Kind::cast);
+  CHECK(ruled.records[0].kind == ScaleRecord::Kind::cast);
   for (size_t i = 1; i < 4; ++i) CHECK(ruled.records[i].op == OpId::linear);
-  for (const ZhaoRecord& r : ruled.records) {
+  for (const ScaleRecord& r : ruled.records) {
     CHECK(r.beta > 1.0f);
     CHECK(r.underflow_rate <= 1e-3);
   }
@@ -402,7 +411,7 @@ TEST_CASE("zhao: an f16 MLP with tiny gradients underflows without the rule and 
   }
 }
 
-TEST_CASE("zhao: a tensor used twice combines differently scaled gradients without overflow", "[zhao]") {
+TEST_CASE("gradient scaling: a tensor used twice combines differently scaled gradients without overflow", "[gradscale]") {
   // h feeds two linear paths. Path 1 has tiny dY and W (beta in the thousands), path 2 large
   // ones (beta 1, its cap is below 4): rescaling path 2's dX to path 1's scale would overflow
   // f16, so the branch rule must settle on the common scale 1.
@@ -412,7 +421,7 @@ TEST_CASE("zhao: a tensor used twice combines differently scaled gradients witho
   const Tensor w2 = normal({8, 8}, 0.0, 4.0, gen, DType::f16);
   const Tensor seed1 = normal({4, 8}, 0.0, 1e-5, gen, DType::f16);
   const Tensor seed2 = normal({4, 8}, 0.0, 100.0, gen, DType::f16);
-  auto run = [&](DType dt, ZhaoScalingRule* rule) {
+  auto run = [&](DType dt, GradientScalingRule* rule) {
     Variable h(h16.to(dt), true);
     Tape tape;
     tape.set_scaling_rule(rule);
@@ -420,15 +429,15 @@ TEST_CASE("zhao: a tensor used twice combines differently scaled gradients witho
     tape.backward(y, ScaledGrad{concat({seed1, seed2}, 1).to(dt), 1.0f});
     return *h.grad();
   };
-  ZhaoScalingRule rule;
+  GradientScalingRule rule;
   const ScaledGrad g = run(DType::f16, &rule);
-  REQUIRE(rule.records().size() == 2);
+  REQUIRE(activation_records(rule.records()).size() == 2);
   // Backward order: the second linear first. Path 2: sigma_dx = sqrt(8) * 100 * 4 ~ 1.1e3 needs
   // no scaling (bound < 1), cap 65504 / (8 max|dY| max|W|) ~ 2.9 -> beta 1. Path 1: sigma_dx =
   // sqrt(8) * 1e-5 * 1e-3 ~ 2.8e-8 -> bound ~ 1.7e3 -> 2048 or 4096 for the sampled values.
-  const float beta2 = rule.records()[0].beta, beta1 = rule.records()[1].beta;
-  INFO("beta path 1 " << beta1 << ", path 2 " << beta2 << ", caps " << rule.records()[1].cap << ", "
-                       << rule.records()[0].cap);
+  const float beta2 = activation_records(rule.records())[0].beta, beta1 = activation_records(rule.records())[1].beta;
+  INFO("beta path 1 " << beta1 << ", path 2 " << beta2 << ", caps " << activation_records(rule.records())[1].cap << ", "
+                       << activation_records(rule.records())[0].cap);
   CHECK(beta1 >= 2048.0f);
   CHECK(beta2 == 1.0f);
   // Path 2's dX dominates h's gradient, and brought to path 1's scale it would overflow f16.

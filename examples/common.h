@@ -184,9 +184,9 @@ class Metrics {
     out_.flush();
     MT_CHECK(out_.good(), "writing the metrics file failed");
   }
-  // A sampled step's telemetry lines (PrecisionTrainer::write_telemetry), flushed together.
+  // The step's telemetry lines (PrecisionTrainer::write_telemetry), flushed together.
   void write_telemetry(const mixtape::PrecisionTrainer& t, const std::string& prefix = {}) {
-    if (!out_.is_open() || !t.sampled()) return;
+    if (!out_.is_open()) return;
     t.write_telemetry([this](std::string_view line) { out_ << line << '\n'; }, prefix);
     out_.flush();
     MT_CHECK(out_.good(), "writing the metrics file failed");

@@ -210,7 +210,12 @@ bool PrecisionTrainer::step() {
     applied = r.applied;
     last_norm_ = r.grad_norm;
   }
-  if (grad_scaling_) grad_scaling_->next_step();
+  last_applied_ = applied;
+  if (grad_scaling_) {
+    last_scales_ = grad_scaling_->step_records();
+    last_overflows_ = grad_scaling_->step_overflows();
+    grad_scaling_->next_step();
+  }
   return applied;
 }
 
@@ -224,10 +229,42 @@ const Optimizer& PrecisionTrainer::optimizer() const { return masters_ ? masters
 
 std::vector<std::string> PrecisionTrainer::warnings() const { return pure_ ? pure_->warnings() : std::vector<std::string>{}; }
 
+namespace {
+
+// "12 linear dW": the node's tape position, its op, and which gradient it emitted.
+std::string scale_label(const ScaleRecord& r) {
+  const char* what = "dX";
+  if (r.kind == ScaleRecord::Kind::cast) what = "cast";
+  else if (r.kind == ScaleRecord::Kind::param) what = r.input == 2 ? "db" : "dW";
+  else if (r.op == OpId::matmul || r.op == OpId::bmm) what = r.query == 0 ? "dA" : "dB";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%03lld %s %s", (long long)r.node, op_name(r.op), what);
+  return buf;
+}
+
+}  // namespace
+
 void PrecisionTrainer::write_telemetry(const std::function<void(std::string_view)>& sink,
                                        const std::string& prefix) const {
-  if (!sampled_) return;
   const int64_t step = step_ - 1;
+  if (grad_scaling_) {
+    nlohmann::json scales = nlohmann::json::object();
+    for (const ScaleRecord& r : last_scales_)
+      if (!r.reused && r.node >= 0) scales[scale_label(r)] = std::log2(double(r.alpha) * double(r.beta));
+    if (!scales.empty()) {
+      nlohmann::json j = {{"event", "scales"}, {"step", step}, {"log2_scale", scales}};
+      if (!prefix.empty()) j["network"] = prefix;
+      sink(j.dump());
+    }
+    for (const OverflowEvent& e : last_overflows_) {
+      nlohmann::json j = {{"event", "overflow"}, {"step", step},          {"node", e.node},
+                          {"op", op_name(e.op)},  {"input", e.input},       {"log2_scale", std::log2(double(e.alpha))},
+                          {"recovered", e.recovered}, {"shift", e.shift}, {"skipped", !last_applied_}};
+      if (!prefix.empty()) j["network"] = prefix;
+      sink(j.dump());
+    }
+  }
+  if (!sampled_) return;
   for (const std::string& line : telemetry_->json_lines(step, prefix)) sink(line);
   const RoundingCounts& c = last_rounding_;
   nlohmann::json r = {{"event", "rounding"}, {"step", step},           {"rounded", c.rounded},

@@ -148,8 +148,12 @@ class PrecisionTrainer {
   const RoundingCounts& total_rounding() const { return total_rounding_; }
   const Telemetry* telemetry() const { return telemetry_.get(); }
   const GradientScalingRule* gradient_scaling() const { return grad_scaling_.get(); }
-  // The sampled step's records as JSON lines: one "telemetry" line per gradient
-  // (Telemetry::json_lines) and one "rounding" line with the census. Nothing on other steps.
+  // The step's records as JSON lines. Under gradient scaling, on every step: one "scales" line
+  // with the log2 of the scale each node's output gradient carries, keyed "<node> <op> <output>"
+  // (only the scales recomputed this step: all of them with update_period 1), and one
+  // "overflow" line per overflow the tape's guard saw (Note [Overflow guard]), marked with
+  // whether the step was skipped. On sampled steps: one "telemetry" line per gradient
+  // (Telemetry::json_lines) and one "rounding" line with the census.
   void write_telemetry(const std::function<void(std::string_view)>& sink, const std::string& prefix = {}) const;
 
   // "fp16 (f16 compute, f32 masters), loss scale backoff, AdamW" and the like.
@@ -176,6 +180,9 @@ class PrecisionTrainer {
   bool sampled_ = false;
   int64_t step_ = 0;  // begin_step calls so far
   double last_norm_ = 0.0;
+  bool last_applied_ = true;
+  std::vector<ScaleRecord> last_scales_;       // the gradient-scaling rule's records of the last step
+  std::vector<OverflowEvent> last_overflows_;  // and its overflows
   RoundingCounts last_rounding_, total_rounding_;
 };
 

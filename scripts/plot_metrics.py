@@ -15,6 +15,11 @@ runs hold the events it needs; otherwise a message says why it was skipped):
                              separate bar for zeros, as in Micikevicius et al., Figure 3
   grad_scales.png            per-layer gradient scale over training (telemetry "scale" per name),
                              as in Zhao et al., Figure 2; one panel per run
+  node_scales_<run>.png      gradient scaling's per-node scales ("scales" events: the log2 scale
+                             each node's output gradient carries, at every recomputation), node
+                             on the y axis, step on the x axis, log2 scale as colour, like Zhao
+                             et al., Figure 3b; steps with an overflow ("overflow" events) are
+                             marked on top, with a cross where the step was skipped
   rounding.png               the backward pass's measured 16-bit underflow per sampled step
                              ("rounding" events of the rounding census), every run on one axis
   underflow.png              per-layer fraction of nonzero gradient values that would underflow
@@ -63,6 +68,7 @@ class Run:
     def __init__(self, path):
         self.path = path
         self.steps, self.telemetry, self.rounding, self.summary = [], [], [], None
+        self.scales, self.overflows = [], []
         with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 line = line.strip()
@@ -82,6 +88,10 @@ class Run:
                     self.telemetry.append(ev)
                 elif kind == "rounding":
                     self.rounding.append(ev)
+                elif kind == "scales":
+                    self.scales.append(ev)
+                elif kind == "overflow":
+                    self.overflows.append(ev)
                 elif kind == "summary":
                     self.summary = ev
         stem = os.path.splitext(os.path.basename(path))[0]
@@ -184,6 +194,63 @@ def plot_scale(plt, runs, out):
     fig.savefig(fig_path(out, "loss_scale.png"), dpi=110)
     plt.close(fig)
     print(f"wrote {fig_path(out, 'loss_scale.png')}")
+
+
+# ---- gradient scaling's per-node scales ----------------------------------------------------
+
+
+def plot_node_scales(plt, runs, out):
+    have = [r for r in runs if r.scales]
+    if not have:
+        print("node_scales_<run>.png: no \"scales\" events (run with --loss-scale gradient); skipped")
+        return
+    for r in have:
+        series = {}  # (network, node label) -> [(step, log2 scale)]
+        for ev in r.scales:
+            if not number(ev.get("step")) or not isinstance(ev.get("log2_scale"), dict):
+                continue
+            net = ev.get("network", "")
+            for name, v in ev["log2_scale"].items():
+                if number(v):
+                    series.setdefault((net, name), []).append((ev["step"], v))
+        if not series:
+            continue
+        names = sorted(series)  # tape position order: forward order of the nodes
+        steps = sorted({s for pts in series.values() for s, _ in pts})
+        col = {s: i for i, s in enumerate(steps)}
+        grid = [[math.nan] * len(steps) for _ in names]
+        for row, key in enumerate(names):
+            last = math.nan
+            pts = dict(series[key])
+            for s in steps:  # a scale holds until the node recomputes it
+                last = pts.get(s, last)
+                grid[row][col[s]] = last
+        fig, ax = plt.subplots(figsize=(10, 1.2 + 0.32 * len(names)))
+        extent = (steps[0] - 0.5, steps[-1] + 0.5, len(names) - 0.5, -0.5)
+        im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
+        labels = [f"{net}: {n}" if net else n for net, n in names]
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(labels, fontsize=7)
+        ax.set_xlabel("step")
+        over = [ev for ev in r.overflows if number(ev.get("step"))]
+        if over:
+            rec = [ev["step"] for ev in over if not ev.get("skipped")]
+            skip = [ev["step"] for ev in over if ev.get("skipped")]
+            if rec:
+                ax.plot(rec, [-0.5] * len(rec), "v", color="orange", markersize=5, clip_on=False,
+                        label=f"overflow recomputed by the guard ({len(rec)})")
+            if skip:
+                ax.plot(skip, [-0.5] * len(skip), "x", color="red", markersize=7, clip_on=False,
+                        label=f"overflow, step skipped ({len(skip)})")
+            ax.legend(fontsize=7, loc="lower right")
+        cb = fig.colorbar(im, ax=ax, pad=0.01)
+        cb.set_label("log2(scale)")
+        ax.set_title(f"Per-node gradient scales: {r.label}")
+        fig.tight_layout()
+        path = fig_path(out, f"node_scales_{safe_name(r.label)}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        print(f"wrote {path}")
 
 
 # ---- telemetry ----------------------------------------------------------------------------
@@ -413,6 +480,7 @@ def main():
     plot_loss(plt, runs, args.out, args.smooth)
     plot_scale(plt, runs, args.out)
     plot_rounding(plt, runs, args.out)
+    plot_node_scales(plt, runs, args.out)
     plot_histograms(plt, runs, args.out, args.step, args.kind, args.layers, args.max_layers, args.unscaled)
     plot_per_name(plt, runs, args.out, args.kind, args.layers, args.max_layers, "scale",
                   lambda v: math.log2(v) if v > 0 else None, "grad_scales.png", "log2(gradient scale)",

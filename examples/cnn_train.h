@@ -12,8 +12,11 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
+#include <tuple>
+#include <utility>
 
 #include "common.h"
 #include "mixtape.h"
@@ -33,14 +36,65 @@ struct CnnConfig {
   bool progress = true;    // the progress line on stderr
   bool verbose = true;     // per-epoch lines on stdout
   mixtape::Device device = mixtape::Device::cpu();
+  // The precision lab's stress regimes (examples/precision_lab.cpp); the defaults leave the run as
+  // it is. loss_weight multiplies the cross entropy before backward (reported losses are
+  // unweighted). aux_weight > 0 adds a decoder head that reconstructs the input image from the
+  // encoder's features, trained by aux_weight x the per-pixel MSE. adam_eps is AdamW's eps.
+  double loss_weight = 1.0;
+  double aux_weight = 0.0;
+  double adam_eps = 1e-8;
 };
 
 struct CnnEval {
   double loss = 0.0, accuracy = 0.0;
+  double aux_mse = std::nan("");  // the decoder head's per-pixel test MSE (aux_weight > 0)
 };
+
+// The cnn with a reconstruction head on its encoder (layers 0-7 of make_cnn, [B, 2w, 7, 7]):
+//   convT(2w->w, 4, stride 2, pad 1) - ReLU - convT(w->1, 4, stride 2, pad 1)   [B, 1, 28, 28]
+struct CnnWithDecoder : mixtape::nn::Module {
+  static constexpr size_t kEncoderLayers = 8;
+  std::shared_ptr<mixtape::nn::Sequential> net, decoder;
+  CnnWithDecoder(std::shared_ptr<mixtape::nn::Sequential> cnn, int64_t width, mixtape::Generator& gen)
+      : Module("CnnWithDecoder") {
+    using namespace mixtape;
+    net = register_module("net", std::move(cnn));
+    decoder = register_module("decoder", std::make_shared<nn::Sequential>(
+                                             std::make_shared<nn::ConvTranspose2d>(2 * width, width, 4, 2, 1, 0, 1, true, gen),
+                                             std::make_shared<nn::ReLU>(),
+                                             std::make_shared<nn::ConvTranspose2d>(width, 1, 4, 2, 1, 0, 1, true, gen)));
+  }
+  // {logits, reconstruction}
+  std::pair<mixtape::Variable, mixtape::Variable> forward(const mixtape::Variable& x) {
+    mixtape::Variable h = x;
+    for (size_t i = 0; i < kEncoderLayers; ++i) h = (*(*net)[i])(h);
+    mixtape::Variable logits = h;
+    for (size_t i = kEncoderLayers; i < net->size(); ++i) logits = (*(*net)[i])(logits);
+    return {logits, (*decoder)(h)};
+  }
+};
+
+// The decoder head's test MSE per pixel, in fp32.
+inline double evaluate_decoder(CnnWithDecoder& m, const mixtape::PrecisionTrainer& trainer,
+                               const mixtape::data::LabeledImages& test, int64_t batch_size) {
+  using namespace mixtape;
+  m.eval();
+  NoGrad no_grad;
+  data::DataLoader loader(data::TensorDataset({test.images, test.labels}), {.batch_size = batch_size, .shuffle = false});
+  double sum = 0.0;
+  int64_t n = 0;
+  for (data::Batch& b : loader.epoch(0)) {
+    const Variable recon = nn::fp32_input(OpId::mse_loss, m.forward(Variable(trainer.input(b[0]))).second);
+    sum += mse_loss(recon, b[0].to(trainer.device()).to(DType::f32), Reduction::sum).item();
+    n += b[0].numel();
+  }
+  m.train();
+  return sum / double(n);
+}
 
 struct CnnRun {
   std::shared_ptr<mixtape::nn::Sequential> model;
+  std::shared_ptr<CnnWithDecoder> with_decoder;  // aux_weight > 0: model and the decoder head
   std::unique_ptr<mixtape::PrecisionTrainer> trainer;
   CnnEval last;             // the final evaluation
   int64_t steps = 0;
@@ -98,9 +152,15 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
   CnnRun run;
   Generator gen(c.seed);
   run.model = make_cnn(c.width, c.dropout, gen);
-  run.model->to(c.device);  // before the trainer: masters and optimizer state follow the parameters
+  nn::Module* root = run.model.get();
+  if (c.aux_weight > 0.0) {
+    run.with_decoder = std::make_shared<CnnWithDecoder>(run.model, c.width, gen);
+    root = run.with_decoder.get();
+  }
+  root->to(c.device);  // before the trainer: masters and optimizer state follow the parameters
   run.trainer = std::make_unique<PrecisionTrainer>(
-      *run.model, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = c.lr, .weight_decay = c.weight_decay}, precision);
+      *root, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = c.lr, .weight_decay = c.weight_decay, .eps = c.adam_eps},
+      precision);
   PrecisionTrainer& trainer = *run.trainer;
   nn::Sequential& model = *run.model;
   if (c.verbose)
@@ -126,9 +186,19 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
     for (data::Batch& b : loader.epoch(epoch)) {
       Tape tape;
       trainer.begin_step(tape);
-      const Variable logits = model(Variable(trainer.input(b[0])));
+      Variable logits, recon;
+      if (run.with_decoder) std::tie(logits, recon) = run.with_decoder->forward(Variable(trainer.input(b[0])));
+      else logits = model(Variable(trainer.input(b[0])));
       const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), trainer.input(b[1]));
-      trainer.backward(tape, loss);
+      if (c.loss_weight == 1.0 && !recon.defined()) {
+        trainer.backward(tape, loss);
+      } else {
+        Variable weighted = loss * c.loss_weight;
+        if (recon.defined())
+          weighted = weighted + mse_loss(nn::fp32_input(OpId::mse_loss, recon), b[0].to(trainer.device()).to(DType::f32)) *
+                                    c.aux_weight;
+        trainer.backward(tape, weighted);
+      }
       const float scale = trainer.scale();  // the scale this step's gradients carry
       const double lr = opt.lr();
       const bool applied = trainer.step();
@@ -153,15 +223,18 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
     run.train_secs += seconds_since(t_epoch);
     run.final_train_loss = finite > 0 ? loss_sum / double(finite) : std::nan("");
     run.last = evaluate_cnn(model, trainer, test, 256);
+    if (run.with_decoder) run.last.aux_mse = evaluate_decoder(*run.with_decoder, trainer, test, 256);
     if (c.verbose)
       std::printf("epoch %d: train loss %.4f  test loss %.4f  test accuracy %.2f%%\n", epoch, run.final_train_loss,
                   run.last.loss, 100.0 * run.last.accuracy);
-    metrics.write({{"event", "eval"},
-                   {"epoch", epoch},
-                   {"step", step},
-                   {"train_loss", run.final_train_loss},
-                   {"test_loss", run.last.loss},
-                   {"test_accuracy", run.last.accuracy}});
+    nlohmann::json eval = {{"event", "eval"},
+                           {"epoch", epoch},
+                           {"step", step},
+                           {"train_loss", run.final_train_loss},
+                           {"test_loss", run.last.loss},
+                           {"test_accuracy", run.last.accuracy}};
+    if (run.with_decoder) eval["test_aux_mse"] = run.last.aux_mse;
+    metrics.write(eval);
   }
   return run;
 }

@@ -28,6 +28,8 @@
 // backward-underflow column comes from the rounding census, which counts the roundings of the CPU
 // kernels; CUDA kernels round on the device without counting, so on a GPU that column reads "-"
 // (per-gradient underflow is still measured by the telemetry's grad_telemetry, in the metrics).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -65,7 +67,10 @@ std::vector<LabConfig> lab_configs(const std::string& static_scale) {
 
 struct LabRow {
   LabConfig config;
+  std::string regime;  // stress suite only
+  uint64_t seed = 0;
   double accuracy = 0, test_loss = 0, train_loss = 0, wall = 0;
+  double aux_mse = std::nan("");  // the decoder head's test MSE (nonuniform regime)
   int64_t steps = 0, skipped = 0, nonfinite = 0;
   float final_scale = 1;
   RoundingCounts rounding;
@@ -98,6 +103,110 @@ std::string table(const std::vector<LabRow>& rows) {
   return os.str();
 }
 
+nlohmann::json row_json(const LabRow& r, const Device& device) {
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json j = {{"config", r.config.name}, {"precision", r.config.precision}, {"loss_scale", r.config.loss_scale},
+                      {"update_rounding", r.config.rounding}, {"device", device.str()}, {"seed", r.seed},
+                      {"test_accuracy", r.accuracy}, {"test_loss", num(r.test_loss)}, {"train_loss", num(r.train_loss)},
+                      {"steps", r.steps}, {"skipped", r.skipped}, {"nonfinite_losses", r.nonfinite},
+                      {"final_scale", r.final_scale}, {"rounded_16bit", r.rounding.rounded},
+                      {"underflow_rate", r.rounding.nonzero ? nlohmann::json(r.rounding.underflow_rate()) : nlohmann::json(nullptr)},
+                      {"wall_s", r.wall}};
+  if (!r.regime.empty()) j["regime"] = r.regime;
+  if (std::isfinite(r.aux_mse)) j["test_aux_mse"] = r.aux_mse;
+  return j;
+}
+
+// Writes a whole file or throws naming it (a lab that could not save its table must not exit 0).
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  MT_CHECK(f.good(), "precision_lab: could not write ", path.string());
+}
+
+// ---- the stress suite (--suite stress) ---------------------------------------------------------
+//
+// Note [Stress regimes]
+// On the default configuration every technique ends within noise of fp32: the cnn's gradients
+// fit fp16 under any loss scale, and its updates are large enough for bf16. Each regime below
+// changes one thing so that one paper's effect decides the result, and runs over several seeds
+// (mean +- standard deviation) so that a difference can be told from noise:
+//   underflow    the cross entropy is weighted 2^-14 (AdamW's eps too, so fp32 trains exactly
+//                as unweighted): most gradients fall below fp16's 2^-24 without a loss scale
+//                (Micikevicius et al., section 3.2). Every scaler should recover.
+//   nonuniform   a decoder head reconstructs the image from the encoder's features, its per-pixel
+//                MSE weighted 2^-24, beside the classifier (AdamW eps 1e-16, so fp32's Adam trains
+//                both heads at full speed). The classifier's largest gradients cap any single
+//                loss scale near 2^15; the decoder's gradients sit 2^40 below them, under fp16's
+//                range at that scale: one scale cannot hold both (Zhao et al., section 1). Per-
+//                node scales give the decoder's own cast and GEMMs their own betas.
+//   stall        lr 2e-4: most AdamW updates are below half a bf16 ulp of their weight, so
+//                nearest rounding drops them (Zamirai et al., Theorem 1); stochastic rounding
+//                and Kahan summation keep them.
+struct Regime {
+  std::string name, what;
+  std::vector<std::string> configs;
+  double loss_weight = 1.0, aux_weight = 0.0, adam_eps = 1e-8, lr = 2e-3;
+  int epochs = 1;
+};
+
+std::vector<Regime> stress_regimes() {
+  const std::vector<std::string> fp16 = {"fp32", "fp16-noscale", "fp16-static", "fp16-backoff", "fp16-logmax",
+                                         "fp16-gradient"};
+  return {
+      {.name = "underflow", .what = "cross entropy weighted 2^-14", .configs = fp16,
+       .loss_weight = std::ldexp(1.0, -14), .adam_eps = 1e-8 * std::ldexp(1.0, -14), .epochs = 1},
+      {.name = "nonuniform", .what = "classifier + decoder head whose per-pixel MSE is weighted 2^-32", .configs = fp16,
+       .aux_weight = std::ldexp(1.0, -32), .adam_eps = 1e-20, .epochs = 1},
+      {.name = "stall", .what = "lr 2e-4: updates below half a bf16 ulp", .configs = {"fp32", "bf16", "bf16-pure-nearest", "bf16-pure-sr", "bf16-pure-kahan"},
+       .lr = 2e-4, .epochs = 3},
+  };
+}
+
+struct Stat {
+  double mean = 0, sd = 0;
+};
+Stat stat(const std::vector<double>& v) {
+  Stat s;
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= double(v.size());
+  if (v.size() > 1) {
+    for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+    s.sd = std::sqrt(s.sd / double(v.size() - 1));  // sample standard deviation
+  }
+  return s;
+}
+
+// One row per configuration over its seeds, in the order first seen: mean +- sd.
+std::string stress_table(const std::vector<LabRow>& rows, bool with_aux) {
+  std::vector<std::string> order;
+  for (const LabRow& r : rows)
+    if (std::find(order.begin(), order.end(), r.config.name) == order.end()) order.push_back(r.config.name);
+  std::ostringstream os;
+  os << "| config | seeds | test accuracy | " << (with_aux ? "decoder test MSE | " : "")
+     << "skipped steps | backward underflow | wall s |\n|---|---:|---:|" << (with_aux ? "---:|" : "") << "---:|---:|---:|\n";
+  for (const std::string& name : order) {
+    std::vector<double> acc, mse, skipped, under;
+    double wall = 0;
+    for (const LabRow& r : rows) {
+      if (r.config.name != name) continue;
+      acc.push_back(100.0 * r.accuracy);
+      mse.push_back(r.aux_mse);
+      skipped.push_back(double(r.skipped));
+      if (r.rounding.nonzero > 0) under.push_back(100.0 * r.rounding.underflow_rate());
+      wall += r.wall;
+    }
+    const Stat a = stat(acc), m = stat(mse), sk = stat(skipped), u = stat(under);
+    os << "| " << name << " | " << acc.size() << " | " << fmt("%.2f", a.mean) << fmt(" ± %.2f%%", a.sd) << " | ";
+    if (with_aux) os << fmt("%.4f", m.mean) << fmt(" ± %.4f", m.sd) << " | ";
+    os << fmt("%.1f", sk.mean) << " | " << (under.empty() ? std::string("-") : fmt("%.3f%%", u.mean)) << " | "
+       << fmt("%.0f", wall) << " |\n";
+  }
+  return os.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,6 +224,16 @@ int main(int argc, char** argv) {
   int64_t width = 16, limit = 12000, test_limit = 5000, telemetry_every = 25, log_every = 10;
   double weight_decay = 1e-4, dropout = 0.3;
   bool smoke = false;
+  std::string suite = "default";
+  int seeds = 0;
+  app.add_option("--suite", suite,
+                 "default: the ten configurations on the cnn; stress: three regimes built so that each technique "
+                 "changes the result (underflow, nonuniform, stall; Note [Stress regimes]), each over --seeds seeds")
+      ->check(CLI::IsMember({"default", "stress"}))->capture_default_str();
+  std::string regimes;
+  app.add_option("--regimes", regimes, "stress suite: comma-separated regimes to run (default: all)");
+  app.add_option("--seeds", seeds, "seeds per configuration (default: 1; stress: 3); reported as mean +- sd")
+      ->check(CLI::Range(1, 100));
   app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
   app.add_option("--out-dir", out_dir, "metrics per configuration, lab.md and lab.json go here")->capture_default_str();
   app.add_option("--only", only, "comma-separated configurations to run (default: all ten)");
@@ -174,27 +293,24 @@ int main(int argc, char** argv) {
     if (device.is_cuda())
       std::printf("(the backward-underflow column counts CPU roundings only: '-' on %s)\n", device.str().c_str());
 
-    std::vector<LabRow> rows;
-    for (const LabConfig& lc : configs) {
+    // One training run of one configuration; its metrics go to `metrics_path`.
+    auto run_one = [&](const LabConfig& lc, examples::CnnConfig cc, const std::string& metrics_path) {
       examples::PrecisionFlags pf;
       pf.precision = lc.precision;
       pf.loss_scale = lc.loss_scale;
       if (!lc.rounding.empty()) pf.rounding = lc.rounding;
       pf.telemetry_every = telemetry_every;
-      const PrecisionOptions options = pf.options(flags.seed);
-      examples::CnnConfig cc{.width = width, .dropout = dropout, .lr = flags.lr, .weight_decay = weight_decay,
-                             .epochs = flags.epochs, .batch_size = flags.batch_size, .seed = flags.seed,
-                             .log_every = log_every, .max_steps = flags.max_steps, .progress = true, .verbose = false,
-                             .device = device};
-      const std::string metrics_path = (std::filesystem::path(out_dir) / (lc.name + ".jsonl")).string();
+      const PrecisionOptions options = pf.options(cc.seed);
       examples::Metrics metrics(metrics_path);
-      std::printf("== %s: --precision %s --loss-scale %s%s\n", lc.name.c_str(), lc.precision.c_str(),
-                  lc.loss_scale.c_str(), lc.rounding.empty() ? "" : (" --update-rounding " + lc.rounding).c_str());
+      std::printf("== %s: --precision %s --loss-scale %s%s --seed %llu\n", lc.name.c_str(), lc.precision.c_str(),
+                  lc.loss_scale.c_str(), lc.rounding.empty() ? "" : (" --update-rounding " + lc.rounding).c_str(),
+                  (unsigned long long)cc.seed);
       const auto t0 = std::chrono::steady_clock::now();
       examples::CnnRun run = examples::train_cnn(cc, options, train, test, metrics);
       LabRow row{.config = lc};
       row.wall = examples::seconds_since(t0);
       row.accuracy = run.last.accuracy;
+      row.aux_mse = run.last.aux_mse;
       row.test_loss = run.last.loss;
       row.train_loss = run.final_train_loss;
       row.steps = run.steps;
@@ -202,32 +318,71 @@ int main(int argc, char** argv) {
       row.nonfinite = run.nonfinite_losses;
       row.final_scale = run.trainer->scale();
       row.rounding = run.trainer->total_rounding();
-      std::printf("   test accuracy %.2f%%, %s, %.0f s\n", 100.0 * row.accuracy,
+      row.seed = cc.seed;
+      std::printf("   test accuracy %.2f%%%s, %s, %.0f s\n", 100.0 * row.accuracy,
+                  std::isfinite(row.aux_mse) ? fmt(", decoder test MSE %.5f", row.aux_mse).c_str() : "",
                   examples::precision_summary(*run.trainer).c_str(), row.wall);
       nlohmann::json summary = {{"event", "summary"},        {"config", lc.name}, {"device", device.str()},
                                 {"final_test_accuracy", row.accuracy}, {"final_test_loss", row.test_loss},
                                 {"final_train_loss", std::isfinite(row.train_loss) ? nlohmann::json(row.train_loss) : nlohmann::json(nullptr)},
                                 {"steps", row.steps},           {"nonfinite_losses", row.nonfinite},
                                 {"wall_s", row.wall},           {"steps_per_s", double(row.steps) / run.train_secs}};
+      if (std::isfinite(row.aux_mse)) summary["final_test_aux_mse"] = row.aux_mse;
       examples::add_precision_summary(summary, *run.trainer);
       metrics.write(summary);
-      rows.push_back(row);
-    }
-
-    const std::string md = table(rows);
-    std::printf("\n%s", md.c_str());
-    std::ofstream(std::filesystem::path(out_dir) / "lab.md") << md;
+      return row;
+    };
+    examples::CnnConfig base{.width = width, .dropout = dropout, .lr = flags.lr, .weight_decay = weight_decay,
+                             .epochs = flags.epochs, .batch_size = flags.batch_size, .seed = flags.seed,
+                             .log_every = log_every, .max_steps = flags.max_steps, .progress = true, .verbose = false,
+                             .device = device};
+    const std::filesystem::path out(out_dir);
+    std::string md;
     nlohmann::json j = nlohmann::json::array();
-    for (const LabRow& r : rows)
-      j.push_back({{"config", r.config.name}, {"precision", r.config.precision}, {"loss_scale", r.config.loss_scale},
-                   {"update_rounding", r.config.rounding}, {"device", device.str()}, {"test_accuracy", r.accuracy}, {"test_loss", r.test_loss},
-                   {"train_loss", std::isfinite(r.train_loss) ? nlohmann::json(r.train_loss) : nlohmann::json(nullptr)},
-                   {"steps", r.steps}, {"skipped", r.skipped}, {"nonfinite_losses", r.nonfinite},
-                   {"final_scale", r.final_scale}, {"rounded_16bit", r.rounding.rounded},
-                   {"underflow_rate", r.rounding.nonzero ? nlohmann::json(r.rounding.underflow_rate()) : nlohmann::json(nullptr)},
-                   {"wall_s", r.wall}});
-    std::ofstream(std::filesystem::path(out_dir) / "lab.json") << j.dump(2) << '\n';
-    std::printf("metrics per configuration, lab.md and lab.json in %s/\n", out_dir.c_str());
+    if (suite == "default") {
+      const int n_seeds = seeds > 0 ? seeds : 1;
+      std::vector<LabRow> rows;
+      for (const LabConfig& lc : configs) {
+        for (int k = 0; k < n_seeds; ++k) {
+          examples::CnnConfig cc = base;
+          cc.seed = flags.seed + uint64_t(k);
+          const std::string stem = n_seeds > 1 ? lc.name + "-seed" + std::to_string(cc.seed) : lc.name;
+          rows.push_back(run_one(lc, cc, (out / (stem + ".jsonl")).string()));
+        }
+      }
+      md = n_seeds > 1 ? stress_table(rows, false) : table(rows);
+      for (const LabRow& r : rows) j.push_back(row_json(r, device));
+    } else {
+      const int n_seeds = seeds > 0 ? seeds : 3;
+      for (const Regime& rg : stress_regimes()) {
+        if (!regimes.empty() && ("," + regimes + ",").find("," + rg.name + ",") == std::string::npos) continue;
+        std::vector<LabRow> rows;
+        std::filesystem::create_directories(out / rg.name);
+        for (const std::string& name : rg.configs) {
+          auto it = std::find_if(configs.begin(), configs.end(), [&](const LabConfig& c) { return c.name == name; });
+          if (it == configs.end()) continue;  // left out by --only
+          for (int k = 0; k < n_seeds; ++k) {
+            examples::CnnConfig cc = base;
+            cc.seed = flags.seed + uint64_t(k);
+            cc.loss_weight = rg.loss_weight;
+            cc.aux_weight = rg.aux_weight;
+            cc.adam_eps = rg.adam_eps;
+            cc.lr = rg.lr;
+            if (!smoke) cc.epochs = rg.epochs;
+            std::printf("[%s] ", rg.name.c_str());
+            LabRow row = run_one(*it, cc, (out / rg.name / (name + "-seed" + std::to_string(cc.seed) + ".jsonl")).string());
+            row.regime = rg.name;
+            rows.push_back(row);
+          }
+        }
+        md += "### " + rg.name + ": " + rg.what + "\n\n" + stress_table(rows, rg.aux_weight > 0.0) + "\n";
+        for (const LabRow& r : rows) j.push_back(row_json(r, device));
+      }
+    }
+    std::printf("\n%s", md.c_str());
+    write_file(out / "lab.md", md);
+    write_file(out / "lab.json", j.dump(2) + "\n");
+    std::printf("metrics per run, lab.md and lab.json in %s/\n", out_dir.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "precision_lab: error: %s\n", e.what());
     return 1;

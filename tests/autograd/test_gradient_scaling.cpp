@@ -447,3 +447,120 @@ TEST_CASE("gradient scaling: a tensor used twice combines differently scaled gra
   const ScaledGrad ref = run(DType::f64, nullptr);
   CHECK(rel_err(g.unscaled(), ref.unscaled()) < 5e-3);
 }
+
+// ---- every output a tuple of its own: weight gradients, branch sums, the overflow guard ----------
+
+TEST_CASE("gradient scaling: a weight gradient that would overflow gets its own, smaller scale", "[gradscale]") {
+  // y = x W^T, x [256, 8] ~ N(0, 4), dY ~ N(0, 1) at alpha = 2^12 (a large incoming scale, as the
+  // cast rule gives a softmax gradient): alpha dW sums 256 products, up to ~4.6e5 > 65504.
+  // dX's own scale is the GEMM rule's business and must not change.
+  Generator gen(21);
+  const Tensor x16 = normal({256, 8}, 0.0, 4.0, gen, DType::f16);
+  const Tensor w16 = normal({4, 8}, 0.0, 0.1, gen, DType::f16);
+  const Tensor dy16 = normal({256, 4}, 0.0, 1.0, gen, DType::f16);
+  const float alpha = 4096.0f;
+  auto run = [&](DType dt, ScalingRule* rule) {
+    Variable x(x16.to(dt), true), w(w16.to(dt), true);
+    Tape tape;
+    tape.set_scaling_rule(rule);
+    Variable y = linear(x, w);
+    tape.backward(y, ScaledGrad{(dy16.to(dt) * double(alpha)), alpha});
+    return std::pair{*x.grad(), *w.grad()};
+  };
+  const auto [dx_ref, dw_ref] = run(DType::f64, nullptr);
+  const auto [dx_plain, dw_plain] = run(DType::f16, nullptr);
+  REQUIRE(max_abs(dw_ref.g) > kF16Max);   // the premise: alpha dW does not fit f16
+  CHECK(std::isinf(max_abs(dw_plain.g)));  // without the rule it overflows
+  GradientScalingRule rule;
+  const auto [dx, dw] = run(DType::f16, &rule);
+  CHECK(std::isfinite(max_abs(dw.g)));
+  CHECK(max_abs(dw.g) <= kF16Max);
+  CHECK(dw.scale < alpha);  // scaled down, a power of two
+  CHECK(is_power_of_two(dw.scale));
+  CHECK(rel_err(dw.unscaled(), dw_ref.unscaled()) < 1e-3);
+  // dX keeps the GEMM rule's scale, not the weight gradient's.
+  CHECK(dx.scale >= alpha);
+  CHECK(rel_err(dx.unscaled(), dx_ref.unscaled()) < 1e-2);
+  bool saw_param = false;
+  for (const ScaleRecord& r : rule.records())
+    if (r.kind == ScaleRecord::Kind::param && r.input == 1) {
+      saw_param = true;
+      CHECK(r.capped);
+      CHECK(r.beta == dw.scale / alpha);
+    }
+  CHECK(saw_param);
+  CHECK(rule.step_overflows().empty());
+}
+
+TEST_CASE("gradient scaling: tiny weight gradients are scaled up by their own beta", "[gradscale]") {
+  // dW ~ 256 * 1e-4 * 1e-5: mostly below f16's 2^-24 at alpha = 1; the parameter rule raises it.
+  Generator gen(22);
+  Variable x(normal({256, 8}, 0.0, 1e-4, gen, DType::f16), true);
+  Variable w(normal({4, 8}, 0.0, 0.1, gen, DType::f16), true);
+  const Tensor dy = normal({256, 4}, 0.0, 1e-5, gen, DType::f16);
+  const Tensor x64 = x.data().to(DType::f64), dy64 = dy.to(DType::f64);
+  GradientScalingRule rule;
+  {
+    Tape tape;
+    tape.set_scaling_rule(&rule);
+    tape.backward(linear(x, w), ScaledGrad{dy, 1.0f});
+  }
+  const Tensor ref = matmul(dy64.transpose(0, 1), x64);  // dW = dY^T X in f64
+  CHECK(w.grad()->scale > 1.0f);
+  CHECK(zero_fraction(w.grad()->g) < 0.01);
+  CHECK(rel_err(w.grad()->unscaled(), ref) < 1e-2);
+}
+
+TEST_CASE("gradient scaling: a branch sum of gradients that each fit cannot overflow", "[gradscale]") {
+  // A leaf used 4 times, each use's gradient ~40000 at scale 1: each fits f16, the sum does not.
+  auto run = [](ScalingRule* rule) {
+    Variable h(full({2, 3}, 1.0, DType::f16), true);
+    Tape tape;
+    tape.set_scaling_rule(rule);
+    Variable y = h + h + h + h;  // h reaches the leaf through four uses
+    tape.backward(y, ScaledGrad{full({2, 3}, 40000.0, DType::f16), 1.0f});
+    return *h.grad();
+  };
+  const ScaledGrad plain = run(nullptr);
+  CHECK(std::isinf(max_abs(plain.g)));
+  GradientScalingRule rule;
+  const ScaledGrad g = run(&rule);
+  CHECK(max_abs(g.g) <= kF16Max);
+  CHECK(g.scale == 0.25f);  // 160000 * 2^-1 = 80000 > 65504; 2^-2 * 160000 = 40000 fits
+  for (double v : g.unscaled().to_vector()) CHECK(v == 160000.0);
+}
+
+TEST_CASE("gradient scaling: the tape's guard recomputes a node whose output overflowed, and says where", "[gradscale]") {
+  // y = x * c with c = 1000: dx = dy * 1000 overflows f16 for dy ~ 100 at scale 1. The guard
+  // recomputes the mul node from 2^-8 dY, so dx carries scale 2^-8, and reports the node.
+  const Tensor c = full({4}, 1000.0, DType::f16);
+  Variable x(full({4}, 1.0, DType::f16), true);
+  GradientScalingRule rule;
+  {
+    Tape tape;
+    tape.set_scaling_rule(&rule);
+    Variable y = x * Variable(c);
+    tape.backward(y, ScaledGrad{full({4}, 100.0, DType::f16), 1.0f});
+  }
+  REQUIRE(x.grad().has_value());
+  CHECK(x.grad()->scale == std::ldexp(1.0f, -8));
+  // 2^-8 * 100 = 0.390625 (exact); * 1000 = 390.625 rounds to 390.5 in f16 (a tie, to even):
+  // one rounding of the product, as the node computes it at any scale.
+  for (double v : x.grad()->unscaled().to_vector()) CHECK(v == 390.5 * 256.0);
+  REQUIRE(rule.step_overflows().size() == 1);
+  const OverflowEvent& e = rule.step_overflows().front();
+  CHECK(e.op == OpId::mul);
+  CHECK(e.recovered);
+  CHECK(e.shift == 8);
+  CHECK(e.node == 0);
+  rule.next_step();
+  CHECK(rule.step_overflows().empty());
+  // Without a rule the same backward overflows: loss scaling skips such a step instead.
+  Variable x2(full({4}, 1.0, DType::f16), true);
+  {
+    Tape tape;
+    Variable y = x2 * Variable(c);
+    tape.backward(y, ScaledGrad{full({4}, 100.0, DType::f16), 1.0f});
+  }
+  CHECK(std::isinf(max_abs(x2.grad()->g)));
+}

@@ -215,20 +215,39 @@ def plot_node_scales(plt, runs, out):
                     series.setdefault((net, name), []).append((ev["step"], v))
         if not series:
             continue
-        names = sorted(series)  # tape position order: forward order of the nodes
+        keys = sorted(series)  # tape position order: forward order of the nodes
         steps = sorted({s for pts in series.values() for s, _ in pts})
         col = {s: i for i, s in enumerate(steps)}
-        grid = [[math.nan] * len(steps) for _ in names]
-        for row, key in enumerate(names):
-            last = math.nan
+        rows = []
+        for key in keys:
+            last, row = math.nan, []
             pts = dict(series[key])
             for s in steps:  # a scale holds until the node recomputes it
                 last = pts.get(s, last)
-                grid[row][col[s]] = last
+                row.append(last)
+            rows.append(row)
+        # An unrolled network (an LSTM over T steps) records one node per time step: nodes with the
+        # same op, the same output and the same scales at every step become one row.
+        names, grid, where = [], [], {}
+        for key, row in zip(keys, rows):
+            net, name = key
+            pos, _, kind = name.partition(" ")
+            sig = (net, kind, tuple(None if math.isnan(v) else v for v in row))
+            if sig in where:
+                entry = names[where[sig]]
+                entry[3] = pos
+                entry[4] += 1
+                continue
+            where[sig] = len(names)
+            names.append([net, pos, kind, pos, 1])
+            grid.append(row)
+        labels = []
+        for net, first, kind, last, count in names:
+            label = f"{first}..{last} {kind} (x{count})" if count > 1 else f"{first} {kind}"
+            labels.append(f"{net}: {label}" if net else label)
         fig, ax = plt.subplots(figsize=(10, 1.2 + 0.32 * len(names)))
         extent = (steps[0] - 0.5, steps[-1] + 0.5, len(names) - 0.5, -0.5)
         im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
-        labels = [f"{net}: {n}" if net else n for net, n in names]
         ax.set_yticks(range(len(names)))
         ax.set_yticklabels(labels, fontsize=7)
         ax.set_xlabel("step")

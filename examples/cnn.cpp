@@ -17,6 +17,75 @@
 
 using namespace mixtape;
 
+namespace {
+
+// cnn's own flags; the shared ones (--epochs, --lr, --precision, --device, ...) are in common.h.
+struct CnnFlags {
+  std::string data_dir = data::kFashionMnistDir, out_dir = ".";
+  int64_t width = 32, limit = 0, log_every = 50;
+  double dropout = 0.3, weight_decay = 1e-4;
+  bool smoke = false;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
+    app.add_option("--out-dir", out_dir, "where the checkpoint cnn.safetensors goes")->capture_default_str();
+    app.add_option("--width", width, "channels of the first conv (the second has twice as many)")
+        ->check(CLI::Range(1, 1024))->capture_default_str();
+    app.add_option("--dropout", dropout, "dropout before the last layer")->check(CLI::Range(0.0, 0.95))->capture_default_str();
+    app.add_option("--weight-decay", weight_decay, "AdamW weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
+    app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
+    app.add_option("--log-every", log_every, "steps between step events in the metrics")->check(CLI::Range(1, 1000000));
+    app.add_flag("--smoke", smoke, "a few steps on a subset (CI smoke run)");
+  }
+
+  // After parsing: --smoke's configuration (an explicit --log-every wins).
+  void finish(const CLI::App& app, examples::CommonFlags& flags) {
+    if (!smoke) return;
+    flags.epochs = 1;
+    limit = 2048;
+    width = 8;
+    if (app.count("--log-every") == 0) log_every = 4;
+  }
+};
+
+// The model's state under "model.", the trainer's (masters, optimizer, loss scaler) under
+// "trainer.", and the step count; returns the file's path.
+std::string save_checkpoint(const std::string& out_dir, const examples::CnnRun& run) {
+  std::filesystem::create_directories(out_dir);
+  TensorDict ckpt;
+  examples::add_module_state(ckpt, "model.", *run.model);
+  ckpt.merge("trainer.", run.trainer->state_dict());
+  ckpt.set_meta("step", std::to_string(run.steps));
+  const std::string path = examples::output_path(out_dir, "cnn.safetensors");
+  save_safetensors(path, ckpt);
+  return path;
+}
+
+// The closing lines and the "summary" event.
+void report_run(const examples::CnnRun& run, Device device, double wall, const std::string& ckpt_path,
+                examples::Metrics& metrics) {
+  const PrecisionTrainer& trainer = *run.trainer;
+  const int64_t step = run.steps;
+  const examples::CnnEval& last = run.last;
+  const double train_secs = run.train_secs;
+  std::printf("%s\n", examples::precision_summary(trainer).c_str());
+  std::printf("final test accuracy %.2f%% after %lld steps on %s; wall %.1f s (training %.1f s, %.1f steps/s); "
+              "checkpoint %s\n",
+              100.0 * last.accuracy, (long long)step, device.str().c_str(), wall, train_secs,
+              double(step) / train_secs, ckpt_path.c_str());
+  if (run.nonfinite_losses > 0)
+    std::printf("%lld training steps had an inf or NaN loss\n", (long long)run.nonfinite_losses);
+  nlohmann::json summary = {{"event", "summary"},       {"device", device.str()},
+                            {"final_test_accuracy", last.accuracy},
+                            {"final_test_loss", last.loss}, {"steps", step},
+                            {"wall_s", wall},               {"steps_per_s", double(step) / train_secs},
+                            {"nonfinite_losses", run.nonfinite_losses}};
+  examples::add_precision_summary(summary, trainer);
+  metrics.write(summary);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"Train a two-block CNN on Fashion-MNIST under any precision policy."};
   examples::CommonFlags flags;
@@ -27,71 +96,33 @@ int main(int argc, char** argv) {
   precision.add_to(app);
   examples::DeviceFlag device_flag;
   device_flag.add_to(app);
-  std::string data_dir = data::kFashionMnistDir, out_dir = ".";
-  int64_t width = 32, limit = 0, log_every = 50;
-  double dropout = 0.3, weight_decay = 1e-4;
-  bool smoke = false;
-  app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
-  app.add_option("--out-dir", out_dir, "where the checkpoint cnn.safetensors goes")->capture_default_str();
-  app.add_option("--width", width, "channels of the first conv (the second has twice as many)")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
-  app.add_option("--dropout", dropout, "dropout before the last layer")->check(CLI::Range(0.0, 0.95))->capture_default_str();
-  app.add_option("--weight-decay", weight_decay, "AdamW weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--log-every", log_every, "steps between step events in the metrics")->check(CLI::Range(1, 1000000));
-  app.add_flag("--smoke", smoke, "a few steps on a subset (CI smoke run)");
+  CnnFlags o;
+  o.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (smoke) {
-      flags.epochs = 1;
-      limit = 2048;
-      width = 8;
-      if (app.count("--log-every") == 0) log_every = 4;  // an explicit flag wins
-    }
+    o.finish(app, flags);
     const Device device = device_flag.resolve();
     set_num_threads(flags.threads);
     std::printf("cnn: device %s\n", examples::device_description(device, flags.threads).c_str());
     const auto t_start = std::chrono::steady_clock::now();
-    data::LabeledImages train = data::load_fashion_mnist(data_dir, data::MnistSplit::train, {.limit = limit > 0 ? limit : -1});
-    data::LabeledImages test = data::load_fashion_mnist(data_dir, data::MnistSplit::test, {.limit = smoke ? 1000 : -1});
+    data::LabeledImages train =
+        data::load_fashion_mnist(o.data_dir, data::MnistSplit::train, {.limit = o.limit > 0 ? o.limit : -1});
+    data::LabeledImages test = data::load_fashion_mnist(o.data_dir, data::MnistSplit::test, {.limit = o.smoke ? 1000 : -1});
     std::printf("cnn: %lld training and %lld test images from %s\n", (long long)train.images.size(0),
-                (long long)test.images.size(0), data_dir.c_str());
+                (long long)test.images.size(0), o.data_dir.c_str());
 
-    examples::CnnConfig config{.width = width, .dropout = dropout, .lr = flags.lr, .weight_decay = weight_decay,
-                               .epochs = flags.epochs, .batch_size = flags.batch_size, .seed = flags.seed,
-                               .log_every = log_every, .max_steps = flags.max_steps, .device = device};
+    // The model, its training loop and its evaluation: examples/cnn_train.h.
+    const examples::CnnConfig config{.width = o.width, .dropout = o.dropout, .lr = flags.lr,
+                                     .weight_decay = o.weight_decay, .epochs = flags.epochs,
+                                     .batch_size = flags.batch_size, .seed = flags.seed, .log_every = o.log_every,
+                                     .max_steps = flags.max_steps, .device = device};
     const PrecisionOptions options = precision.options(flags.seed);
     examples::Metrics metrics(flags.metrics);
-    examples::CnnRun run = examples::train_cnn(config, options, train, test, metrics);
-    const PrecisionTrainer& trainer = *run.trainer;
-    const int64_t step = run.steps;
-    const examples::CnnEval& last = run.last;
-    const double train_secs = run.train_secs;
+    const examples::CnnRun run = examples::train_cnn(config, options, train, test, metrics);
 
-    std::filesystem::create_directories(out_dir);
-    TensorDict ckpt;
-    for (const auto& [name, t] : run.model->state_dict()) ckpt.add("model." + name, t);
-    ckpt.merge("trainer.", trainer.state_dict());
-    ckpt.set_meta("step", std::to_string(step));
-    const std::string path = (std::filesystem::path(out_dir) / "cnn.safetensors").string();
-    save_safetensors(path, ckpt);
-
-    const double wall = examples::seconds_since(t_start);
-    std::printf("%s\n", examples::precision_summary(trainer).c_str());
-    std::printf("final test accuracy %.2f%% after %lld steps on %s; wall %.1f s (training %.1f s, %.1f steps/s); "
-                "checkpoint %s\n",
-                100.0 * last.accuracy, (long long)step, device.str().c_str(), wall, train_secs,
-                double(step) / train_secs, path.c_str());
-    if (run.nonfinite_losses > 0)
-      std::printf("%lld training steps had an inf or NaN loss\n", (long long)run.nonfinite_losses);
-    nlohmann::json summary = {{"event", "summary"},       {"device", device.str()},
-                              {"final_test_accuracy", last.accuracy},
-                              {"final_test_loss", last.loss}, {"steps", step},
-                              {"wall_s", wall},               {"steps_per_s", double(step) / train_secs},
-                              {"nonfinite_losses", run.nonfinite_losses}};
-    examples::add_precision_summary(summary, trainer);
-    metrics.write(summary);
+    const std::string ckpt_path = save_checkpoint(o.out_dir, run);
+    report_run(run, device, examples::seconds_since(t_start), ckpt_path, metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cnn: error: %s\n", e.what());
     return 1;

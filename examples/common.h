@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -168,6 +169,26 @@ inline std::string precision_summary(const mixtape::PrecisionTrainer& t) {
     s += mixtape::detail::cat(", backward underflow ", 100.0 * t.total_rounding().underflow_rate(),
                               "% of nonzero values rounded to 16 bits (sampled steps)");
   return s;
+}
+
+// The end of a "training diverged" message (after "(try a smaller --lr"): a 16-bit run without a
+// loss scale is pointed to a dynamic one.
+inline const char* diverged_hint(const mixtape::PrecisionTrainer& t) {
+  return mixtape::nn::is_16bit(t.precision()) && t.options().loss_scale.kind == mixtape::LossScaleSpec::Kind::none
+             ? ", or a dynamic --loss-scale such as backoff)"
+             : ")";
+}
+
+// ---- checkpoints and other output files ------------------------------------------------------
+
+// dir/name as a string (--out-dir and a file name).
+inline std::string output_path(const std::string& dir, const std::string& name) {
+  return (std::filesystem::path(dir) / name).string();
+}
+
+// A module's parameters and buffers into a checkpoint, each name behind `prefix` ("model.").
+inline void add_module_state(mixtape::TensorDict& ckpt, const std::string& prefix, const mixtape::nn::Module& m) {
+  for (const auto& [name, t] : m.state_dict()) ckpt.add(prefix + name, t);
 }
 
 // One JSON object per line, flushed per event so a crash loses nothing already written.

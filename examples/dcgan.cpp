@@ -54,16 +54,105 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Upsampling (downsampling) stages between 4x4 and the image: 3 for 32x32, 4 for 64x64.
-int64_t num_stages(int64_t image_size) {
-  int64_t k = 0;
-  for (int64_t s = image_size; s > 4; s /= 2) ++k;
-  return k;
+// ---- flags -----------------------------------------------------------------------------------
+
+// dcgan's own flags; the shared ones (--epochs, --lr, --precision, --device, ...) are in common.h.
+struct DcganFlags {
+  std::string data_dir = data::kFashionMnistDir, images_dir, out_dir = ".", sample_mode = "eval";
+  int64_t image_size = 0, nz = 100, ngf = 32, ndf = 32, limit = 0, log_every = 50, sample_every = 0;
+  double beta1 = 0.5;
+  bool smoke = false;
+
+  bool folder() const { return !images_dir.empty(); }
+
+  void add_to(CLI::App& app) {
+    app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
+    app.add_option("--images", images_dir, "train on the PNG/JPEG images of this folder (RGB) instead");
+    app.add_option("--image-size", image_size, "image side, a power of two >= 8 (default: 32 for Fashion-MNIST, "
+                                               "64 for --images; Fashion-MNIST takes 32 only)");
+    app.add_option("--nz", nz, "length of the noise vector z")->check(CLI::Range(1, 4096))->capture_default_str();
+    app.add_option("--ngf", ngf, "generator width (channels of its last hidden layer)")
+        ->check(CLI::Range(1, 1024))->capture_default_str();
+    app.add_option("--ndf", ndf, "discriminator width (channels of its first layer)")
+        ->check(CLI::Range(1, 1024))->capture_default_str();
+    app.add_option("--beta1", beta1, "Adam beta1 of both optimizers")
+        ->check(CLI::Range(0.0, 0.999999))->capture_default_str();
+    app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
+    app.add_option("--log-every", log_every, "steps between step events in the metrics")
+        ->check(CLI::Range(int64_t(1), int64_t(1000000)))->capture_default_str();
+    app.add_option("--sample-every", sample_every, "also write a sample grid every N steps (0: only per epoch)")
+        ->check(CLI::NonNegativeNumber)->capture_default_str();
+    app.add_option("--sample-mode", sample_mode, "batch norm statistics for the sample grids")
+        ->check(CLI::IsMember({"eval", "train"}))->capture_default_str();
+    app.add_option("--out-dir", out_dir, "where the PNG grids and dcgan.safetensors go")->capture_default_str();
+    app.add_flag("--smoke", smoke, "tiny networks, a few dozen steps on a subset (CI smoke run)");
+  }
+
+  // After parsing: --smoke's configuration, the default image size, and the checks that involve
+  // several flags.
+  void finish(const CLI::App& app, examples::CommonFlags& flags) {
+    if (smoke) {
+      flags.epochs = 1;
+      flags.batch_size = 32;
+      limit = 1536;  // 48 steps
+      ngf = ndf = 8;
+      nz = 32;
+      if (app.count("--log-every") == 0) log_every = 2;  // an explicit flag wins
+    }
+    if (image_size == 0) image_size = folder() ? 64 : 32;
+    MT_CHECK(image_size >= 8 && (image_size & (image_size - 1)) == 0,
+             "--image-size must be a power of two >= 8, got ", image_size);
+    MT_CHECK(folder() || image_size == 32, "Fashion-MNIST trains at --image-size 32 (28x28 padded), got ",
+             image_size, "; use --images DIR for other sizes");
+    MT_CHECK((ngf << (num_stages() - 1)) <= 8192 && (ndf << (num_stages() - 1)) <= 8192,
+             "--ngf/--ndf too large for --image-size ", image_size);
+  }
+
+  // Upsampling (downsampling) stages between 4x4 and the image: 3 for 32x32, 4 for 64x64.
+  int64_t num_stages() const {
+    int64_t k = 0;
+    for (int64_t s = image_size; s > 4; s /= 2) ++k;
+    return k;
+  }
+};
+
+// ---- data ------------------------------------------------------------------------------------
+
+// Fashion-MNIST [N, 1, 28, 28] -> [N, 1, 32, 32] in [-1, 1]: 2 pixels of background (-1) around
+// each image, so the 4 -> 8 -> 16 -> 32 architecture applies without resampling.
+Tensor load_fashion_mnist_32(const std::string& dir, int64_t limit) {
+  const data::LabeledImages raw =
+      data::load_fashion_mnist(dir, data::MnistSplit::train, {.normalize = false, .limit = limit > 0 ? limit : -1});
+  const Tensor& x = raw.images;  // [N, 1, 28, 28] in [0, 1]
+  const int64_t N = x.size(0), H = x.size(2), W = x.size(3);
+  MT_CHECK(H <= 32 && W <= 32, "images in ", dir, " are ", H, "x", W, "; at most 32x32 can be padded to 32x32");
+  Tensor out = full({N, 1, 32, 32}, -1.0);
+  out.narrow(2, (32 - H) / 2, H).narrow(3, (32 - W) / 2, W).copy_(x * 2.0 - 1.0);
+  return out;
 }
 
-std::shared_ptr<nn::Sequential> make_generator(int64_t nz, int64_t ngf, int64_t nc, int64_t image_size) {
+// The training images [N, nc, S, S] in [-1, 1], on the host: Fashion-MNIST padded to 32x32, or
+// the --images folder at --image-size.
+Tensor load_images(const DcganFlags& o, int64_t batch_size) {
+  Tensor images;
+  if (o.folder()) {
+    images = data::load_image_folder(o.images_dir, {.size = o.image_size, .limit = o.limit > 0 ? o.limit : -1}).images;
+    std::printf("dcgan: %lld images from %s at %lldx%lld\n", (long long)images.size(0), o.images_dir.c_str(),
+                (long long)o.image_size, (long long)o.image_size);
+  } else {
+    images = load_fashion_mnist_32(o.data_dir, o.limit);
+    std::printf("dcgan: %lld Fashion-MNIST training images from %s, padded to 32x32\n", (long long)images.size(0),
+                o.data_dir.c_str());
+  }
+  MT_CHECK(images.size(0) >= batch_size, "the ", images.size(0), " training images are fewer than one batch of ",
+           batch_size);
+  return images;
+}
+
+// ---- model -----------------------------------------------------------------------------------
+
+std::shared_ptr<nn::Sequential> make_generator(int64_t nz, int64_t ngf, int64_t nc, int64_t stages) {
   auto g = std::make_shared<nn::Sequential>();
-  const int64_t stages = num_stages(image_size);
   int64_t ch = ngf << (stages - 1);
   // z [B, nz, 1, 1] -> [B, ch, 4, 4]
   g->push_back(std::make_shared<nn::ConvTranspose2d>(nz, ch, 4, 1, 0, 0, 1, false));
@@ -81,9 +170,8 @@ std::shared_ptr<nn::Sequential> make_generator(int64_t nz, int64_t ngf, int64_t 
   return g;
 }
 
-std::shared_ptr<nn::Sequential> make_discriminator(int64_t ndf, int64_t nc, int64_t image_size) {
+std::shared_ptr<nn::Sequential> make_discriminator(int64_t ndf, int64_t nc, int64_t stages) {
   auto d = std::make_shared<nn::Sequential>();
-  const int64_t stages = num_stages(image_size);
   // [B, nc, S, S] -> [B, ndf, S/2, S/2]; no batch norm on the input layer (Radford et al.)
   d->push_back(std::make_shared<nn::Conv2d>(nc, ndf, 4, 2, 1, 1, false));
   d->push_back(std::make_shared<nn::LeakyReLU>(0.2));
@@ -99,32 +187,12 @@ std::shared_ptr<nn::Sequential> make_discriminator(int64_t ndf, int64_t nc, int6
   return d;
 }
 
-// Fashion-MNIST [N, 1, 28, 28] -> [N, 1, 32, 32] in [-1, 1]: 2 pixels of background (-1) around
-// each image, so the 4 -> 8 -> 16 -> 32 architecture applies without resampling.
-Tensor load_fashion_mnist_32(const std::string& dir, int64_t limit) {
-  const data::LabeledImages raw =
-      data::load_fashion_mnist(dir, data::MnistSplit::train, {.normalize = false, .limit = limit > 0 ? limit : -1});
-  const Tensor& x = raw.images;  // [N, 1, 28, 28] in [0, 1]
-  const int64_t N = x.size(0), H = x.size(2), W = x.size(3);
-  MT_CHECK(H <= 32 && W <= 32, "images in ", dir, " are ", H, "x", W, "; at most 32x32 can be padded to 32x32");
-  Tensor out = full({N, 1, 32, 32}, -1.0);
-  out.narrow(2, (32 - H) / 2, H).narrow(3, (32 - W) / 2, W).copy_(x * 2.0 - 1.0);
-  return out;
-}
-
-// Mean of sigmoid(logits): the discriminator's average probability that its inputs are real.
-double mean_prob(const Variable& logits) { return mean(sigmoid(logits.data())).item(); }
-
-void set_requires_grad(nn::Module& m, bool on) {
-  for (Variable p : m.parameters()) p.set_requires_grad(on);
-}
-
 // G's images for the fixed noise batch, as an 8x8 PNG grid; `fixed_z` is in G's compute dtype
 // and the images are converted to f32 for the PNG. In eval mode batch norm uses the running
 // statistics (the default; see Note [Sampling mode]); in train mode it uses the fixed batch's own
 // statistics, and the running statistics are restored afterwards so sampling never changes
 // training.
-void write_samples(nn::Sequential& G, const Tensor& fixed_z, bool train_mode, const std::string& path) {
+void write_sample_grid(nn::Sequential& G, const Tensor& fixed_z, bool train_mode, const std::string& path) {
   NoGrad no_grad;
   std::vector<Tensor> saved;
   if (train_mode) {
@@ -141,12 +209,75 @@ void write_samples(nn::Sequential& G, const Tensor& fixed_z, bool train_mode, co
   data::write_png_grid(path, images, 8, 8);
 }
 
+// Note [Sampling mode]
+// The grids are drawn with G in eval mode, batch norm normalizing with its running statistics,
+// as a trained generator is used. PyTorch's DCGAN example samples in train mode instead (the
+// fixed batch's own statistics). The running statistics start at mean 0, variance 1, far above
+// the variance of a fresh N(0, 0.02) generator's activations, so early eval-mode grids are washed
+// out (near-flat gray at step 10, faint at step 30: momentum 0.1 leaves 0.9^k of the initial
+// statistics after k steps); from about step 50 on both modes draw the same pictures (compared at
+// steps 50 to 200 on Fashion-MNIST), and every epoch's grid is far past that point. --sample-mode train draws with batch statistics (and
+// leaves the running ones as they were), for --sample-every grids in the first steps.
+
+// The two networks and their trainers, with what every step and every sample grid reuses.
+struct Gan {
+  Gan(const DcganFlags& o, int64_t channels, const examples::CommonFlags& flags,
+      const examples::PrecisionFlags& precision, Device device);
+
+  void write_samples(const std::string& path) { write_sample_grid(*G, fixed_z, sample_train, path); }
+
+  int64_t nz, nc, batch;
+  Device device;
+  std::shared_ptr<nn::Sequential> G, D;
+  std::unique_ptr<PrecisionTrainer> g_trainer, d_trainer;
+  std::vector<Variable> d_params;
+  Generator noise_gen;              // z for each step, drawn on the host (the same on every device)
+  Tensor fixed_z;                   // [64, nz, 1, 1] in G's compute dtype: the z of every sample grid
+  bool sample_train;                // --sample-mode train
+  Tensor real_labels, fake_labels;  // [B, 1] ones and zeros on the device
+};
+
+// Both networks start from N(0, 0.02) weights drawn from --seed (G's first) and move to the
+// device before their trainers are built: masters and optimizer state follow the parameters.
+Gan::Gan(const DcganFlags& o, int64_t channels, const examples::CommonFlags& flags,
+         const examples::PrecisionFlags& precision, Device device)
+    : nz(o.nz), nc(channels), batch(flags.batch_size), device(device), noise_gen(flags.seed + 1) {
+  Generator init_gen(flags.seed);
+  G = make_generator(nz, o.ngf, nc, o.num_stages());
+  D = make_discriminator(o.ndf, nc, o.num_stages());
+  nn::init::dcgan_init(*G, init_gen);
+  nn::init::dcgan_init(*D, init_gen);
+  G->to(device);
+  D->to(device);
+  std::printf("generator %s\n%lld parameters\ndiscriminator %s\n%lld parameters\n", G->str().c_str(),
+              (long long)G->num_parameters(), D->str().c_str(), (long long)D->num_parameters());
+  const OptimizerSpec adam{.kind = OptimizerKind::adam, .lr = flags.lr, .beta1 = o.beta1};
+  g_trainer = std::make_unique<PrecisionTrainer>(*G, adam, precision.options(flags.seed));
+  d_trainer = std::make_unique<PrecisionTrainer>(*D, adam, precision.options(flags.seed + 1));
+  std::printf("device: %s\nprecision: G %s\n           D %s\n",
+              examples::device_description(device, flags.threads).c_str(), g_trainer->describe().c_str(),
+              d_trainer->describe().c_str());
+  d_params = D->parameters();
+  // 64 noise vectors from a constant seed: the same z for every grid of a run, and across runs.
+  Generator sample_gen(20160107);
+  fixed_z = g_trainer->input(normal({64, nz, 1, 1}, 0.0, 1.0, sample_gen));
+  sample_train = o.sample_mode == "train";
+  real_labels = ones({batch, 1}, DType::f32, device);
+  fake_labels = zeros({batch, 1}, DType::f32, device);
+}
+
+// ---- one training step -----------------------------------------------------------------------
+
 // Milliseconds per step spent in each phase, summed over an epoch. On a GPU each phase ends with a
 // synchronize, so the time is that of its kernels, not of queueing them.
 struct PhaseTimes {
   double g_fwd = 0, d_fwd = 0, d_bwd = 0, d_opt = 0, dg_fwd = 0, dg_bwd = 0, g_bwd = 0, g_opt = 0, data = 0;
   Device device = Device::cpu();
-  void add(double& slot, Clock::time_point& t) {
+  Clock::time_point t{};  // the end of the last phase
+
+  void start() { t = Clock::now(); }
+  // The time since the last phase ended goes to `slot`.
+  void lap(double& slot) {
     examples::synchronize(device);
     const auto now = Clock::now();
     slot += std::chrono::duration<double, std::milli>(now - t).count();
@@ -166,24 +297,22 @@ struct PhaseTimes {
   }
 };
 
-std::string epoch_png(const std::string& dir, int epoch) {
-  char name[64];
-  std::snprintf(name, sizeof name, "dcgan_epoch_%03d.png", epoch);
-  return (std::filesystem::path(dir) / name).string();
+// Mean of sigmoid(logits): the discriminator's average probability that its inputs are real.
+double mean_prob(const Variable& logits) { return mean(sigmoid(logits.data())).item(); }
+
+void set_requires_grad(nn::Module& m, bool on) {
+  for (Variable p : m.parameters()) p.set_requires_grad(on);
 }
 
-}  // namespace
+struct StepResult {
+  double loss_d = 0, loss_g = 0;
+  double d_real = 0, d_fake = 0;   // D's mean probability that real (fake) images are real
+  float scale_d = 0, scale_g = 0;  // the loss scales this step's gradients carried
+  bool applied_d = false, applied_g = false;  // false: the network's loss scaler skipped the step
 
-// Note [Sampling mode]
-// The grids are drawn with G in eval mode, batch norm normalizing with its running statistics,
-// as a trained generator is used. PyTorch's DCGAN example samples in train mode instead (the
-// fixed batch's own statistics). The running statistics start at mean 0, variance 1, far above
-// the variance of a fresh N(0, 0.02) generator's activations, so early eval-mode grids are washed
-// out (near-flat gray at step 10, faint at step 30: momentum 0.1 leaves 0.9^k of the initial
-// statistics after k steps); from about step 50 on both modes draw the same pictures (compared at
-// steps 50 to 200 on Fashion-MNIST), and every epoch's grid is far past that point. --sample-mode train draws with batch statistics (and
-// leaves the running ones as they were), for --sample-every grids in the first steps.
-//
+  bool finite() const { return std::isfinite(loss_d) && std::isfinite(loss_g); }
+};
+
 // Note [One generator pass per step]
 // G(z) runs once per step on the outer tape `g_tape`. The discriminator's update sees a detached
 // copy (a fresh Variable over the same data) on its own inner tape, so its backward pass stops at
@@ -199,6 +328,210 @@ std::string epoch_png(const std::string& dir, int epoch) {
 // alone decides whether the step is applied. D's parameters take no part: they do not require
 // a gradient during that pass (checked every step), and D's own step has already consumed D's
 // gradients.
+
+// One step on a batch of real images (host, [B, nc, S, S]): D's update, then G's, each through
+// its own trainer; telemetry of sampled steps goes to `metrics`.
+StepResult train_step(Gan& gan, const Tensor& real_images, PhaseTimes& times, examples::Metrics& metrics) {
+  PrecisionTrainer &g_trainer = *gan.g_trainer, &d_trainer = *gan.d_trainer;
+  nn::Sequential &G = *gan.G, &D = *gan.D;
+  StepResult r;
+  const Variable real(d_trainer.input(real_images));
+  const Tensor z = g_trainer.input(normal({gan.batch, gan.nz, 1, 1}, 0.0, 1.0, gan.noise_gen));
+
+  Tape g_tape;  // G's forward pass, kept for its update (Note [One generator pass per step])
+  g_trainer.begin_step(g_tape);
+  const Variable fake = G(Variable(z));
+  times.lap(times.g_fwd);
+
+  // Discriminator: maximize log D(x) + log(1 - D(G(z))), i.e. minimize
+  // BCE(D(x), 1) + BCE(D(G(z)), 0) with G(z) detached. Real and fake batches go through D
+  // separately, so each batch norm sees one kind of image per batch (as in Radford et al.).
+  // The losses are computed in fp32 from the 16-bit logits (Note [The fp32 allow-list]).
+  {
+    Tape d_tape;
+    d_trainer.begin_step(d_tape);
+    const Variable out_real = D(real);
+    const Variable out_fake = D(Variable(d_trainer.input(fake.data())));
+    const Variable err =
+        binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, out_real), gan.real_labels) +
+        binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, out_fake), gan.fake_labels);
+    times.lap(times.d_fwd);
+    d_trainer.backward(d_tape, err);
+    times.lap(times.d_bwd);
+    r.scale_d = d_trainer.scale();
+    r.applied_d = d_trainer.step();
+    times.lap(times.d_opt);
+    metrics.write_telemetry(d_trainer, "D.");
+    r.loss_d = err.item();
+    r.d_real = mean_prob(out_real);
+    r.d_fake = mean_prob(out_fake);
+  }
+
+  // Generator: minimize BCE(D(G(z)), 1) (the non-saturating loss) through the updated D.
+  {
+    set_requires_grad(D, false);
+    Tape dg_tape;
+    g_trainer.attach(dg_tape);
+    const Variable fake_in(fake.data(), true);
+    const Variable err =
+        binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, D(fake_in)), gan.real_labels);
+    times.lap(times.dg_fwd);
+    r.scale_g = g_trainer.scale();
+    g_trainer.backward(dg_tape, err);  // seeded with G's loss scale
+    set_requires_grad(D, true);
+    for (const Variable& p : gan.d_params)
+      MT_CHECK(!p.grad(), "D's parameter ", p.name(), " received a gradient from G's loss");
+    times.lap(times.dg_bwd);
+    g_trainer.backward(g_tape, fake, *fake_in.grad());
+    times.lap(times.g_bwd);
+    r.applied_g = g_trainer.step();
+    times.lap(times.g_opt);
+    metrics.write_telemetry(g_trainer, "G.");
+    r.loss_g = err.item();
+  }
+  return r;
+}
+
+// ---- the training loop -----------------------------------------------------------------------
+
+// What the whole run has done so far.
+struct RunState {
+  int64_t step = 0;
+  double train_secs = 0.0;  // training steps only, without sample grids and checkpoints
+  StepResult last;          // the last step whose losses were finite
+  PhaseTimes times;         // summed over the epochs
+  bool stop = false;        // --max-steps reached
+};
+
+// One epoch's sums over its steps whose losses were finite.
+struct EpochStats {
+  double sum_d = 0, sum_g = 0, sum_real = 0, sum_fake = 0;
+  int64_t steps = 0, scored = 0;  // steps, and those with finite losses (the averages')
+  PhaseTimes times;
+
+  double n() const { return double(std::max<int64_t>(scored, 1)); }
+};
+
+std::string step_png(const std::string& dir, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "dcgan_step_%06lld.png", (long long)step);
+  return examples::output_path(dir, name);
+}
+
+// One pass over the data (or up to --max-steps): each step, its checks, its step event and
+// --sample-every grid.
+EpochStats train_epoch(Gan& gan, data::DataLoader& loader, int epoch, const DcganFlags& o, int64_t max_steps,
+                       examples::Progress& progress, examples::Metrics& metrics, RunState& run) {
+  progress.start_epoch();
+  const auto t_epoch = Clock::now();
+  EpochStats e;
+  e.times.device = gan.device;
+  e.times.start();
+  for (data::Batch& b : loader.epoch(epoch)) {
+    e.times.lap(e.times.data);
+    const StepResult r = train_step(gan, b[0], e.times, metrics);
+    ++run.step;
+    ++e.steps;
+    // A step a scaler skipped changed nothing; a non-finite loss whose step was applied means
+    // training diverged.
+    MT_CHECK((std::isfinite(r.loss_d) || !r.applied_d) && (std::isfinite(r.loss_g) || !r.applied_g),
+             "the losses became loss_d ", r.loss_d, ", loss_g ", r.loss_g, " at step ", run.step, " under ",
+             gan.g_trainer->describe(), " (try a smaller --lr", examples::diverged_hint(*gan.g_trainer));
+    if (r.finite()) {
+      e.sum_d += r.loss_d;
+      e.sum_g += r.loss_g;
+      e.sum_real += r.d_real;
+      e.sum_fake += r.d_fake;
+      ++e.scored;
+      run.last = r;
+    }
+    progress.update(epoch, e.steps, e.sum_d / e.n());
+    if (run.step % o.log_every == 0 && r.finite())
+      metrics.write({{"event", "step"},      {"step", run.step},      {"epoch", epoch},
+                     {"loss", r.loss_d},     {"loss_d", r.loss_d},    {"loss_g", r.loss_g},
+                     {"d_real", r.d_real},   {"d_fake", r.d_fake},    {"lr", gan.d_trainer->optimizer().lr()},
+                     {"d_scale", r.scale_d}, {"d_skipped", !r.applied_d}, {"g_scale", r.scale_g},
+                     {"g_skipped", !r.applied_g}});
+    if (o.sample_every > 0 && run.step % o.sample_every == 0) gan.write_samples(step_png(o.out_dir, run.step));
+    if (max_steps > 0 && run.step >= max_steps) {
+      run.stop = true;
+      break;
+    }
+    e.times.start();
+  }
+  progress.update(epoch, e.steps, e.sum_d / e.n(), true);
+  run.train_secs += examples::seconds_since(t_epoch);
+  run.times += e.times;
+  return e;
+}
+
+// ---- checkpoint, sample grids and reports ----------------------------------------------------
+
+std::string epoch_png(const std::string& dir, int epoch) {
+  char name[64];
+  std::snprintf(name, sizeof name, "dcgan_epoch_%03d.png", epoch);
+  return examples::output_path(dir, name);
+}
+
+// Both networks, their trainers' optimizer and scaler state, and the shape of the networks.
+void save_checkpoint(const std::string& path, const Gan& gan, const DcganFlags& o, int epoch, int64_t step) {
+  TensorDict ckpt;
+  examples::add_module_state(ckpt, "generator.", *gan.G);
+  examples::add_module_state(ckpt, "discriminator.", *gan.D);
+  ckpt.merge("trainer_g.", gan.g_trainer->state_dict());
+  ckpt.merge("trainer_d.", gan.d_trainer->state_dict());
+  ckpt.set_meta("epoch", std::to_string(epoch));
+  ckpt.set_meta("step", std::to_string(step));
+  ckpt.set_meta("image_size", std::to_string(o.image_size));
+  ckpt.set_meta("channels", std::to_string(gan.nc));
+  ckpt.set_meta("nz", std::to_string(gan.nz));
+  ckpt.set_meta("ngf", std::to_string(o.ngf));
+  ckpt.set_meta("ndf", std::to_string(o.ndf));
+  save_safetensors(path, ckpt);
+}
+
+// The epoch's averages and phase times, on stdout and as an "eval" event.
+void report_epoch(int epoch, const EpochStats& e, const std::string& png, examples::Metrics& metrics) {
+  const double n = e.n();
+  const nlohmann::json ms = e.times.per_step(e.steps);
+  std::printf("epoch %d: loss_d %.4f  loss_g %.4f  D(x) %.3f  D(G(z)) %.3f  -> %s\n", epoch, e.sum_d / n,
+              e.sum_g / n, e.sum_real / n, e.sum_fake / n, png.c_str());
+  std::printf("  ms/step: G fwd %.1f | D fwd %.1f bwd %.1f adam %.1f | D(G(z)) fwd %.1f bwd %.1f | "
+              "G bwd %.1f adam %.1f | data %.1f\n",
+              ms["g_forward"].get<double>(), ms["d_forward"].get<double>(), ms["d_backward"].get<double>(),
+              ms["d_optimizer"].get<double>(), ms["d_on_fake_forward"].get<double>(),
+              ms["d_on_fake_backward"].get<double>(), ms["g_backward"].get<double>(),
+              ms["g_optimizer"].get<double>(), ms["data"].get<double>());
+  metrics.write({{"event", "eval"},         {"epoch", epoch},           {"loss_d", e.sum_d / n},
+                 {"loss_g", e.sum_g / n},   {"d_real", e.sum_real / n}, {"d_fake", e.sum_fake / n},
+                 {"samples", png},          {"ms_per_step", ms}});
+}
+
+// The closing lines and the "summary" event.
+void report_run(const Gan& gan, const RunState& run, Device device, double wall, const std::string& ckpt_path,
+                examples::Metrics& metrics) {
+  std::printf("%lld steps; wall %.1f s (training %.1f s, %.2f steps/s); checkpoint %s\n", (long long)run.step, wall,
+              run.train_secs, double(run.step) / run.train_secs, ckpt_path.c_str());
+  std::printf("generator: %s\ndiscriminator: %s\n", examples::precision_summary(*gan.g_trainer).c_str(),
+              examples::precision_summary(*gan.d_trainer).c_str());
+  nlohmann::json summary = {{"event", "summary"},
+                            {"device", device.str()},
+                            {"precision", nn::precision_name(gan.g_trainer->precision())},
+                            {"steps", run.step},
+                            {"final_loss_d", run.last.loss_d},
+                            {"final_loss_g", run.last.loss_g},
+                            {"final_d_real", run.last.d_real},
+                            {"final_d_fake", run.last.d_fake},
+                            {"ms_per_step", run.times.per_step(run.step)},
+                            {"wall_s", wall},
+                            {"steps_per_s", double(run.step) / run.train_secs}};
+  examples::add_precision_summary(summary, *gan.g_trainer, "g_");
+  examples::add_precision_summary(summary, *gan.d_trainer, "d_");
+  metrics.write(summary);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"Train a DCGAN on Fashion-MNIST at 32x32, or on a folder of images, under any precision "
                "policy."};
@@ -210,266 +543,34 @@ int main(int argc, char** argv) {
   precision.add_to(app);
   examples::DeviceFlag device_flag;
   device_flag.add_to(app);
-  std::string data_dir = data::kFashionMnistDir, images_dir, out_dir = ".", sample_mode = "eval";
-  int64_t image_size = 0, nz = 100, ngf = 32, ndf = 32, limit = 0, log_every = 50, sample_every = 0;
-  double beta1 = 0.5;
-  bool smoke = false;
-  app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
-  app.add_option("--images", images_dir, "train on the PNG/JPEG images of this folder (RGB) instead");
-  app.add_option("--image-size", image_size, "image side, a power of two >= 8 (default: 32 for Fashion-MNIST, "
-                                             "64 for --images; Fashion-MNIST takes 32 only)");
-  app.add_option("--nz", nz, "length of the noise vector z")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--ngf", ngf, "generator width (channels of its last hidden layer)")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
-  app.add_option("--ndf", ndf, "discriminator width (channels of its first layer)")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
-  app.add_option("--beta1", beta1, "Adam beta1 of both optimizers")
-      ->check(CLI::Range(0.0, 0.999999))->capture_default_str();
-  app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--log-every", log_every, "steps between step events in the metrics")
-      ->check(CLI::Range(int64_t(1), int64_t(1000000)))->capture_default_str();
-  app.add_option("--sample-every", sample_every, "also write a sample grid every N steps (0: only per epoch)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--sample-mode", sample_mode, "batch norm statistics for the sample grids")
-      ->check(CLI::IsMember({"eval", "train"}))->capture_default_str();
-  app.add_option("--out-dir", out_dir, "where the PNG grids and dcgan.safetensors go")->capture_default_str();
-  app.add_flag("--smoke", smoke, "tiny networks, a few dozen steps on a subset (CI smoke run)");
+  DcganFlags o;
+  o.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (smoke) {
-      flags.epochs = 1;
-      flags.batch_size = 32;
-      limit = 1536;  // 48 steps
-      ngf = ndf = 8;
-      nz = 32;
-      if (app.count("--log-every") == 0) log_every = 2;  // an explicit flag wins
-    }
-    const bool folder = !images_dir.empty();
-    if (image_size == 0) image_size = folder ? 64 : 32;
-    MT_CHECK(image_size >= 8 && (image_size & (image_size - 1)) == 0,
-             "--image-size must be a power of two >= 8, got ", image_size);
-    MT_CHECK(folder || image_size == 32, "Fashion-MNIST trains at --image-size 32 (28x28 padded), got ",
-             image_size, "; use --images DIR for other sizes");
-    MT_CHECK((ngf << (num_stages(image_size) - 1)) <= 8192 && (ndf << (num_stages(image_size) - 1)) <= 8192,
-             "--ngf/--ndf too large for --image-size ", image_size);
+    o.finish(app, flags);
     const Device device = device_flag.resolve();
     set_num_threads(flags.threads);
-    std::filesystem::create_directories(out_dir);
+    std::filesystem::create_directories(o.out_dir);
     const auto t_start = Clock::now();
 
-    Tensor images;
-    if (folder) {
-      images = data::load_image_folder(images_dir, {.size = image_size, .limit = limit > 0 ? limit : -1}).images;
-      std::printf("dcgan: %lld images from %s at %lldx%lld\n", (long long)images.size(0), images_dir.c_str(),
-                  (long long)image_size, (long long)image_size);
-    } else {
-      images = load_fashion_mnist_32(data_dir, limit);
-      std::printf("dcgan: %lld Fashion-MNIST training images from %s, padded to 32x32\n", (long long)images.size(0),
-                  data_dir.c_str());
-    }
-    const int64_t nc = images.size(1);
-    MT_CHECK(images.size(0) >= flags.batch_size, "the ", images.size(0),
-             " training images are fewer than one batch of ", flags.batch_size);
-
-    Generator init_gen(flags.seed), noise_gen(flags.seed + 1);
-    auto G = make_generator(nz, ngf, nc, image_size);
-    auto D = make_discriminator(ndf, nc, image_size);
-    nn::init::dcgan_init(*G, init_gen);
-    nn::init::dcgan_init(*D, init_gen);
-    G->to(device);  // before the trainers: masters and optimizer state follow the parameters
-    D->to(device);
-    std::printf("generator %s\n%lld parameters\ndiscriminator %s\n%lld parameters\n", G->str().c_str(),
-                (long long)G->num_parameters(), D->str().c_str(), (long long)D->num_parameters());
-    const OptimizerSpec adam{.kind = OptimizerKind::adam, .lr = flags.lr, .beta1 = beta1};
-    PrecisionTrainer g_trainer(*G, adam, precision.options(flags.seed));
-    PrecisionTrainer d_trainer(*D, adam, precision.options(flags.seed + 1));
-    std::printf("device: %s\nprecision: G %s\n           D %s\n",
-                examples::device_description(device, flags.threads).c_str(), g_trainer.describe().c_str(),
-                d_trainer.describe().c_str());
-    const std::vector<Variable> d_params = D->parameters();
-
-    // 64 noise vectors from a constant seed: the same z for every grid of a run, and across runs.
-    Generator sample_gen(20160107);
-    const Tensor fixed_z = g_trainer.input(normal({64, nz, 1, 1}, 0.0, 1.0, sample_gen));
-    const bool sample_train = sample_mode == "train";
-
-    const int64_t B = flags.batch_size;
+    const Tensor images = load_images(o, flags.batch_size);
+    Gan gan(o, images.size(1), flags, precision, device);
     data::DataLoader loader(data::TensorDataset({images}),
-                            {.batch_size = B, .shuffle = true, .drop_last = true, .seed = flags.seed});
-    const int64_t steps_per_epoch = loader.batches_per_epoch();
-    const Tensor real_labels = ones({B, 1}, DType::f32, device), fake_labels = zeros({B, 1}, DType::f32, device);
-
+                            {.batch_size = flags.batch_size, .shuffle = true, .drop_last = true, .seed = flags.seed});
     examples::Metrics metrics(flags.metrics);
-    examples::Progress progress(flags.epochs, steps_per_epoch);
-    const std::string ckpt_path = (std::filesystem::path(out_dir) / "dcgan.safetensors").string();
-    int64_t step = 0;
-    double train_secs = 0.0;
-    double last_d = 0, last_g = 0, last_real = 0, last_fake = 0;
-    PhaseTimes total_times;
-    bool stop = false;
-    for (int epoch = 1; epoch <= flags.epochs && !stop; ++epoch) {
-      progress.start_epoch();
-      const auto t_epoch = Clock::now();
-      double sum_d = 0, sum_g = 0, sum_real = 0, sum_fake = 0;
-      int64_t in_epoch = 0, scored = 0;  // steps, and those with finite losses (the averages')
-      PhaseTimes times;
-      times.device = device;
-      auto t = Clock::now();
-      for (data::Batch& b : loader.epoch(epoch)) {
-        times.add(times.data, t);
-        const Variable real(d_trainer.input(b[0]));
-        const Tensor z = g_trainer.input(normal({B, nz, 1, 1}, 0.0, 1.0, noise_gen));
+    examples::Progress progress(flags.epochs, loader.batches_per_epoch());
+    const std::string ckpt_path = examples::output_path(o.out_dir, "dcgan.safetensors");
 
-        Tape g_tape;  // G's forward pass, kept for its update (Note [One generator pass per step])
-        g_trainer.begin_step(g_tape);
-        const Variable fake = (*G)(Variable(z));
-        times.add(times.g_fwd, t);
-
-        // Discriminator: maximize log D(x) + log(1 - D(G(z))), i.e. minimize
-        // BCE(D(x), 1) + BCE(D(G(z)), 0) with G(z) detached. Real and fake batches go through D
-        // separately, so each batch norm sees one kind of image per batch (as in Radford et al.).
-        // The losses are computed in fp32 from the 16-bit logits (Note [The fp32 allow-list]).
-        double loss_d, d_real, d_fake;
-        float scale_d;
-        bool applied_d;
-        {
-          Tape d_tape;
-          d_trainer.begin_step(d_tape);
-          const Variable out_real = (*D)(real);
-          const Variable out_fake = (*D)(Variable(d_trainer.input(fake.data())));
-          const Variable err =
-              binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, out_real), real_labels) +
-              binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, out_fake), fake_labels);
-          times.add(times.d_fwd, t);
-          d_trainer.backward(d_tape, err);
-          times.add(times.d_bwd, t);
-          scale_d = d_trainer.scale();
-          applied_d = d_trainer.step();
-          times.add(times.d_opt, t);
-          metrics.write_telemetry(d_trainer, "D.");
-          loss_d = err.item();
-          d_real = mean_prob(out_real);
-          d_fake = mean_prob(out_fake);
-        }
-
-        // Generator: minimize BCE(D(G(z)), 1) (the non-saturating loss) through the updated D.
-        double loss_g;
-        float scale_g;
-        bool applied_g;
-        {
-          set_requires_grad(*D, false);
-          Tape dg_tape;
-          g_trainer.attach(dg_tape);
-          const Variable fake_in(fake.data(), true);
-          const Variable err =
-              binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, (*D)(fake_in)), real_labels);
-          times.add(times.dg_fwd, t);
-          scale_g = g_trainer.scale();
-          g_trainer.backward(dg_tape, err);  // seeded with G's loss scale
-          set_requires_grad(*D, true);
-          for (const Variable& p : d_params)
-            MT_CHECK(!p.grad(), "D's parameter ", p.name(), " received a gradient from G's loss");
-          times.add(times.dg_bwd, t);
-          g_trainer.backward(g_tape, fake, *fake_in.grad());
-          times.add(times.g_bwd, t);
-          applied_g = g_trainer.step();
-          times.add(times.g_opt, t);
-          metrics.write_telemetry(g_trainer, "G.");
-          loss_g = err.item();
-        }
-
-        ++step;
-        ++in_epoch;
-        // A step a scaler skipped changed nothing; a non-finite loss whose step was applied means
-        // training diverged.
-        MT_CHECK((std::isfinite(loss_d) || !applied_d) && (std::isfinite(loss_g) || !applied_g),
-                 "the losses became loss_d ", loss_d, ", loss_g ", loss_g, " at step ", step, " under ",
-                 g_trainer.describe(), " (try a smaller --lr",
-                 nn::is_16bit(g_trainer.precision()) && g_trainer.options().loss_scale.kind == LossScaleSpec::Kind::none
-                     ? ", or a dynamic --loss-scale such as backoff)"
-                     : ")");
-        const bool finite = std::isfinite(loss_d) && std::isfinite(loss_g);
-        if (finite) {
-          sum_d += loss_d;
-          sum_g += loss_g;
-          sum_real += d_real;
-          sum_fake += d_fake;
-          ++scored;
-          last_d = loss_d, last_g = loss_g, last_real = d_real, last_fake = d_fake;
-        }
-        progress.update(epoch, in_epoch, sum_d / double(std::max<int64_t>(scored, 1)));
-        if (step % log_every == 0 && finite)
-          metrics.write({{"event", "step"},    {"step", step},        {"epoch", epoch},
-                         {"loss", loss_d},     {"loss_d", loss_d},    {"loss_g", loss_g},
-                         {"d_real", d_real},   {"d_fake", d_fake},    {"lr", d_trainer.optimizer().lr()},
-                         {"d_scale", scale_d}, {"d_skipped", !applied_d}, {"g_scale", scale_g},
-                         {"g_skipped", !applied_g}});
-        if (sample_every > 0 && step % sample_every == 0) {
-          char name[64];
-          std::snprintf(name, sizeof name, "dcgan_step_%06lld.png", (long long)step);
-          write_samples(*G, fixed_z, sample_train, (std::filesystem::path(out_dir) / name).string());
-        }
-        if (flags.max_steps > 0 && step >= flags.max_steps) {
-          stop = true;
-          break;
-        }
-        t = Clock::now();
-      }
-      const double n = double(std::max<int64_t>(scored, 1));
-      progress.update(epoch, in_epoch, sum_d / n, true);
-      train_secs += examples::seconds_since(t_epoch);
-      total_times += times;
-
-      const std::string png = epoch_png(out_dir, epoch);
-      write_samples(*G, fixed_z, sample_train, png);
-      TensorDict ckpt;
-      for (const auto& [name, tensor] : G->state_dict()) ckpt.add("generator." + name, tensor);
-      for (const auto& [name, tensor] : D->state_dict()) ckpt.add("discriminator." + name, tensor);
-      ckpt.merge("trainer_g.", g_trainer.state_dict());
-      ckpt.merge("trainer_d.", d_trainer.state_dict());
-      ckpt.set_meta("epoch", std::to_string(epoch));
-      ckpt.set_meta("step", std::to_string(step));
-      ckpt.set_meta("image_size", std::to_string(image_size));
-      ckpt.set_meta("channels", std::to_string(nc));
-      ckpt.set_meta("nz", std::to_string(nz));
-      ckpt.set_meta("ngf", std::to_string(ngf));
-      ckpt.set_meta("ndf", std::to_string(ndf));
-      save_safetensors(ckpt_path, ckpt);
-
-      const nlohmann::json ms = times.per_step(in_epoch);
-      std::printf("epoch %d: loss_d %.4f  loss_g %.4f  D(x) %.3f  D(G(z)) %.3f  -> %s\n", epoch, sum_d / n,
-                  sum_g / n, sum_real / n, sum_fake / n, png.c_str());
-      std::printf("  ms/step: G fwd %.1f | D fwd %.1f bwd %.1f adam %.1f | D(G(z)) fwd %.1f bwd %.1f | "
-                  "G bwd %.1f adam %.1f | data %.1f\n",
-                  ms["g_forward"].get<double>(), ms["d_forward"].get<double>(), ms["d_backward"].get<double>(),
-                  ms["d_optimizer"].get<double>(), ms["d_on_fake_forward"].get<double>(),
-                  ms["d_on_fake_backward"].get<double>(), ms["g_backward"].get<double>(),
-                  ms["g_optimizer"].get<double>(), ms["data"].get<double>());
-      metrics.write({{"event", "eval"},       {"epoch", epoch},         {"loss_d", sum_d / n},
-                     {"loss_g", sum_g / n},   {"d_real", sum_real / n}, {"d_fake", sum_fake / n},
-                     {"samples", png},        {"ms_per_step", ms}});
+    RunState run;
+    for (int epoch = 1; epoch <= flags.epochs && !run.stop; ++epoch) {
+      const EpochStats e = train_epoch(gan, loader, epoch, o, flags.max_steps, progress, metrics, run);
+      const std::string png = epoch_png(o.out_dir, epoch);
+      gan.write_samples(png);
+      save_checkpoint(ckpt_path, gan, o, epoch, run.step);
+      report_epoch(epoch, e, png, metrics);
     }
-
-    const double wall = examples::seconds_since(t_start);
-    std::printf("%lld steps; wall %.1f s (training %.1f s, %.2f steps/s); checkpoint %s\n", (long long)step, wall,
-                train_secs, double(step) / train_secs, ckpt_path.c_str());
-    std::printf("generator: %s\ndiscriminator: %s\n", examples::precision_summary(g_trainer).c_str(),
-                examples::precision_summary(d_trainer).c_str());
-    nlohmann::json summary = {{"event", "summary"},
-                              {"device", device.str()},
-                              {"precision", nn::precision_name(g_trainer.precision())},
-                              {"steps", step},
-                              {"final_loss_d", last_d},
-                              {"final_loss_g", last_g},
-                              {"final_d_real", last_real},
-                              {"final_d_fake", last_fake},
-                              {"ms_per_step", total_times.per_step(step)},
-                              {"wall_s", wall},
-                              {"steps_per_s", double(step) / train_secs}};
-    examples::add_precision_summary(summary, g_trainer, "g_");
-    examples::add_precision_summary(summary, d_trainer, "d_");
-    metrics.write(summary);
+    report_run(gan, run, device, examples::seconds_since(t_start), ckpt_path, metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dcgan: error: %s\n", e.what());
     return 1;

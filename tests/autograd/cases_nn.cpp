@@ -6,8 +6,8 @@ using namespace mixtape;
 using namespace mixtape::test;
 using V = std::vector<Variable>;
 
-// Running buffers are made inside each case function: training mode updates them in place,
-// and the suites call a case function many times on the same inputs.
+// Running buffers are made inside each case function, on the input's device: training mode
+// updates them in place, and the suites call a case function many times on the same inputs.
 
 MT_OP_CASE(OpCase{"batch_norm training, 4-D non-contiguous input, affine",
                   [](DType dt) {
@@ -15,7 +15,7 @@ MT_OP_CASE(OpCase{"batch_norm training, 4-D non-contiguous input, affine",
                                                rand_input({3}, dt, 53)};
                   },
                   [](const V& v) {
-                    Tensor rm = zeros({3}), rv = ones({3});
+                    Tensor rm = zeros({3}, DType::f32, v[0].device()), rv = ones({3}, DType::f32, v[0].device());
                     return batch_norm(v[0], v[1], v[2], rm, rv, true);
                   }});
 
@@ -29,8 +29,8 @@ MT_OP_CASE(OpCase{"batch_norm eval, 3-D [N, C, L], affine",
                                                rand_input({2}, dt, 57)};
                   },
                   [](const V& v) {
-                    Tensor rm = from_vector(std::vector<double>{0.1, -0.2}, {2});
-                    Tensor rv = from_vector(std::vector<double>{0.5, 1.5}, {2});
+                    Tensor rm = from_vector(std::vector<double>{0.1, -0.2}, {2}).to(v[0].device());
+                    Tensor rv = from_vector(std::vector<double>{0.5, 1.5}, {2}).to(v[0].device());
                     return batch_norm(v[0], v[1], v[2], rm, rv, false);
                   }});
 

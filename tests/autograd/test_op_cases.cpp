@@ -1,4 +1,5 @@
-// The three suites over every registered op case (tests/support/op_cases.h).
+// The three CPU suites over every registered op case (tests/support/op_cases.h); the device
+// suite is tests/cuda/test_op_cases.cpp.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -10,6 +11,8 @@
 using namespace mixtape;
 using mixtape::test::OpCase;
 using mixtape::test::op_cases;
+using mixtape::test::run_case;
+using Run = mixtape::test::CaseRun;
 
 namespace {
 
@@ -23,27 +26,6 @@ double dot(const Tensor& a, const Tensor& b) {
   double s = 0.0;
   for (int64_t i = 0; i < a.numel(); ++i) s += a.flat_get(i) * b.flat_get(i);
   return s;
-}
-
-// Forward + backward seeded with `seed`; returns the output and each floating input's gradient.
-struct Run {
-  Tensor out;
-  std::vector<std::optional<ScaledGrad>> grads;
-  std::set<OpId> ops;
-};
-
-Run run_case(const OpCase& c, const std::vector<Tensor>& ins, const std::function<ScaledGrad(const Tensor&)>& seed) {
-  Run r;
-  std::vector<Variable> vs = make_vars(ins);
-  {
-    Tape tape;
-    Variable out = c.fn(vs);
-    for (const auto& n : tape.nodes()) r.ops.insert(n->op);
-    r.out = out.data();
-    if (out.requires_grad()) tape.backward(out, seed(out.data()));
-  }
-  for (const Variable& v : vs) r.grads.push_back(v.grad());
-  return r;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Tolerance for results accumulated in fp32 on both devices in different orders (GEMM, conv), used
-// by test_gemm.cpp and test_conv.cpp.
+// by test_gemm.cpp and test_conv.cpp, and require_gpu_fp32_accumulated, which runs one op on both
+// devices and on the bound's inputs.
 //
 // Note [GEMM tolerance]
 // Each output is x = sum of K products. The CPU (OpenBLAS sgemm) and the GPU (Tensor Cores or FMA
@@ -24,6 +25,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "mixtape.h"
 #include "tests/cuda/cuda_test.h"
@@ -61,5 +64,21 @@ inline void require_fp32_accumulated(const Tensor& got, const Tensor& want, cons
 
 // |t| in f64 on the CPU (for the bound S).
 inline Tensor abs64(const Tensor& t) { return abs(on_cpu(t).to(DType::f64)); }
+
+// One GEMM-like op written once and checked on the GPU: `op` maps a list of tensors to its
+// result and runs three times, on the GPU copies of `inputs` (each in the layout it has on the
+// CPU: a transposed or strided input stays so), on `inputs` themselves (the CPU reference), and on
+// |inputs| in f64 (the bound S); the first two are compared by require_fp32_accumulated with K
+// products per output. An undefined input (no bias) stays undefined in all three.
+template <class Op>
+void require_gpu_fp32_accumulated(const Op& op, const std::vector<Tensor>& inputs, int64_t K, const std::string& what,
+                                  double extra = 0.0) {
+  std::vector<Tensor> on_device, magnitudes;
+  for (const Tensor& t : inputs) {
+    on_device.push_back(t.defined() ? same_layout_on(t, gpu()) : Tensor());
+    magnitudes.push_back(t.defined() ? abs64(t) : Tensor());
+  }
+  require_fp32_accumulated(op(on_device), op(inputs), op(magnitudes), K, what, extra);
+}
 
 }  // namespace mixtape::cuda_test

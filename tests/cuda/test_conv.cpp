@@ -47,45 +47,31 @@ TEST_CASE("cuda conv2d forward and backward match the CPU", "[cuda]") {
       const std::string name = case_name(c, dt);
       const Tensor x = random({c.N, c.C, c.H, c.W}, dt, seed++), w = random({c.OC, c.C, c.KH, c.KW}, dt, seed++);
       const Tensor b = random({c.OC}, dt, seed++);
-      const Tensor y = conv2d(x, w, b, c.stride, c.padding, c.dilation);
-      const int64_t taps = c.KH * c.KW;
-      // forward: C*KH*KW products per output
-      require_fp32_accumulated(conv2d(on_gpu(x), on_gpu(w), on_gpu(b), c.stride, c.padding, c.dilation), y,
-                               conv2d(abs64(x), abs64(w), abs64(b), c.stride, c.padding, c.dilation), c.C * taps,
-                               "conv2d forward " + name);
-      // non-contiguous input (strided view of a transposed buffer), no bias
-      require_fp32_accumulated(conv2d(strided_copy(on_gpu(x)), on_gpu(w), Tensor(), c.stride, c.padding, c.dilation),
-                               conv2d(x, w, Tensor(), c.stride, c.padding, c.dilation),
-                               conv2d(abs64(x), abs64(w), Tensor(), c.stride, c.padding, c.dilation), c.C * taps,
-                               "conv2d forward, strided input " + name);
-      const Tensor dy = random(y.shape(), dt, seed++);
+      const Tensor dy = random(conv2d(x, w, b, c.stride, c.padding, c.dilation).shape(), dt, seed++);
+      // x or dy also in a non-contiguous layout (every other element of a transposed buffer)
+      const Tensor xs = strided_copy(x), dys = strided_copy(dy);
+      const int64_t taps = c.KH * c.KW, pixels = c.N * dy.size(2) * dy.size(3);
+      const auto forward = [&](const std::vector<Tensor>& t) {
+        return conv2d(t[0], t[1], t[2], c.stride, c.padding, c.dilation);
+      };
+      const auto input_grad = [&](const std::vector<Tensor>& t) {
+        return conv2d_backward_input(t[0], t[1], x.shape(), c.stride, c.padding, c.dilation);
+      };
+      const auto weight_grad = [&](const std::vector<Tensor>& t) {
+        return conv2d_backward_weight(t[0], t[1], w.shape(), c.stride, c.padding, c.dilation);
+      };
+      // forward: C*KH*KW products per output; with a strided input and no bias
+      require_gpu_fp32_accumulated(forward, {x, w, b}, c.C * taps, "conv2d forward " + name);
+      require_gpu_fp32_accumulated(forward, {xs, w, Tensor()}, c.C * taps, "conv2d forward, strided input " + name);
       // input gradient: up to OC*KH*KW products per pixel (GEMM over OC, then col2im over the taps)
-      require_fp32_accumulated(
-          conv2d_backward_input(on_gpu(dy), on_gpu(w), x.shape(), c.stride, c.padding, c.dilation),
-          conv2d_backward_input(dy, w, x.shape(), c.stride, c.padding, c.dilation),
-          conv2d_backward_input(abs64(dy), abs64(w), x.shape(), c.stride, c.padding, c.dilation), c.OC * taps,
-          "conv2d backward input " + name);
+      require_gpu_fp32_accumulated(input_grad, {dy, w}, c.OC * taps, "conv2d backward input " + name);
+      require_gpu_fp32_accumulated(input_grad, {dys, w}, c.OC * taps, "conv2d backward input, strided dy " + name);
       // weight gradient: N*OH*OW products per weight
-      require_fp32_accumulated(
-          conv2d_backward_weight(on_gpu(x), on_gpu(dy), w.shape(), c.stride, c.padding, c.dilation),
-          conv2d_backward_weight(x, dy, w.shape(), c.stride, c.padding, c.dilation),
-          conv2d_backward_weight(abs64(x), abs64(dy), w.shape(), c.stride, c.padding, c.dilation),
-          c.N * y.size(2) * y.size(3), "conv2d backward weight " + name);
-      // strided dy for both gradients
-      require_fp32_accumulated(
-          conv2d_backward_input(strided_copy(on_gpu(dy)), on_gpu(w), x.shape(), c.stride, c.padding, c.dilation),
-          conv2d_backward_input(dy, w, x.shape(), c.stride, c.padding, c.dilation),
-          conv2d_backward_input(abs64(dy), abs64(w), x.shape(), c.stride, c.padding, c.dilation), c.OC * taps,
-          "conv2d backward input, strided dy " + name);
-      require_fp32_accumulated(
-          conv2d_backward_weight(on_gpu(x), strided_copy(on_gpu(dy)), w.shape(), c.stride, c.padding, c.dilation),
-          conv2d_backward_weight(x, dy, w.shape(), c.stride, c.padding, c.dilation),
-          conv2d_backward_weight(abs64(x), abs64(dy), w.shape(), c.stride, c.padding, c.dilation),
-          c.N * y.size(2) * y.size(3), "conv2d backward weight, strided dy " + name);
+      require_gpu_fp32_accumulated(weight_grad, {x, dy}, pixels, "conv2d backward weight " + name);
+      require_gpu_fp32_accumulated(weight_grad, {x, dys}, pixels, "conv2d backward weight, strided dy " + name);
       // bias gradient: a sum over N*OH*OW in double on both devices; the 2 + K term still bounds it
-      require_fp32_accumulated(conv2d_backward_bias(on_gpu(dy)), conv2d_backward_bias(dy),
-                               conv2d_backward_bias(abs64(dy)), c.N * y.size(2) * y.size(3),
-                               "conv2d backward bias " + name);
+      require_gpu_fp32_accumulated([](const std::vector<Tensor>& t) { return conv2d_backward_bias(t[0]); }, {dy},
+                                   pixels, "conv2d backward bias " + name);
     }
 }
 
@@ -98,10 +84,9 @@ TEST_CASE("cuda conv2d weight gradient over several workspace chunks (fp32 accum
   for (DType dt : kDtypes) {
     const Tensor x = random({9, 64, 64, 64}, dt, seed++), dy = random({9, 8, 64, 64}, dt, seed++);
     const Shape ws{8, 64, 3, 3};
-    require_fp32_accumulated(conv2d_backward_weight(on_gpu(x), on_gpu(dy), ws, 1, 1, 1),
-                             conv2d_backward_weight(x, dy, ws, 1, 1, 1),
-                             conv2d_backward_weight(abs64(x), abs64(dy), ws, 1, 1, 1), 9 * 64 * 64,
-                             detail::cat("conv2d backward weight, two chunks, ", dtype_name(dt)));
+    require_gpu_fp32_accumulated(
+        [&](const std::vector<Tensor>& t) { return conv2d_backward_weight(t[0], t[1], ws, 1, 1, 1); }, {x, dy},
+        9 * 64 * 64, detail::cat("conv2d backward weight, two chunks, ", dtype_name(dt)));
   }
 }
 
@@ -123,22 +108,23 @@ TEST_CASE("cuda conv_transpose2d forward and backward match the CPU", "[cuda]") 
                           << "," << c.KH << "," << c.KW << "]");
       const Tensor x = random({c.N, c.IC, c.H, c.W}, dt, seed++), w = random({c.IC, c.OC, c.KH, c.KW}, dt, seed++);
       const Tensor b = random({c.OC}, dt, seed++);
-      const Tensor y = conv_transpose2d(x, w, b, c.stride, c.padding, c.output_padding, c.dilation);
+      const Tensor dy =
+          random(conv_transpose2d(x, w, b, c.stride, c.padding, c.output_padding, c.dilation).shape(), dt, seed++);
       const int64_t taps = c.KH * c.KW;
-      require_fp32_accumulated(
-          conv_transpose2d(on_gpu(x), on_gpu(w), on_gpu(b), c.stride, c.padding, c.output_padding, c.dilation), y,
-          conv_transpose2d(abs64(x), abs64(w), abs64(b), c.stride, c.padding, c.output_padding, c.dilation),
-          c.IC * taps, "conv_transpose2d forward");
-      const Tensor dy = random(y.shape(), dt, seed++);
-      require_fp32_accumulated(
-          conv_transpose2d_backward_input(on_gpu(dy), on_gpu(w), x.shape(), c.stride, c.padding, c.dilation),
-          conv_transpose2d_backward_input(dy, w, x.shape(), c.stride, c.padding, c.dilation),
-          conv_transpose2d_backward_input(abs64(dy), abs64(w), x.shape(), c.stride, c.padding, c.dilation),
-          c.OC * taps, "conv_transpose2d backward input");
-      require_fp32_accumulated(
-          conv_transpose2d_backward_weight(on_gpu(x), on_gpu(dy), w.shape(), c.stride, c.padding, c.dilation),
-          conv_transpose2d_backward_weight(x, dy, w.shape(), c.stride, c.padding, c.dilation),
-          conv_transpose2d_backward_weight(abs64(x), abs64(dy), w.shape(), c.stride, c.padding, c.dilation),
-          c.N * c.H * c.W, "conv_transpose2d backward weight");
+      require_gpu_fp32_accumulated(
+          [&](const std::vector<Tensor>& t) {
+            return conv_transpose2d(t[0], t[1], t[2], c.stride, c.padding, c.output_padding, c.dilation);
+          },
+          {x, w, b}, c.IC * taps, "conv_transpose2d forward");
+      require_gpu_fp32_accumulated(
+          [&](const std::vector<Tensor>& t) {
+            return conv_transpose2d_backward_input(t[0], t[1], x.shape(), c.stride, c.padding, c.dilation);
+          },
+          {dy, w}, c.OC * taps, "conv_transpose2d backward input");
+      require_gpu_fp32_accumulated(
+          [&](const std::vector<Tensor>& t) {
+            return conv_transpose2d_backward_weight(t[0], t[1], w.shape(), c.stride, c.padding, c.dilation);
+          },
+          {x, dy}, c.N * c.H * c.W, "conv_transpose2d backward weight");
     }
 }

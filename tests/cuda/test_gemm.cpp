@@ -25,17 +25,16 @@ Tensor operand(int64_t rows, int64_t cols, bool transposed, DType dt, uint64_t s
   return transposed ? random({cols, rows}, dt, seed).t() : random({rows, cols}, dt, seed);
 }
 
-// matmul on both devices; the GPU gets the same layout (to(gpu) keeps a transposed view's layout
-// only through contiguous(), so transposed operands are rebuilt from their row-major storage).
+Tensor matmul_of(const std::vector<Tensor>& t) { return matmul(t[0], t[1]); }
+Tensor bmm_of(const std::vector<Tensor>& t) { return bmm(t[0], t[1]); }
+
+// matmul on both devices; the GPU gets each operand in its CPU layout (column-major when
+// transposed).
 void check_matmul(int64_t M, int64_t N, int64_t K, bool ta, bool tb, DType dt, uint64_t seed, double extra = 0.0) {
   const Tensor a = operand(M, K, ta, dt, seed), b = operand(K, N, tb, dt, seed + 1);
-  const Tensor ga = ta ? on_gpu(a.t().contiguous()).t() : on_gpu(a);
-  const Tensor gb = tb ? on_gpu(b.t().contiguous()).t() : on_gpu(b);
-  const Tensor want = matmul(a, b), got = matmul(ga, gb);
-  const Tensor bound = matmul(abs64(a), abs64(b));
-  require_fp32_accumulated(got, want, bound, K,
-                           detail::cat("matmul ", dtype_name(dt), " M=", M, " N=", N, " K=", K, " ta=", ta, " tb=", tb),
-                           extra);
+  require_gpu_fp32_accumulated(
+      matmul_of, {a, b}, K, detail::cat("matmul ", dtype_name(dt), " M=", M, " N=", N, " K=", K, " ta=", ta, " tb=", tb),
+      extra);
 }
 
 }  // namespace
@@ -74,22 +73,18 @@ TEST_CASE("cuda bmm and matmul with batched and broadcast batch dims", "[cuda]")
     INFO(dtype_name(dt));
     // bmm [B, M, K] x [B, K, N]
     const Tensor a = random({5, 17, 33}, dt, seed++), b = random({5, 33, 7}, dt, seed++);
-    require_fp32_accumulated(bmm(on_gpu(a), on_gpu(b)), bmm(a, b), bmm(abs64(a), abs64(b)), 33, "bmm");
+    require_gpu_fp32_accumulated(bmm_of, {a, b}, 33, "bmm");
     // bmm with b transposed per entry (column-major last two dims)
     const Tensor bt = random({5, 7, 33}, dt, seed++);
-    require_fp32_accumulated(bmm(on_gpu(a), on_gpu(bt).transpose(1, 2)), bmm(a, bt.transpose(1, 2)),
-                             bmm(abs64(a), abs64(bt).transpose(1, 2)), 33, "bmm, b transposed");
+    require_gpu_fp32_accumulated(bmm_of, {a, bt.transpose(1, 2)}, 33, "bmm, b transposed");
     // Broadcast batch: [2, 1, M, K] x [3, K, N] -> [2, 3, M, N] (stride-0 batch dims, two of them)
     const Tensor x = random({2, 1, 9, 129}, dt, seed++), y = random({3, 129, 31}, dt, seed++);
-    require_fp32_accumulated(matmul(on_gpu(x), on_gpu(y)), matmul(x, y), matmul(abs64(x), abs64(y)), 129,
-                             "broadcast batch");
+    require_gpu_fp32_accumulated(matmul_of, {x, y}, 129, "broadcast batch");
     // [..., M, K] x [K, N]: one GEMM over all rows
     const Tensor z = random({3, 4, 17, 65}, dt, seed++), w = random({65, 33}, dt, seed++);
-    require_fp32_accumulated(matmul(on_gpu(z), on_gpu(w)), matmul(z, w), matmul(abs64(z), abs64(w)), 65,
-                             "batched x shared");
+    require_gpu_fp32_accumulated(matmul_of, {z, w}, 65, "batched x shared");
     // Non-contiguous operands (every other element of a transposed buffer): general strides.
-    require_fp32_accumulated(matmul(strided_copy(on_gpu(x)), strided_copy(on_gpu(y))), matmul(x, y),
-                             matmul(abs64(x), abs64(y)), 129, "strided operands");
+    require_gpu_fp32_accumulated(matmul_of, {strided_copy(x), strided_copy(y)}, 129, "strided operands");
   }
 }
 
@@ -101,20 +96,22 @@ TEST_CASE("cuda linear with bias and the matmul backward helpers", "[cuda]") {
     // The LSTM's gate GEMM: batch 64, hidden 256 -> 4 * 256, and odd sizes.
     for (const auto& [rows, in, out] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{64, 256, 1024}, {7, 33, 129}}) {
       const Tensor x = random({rows, in}, dt, seed++), w = random({out, in}, dt, seed++), b = random({out}, dt, seed++);
-      const Tensor bound = linear(abs64(x), abs64(w), abs64(b));
-      require_fp32_accumulated(linear(on_gpu(x), on_gpu(w), on_gpu(b)), linear(x, w, b), bound, in, "linear + bias");
+      require_gpu_fp32_accumulated([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, {x, w, b},
+                                   in, "linear + bias");
       const Tensor dy = random({rows, out}, dt, seed++);
-      require_fp32_accumulated(linear_backward_input(on_gpu(dy), on_gpu(w)), linear_backward_input(dy, w),
-                               linear_backward_input(abs64(dy), abs64(w)), out, "linear backward input");
-      require_fp32_accumulated(linear_backward_weight(on_gpu(dy), on_gpu(x)), linear_backward_weight(dy, x),
-                               linear_backward_weight(abs64(dy), abs64(x)), rows, "linear backward weight");
+      require_gpu_fp32_accumulated([](const std::vector<Tensor>& t) { return linear_backward_input(t[0], t[1]); },
+                                   {dy, w}, out, "linear backward input");
+      require_gpu_fp32_accumulated([](const std::vector<Tensor>& t) { return linear_backward_weight(t[0], t[1]); },
+                                   {dy, x}, rows, "linear backward weight");
     }
     // matmul backward with a shared b: da = dy b^T summed over the batch as one GEMM.
     const Tensor a = random({3, 9, 17}, dt, seed++), b = random({17, 5}, dt, seed++), dy = random({3, 9, 5}, dt, seed++);
-    require_fp32_accumulated(matmul_backward_b(on_gpu(dy), on_gpu(a), b.shape()), matmul_backward_b(dy, a, b.shape()),
-                             matmul_backward_b(abs64(dy), abs64(a), b.shape()), 27, "matmul backward b");
-    require_fp32_accumulated(matmul_backward_a(on_gpu(dy), on_gpu(b), a.shape()), matmul_backward_a(dy, b, a.shape()),
-                             matmul_backward_a(abs64(dy), abs64(b), a.shape()), 5, "matmul backward a");
+    require_gpu_fp32_accumulated(
+        [&](const std::vector<Tensor>& t) { return matmul_backward_b(t[0], t[1], b.shape()); }, {dy, a}, 27,
+        "matmul backward b");
+    require_gpu_fp32_accumulated(
+        [&](const std::vector<Tensor>& t) { return matmul_backward_a(t[0], t[1], a.shape()); }, {dy, b}, 5,
+        "matmul backward a");
   }
 }
 

@@ -10,6 +10,22 @@ std::vector<OpCase>& op_cases() {
   return cases;
 }
 
+CaseRun run_case(const OpCase& c, const std::vector<Tensor>& inputs,
+                 const std::function<ScaledGrad(const Tensor& out)>& seed) {
+  CaseRun r;
+  std::vector<Variable> vs;
+  for (const Tensor& t : inputs) vs.emplace_back(t, is_floating(t.dtype()));
+  {
+    Tape tape;
+    Variable out = c.fn(vs);
+    for (const auto& n : tape.nodes()) r.ops.insert(n->op);
+    r.out = out.data();
+    if (out.requires_grad()) tape.backward(out, seed(out.data()));
+  }
+  for (const Variable& v : vs) r.grads.push_back(v.grad());
+  return r;
+}
+
 Tensor rand_input(const Shape& shape, DType dtype, uint64_t seed, double lo, double hi) {
   Generator g(seed);
   return uniform(shape, lo, hi, g, DType::f64).to(dtype);

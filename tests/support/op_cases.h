@@ -1,14 +1,21 @@
-// A registry of op test cases shared by three suites (tests/autograd/test_op_cases.cpp):
+// A registry of op test cases shared by four suites:
 //   1. central-difference gradient check in f64 (and the count of differentiable ops covered),
 //   2. loss-scale exactness: gradients seeded with {S * r, S} equal S x those seeded with {r, 1},
-//   3. f16 and bf16 forward and backward against the f64 reference on the same (rounded) inputs.
+//   3. f16 and bf16 forward and backward against the f64 reference on the same (rounded) inputs
+//      (these three: tests/autograd/test_op_cases.cpp),
+//   4. on a CUDA device: forward and gradients in f32, f16 and bf16 against the CPU on the same
+//      inputs, in the same layouts (tests/cuda/test_op_cases.cpp).
 //
 // A case builds its inputs for a requested dtype (same values for every dtype, up to rounding;
-// i64 inputs such as class labels stay i64) and a function of Variables. Register with
+// i64 inputs such as class labels stay i64) and a function of Variables. The inputs are CPU
+// tensors; suite 4 copies them to the device, so a case function that makes tensors of its own
+// (batch-norm running statistics) makes them on its inputs' device. Register with
 //   MT_OP_CASE("conv2d stride 2", { ...case fields... });
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +35,7 @@ struct OpCase {
   bool check16 = true;       // some ops (e.g. dropout masks) are compared elsewhere
   double fd_step = 1e-6;     // central-difference step
   double fd_tol = 1e-6;      // |analytic - numeric| <= fd_tol * (1 + |numeric|)
+  bool on_device = true;     // false: the case makes f64 tensors, which stay on the CPU (suite 4 skips it)
 };
 
 std::vector<OpCase>& op_cases();
@@ -40,6 +48,19 @@ struct RegisterOpCase {
 #define MT_OP_CASE_CAT(a, b) MT_OP_CASE_CAT2(a, b)
 #define MT_OP_CASE(...) \
   static ::mixtape::test::RegisterOpCase MT_OP_CASE_CAT(mt_op_case_, __LINE__)(::mixtape::test::OpCase{__VA_ARGS__})
+
+// One forward and backward run of a case: the output, each input's gradient (nullopt for inputs
+// that are not floating), and the ops the tape recorded.
+struct CaseRun {
+  Tensor out;
+  std::vector<std::optional<ScaledGrad>> grads;
+  std::set<OpId> ops;
+};
+
+// Runs c.fn on `inputs` (floating ones require a gradient) under a tape; when the output requires
+// a gradient, backward starts from seed(output).
+CaseRun run_case(const OpCase& c, const std::vector<Tensor>& inputs,
+                 const std::function<ScaledGrad(const Tensor& out)>& seed);
 
 // ---- input makers (deterministic: same seed -> same values, for every dtype) ----
 

@@ -136,10 +136,10 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 //                as unweighted): most gradients fall below fp16's 2^-24 without a loss scale
 //                (Micikevicius et al., section 3.2). Every scaler should recover.
 //   nonuniform   a decoder head reconstructs the image from the encoder's features, its per-pixel
-//                MSE weighted 2^-24, beside the classifier (AdamW eps 1e-16, so fp32's Adam trains
+//                MSE weighted 2^-32, beside the classifier (AdamW eps 1e-20, so fp32's Adam trains
 //                both heads at full speed). The classifier's largest gradients cap any single
-//                loss scale near 2^15; the decoder's gradients sit 2^40 below them, under fp16's
-//                range at that scale: one scale cannot hold both (Zhao et al., section 1). Per-
+//                loss scale near 2^15; the decoder's gradients need a scale near 2^31 to stay
+//                above fp16's 2^-24: one scale cannot hold both (Zhao et al., section 1). Per-
 //                node scales give the decoder's own cast and GEMMs their own betas.
 //   stall        lr 2e-4: most AdamW updates are below half a bf16 ulp of their weight, so
 //                nearest rounding drops them (Zamirai et al., Theorem 1); stochastic rounding

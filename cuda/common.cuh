@@ -4,8 +4,8 @@
 //
 // Note [Rounding on the device]
 // Every store of a 16-bit value goes through store_value() below, the device twin of store<> in
-// tensor/dtype.h: round to nearest even with __float2half_rn / __float2bfloat16_rn, whose results
-// the host conversions in tensor/half.h match bit for bit (DESIGN.md section 3; checked on all
+// tensor/core/dtype.h: round to nearest even with __float2half_rn / __float2bfloat16_rn, whose results
+// the host conversions in tensor/core/half.h match bit for bit (DESIGN.md section 3; checked on all
 // 65,536 patterns by tests/cuda/test_copy.cpp). Stochastic rounding has no CUDA intrinsic; the
 // kernels call the host's own bits16::float_to_*_sr, compiled for the device (the build passes
 // --expt-relaxed-constexpr), with the same Philox words, so both devices draw the same stream.
@@ -19,10 +19,10 @@
 
 #include "cuda/indexing.h"
 #include "cuda/runtime.h"
-#include "tensor/dtype.h"
-#include "tensor/error.h"
-#include "tensor/half.h"
-#include "tensor/rng.h"
+#include "tensor/core/dtype.h"
+#include "tensor/core/error.h"
+#include "tensor/core/half.h"
+#include "tensor/core/rng.h"
 #include "tensor/tensor.h"
 
 #define MT_CUDA_CHECK(call)                                                                        \
@@ -83,7 +83,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 store_value<__nv_bfloat16>(
 }
 // From a double accumulator (batch-norm statistics, bias and embedding gradients), rounded once
 // as the CPU's store<T>(double): round-to-odd to float first (Note [Rounding f64 and i64 to 16
-// bits] in tensor/half.h), with the host's own functions compiled for the device.
+// bits] in tensor/core/half.h), with the host's own functions compiled for the device.
 template <class T> __device__ __forceinline__ T store_value(double v);
 template <> __device__ __forceinline__ float store_value<float>(double v) { return __double2float_rn(v); }
 template <> __device__ __forceinline__ __half store_value<__half>(double v) {
@@ -93,7 +93,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 store_value<__nv_bfloat16>(
   return __ushort_as_bfloat16(bits16::double_to_bf16_rn(v));
 }
 
-// Stochastic rounding of v with random word r (tensor/half.h, Note [Stochastic rounding]).
+// Stochastic rounding of v with random word r (tensor/core/half.h, Note [Stochastic rounding]).
 template <class T> __device__ __forceinline__ T store_stochastic(float v, uint32_t r);
 template <> __device__ __forceinline__ __half store_stochastic<__half>(float v, uint32_t r) {
   return __ushort_as_half(bits16::float_to_half_sr(v, r));

@@ -3,7 +3,7 @@
 // below is the CPU one, in the same order of fp32 operations, so the results match it bit for
 // bit except where Note [Device libm] says otherwise.
 //
-// The formulas themselves are tensor/elementwise_formulas.h, the CPU's own, compiled without
+// The formulas themselves are tensor/core/elementwise_formulas.h, the CPU's own, compiled without
 // contracted multiply-adds on both devices (Note [No contracted multiply-adds] in CMakeLists.txt).
 // Division and sqrt are IEEE correctly rounded under nvcc's defaults (-prec-div=true,
 // -prec-sqrt=true, -ftz=false; the build never passes --use_fast_math), as on the CPU.
@@ -23,7 +23,7 @@
 #include "cuda/backend.h"
 #include "cuda/common.cuh"
 #include "cuda/elementwise.cuh"
-#include "tensor/elementwise_formulas.h"
+#include "tensor/core/elementwise_formulas.h"
 
 namespace mixtape::cuda {
 
@@ -52,7 +52,7 @@ __device__ __forceinline__ float dtanh(float x) {
   return float(::copysign((1.0 - e) / (1.0 + e), d));
 }
 
-// ---- the formulas: shared with the CPU (tensor/elementwise_formulas.h) ---------------------------
+// ---- the formulas: shared with the CPU (tensor/core/elementwise_formulas.h) ---------------------------
 
 // Note [Branch-free leaky ReLU] (cpu/elementwise.cpp): x * slope gives the same bits as the
 // branch in every case; on the GPU the select costs nothing either way.
@@ -61,7 +61,7 @@ __device__ __forceinline__ C leaky_slope(C x, C a) {
   return x > C(0) ? C(1) : a;
 }
 
-// The device's scalar math for the shared formulas (tensor/elementwise_formulas.h).
+// The device's scalar math for the shared formulas (tensor/core/elementwise_formulas.h).
 struct DeviceMath {
   static __device__ __forceinline__ float exp(float x) { return dexp(x); }
   static __device__ __forceinline__ float log(float x) { return dlog(x); }
@@ -114,7 +114,7 @@ struct BinaryElementwise {
 // Note [Dropout mask] (cpu::dropout): element i (row-major in x) is kept when the 53-bit uniform
 // made of words 0 (high) and 1 (low) of Philox block (seed, offset + i) is below keep = 1 - p;
 // kept values are scaled by 1 / keep in the compute type. philox_words and uniform01_f64
-// (tensor/rng.h) are not constexpr, so the block is built here from the constexpr
+// (tensor/core/rng.h) are not constexpr, so the block is built here from the constexpr
 // philox4x32_10 with philox_words' exact counter and key layout; tests/cuda/test_elementwise.cpp
 // checks the mask against the CPU's.
 __device__ __forceinline__ PhiloxBlock philox_block(uint64_t seed, uint64_t index) {

@@ -2,7 +2,7 @@
 // the same API and a CUDA tensor gives a clear message instead of a link error.
 #include "cuda/backend.h"
 #include "cuda/runtime.h"
-#include "tensor/error.h"
+#include "tensor/core/error.h"
 
 namespace mixtape::cuda {
 

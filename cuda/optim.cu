@@ -27,7 +27,7 @@ namespace mixtape::cuda {
 namespace {
 
 
-// philox_words(seed, index)[0] (tensor/rng.h). philox_words itself is a host-only inline
+// philox_words(seed, index)[0] (tensor/core/rng.h). philox_words itself is a host-only inline
 // function; the constexpr block function it wraps compiles for the device.
 __device__ __forceinline__ uint32_t philox_word0(uint64_t seed, uint64_t index) {
   return philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u}, {uint32_t(seed), uint32_t(seed >> 32)})[0];

@@ -1,7 +1,7 @@
 // Built with CUDA: launchers marked MT_CUDA_PENDING in launchers.def have no kernel yet and
 // throw a message that names them; MT_CUDA_LAUNCHER entries are defined in cuda/*.cu.
 #include "cuda/backend.h"
-#include "tensor/error.h"
+#include "tensor/core/error.h"
 
 namespace mixtape::cuda {
 

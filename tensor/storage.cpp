@@ -4,7 +4,7 @@
 #include <new>
 
 #include "cuda/runtime.h"
-#include "tensor/error.h"
+#include "tensor/core/error.h"
 
 namespace mixtape {
 

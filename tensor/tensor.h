@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "tensor/device.h"
-#include "tensor/dtype.h"
-#include "tensor/rng.h"
-#include "tensor/shape.h"
+#include "tensor/core/dtype.h"
+#include "tensor/core/rng.h"
+#include "tensor/core/shape.h"
 #include "tensor/storage.h"
 
 namespace mixtape {

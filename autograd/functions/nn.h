@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "autograd/variable.h"
-#include "tensor/rng.h"
+#include "tensor/core/rng.h"
 
 namespace mixtape {
 

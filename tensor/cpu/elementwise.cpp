@@ -7,7 +7,7 @@
 
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/math.h"
-#include "tensor/elementwise_formulas.h"
+#include "tensor/core/elementwise_formulas.h"
 
 namespace mixtape::cpu {
 
@@ -24,7 +24,7 @@ inline C leaky_slope(C x, C a) {
   return slope[x > C(0)];
 }
 
-// The host's scalar math for the shared formulas (tensor/elementwise_formulas.h).
+// The host's scalar math for the shared formulas (tensor/core/elementwise_formulas.h).
 struct HostMath {
   template <class C> static C exp(C x) { return std::exp(x); }
   template <class C> static C log(C x) { return std::log(x); }

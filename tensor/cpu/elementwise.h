@@ -2,7 +2,7 @@
 // broadcasting. Inputs are any strides; outputs are freshly allocated by the front-end.
 #pragma once
 
-#include "tensor/ops/op_kinds.h"
+#include "tensor/core/op_kinds.h"
 #include "tensor/tensor.h"
 
 namespace mixtape::cpu {

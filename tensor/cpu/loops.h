@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensor/shape.h"
+#include "tensor/core/shape.h"
 #include "tensor/tensor.h"
 
 namespace mixtape::cpu {

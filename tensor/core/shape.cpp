@@ -1,8 +1,8 @@
-#include "tensor/shape.h"
+#include "tensor/core/shape.h"
 
 #include <sstream>
 
-#include "tensor/error.h"
+#include "tensor/core/error.h"
 
 namespace mixtape {
 

@@ -1,4 +1,4 @@
-#include "tensor/dtype.h"
+#include "tensor/core/dtype.h"
 
 namespace mixtape {
 

@@ -8,8 +8,8 @@
 #include <ostream>
 #include <string>
 
-#include "tensor/error.h"
-#include "tensor/half.h"
+#include "tensor/core/error.h"
+#include "tensor/core/half.h"
 
 namespace mixtape {
 

@@ -1,7 +1,6 @@
 #include "tensor/tensor.h"
 
 #include <algorithm>
-#include <cctype>
 #include <functional>
 #include <optional>
 #include <cmath>
@@ -14,30 +13,6 @@
 #include "tensor/cpu/copy.h"
 
 namespace mixtape {
-
-DType dtype_from_name(const std::string& name) {
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64})
-    if (name == dtype_name(t)) return t;
-  if (name == "float32") return DType::f32;
-  if (name == "float64") return DType::f64;
-  if (name == "float16" || name == "fp16") return DType::f16;
-  if (name == "bfloat16") return DType::bf16;
-  throw Error("unknown dtype '" + name + "' (expected f32, f64, f16, bf16 or i64)");
-}
-
-Device Device::parse(const std::string& s) {
-  if (s == "cpu") return cpu();
-  if (s == "cuda") return cuda(0);
-  if (s.rfind("cuda:", 0) == 0) {
-    const std::string n = s.substr(5);
-    // At most 9 digits, so std::stoi cannot overflow.
-    MT_CHECK(!n.empty() && n.size() <= 9 &&
-                 std::all_of(n.begin(), n.end(), [](unsigned char c) { return std::isdigit(c) != 0; }),
-             "bad device '", s, "' (expected cpu, cuda or cuda:N)");
-    return cuda(std::stoi(n));
-  }
-  throw Error("bad device '" + s + "' (expected cpu, cuda or cuda:N)");
-}
 
 // ---- basics ------------------------------------------------------------------------------
 

@@ -1,47 +1,17 @@
 #include "tensor/core/dtype.h"
 
+#include <string>
+
 namespace mixtape {
 
-namespace {
-void reset_census() {
-  for (auto* c : {&detail::census.rounded, &detail::census.nonzero, &detail::census.underflow,
-                  &detail::census.subnormal, &detail::census.overflow})
-    c->store(0, std::memory_order_relaxed);
-}
-}  // namespace
-
-RoundingCensus::RoundingCensus() {
-  MT_CHECK(!detail::census_open.load(), "RoundingCensus: a census is already open (they do not nest)");
-  reset_census();
-  detail::census_generation.fetch_add(1);
-  detail::census_open.store(true);
-}
-
-RoundingCensus::~RoundingCensus() { detail::census_open.store(false); }
-
-RoundingCounts RoundingCensus::counts() const { return current(); }
-
-bool RoundingCensus::is_open() { return detail::census_open.load(); }
-
-RoundingCounts RoundingCensus::current() {
-  const auto& c = detail::census;
-  return {c.rounded.load(), c.nonzero.load(), c.underflow.load(), c.subnormal.load(), c.overflow.load()};
-}
-
-uint64_t RoundingCensus::generation() { return detail::census_generation.load(); }
-
-RoundingCounts operator-(const RoundingCounts& a, const RoundingCounts& b) {
-  return {a.rounded - b.rounded, a.nonzero - b.nonzero, a.underflow - b.underflow, a.subnormal - b.subnormal,
-          a.overflow - b.overflow};
-}
-
-RoundingCounts& operator+=(RoundingCounts& a, const RoundingCounts& b) {
-  a.rounded += b.rounded;
-  a.nonzero += b.nonzero;
-  a.underflow += b.underflow;
-  a.subnormal += b.subnormal;
-  a.overflow += b.overflow;
-  return a;
+DType dtype_from_name(const std::string& name) {
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64})
+    if (name == dtype_name(t)) return t;
+  if (name == "float32") return DType::f32;
+  if (name == "float64") return DType::f64;
+  if (name == "float16" || name == "fp16") return DType::f16;
+  if (name == "bfloat16") return DType::bf16;
+  throw Error("unknown dtype '" + name + "' (expected f32, f64, f16, bf16 or i64)");
 }
 
 }  // namespace mixtape

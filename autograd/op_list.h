@@ -1,5 +1,6 @@
-// Every differentiable op, once. The f64 gradient-check suite (tests/autograd/gradcheck_*.cpp)
-// fails unless it exercises each of these, so a new op starts here.
+// Every differentiable op, once. The f64 gradient-check suite (tests/autograd/test_op_cases.cpp,
+// over the cases registered in tests/autograd/cases_*.cpp) fails unless it exercises each of
+// these, so a new op starts here.
 //   MT_OP(id, "name")
 #pragma once
 

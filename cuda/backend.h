@@ -10,10 +10,8 @@
 namespace mixtape::cuda {
 
 #define MT_CUDA_LAUNCHER(name, params) void name params;
-#define MT_CUDA_PENDING(name, params) void name params;
 #include "cuda/launchers.def"
 #undef MT_CUDA_LAUNCHER
-#undef MT_CUDA_PENDING
 
 double max_abs(const Tensor& x);
 

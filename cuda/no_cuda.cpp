@@ -28,10 +28,8 @@ void copy_device_to_host(void*, const void*, size_t, int) { unavailable("cuda::c
 void copy_device_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_device"); }
 
 #define MT_CUDA_LAUNCHER(name, params) void name params { unavailable("cuda::" #name); }
-#define MT_CUDA_PENDING(name, params) MT_CUDA_LAUNCHER(name, params)
 #include "cuda/launchers.def"
 #undef MT_CUDA_LAUNCHER
-#undef MT_CUDA_PENDING
 
 double max_abs(const Tensor&) { unavailable("cuda::max_abs"); }
 

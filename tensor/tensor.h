@@ -25,8 +25,6 @@ struct TensorImpl {
   DType dtype = DType::f32;
 };
 
-enum class Rounding : uint8_t { nearest, stochastic };
-
 class Tensor {
  public:
   Tensor() = default;  // undefined tensor

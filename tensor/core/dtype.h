@@ -88,6 +88,10 @@ template <> inline bfloat16 store<bfloat16, double>(double v) { return detail::c
 template <> inline half store<half, int64_t>(int64_t v) { return round_to_half_i64(v); }
 template <> inline bfloat16 store<bfloat16, int64_t>(int64_t v) { return round_to_bf16_i64(v); }
 
+// How a cast or a 16-bit weight update rounds: to nearest even, or stochastically with a Philox
+// word (Note [Stochastic rounding] in half.h).
+enum class Rounding : uint8_t { nearest, stochastic };
+
 // Dispatch on a floating dtype: MT_DISPATCH_FLOAT(dtype, "op", [&]<class T>() { ... });
 template <class F>
 decltype(auto) dispatch_float(DType t, const char* op, F&& f) {

@@ -1,7 +1,6 @@
-// Elementwise kernels: unary ops forward and backward, binary ops with broadcasting, dropout.
-// Device twins of tensor/cpu/elementwise.cpp and cpu::dropout (tensor/cpu/nn.cpp); each formula
-// below is the CPU one, in the same order of fp32 operations, so the results match it bit for
-// bit except where Note [Device libm] says otherwise.
+// Elementwise kernels: unary ops forward and backward, binary ops with broadcasting. Device twins
+// of tensor/cpu/elementwise.cpp; each formula below is the CPU one, in the same order of fp32
+// operations, so the results match it bit for bit except where Note [Device libm] says otherwise.
 //
 // The formulas themselves are tensor/core/elementwise_formulas.h, the CPU's own, compiled without
 // contracted multiply-adds on both devices (Note [No contracted multiply-adds] in CMakeLists.txt).
@@ -111,35 +110,6 @@ struct BinaryElementwise {
   }
 };
 
-// Note [Dropout mask] (cpu::dropout): element i (row-major in x) is kept when the 53-bit uniform
-// made of words 0 (high) and 1 (low) of Philox block (seed, offset + i) is below keep = 1 - p;
-// kept values are scaled by 1 / keep in the compute type. philox_words and uniform01_f64
-// (tensor/core/rng.h) are not constexpr, so the block is built here from the constexpr
-// philox4x32_10 with philox_words' exact counter and key layout; tests/cuda/test_elementwise.cpp
-// checks the mask against the CPU's.
-__device__ __forceinline__ PhiloxBlock philox_block(uint64_t seed, uint64_t index) {
-  return philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u}, {uint32_t(seed), uint32_t(seed >> 32)});
-}
-__device__ __forceinline__ double uniform01_53(uint32_t hi, uint32_t lo) {
-  return double((uint64_t(hi) << 21) | (lo >> 11)) * (1.0 / 9007199254740992.0);  // exact
-}
-
-// out[o1] = kept(i) ? x[o0] * scale : 0, as cpu::dropout orders its operands (x first).
-template <class T>
-struct Dropout {
-  using C = compute_t<T>;
-  const T* x;
-  T* out;
-  double keep;
-  C scale;
-  uint64_t seed, offset;
-  __device__ void operator()(int64_t i, const int64_t (&o)[2]) const {
-    const PhiloxBlock r = philox_block(seed, offset + uint64_t(i));
-    const bool kept = uniform01_53(r[0], r[1]) < keep;
-    out[o[1]] = kept ? store_value<T>(C(load_value(x[o[0]])) * scale) : store_value<T>(C(0));
-  }
-};
-
 template <class T>
 const T* cptr(const Tensor& t) { return static_cast<const T*>(t.raw_data()); }
 template <class T>
@@ -191,22 +161,6 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
           const BinaryElementwise<OP, T> f{cptr<T>(a), cptr<T>(b), mptr<T>(out)};
           launch_elementwise<3>("binary", out.numel(), calc, f, stream_of(out));
         });
-      });
-}
-
-// p in [0, 1) (checked by the front-end). keep and scale are computed on the host exactly as
-// cpu::dropout computes them.
-void dropout(const Tensor& x, Tensor& out, double p, uint64_t seed, uint64_t offset) {
-  DeviceGuard guard(x.device().index);
-  const double keep = 1.0 - p;
-  const OffsetCalculator<2> calc = offsets_for<2>(x.shape(), {&x, &out});
-  dispatch_floating(
-      x.dtype(), "dropout",
-      [&](auto tag) {
-        using T = decltype(tag);
-        using C = compute_t<T>;
-        const Dropout<T> f{cptr<T>(x), mptr<T>(out), keep, C(1.0 / keep), seed, offset};
-        launch_elementwise<2>("dropout", x.numel(), calc, f, stream_of(out));
       });
 }
 

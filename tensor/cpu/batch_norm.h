@@ -1,6 +1,6 @@
-// CPU kernels for batch norm, dropout and embedding, forward and backward side by side.
-// Inputs may have any strides; outputs are allocated by the front-ends (tensor/ops/nn.cpp),
-// which have already validated shapes and dtypes.
+// CPU kernels for batch norm, forward and backward side by side. Inputs may have any strides;
+// outputs are allocated by the front-end (tensor/ops/batch_norm.cpp), which has already
+// validated shapes and dtypes.
 #pragma once
 
 #include <cstdint>
@@ -17,13 +17,5 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 // dx, dweight, dbias: outputs, each undefined when not wanted.
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias);
-
-// out = x * mask / (1 - p) with the mask of Note [Dropout mask] (tensor/ops/nn.h).
-void dropout(const Tensor& x, Tensor& out, double p, uint64_t seed, uint64_t offset);
-
-// out[..., :] = weight[indices[...], :]. Throws on an index outside [0, V).
-void embedding(const Tensor& indices, const Tensor& weight, Tensor& out);
-// dweight [V, D] = scatter-add of dy's rows; dy: indices.shape() + [D].
-void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight);
 
 }  // namespace mixtape::cpu

@@ -1,10 +1,10 @@
-#include "tensor/ops/nn.h"
+#include "tensor/ops/batch_norm.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "cuda/backend.h"
-#include "tensor/cpu/nn.h"
+#include "tensor/cpu/batch_norm.h"
 #include "tensor/ops/common.h"
 
 namespace mixtape {
@@ -91,54 +91,6 @@ BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tens
       [&] { cpu::batch_norm_backward(dy, x, weight, mean, invstd, training, g.dx, g.dweight, g.dbias); },
       [&] { cuda::batch_norm_backward(dy, x, weight, mean, invstd, training, g.dx, g.dweight, g.dbias); });
   return g;
-}
-
-Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
-  MT_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p);
-  if (!training || p == 0.0) return x;
-  const uint64_t seed = gen.seed();
-  const uint64_t offset = gen.advance(uint64_t(x.numel()));
-  return dropout_apply(x, p, seed, offset);
-}
-
-Tensor dropout_apply(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
-  ops::check_same("dropout", {&x});
-  ops::check_floating("dropout", x);
-  MT_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p);
-  Tensor out = empty(x.shape(), x.dtype(), x.device());
-  ops::on_device(x.device(), [&] { cpu::dropout(x, out, p, seed, offset); },
-                 [&] { cuda::dropout(x, out, p, seed, offset); });
-  return out;
-}
-
-Tensor embedding(const Tensor& indices, const Tensor& weight) {
-  ops::check_same("embedding", {&indices, &weight}, false);
-  MT_CHECK(indices.dtype() == DType::i64, "embedding: indices must be i64, got ", indices.meta());
-  ops::check_floating("embedding", weight);
-  ops::check_dim("embedding", weight, 2, "weight [V, D]");
-  Shape os = indices.shape();
-  os.push_back(weight.size(1));
-  Tensor out = empty(os, weight.dtype(), weight.device());
-  ops::on_device(weight.device(), [&] { cpu::embedding(indices, weight, out); },
-                 [&] { cuda::embedding(indices, weight, out); });
-  return out;
-}
-
-Tensor embedding_backward(const Tensor& indices, const Tensor& dy, int64_t num_rows) {
-  ops::check_same("embedding backward", {&indices, &dy}, false);
-  MT_CHECK(indices.dtype() == DType::i64, "embedding backward: indices must be i64, got ", indices.meta());
-  ops::check_floating("embedding backward", dy);
-  Shape expect = indices.shape();
-  MT_CHECK(dy.dim() == indices.dim() + 1, "embedding backward: gradient ", dy.meta(), " does not fit indices ",
-           indices.meta());
-  expect.push_back(dy.size(-1));
-  MT_CHECK(dy.shape() == expect, "embedding backward: gradient ", dy.meta(), " does not fit indices ",
-           indices.meta());
-  MT_CHECK(num_rows >= 0, "embedding backward: bad row count ", num_rows);
-  Tensor dw = empty({num_rows, dy.size(-1)}, dy.dtype(), dy.device());
-  ops::on_device(dy.device(), [&] { cpu::embedding_backward(indices, dy, dw); },
-                 [&] { cuda::embedding_backward(indices, dy, dw); });
-  return dw;
 }
 
 }  // namespace mixtape

@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "autograd/variable.h"
-#include "tensor/ops/conv.h"
 #include "tensor/tensor.h"
 
 namespace mixtape::nn {

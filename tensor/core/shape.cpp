@@ -50,4 +50,6 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   return d;
 }
 
+std::string size2_str(Size2 s) { return detail::cat("[", s.h, ", ", s.w, "]"); }
+
 }  // namespace mixtape

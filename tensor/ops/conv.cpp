@@ -6,8 +6,6 @@
 
 namespace mixtape {
 
-std::string size2_str(Size2 s) { return detail::cat("[", s.h, ", ", s.w, "]"); }
-
 int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
   return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
 }

@@ -65,10 +65,10 @@ __device__ double chan_read(const ChanVec& v, int64_t c) {
 __device__ void chan_write(const ChanVec& v, int64_t c, double x) {
   const int64_t o = c * v.stride;
   switch (v.kind) {
-    case 0: static_cast<float*>(v.p)[o] = store_value<float>(x); return;
+    case 0: static_cast<float*>(v.p)[o] = store<float>(x); return;
     case 1: static_cast<double*>(v.p)[o] = x; return;
-    case 2: static_cast<__half*>(v.p)[o] = store_value<__half>(x); return;
-    default: static_cast<__nv_bfloat16*>(v.p)[o] = store_value<__nv_bfloat16>(x); return;
+    case 2: static_cast<__half*>(v.p)[o] = store<__half>(x); return;
+    default: static_cast<__nv_bfloat16*>(v.p)[o] = store<__nv_bfloat16>(x); return;
   }
 }
 
@@ -108,13 +108,13 @@ __global__ void batch_norm_forward_kernel(const T* __restrict__ x, T* __restrict
     double s = 0.0;
     for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
       pos.offsets(p, o);
-      s += double(load_value(xc[o[0]]));
+      s += double(load(xc[o[0]]));
     }
     m = block_sum(s, scratch) / double(n);  // the same value in every thread
     double q = 0.0;
     for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
       pos.offsets(p, o);
-      const double d = double(load_value(xc[o[0]])) - m;
+      const double d = double(load(xc[o[0]])) - m;
       q = __dadd_rn(q, __dmul_rn(d, d));
     }
     var = block_sum(q, scratch) / double(n);
@@ -139,8 +139,8 @@ __global__ void batch_norm_forward_kernel(const T* __restrict__ x, T* __restrict
   const A bc = b.p ? from_double<A>(chan_read(b, c)) : A(0);
   for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
     pos.offsets(p, o);
-    const A xv = load_value(xc[o[0]]);
-    yc[o[1]] = store_value<T>(add_rn(mul_rn(mul_rn(sub_rn(xv, mc), ic), wc), bc));
+    const A xv = load(xc[o[0]]);
+    yc[o[1]] = store<T>(add_rn(mul_rn(mul_rn(sub_rn(xv, mc), ic), wc), bc));
   }
 }
 
@@ -165,8 +165,8 @@ __global__ void batch_norm_backward_kernel(const T* __restrict__ dy, const T* __
   if (sums) {  // block-uniform
     for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
       pos.offsets(p, o);
-      const double g = double(load_value(dyc[o[1]]));
-      const A xh = mul_rn(sub_rn(A(load_value(xc[o[0]])), mc), ic);
+      const double g = double(load(dyc[o[1]]));
+      const A xh = mul_rn(sub_rn(A(load(xc[o[0]])), mc), ic);
       sdy += g;
       sdyxh = __dadd_rn(sdyxh, __dmul_rn(g, double(xh)));
     }
@@ -185,14 +185,14 @@ __global__ void batch_norm_backward_kernel(const T* __restrict__ dy, const T* __
     const A mdy = from_double<A>(sdy / double(n)), mdyxh = from_double<A>(sdyxh / double(n));
     for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
       pos.offsets(p, o);
-      const A xh = mul_rn(sub_rn(A(load_value(xc[o[0]])), mc), ic);
-      const A t = sub_rn(sub_rn(A(load_value(dyc[o[1]])), mdy), mul_rn(xh, mdyxh));
-      dxc[o[2]] = store_value<T>(mul_rn(k, t));
+      const A xh = mul_rn(sub_rn(A(load(xc[o[0]])), mc), ic);
+      const A t = sub_rn(sub_rn(A(load(dyc[o[1]])), mdy), mul_rn(xh, mdyxh));
+      dxc[o[2]] = store<T>(mul_rn(k, t));
     }
   } else {
     for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
       pos.offsets(p, o);
-      dxc[o[2]] = store_value<T>(mul_rn(A(load_value(dyc[o[1]])), k));
+      dxc[o[2]] = store<T>(mul_rn(A(load(dyc[o[1]])), k));
     }
   }
 }

@@ -3,12 +3,14 @@
 // Included only by cuda/*.cu.
 //
 // Note [Rounding on the device]
-// Every store of a 16-bit value goes through store_value() below, the device twin of store<> in
-// tensor/core/dtype.h: round to nearest even with __float2half_rn / __float2bfloat16_rn, whose results
-// the host conversions in tensor/core/half.h match bit for bit (DESIGN.md section 3; checked on all
-// 65,536 patterns by tests/cuda/test_copy.cpp). Stochastic rounding has no CUDA intrinsic; the
-// kernels call the host's own bits16::float_to_*_sr, compiled for the device (the build passes
-// --expt-relaxed-constexpr), with the same Philox words, so both devices draw the same stream.
+// Every store of a 16-bit value goes through store<T>() below, the device twin of store<> in
+// tensor/core/dtype.h (one name on both devices, so a search for `store<` finds every rounding):
+// round to nearest even with __float2half_rn / __float2bfloat16_rn, whose results the host
+// conversions in tensor/core/half.h match bit for bit (DESIGN.md section 3; checked on all 65,536
+// patterns by tests/cuda/test_copy.cpp). Stochastic rounding has no CUDA intrinsic; the kernels
+// call the host's own bits16::float_to_*_sr through store_stochastic<T>(), compiled for the
+// device (the build passes --expt-relaxed-constexpr), with the same Philox words, so both devices
+// draw the same stream.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -69,27 +71,27 @@ template <class T> struct compute_of { using type = float; };  // 16-bit and f32
 template <> struct compute_of<double> { using type = double; };
 template <class T> using compute_t = typename compute_of<T>::type;
 
-__device__ __forceinline__ float load_value(float v) { return v; }
-__device__ __forceinline__ double load_value(double v) { return v; }
-__device__ __forceinline__ float load_value(__half v) { return __half2float(v); }
-__device__ __forceinline__ float load_value(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float load(float v) { return v; }
+__device__ __forceinline__ double load(double v) { return v; }
+__device__ __forceinline__ float load(__half v) { return __half2float(v); }
+__device__ __forceinline__ float load(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // The one rounding point of the device (Note [Rounding on the device]).
-template <class T> __device__ __forceinline__ T store_value(float v);
-template <> __device__ __forceinline__ float store_value<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half store_value<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 store_value<__nv_bfloat16>(float v) {
+template <class T> __device__ __forceinline__ T store(float v);
+template <> __device__ __forceinline__ float store<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half store<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 // From a double accumulator (batch-norm statistics, bias and embedding gradients), rounded once
 // as the CPU's store<T>(double): round-to-odd to float first (Note [Rounding f64 and i64 to 16
 // bits] in tensor/core/half.h), with the host's own functions compiled for the device.
-template <class T> __device__ __forceinline__ T store_value(double v);
-template <> __device__ __forceinline__ float store_value<float>(double v) { return __double2float_rn(v); }
-template <> __device__ __forceinline__ __half store_value<__half>(double v) {
+template <class T> __device__ __forceinline__ T store(double v);
+template <> __device__ __forceinline__ float store<float>(double v) { return __double2float_rn(v); }
+template <> __device__ __forceinline__ __half store<__half>(double v) {
   return __ushort_as_half(bits16::double_to_half_rn(v));
 }
-template <> __device__ __forceinline__ __nv_bfloat16 store_value<__nv_bfloat16>(double v) {
+template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(double v) {
   return __ushort_as_bfloat16(bits16::double_to_bf16_rn(v));
 }
 
@@ -125,20 +127,26 @@ __device__ __forceinline__ double sqrt_rn(double a) { return __dsqrt_rn(a); }
 
 // ---- the dtype switch --------------------------------------------------------------------------
 
-// Calls f(T{}) with T the storage type of dtype: float, __half or __nv_bfloat16. Anything else
-// throws naming the op. f64 tensors stay on the CPU (DESIGN.md section 3: empty() refuses them on
-// a CUDA device), so no kernel is compiled for double.
-template <class F>
-void dispatch_floating(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::f32: f(float{}); return;
-    case DType::f16: f(__half{}); return;
-    case DType::bf16: f(__nv_bfloat16{}); return;
-    default: break;
+// dispatch_floating(dtype, "op", f), the device twin of the CPU's dtype switch of the same name
+// (tensor/core/dtype.h): calls f(T{}) with T the device storage type of dtype, float, __half or
+// __nv_bfloat16. Anything else throws naming the op. f64 tensors stay on the CPU (DESIGN.md
+// section 3: empty() refuses them on a CUDA device), so no kernel is compiled for double.
+// A function object rather than a function template, so that argument-dependent lookup (DType
+// lives in namespace mixtape) never offers both switches for one call.
+struct DispatchFloating {
+  template <class F>
+  void operator()(DType dtype, const char* op, F&& f) const {
+    switch (dtype) {
+      case DType::f32: f(float{}); return;
+      case DType::f16: f(__half{}); return;
+      case DType::bf16: f(__nv_bfloat16{}); return;
+      default: break;
+    }
+    throw Error(detail::cat(op, ": the CUDA backend has no ", dtype_name(dtype),
+                            " kernel (f32, f16 and bf16 run on the GPU; f64 stays on the CPU)"));
   }
-  throw Error(detail::cat(op, ": the CUDA backend has no ", dtype_name(dtype),
-                          " kernel (f32, f16 and bf16 run on the GPU; f64 stays on the CPU)"));
-}
+};
+inline constexpr DispatchFloating dispatch_floating{};
 
 // ---- launch geometry -----------------------------------------------------------------------------
 

@@ -79,7 +79,7 @@ __global__ void im2col_kernel(const T* x, int64_t xs0, int64_t xs1, int64_t xs2,
     const int64_t l = idx % L, q = idx / L, n = q % nb, r = q / nb;
     const int64_t kw = r % g.KW, kh = (r / g.KW) % g.KH, c = r / (g.KW * g.KH);
     const int64_t ih = (l / g.OW) * g.sh - g.ph + kh * g.dh, iw = (l % g.OW) * g.sw - g.pw + kw * g.dw;
-    T v = store_value<T>(0.0f);
+    T v = store<T>(0.0f);
     if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) v = x[n * xs0 + c * xs1 + ih * xs2 + iw * xs3];
     col[r * rs + n * ns + l] = v;
   }
@@ -120,8 +120,8 @@ __global__ void col2im_kernel(const float* dcol, int64_t rs, int64_t ns, KGeom g
         sum += src[((c * g.KH + kh) * g.KW + kw) * rs + oh * g.OW + tw / g.sw];
       }
     }
-    if (bias) sum += load_value(bias[c * bias_stride]);
-    dx[idx] = store_value<T>(sum);
+    if (bias) sum += load(bias[c * bias_stride]);
+    dx[idx] = store<T>(sum);
   }
 }
 
@@ -129,7 +129,7 @@ __global__ void col2im_kernel(const float* dcol, int64_t rs, int64_t ns, KGeom g
 template <class T>
 __global__ void round_kernel(const float* src, T* dst, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = store_value<T>(src[i]);
+    dst[i] = store<T>(src[i]);
 }
 
 // db[oc] = sum over (n, h, w) of dy[n, oc, h, w]: one block per channel, accumulated in double
@@ -143,10 +143,10 @@ __global__ void bias_grad_kernel(const T* dy, int64_t ds0, int64_t ds1, int64_t 
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < total; i += blockDim.x) {
     const int64_t n = i / HW, h = (i % HW) / W, w = i % W;
-    acc += double(load_value(dy[n * ds0 + oc * ds1 + h * ds2 + w * ds3]));
+    acc += double(load(dy[n * ds0 + oc * ds1 + h * ds2 + w * ds3]));
   }
   acc = block_sum(acc, scratch);
-  if (threadIdx.x == 0) db[oc * db_stride] = store_value<T>(acc);
+  if (threadIdx.x == 0) db[oc * db_stride] = store<T>(acc);
 }
 
 // w [OC, C, KH, KW] as the row-major [OC, R] GEMM operand (copied when not contiguous).

@@ -3,7 +3,7 @@
 // This is where values become 16 bits on the device: Tensor::to(f16/bf16) of a CUDA tensor and
 // every copy_ into a 16-bit view run copy_cast below, so its conversions are the ones the
 // numerics contract (DESIGN.md section 3) promises bit-identical to the CPU:
-//   f32 / f16 / bf16 -> f16 / bf16   store_value (__float2half_rn / __float2bfloat16_rn), RNE;
+//   f32 / f16 / bf16 -> f16 / bf16   store (__float2half_rn / __float2bfloat16_rn), RNE;
 //                                    the host's float_to_half_rn / float_to_bf16_rn match them
 //                                    bit for bit, NaN -> 0x7FFF included (Note [Rounding on the
 //                                    device] in common.cuh).
@@ -57,7 +57,7 @@ __device__ __forceinline__ D convert(S v) {
     const float f = exact_float(v);
     if constexpr (std::is_same_v<D, float>) return f;
     else if constexpr (std::is_same_v<D, int64_t>) return __float2ll_rz(f);
-    else return store_value<D>(f);  // the one rounding point (Note [Rounding on the device])
+    else return store<D>(f);  // the one rounding point (Note [Rounding on the device])
   }
 }
 
@@ -184,7 +184,7 @@ void fill(Tensor& out, double value) {
   if (n == 0) return;
   uint64_t pattern = 0;
   dispatch_all(out.dtype(), "fill", [&]<class T>() {
-    const T v = store<T>(value);
+    const T v = mixtape::store<T>(value);
     static_assert(sizeof(T) <= sizeof(pattern));
     std::memcpy(&pattern, &v, sizeof(T));  // little-endian: the low bytes
   });

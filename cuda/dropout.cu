@@ -30,7 +30,7 @@ struct Dropout {
   __device__ void operator()(int64_t i, const int64_t (&o)[2]) const {
     const PhiloxBlock r = philox_words(seed, offset + uint64_t(i));
     const bool kept = uniform01_53(r[0], r[1]) < keep;
-    out[o[1]] = kept ? store_value<T>(C(load_value(x[o[0]])) * scale) : store_value<T>(C(0));
+    out[o[1]] = kept ? store<T>(C(load(x[o[0]])) * scale) : store<T>(C(0));
   }
 };
 

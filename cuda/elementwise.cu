@@ -81,7 +81,7 @@ struct UnaryForward {
   T* out;
   C a, b;
   __device__ void operator()(int64_t, const int64_t (&o)[2]) const {
-    out[o[0]] = store_value<T>(formulas::unary_forward<OP, DeviceMath>(load_value(x[o[1]]), a, b));
+    out[o[0]] = store<T>(formulas::unary_forward<OP, DeviceMath>(load(x[o[1]]), a, b));
   }
 };
 
@@ -95,7 +95,7 @@ struct UnaryBackward {
   T* dx;
   C a, b;
   __device__ void operator()(int64_t, const int64_t (&o)[4]) const {
-    dx[o[0]] = store_value<T>(formulas::unary_backward<OP, DeviceMath>(load_value(x[o[1]]), load_value(y[o[2]]), load_value(dy[o[3]]), a, b));
+    dx[o[0]] = store<T>(formulas::unary_backward<OP, DeviceMath>(load(x[o[1]]), load(y[o[2]]), load(dy[o[3]]), a, b));
   }
 };
 
@@ -106,7 +106,7 @@ struct BinaryElementwise {
   const T* b;
   T* out;
   __device__ void operator()(int64_t, const int64_t (&o)[3]) const {
-    out[o[0]] = store_value<T>(formulas::binary<OP, compute_t<T>>(load_value(a[o[1]]), load_value(b[o[2]])));
+    out[o[0]] = store<T>(formulas::binary<OP, compute_t<T>>(load(a[o[1]]), load(b[o[2]])));
   }
 };
 

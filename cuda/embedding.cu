@@ -177,9 +177,9 @@ __global__ void embedding_backward_kernel(const int64_t* __restrict__ keys, int6
     for (int64_t q = lo; q < n && keys[q] - lo_key < n; ++q) {  // the run of row v, increasing p
       int64_t o[1];
       dyc.offsets(keys[q] - lo_key, o);
-      acc += double(load_value(dy[o[0] + j * dstride]));
+      acc += double(load(dy[o[0] + j * dstride]));
     }
-    dw[e] = store_value<T>(acc);
+    dw[e] = store<T>(acc);
   }
 }
 

@@ -48,12 +48,12 @@ template <class T, class A>
 __device__ void row_max_sum(const T* row, int64_t len, int64_t stride, A* scratch, A& mx, A& sum) {
   A m = neg_inf<A>();
   for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
-    const A v = load_value(row[k * stride]);
+    const A v = load(row[k * stride]);
     m = m < v ? v : m;
   }
   mx = block_max(m, scratch, neg_inf<A>());
   A s = A(0);
-  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) s += dev_exp(A(load_value(row[k * stride])) - mx);
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) s += dev_exp(A(load(row[k * stride])) - mx);
   sum = block_sum(s, scratch);
 }
 
@@ -68,7 +68,7 @@ __global__ void loss_total_kernel(const double* __restrict__ partial, int64_t co
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
   s = block_sum(s, scratch);
-  if (threadIdx.x == 0) out[0] = store_value<T>(A(s / divisor));
+  if (threadIdx.x == 0) out[0] = store<T>(A(s / divisor));
 }
 
 template <class T>
@@ -93,8 +93,8 @@ __global__ void softmax_kernel(const T* __restrict__ x, T* __restrict__ out, Off
   row_max_sum(row, len, sx, scratch, mx, sum);
   const A log_sum = dev_log(sum);
   for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
-    const A z = A(load_value(row[k * sx])) - mx;  // <= 0: exp cannot overflow
-    orow[k * so] = store_value<T>(log_out ? A(z - log_sum) : A(dev_exp(z) / sum));
+    const A z = A(load(row[k * sx])) - mx;  // <= 0: exp cannot overflow
+    orow[k * so] = store<T>(log_out ? A(z - log_sum) : A(dev_exp(z) / sum));
   }
 }
 
@@ -113,13 +113,13 @@ __global__ void softmax_backward_kernel(const T* __restrict__ y, const T* __rest
   T* dr = dx + ro[2];
   A s = A(0);
   for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
-    const A g = load_value(gr[k * sg]);
-    s += log_out ? g : mul_rn(g, A(load_value(yr[k * sy])));
+    const A g = load(gr[k * sg]);
+    s += log_out ? g : mul_rn(g, A(load(yr[k * sy])));
   }
   s = block_sum(s, scratch);
   for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
-    const A yk = load_value(yr[k * sy]), gk = load_value(gr[k * sg]);
-    dr[k * sd] = store_value<T>(log_out ? A(gk - mul_rn(dev_exp(yk), s)) : A(yk * (gk - s)));
+    const A yk = load(yr[k * sy]), gk = load(gr[k * sg]);
+    dr[k * sd] = store<T>(log_out ? A(gk - mul_rn(dev_exp(yk), s)) : A(yk * (gk - s)));
   }
 }
 
@@ -151,9 +151,9 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
   row_max_sum(row, C, sx, scratch, mx, sum);
   if (threadIdx.x != 0) return;
   // -log_softmax(x)[t] = log(sum) - (x_t - max)
-  const A loss = dev_log(sum) - (A(load_value(row[t * sx])) - mx);
+  const A loss = dev_log(sum) - (A(load(row[t * sx])) - mx);
   if (reduce) row_loss[r] = double(loss);
-  else out[ro[2]] = store_value<T>(loss);
+  else out[ro[2]] = store<T>(loss);
 }
 
 // dlogits_k = (softmax_k - [k == t]) g, g = dy[0] / divisor (reduced) or dy at the row.
@@ -177,10 +177,10 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const int
   T* drow = dx + ro[3];
   A mx, sum;
   row_max_sum(row, C, sx, scratch, mx, sum);
-  const A g = reduce ? A(A(load_value(dy[0])) / A(divisor)) : A(load_value(dy[ro[2]]));
+  const A g = reduce ? A(A(load(dy[0])) / A(divisor)) : A(load(dy[ro[2]]));
   for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
-    const A p = A(dev_exp(A(load_value(row[k * sx])) - mx) / sum);
-    drow[k * sd] = store_value<T>(A((k == t ? A(p - A(1)) : p) * g));
+    const A p = A(dev_exp(A(load(row[k * sx])) - mx) / sum);
+    drow[k * sd] = store<T>(A((k == t ? A(p - A(1)) : p) * g));
   }
 }
 
@@ -251,9 +251,9 @@ __global__ void pointwise_loss_kernel(const T* __restrict__ a, const T* __restri
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[3];
     calc.offsets(i, o);
-    const A l = f(A(load_value(a[o[0]])), A(load_value(b[o[1]])));
+    const A l = f(A(load(a[o[0]])), A(load(b[o[1]])));
     if (reduce) total += double(l);
-    else out[o[2]] = store_value<T>(l);
+    else out[o[2]] = store<T>(l);
   }
   if (!reduce) return;  // uniform over the block
   total = block_sum(total, scratch);
@@ -268,15 +268,15 @@ __global__ void pointwise_loss_backward_kernel(const T* __restrict__ a, const T*
                                                OffsetCalculator<5> calc, int64_t numel, bool reduce, double divisor,
                                                F f) {
   using A = compute_t<T>;
-  const A g0 = reduce ? A(A(load_value(dy[0])) / A(divisor)) : A(0);
+  const A g0 = reduce ? A(A(load(dy[0])) / A(divisor)) : A(0);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[5];
     calc.offsets(i, o);
-    const A g = reduce ? g0 : A(load_value(dy[o[2]]));
+    const A g = reduce ? g0 : A(load(dy[o[2]]));
     A ga, gb;
-    f(A(load_value(a[o[0]])), A(load_value(b[o[1]])), g, ga, gb);
-    if (da) da[o[3]] = store_value<T>(ga);
-    if (db) db[o[4]] = store_value<T>(gb);
+    f(A(load(a[o[0]])), A(load(b[o[1]])), g, ga, gb);
+    if (da) da[o[3]] = store<T>(ga);
+    if (db) db[o[4]] = store<T>(gb);
   }
 }
 

@@ -10,13 +10,13 @@
 // are shared (update_formulas.h), the build forbids contracting them into FMAs (--fmad=false,
 // Note [No contracted multiply-adds] in CMakeLists.txt), nvcc's / and sqrt are correctly rounded
 // by default, host scalars (bias corrections, 1 - beta, -lr) come from the same host functions,
-// and 16-bit stores round with the device twins of the CPU's round_to_* (store_value, store_stochastic;
+// and 16-bit stores round with the device twins of the CPU's round_to_* (store, store_stochastic;
 // Note [Rounding on the device]). Stochastic rounding draws philox_words(seed, offset + i)[0] for
 // the element of row-major index i, as the CPU loop does, so a fixed (seed, offset) gives the
 // CPU's bits too.
 //
 // Master weights: the fp32 kernels take the optional 16-bit copy of the master (Note [Fused
-// master copy] in tensor/ops/optim.h) as one more operand, Q* q, written with store_value<Q> of the new
+// master copy] in tensor/ops/optim.h) as one more operand, Q* q, written with store<Q> of the new
 // fp32 value in the same pass; without a copy Q is float, q aliases the parameter's layout and
 // has_copy is false, so it is never written.
 #include <cmath>
@@ -46,8 +46,8 @@ OffsetCalculator<N> same_shape_offsets(const Shape& shape, const std::array<cons
 template <class P>
 struct DeviceUpdate {
   static __device__ __forceinline__ float sqrt(float x) { return sqrt_rn(x); }
-  static __device__ __forceinline__ float load(P v) { return load_value(v); }
-  static __device__ __forceinline__ P nearest(float v) { return store_value<P>(v); }
+  static __device__ __forceinline__ float load(P v) { return cuda::load(v); }
+  static __device__ __forceinline__ P nearest(float v) { return store<P>(v); }
   static __device__ __forceinline__ P stochastic(float v, uint32_t r) { return store_stochastic<P>(v, r); }
 };
 
@@ -56,7 +56,7 @@ struct DeviceUpdate {
 // Writes the new master value v into the rounded copy (Note [Fused master copy]).
 template <class Q>
 __device__ __forceinline__ void write_copy(Q* q, bool has_copy, float v) {
-  if (has_copy) *q = store_value<Q>(v);
+  if (has_copy) *q = store<Q>(v);
 }
 
 // torch.optim.SGD without momentum. Operands: param, grad, copy.

@@ -60,7 +60,7 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t 
     bool nan = false;
     for (int64_t h = h_lo; h < h_hi; ++h)
       for (int64_t w = w_lo; w < w_hi; ++w) {
-        const Cc v = load_value(plane[h * xs2 + w * xs3]);
+        const Cc v = load(plane[h * xs2 + w * xs3]);
         if (v > best) {
           best = v;
           arg = h * g.W + w;
@@ -71,7 +71,7 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t 
       bool found = false;
       for (int64_t h = h_lo; h < h_hi && !found; ++h)
         for (int64_t w = w_lo; w < w_hi; ++w) {
-          const Cc v = load_value(plane[h * xs2 + w * xs3]);
+          const Cc v = load(plane[h * xs2 + w * xs3]);
           if (v != v) {
             best = v;
             arg = h * g.W + w;
@@ -80,7 +80,7 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t 
           }
         }
     }
-    out[e] = store_value<T>(best);
+    out[e] = store<T>(best);
     indices[e] = arg;
   }
 }
@@ -113,7 +113,7 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0
       if (q < outs) {
         const int64_t oh = q / OW, ow = q - oh * OW;
         s_idx[tid] = pi[q];
-        s_val[tid] = load_value(g[oh * ds2 + ow * ds3]);
+        s_val[tid] = load(g[oh * ds2 + ow * ds3]);
       }
       __syncthreads();
       const int cnt = int(outs - chunk < kPlaneBlock ? outs - chunk : kPlaneBlock);
@@ -122,7 +122,7 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0
         if (rel >= 0 && rel < tile_len && int(rel % kPlaneBlock) == tid) acc[rel] += s_val[r];
       }
     }
-    for (int64_t t = tid; t < tile_len; t += kPlaneBlock) d[tile_base + t] = store_value<T>(acc[t]);
+    for (int64_t t = tid; t < tile_len; t += kPlaneBlock) d[tile_base + t] = store<T>(acc[t]);
   }
 }
 
@@ -141,8 +141,8 @@ __global__ void avg_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t 
     window_span(ow, g.kw, g.sw, g.pw, g.W, w_lo, w_hi);
     Cc s = 0;
     for (int64_t h = h_lo; h < h_hi; ++h)
-      for (int64_t w = w_lo; w < w_hi; ++w) s += load_value(plane[h * xs2 + w * xs3]);
-    out[e] = store_value<T>(s / divisor);
+      for (int64_t w = w_lo; w < w_hi; ++w) s += load(plane[h * xs2 + w * xs3]);
+    out[e] = store<T>(s / divisor);
   }
 }
 
@@ -173,8 +173,8 @@ __global__ void avg_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0
     outputs_covering(w, g.kw, g.sw, g.pw, g.OW, ow_lo, ow_hi);
     Cc acc = Cc(0);
     for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
-      for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) acc += Cc(load_value(gp[oh * ds2 + ow * ds3])) / divisor;
-    dx[e] = store_value<T>(acc);
+      for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) acc += Cc(load(gp[oh * ds2 + ow * ds3])) / divisor;
+    dx[e] = store<T>(acc);
   }
 }
 

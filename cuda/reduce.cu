@@ -80,10 +80,10 @@ __global__ void reduce_thread_kernel(const T* __restrict__ x, T* __restrict__ ou
     for (int64_t i = 0; i < n; ++i) {
       int64_t io[1];
       inner.offsets(i, io);
-      acc = op(acc, A(load_value(x[oo[0] + io[0]])));
+      acc = op(acc, A(load(x[oo[0] + io[0]])));
     }
     if (mean) acc = acc / A(n);
-    out[oo[1]] = store_value<T>(acc);
+    out[oo[1]] = store<T>(acc);
   }
 }
 
@@ -104,12 +104,12 @@ __global__ void reduce_block_kernel(const T* __restrict__ x, T* __restrict__ out
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     int64_t io[1];
     inner.offsets(i, io);
-    acc = op(acc, A(load_value(x[oo[0] + io[0]])));
+    acc = op(acc, A(load(x[oo[0] + io[0]])));
   }
   acc = block_reduce(acc, scratch, op, identity);
   if (threadIdx.x != 0) return;
   if (gridDim.y > 1) partial[o * int64_t(gridDim.y) + blockIdx.y] = acc;
-  else out[oo[1]] = store_value<T>(mean ? A(acc / A(n)) : acc);
+  else out[oo[1]] = store<T>(mean ? A(acc / A(n)) : acc);
 }
 
 // Second pass: block o combines partial[o * splits .. o * splits + splits) in a fixed order.
@@ -124,7 +124,7 @@ __global__ void reduce_partials_kernel(const A* __restrict__ partial, int64_t sp
   if (threadIdx.x != 0) return;
   int64_t oo[2];
   outer.offsets(o, oo);
-  out[oo[1]] = store_value<T>(mean ? A(acc / A(n)) : acc);
+  out[oo[1]] = store<T>(mean ? A(acc / A(n)) : acc);
 }
 
 // ---- geometry ------------------------------------------------------------------------------
@@ -224,8 +224,8 @@ __global__ void reduce_sum_backward_kernel(const T* __restrict__ dy, T* __restri
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[2];
     calc.offsets(i, o);
-    const C g = load_value(dy[o[1]]);
-    dx[o[0]] = store_value<T>(mean ? C(g / C(n)) : g);
+    const C g = load(dy[o[1]]);
+    dx[o[0]] = store<T>(mean ? C(g / C(n)) : g);
   }
 }
 
@@ -242,13 +242,13 @@ __global__ void reduce_max_backward_kernel(const T* __restrict__ x, const T* __r
   __shared__ long long scratch[32];
   int64_t oo[4];
   outer.offsets(blockIdx.x, oo);
-  const C ymax = load_value(y[oo[2]]);
-  const C g = load_value(dy[oo[3]]);
+  const C ymax = load(y[oo[2]]);
+  const C g = load(dy[oo[3]]);
   long long count = 0, first = LLONG_MAX;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     int64_t io[2];
     inner.offsets(i, io);
-    if (C(load_value(x[oo[0] + io[0]])) == ymax) {
+    if (C(load(x[oo[0] + io[0]])) == ymax) {
       ++count;
       if (i < first) first = i;
     }
@@ -259,8 +259,8 @@ __global__ void reduce_max_backward_kernel(const T* __restrict__ x, const T* __r
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     int64_t io[2];
     inner.offsets(i, io);
-    const bool hit = C(load_value(x[oo[0] + io[0]])) == ymax && (split_ties || i == first);
-    dx[oo[1] + io[1]] = store_value<T>(hit ? share : C(0));
+    const bool hit = C(load(x[oo[0] + io[0]])) == ymax && (split_ties || i == first);
+    dx[oo[1] + io[1]] = store<T>(hit ? share : C(0));
   }
 }
 
@@ -279,7 +279,7 @@ __global__ void max_abs_kernel(const T* __restrict__ x, OffsetCalculator<1> calc
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[1];
     calc.offsets(i, o);
-    const C v = fabs(C(load_value(x[o[0]])));
+    const C v = fabs(C(load(x[o[0]])));
     if (isnan(v)) nan = 1;
     else if (v > m) m = v;
   }

@@ -44,7 +44,7 @@ __global__ void grad_stats_kernel(const T* __restrict__ g, OffsetCalculator<1> c
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[1];
     calc.offsets(i, o);
-    const C v = fabs(C(load_value(g[o[0]])));
+    const C v = fabs(C(load(g[o[0]])));
     if (!finite(v)) bad = 1;
     else if (v > m) m = v;
   }
@@ -58,9 +58,9 @@ __global__ void grad_stats_kernel(const T* __restrict__ g, OffsetCalculator<1> c
 // ---- grad_telemetry -------------------------------------------------------------------------
 
 // |v| rounded (RNE) to the format as its magnitude bits (sign dropped), as the CPU's
-// round_magnitude: what store_value would write, measured rather than stored.
+// round_magnitude: what store would write, measured rather than stored.
 __device__ __forceinline__ uint16_t round_magnitude(float v, bool f16) {
-  return uint16_t((f16 ? __half_as_ushort(store_value<__half>(v)) : __bfloat16_as_ushort(store_value<__nv_bfloat16>(v))) &
+  return uint16_t((f16 ? __half_as_ushort(store<__half>(v)) : __bfloat16_as_ushort(store<__nv_bfloat16>(v))) &
                   0x7FFFu);
 }
 
@@ -91,7 +91,7 @@ __global__ void grad_telemetry_kernel(const T* __restrict__ x, OffsetCalculator<
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[1];
     calc.offsets(i, o);
-    const C v = load_value(x[o[0]]);
+    const C v = load(x[o[0]]);
     if (!finite(v)) {
       atomicAdd(&shared_counts[3], 1u);
       continue;
@@ -130,7 +130,7 @@ __global__ void moments_kernel(const T* __restrict__ x, OffsetCalculator<1> calc
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[1];
     calc.offsets(i, o);
-    const double v = double(load_value(x[o[0]]));
+    const double v = double(load(x[o[0]]));
     if (!isfinite(v)) {
       bad += 1.0;
       continue;

@@ -455,7 +455,7 @@ Tensor random_fill(const Shape& shape, DType dtype, Generator& gen, const char* 
   MT_CHECK(is_floating(dtype), op, ": expected a floating dtype, got ", dtype_name(dtype));
   Tensor t = empty(shape, dtype);
   const uint64_t base = gen.advance(uint64_t(t.numel()));
-  dispatch_float(dtype, op, [&]<class T>() {
+  dispatch_floating(dtype, op, [&]<class T>() {
     T* p = t.data<T>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = store<T>(compute_t<T>(f(philox_words(gen.seed(), base + uint64_t(i)))));
   });

@@ -92,9 +92,11 @@ template <> inline bfloat16 store<bfloat16, int64_t>(int64_t v) { return round_t
 // word (Note [Stochastic rounding] in half.h).
 enum class Rounding : uint8_t { nearest, stochastic };
 
-// Dispatch on a floating dtype: MT_DISPATCH_FLOAT(dtype, "op", [&]<class T>() { ... });
+// The dtype switch of the CPU kernels: dispatch_floating(dtype, "op", [&]<class T>() { ... }),
+// T the storage type (float, double, half, bfloat16); anything else throws naming the op. The
+// CUDA launchers have their own of the same name (cuda/common.cuh), without f64.
 template <class F>
-decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
+decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
   switch (t) {
     case DType::f32: return f.template operator()<float>();
     case DType::f64: return f.template operator()<double>();
@@ -108,7 +110,7 @@ decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
 template <class F>
 decltype(auto) dispatch_all(DType t, const char* op, F&& f) {
   if (t == DType::i64) return f.template operator()<int64_t>();
-  return dispatch_float(t, op, std::forward<F>(f));
+  return dispatch_floating(t, op, std::forward<F>(f));
 }
 
 }  // namespace mixtape

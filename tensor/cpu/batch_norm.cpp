@@ -32,7 +32,7 @@ std::vector<double> read_vec(const Tensor& t) {
   std::vector<double> v;
   if (!t.defined()) return v;
   v.resize(size_t(t.numel()));
-  dispatch_float(t.dtype(), "batch_norm", [&]<class T>() {
+  dispatch_floating(t.dtype(), "batch_norm", [&]<class T>() {
     const T* p = static_cast<const T*>(t.raw_data());
     for (size_t i = 0; i < v.size(); ++i) v[i] = double(load(p[int64_t(i) * t.strides()[0]]));
   });
@@ -41,7 +41,7 @@ std::vector<double> read_vec(const Tensor& t) {
 
 // Element i of a 1-D tensor, rounded once from double.
 void write_at(Tensor& t, int64_t i, double value) {
-  dispatch_float(t.dtype(), "batch_norm", [&]<class T>() {
+  dispatch_floating(t.dtype(), "batch_norm", [&]<class T>() {
     static_cast<T*>(t.raw_data())[i * t.strides()[0]] = store<T>(value);
   });
 }
@@ -56,7 +56,7 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   const int64_t n = numel_of(xv.pos_shape);
   const std::vector<double> w = read_vec(weight), b = read_vec(bias);
   const std::vector<double> rm = read_vec(running_mean), rv = read_vec(running_var);
-  dispatch_float(x.dtype(), "batch_norm", [&]<class T>() {
+  dispatch_floating(x.dtype(), "batch_norm", [&]<class T>() {
     using A = compute_t<T>;  // type of the saved statistics and of the per-element arithmetic
     const T* px = static_cast<const T*>(x.raw_data());
     T* py = static_cast<T*>(y.raw_data());
@@ -107,7 +107,7 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
   const ChannelView dxv = dx.defined() ? channel_view(dx) : dyv;
   const int64_t n = numel_of(xv.pos_shape);
   const std::vector<double> w = read_vec(weight);
-  dispatch_float(x.dtype(), "batch_norm backward", [&]<class T>() {
+  dispatch_floating(x.dtype(), "batch_norm backward", [&]<class T>() {
     using A = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());

@@ -238,7 +238,7 @@ void conv_bias_grad(const Tensor& dy, Tensor& db) {
 }  // namespace
 
 void conv2d_backward_bias(const Tensor& dy, Tensor& db) {
-  dispatch_float(db.dtype(), "conv2d_backward_bias", [&]<class T>() { conv_bias_grad<T>(dy, db); });
+  dispatch_floating(db.dtype(), "conv2d_backward_bias", [&]<class T>() { conv_bias_grad<T>(dy, db); });
 }
 
 void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride_h, int64_t stride_w, int64_t pad_h,
@@ -246,7 +246,7 @@ void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride
   MT_ASSERT(out.is_contiguous());
   const Geom g = make_geom(x.shape(), out.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
   if (out.numel() == 0) return;
-  dispatch_float(out.dtype(), "conv2d", [&]<class T>() { conv_forward<T>(x, w, bias, g, out); });
+  dispatch_floating(out.dtype(), "conv2d", [&]<class T>() { conv_forward<T>(x, w, bias, g, out); });
 }
 
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& bias, int64_t stride_h,
@@ -254,7 +254,7 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& bias
   MT_ASSERT(dx.is_contiguous());
   const Geom g = make_geom(dx.shape(), dy.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
   if (dx.numel() == 0) return;
-  dispatch_float(dx.dtype(), "conv2d_backward_input", [&]<class T>() { conv_input_grad<T>(dy, w, bias, g, dx); });
+  dispatch_floating(dx.dtype(), "conv2d_backward_input", [&]<class T>() { conv_input_grad<T>(dy, w, bias, g, dx); });
 }
 
 void conv2d_backward_weight(const Tensor& x, const Tensor& dy, int64_t stride_h, int64_t stride_w, int64_t pad_h,
@@ -262,7 +262,7 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& dy, int64_t stride_h,
   MT_ASSERT(dw.is_contiguous());
   const Geom g = make_geom(x.shape(), dy.shape(), dw.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
   if (dw.numel() == 0) return;
-  dispatch_float(dw.dtype(), "conv2d_backward_weight", [&]<class T>() { conv_weight_grad<T>(x, dy, g, dw); });
+  dispatch_floating(dw.dtype(), "conv2d_backward_weight", [&]<class T>() { conv_weight_grad<T>(x, dy, g, dw); });
 }
 
 }  // namespace mixtape::cpu

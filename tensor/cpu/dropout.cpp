@@ -6,7 +6,7 @@ namespace mixtape::cpu {
 
 void dropout(const Tensor& x, Tensor& out, double p, uint64_t seed, uint64_t offset) {
   const double keep = 1.0 - p;
-  dispatch_float(x.dtype(), "dropout", [&]<class T>() {
+  dispatch_floating(x.dtype(), "dropout", [&]<class T>() {
     using A = compute_t<T>;
     const A scale = A(1.0 / keep);
     const T* px = static_cast<const T*>(x.raw_data());

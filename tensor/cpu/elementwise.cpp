@@ -38,7 +38,7 @@ struct HostMath {
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
-  dispatch_float(x.dtype(), unary_op_name(op), [&]<class T>() {
+  dispatch_floating(x.dtype(), unary_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -52,7 +52,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
                     double a, double b) {
-  dispatch_float(dx.dtype(), unary_op_name(op), [&]<class T>() {
+  dispatch_floating(dx.dtype(), unary_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     const T* py = static_cast<const T*>(y.raw_data());
@@ -69,7 +69,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  dispatch_float(out.dtype(), binary_op_name(op), [&]<class T>() {
+  dispatch_floating(out.dtype(), binary_op_name(op), [&]<class T>() {
     const T* pa = static_cast<const T*>(a.raw_data());
     const T* pb = static_cast<const T*>(b.raw_data());
     T* po = static_cast<T*>(out.raw_data());

@@ -10,7 +10,7 @@ void embedding(const Tensor& indices, const Tensor& weight, Tensor& out) {
   const int64_t V = weight.size(0), D = weight.size(1);
   const int64_t* pidx = static_cast<const int64_t*>(indices.raw_data());
   // out viewed as [numel(indices), D] (it is contiguous, allocated by the front-end).
-  dispatch_float(weight.dtype(), "embedding", [&]<class T>() {
+  dispatch_floating(weight.dtype(), "embedding", [&]<class T>() {
     const T* pw = static_cast<const T*>(weight.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     const int64_t ws0 = weight.strides()[0], ws1 = weight.strides()[1];
@@ -32,7 +32,7 @@ void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight
   const Shape& dys = dy.strides();
   const int64_t dstride = dys.back();
   std::vector<double> acc(size_t(V * D), 0.0);
-  dispatch_float(dy.dtype(), "embedding backward", [&]<class T>() {
+  dispatch_floating(dy.dtype(), "embedding backward", [&]<class T>() {
     const T* pdy = static_cast<const T*>(dy.raw_data());
     const Shape lead_strides(dys.begin(), dys.end() - 1);
     for_each_offset<2>(indices.shape(), {indices.strides(), lead_strides}, [&](const std::array<int64_t, 2>& o) {

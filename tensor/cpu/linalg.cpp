@@ -104,7 +104,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) {
   std::vector<std::array<int64_t, 2>> offs;
   for_each_offset<2>(batch, {a_bst, b_bst}, [&](const std::array<int64_t, 2>& o) { offs.push_back(o); });
 
-  dispatch_float(out.dtype(), "matmul", [&]<class T>() {
+  dispatch_floating(out.dtype(), "matmul", [&]<class T>() {
     using C = compute_t<T>;
     const T* pa = static_cast<const T*>(a.raw_data());
     const T* pb = static_cast<const T*>(b.raw_data());

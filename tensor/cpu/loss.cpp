@@ -81,7 +81,7 @@ void pointwise_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy,
 
 void softmax(const Tensor& x, int64_t dim, bool log_out, Tensor& out) {
   const RowView xv = row_view(x, dim), ov = row_view(out, dim);
-  dispatch_float(x.dtype(), log_out ? "log_softmax" : "softmax", [&]<class T>() {
+  dispatch_floating(x.dtype(), log_out ? "log_softmax" : "softmax", [&]<class T>() {
     using A = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -102,7 +102,7 @@ void softmax(const Tensor& x, int64_t dim, bool log_out, Tensor& out) {
 
 void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, bool log_out, Tensor& dx) {
   const RowView yv = row_view(y, dim), gv = row_view(dy, dim), dv = row_view(dx, dim);
-  dispatch_float(y.dtype(), log_out ? "log_softmax backward" : "softmax backward", [&]<class T>() {
+  dispatch_floating(y.dtype(), log_out ? "log_softmax backward" : "softmax backward", [&]<class T>() {
     using A = compute_t<T>;
     const T* py = static_cast<const T*>(y.raw_data());
     const T* pg = static_cast<const T*>(dy.raw_data());
@@ -139,7 +139,7 @@ void check_target(int64_t t, int64_t C, int64_t position, const Tensor& logits, 
 void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, double divisor, Tensor& out) {
   const RowView lv = row_view(logits, 1);
   const int64_t* pt = static_cast<const int64_t*>(targets.raw_data());
-  dispatch_float(logits.dtype(), "cross_entropy", [&]<class T>() {
+  dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
     using A = compute_t<T>;
     const T* px = static_cast<const T*>(logits.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -168,7 +168,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                             double divisor, Tensor& dlogits) {
   const RowView lv = row_view(logits, 1), dv = row_view(dlogits, 1);
   const int64_t* pt = static_cast<const int64_t*>(targets.raw_data());
-  dispatch_float(logits.dtype(), "cross_entropy backward", [&]<class T>() {
+  dispatch_floating(logits.dtype(), "cross_entropy backward", [&]<class T>() {
     using A = compute_t<T>;
     const T* px = static_cast<const T*>(logits.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
@@ -198,7 +198,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
 // ---- binary cross entropy with logits ----------------------------------------------------
 
 void bce_with_logits(const Tensor& x, const Tensor& t, bool reduce, double divisor, Tensor& out) {
-  dispatch_float(x.dtype(), "binary_cross_entropy_with_logits", [&]<class T>() {
+  dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits", [&]<class T>() {
     using A = compute_t<T>;
     pointwise_loss<T>(x, t, reduce, divisor, out, [](A xi, A ti) {
       return A(std::max(xi, A(0)) - xi * ti + std::log1p(std::exp(-std::abs(xi))));
@@ -208,7 +208,7 @@ void bce_with_logits(const Tensor& x, const Tensor& t, bool reduce, double divis
 
 void bce_with_logits_backward(const Tensor& x, const Tensor& t, const Tensor& dy, bool reduce, double divisor,
                               Tensor& dx, Tensor& dt) {
-  dispatch_float(x.dtype(), "binary_cross_entropy_with_logits backward", [&]<class T>() {
+  dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits backward", [&]<class T>() {
     using A = compute_t<T>;
     pointwise_loss_backward<T>(x, t, dy, reduce, divisor, dx, dt, [](A xi, A ti, A g) {
       // sigmoid without overflow: exp of a non-positive argument only.
@@ -222,7 +222,7 @@ void bce_with_logits_backward(const Tensor& x, const Tensor& t, const Tensor& dy
 // ---- mean squared error ------------------------------------------------------------------
 
 void mse_loss(const Tensor& a, const Tensor& b, bool reduce, double divisor, Tensor& out) {
-  dispatch_float(a.dtype(), "mse_loss", [&]<class T>() {
+  dispatch_floating(a.dtype(), "mse_loss", [&]<class T>() {
     using A = compute_t<T>;
     pointwise_loss<T>(a, b, reduce, divisor, out, [](A ai, A bi) { return A((ai - bi) * (ai - bi)); });
   });
@@ -230,7 +230,7 @@ void mse_loss(const Tensor& a, const Tensor& b, bool reduce, double divisor, Ten
 
 void mse_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy, bool reduce, double divisor, Tensor& da,
                        Tensor& db) {
-  dispatch_float(a.dtype(), "mse_loss backward", [&]<class T>() {
+  dispatch_floating(a.dtype(), "mse_loss backward", [&]<class T>() {
     using A = compute_t<T>;
     pointwise_loss_backward<T>(a, b, dy, reduce, divisor, da, db, [](A ai, A bi, A g) {
       const A d = A(2) * (ai - bi) * g;

@@ -50,7 +50,7 @@ struct Gates {
 }  // namespace
 
 void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) {
-  dispatch_float(c.dtype(), "lstm_cell", [&]<class T>() {
+  dispatch_floating(c.dtype(), "lstm_cell", [&]<class T>() {
     using C = compute_t<T>;
     const int64_t B = c_prev.size(0), H = c_prev.size(1);
     const Strided2d<const T> pg(gates), pcp(c_prev);
@@ -68,7 +68,7 @@ void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) 
 
 void lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& dc, const Tensor& dh,
                         Tensor& d_gates, Tensor& d_c_prev) {
-  dispatch_float(d_gates.dtype(), "lstm_cell_backward", [&]<class T>() {
+  dispatch_floating(d_gates.dtype(), "lstm_cell_backward", [&]<class T>() {
     using C = compute_t<T>;
     const int64_t B = c_prev.size(0), H = c_prev.size(1);
     const Strided2d<const T> pg(gates), pcp(c_prev), pdc(dc), pdh(dh);

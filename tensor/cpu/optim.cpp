@@ -170,7 +170,7 @@ void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp
 // ---- gradient statistics -------------------------------------------------------------------
 
 void grad_stats(const Tensor& g, Tensor& out) {
-  dispatch_float(g.dtype(), "grad_stats", [&]<class T>() {
+  dispatch_floating(g.dtype(), "grad_stats", [&]<class T>() {
     using C = compute_t<T>;
     const T* pg = static_cast<const T*>(g.raw_data());
     bool bad = false;

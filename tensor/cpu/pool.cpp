@@ -23,7 +23,7 @@ void max_pool2d(const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
   MT_ASSERT(out.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64);
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
   const Shape& xs = x.strides();
-  dispatch_float(x.dtype(), "max_pool2d", [&]<class T>() {
+  dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
     using Cc = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -76,7 +76,7 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx) {
   MT_ASSERT(dx.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64);
   const int64_t N = dx.size(0), C = dx.size(1), HW = dx.size(2) * dx.size(3), OH = dy.size(2), OW = dy.size(3);
   const Shape& ds = dy.strides();
-  dispatch_float(dx.dtype(), "max_pool2d backward", [&]<class T>() {
+  dispatch_floating(dx.dtype(), "max_pool2d backward", [&]<class T>() {
     using Cc = compute_t<T>;
     const T* pdy = static_cast<const T*>(dy.raw_data());
     const int64_t* pi = indices.data<int64_t>();
@@ -101,7 +101,7 @@ void avg_pool2d(const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
   MT_ASSERT(out.is_contiguous());
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
   const Shape& xs = x.strides();
-  dispatch_float(x.dtype(), "avg_pool2d", [&]<class T>() {
+  dispatch_floating(x.dtype(), "avg_pool2d", [&]<class T>() {
     using Cc = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -130,7 +130,7 @@ void avg_pool2d_backward(const Tensor& dy, int64_t kh, int64_t kw, int64_t sh, i
   MT_ASSERT(dx.is_contiguous());
   const int64_t N = dx.size(0), C = dx.size(1), H = dx.size(2), W = dx.size(3), OH = dy.size(2), OW = dy.size(3);
   const Shape& ds = dy.strides();
-  dispatch_float(dx.dtype(), "avg_pool2d backward", [&]<class T>() {
+  dispatch_floating(dx.dtype(), "avg_pool2d backward", [&]<class T>() {
     using Cc = compute_t<T>;
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pdx = static_cast<T*>(dx.raw_data());

@@ -53,7 +53,7 @@ bool reduce_sum_fast(ReduceOp op, const Tensor& x, const std::vector<int64_t>& d
   for (int64_t d : sorted) n *= x.shape()[size_t(d)];
   const int64_t m = x.numel() / std::max<int64_t>(n, 1);  // kept
   if (n == 0 || m == 0) return false;
-  dispatch_float(x.dtype(), reduce_op_name(op), [&]<class T>() {
+  dispatch_floating(x.dtype(), reduce_op_name(op), [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     const double div = op == ReduceOp::mean ? double(n) : 1.0;
@@ -82,7 +82,7 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tens
   if (reduce_sum_fast(op, x, dims, out)) return;  // Note [Reduce fast paths]
   const Split s = split_dims(x, dims);
   const int64_t n = numel_of(s.inner_shape);
-  dispatch_float(x.dtype(), reduce_op_name(op), [&]<class T>() {
+  dispatch_floating(x.dtype(), reduce_op_name(op), [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     for_each_offset<2>(s.outer_shape, {s.outer_strides, kept_strides(out, dims)},
@@ -107,7 +107,7 @@ void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor
   const Split s = split_dims(x, dims);
   const Split sdx = split_dims(dx, dims);
   const int64_t n = numel_of(s.inner_shape);
-  dispatch_float(x.dtype(), reduce_op_name(op), [&]<class T>() {
+  dispatch_floating(x.dtype(), reduce_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     const T* py = static_cast<const T*>(y.raw_data());
@@ -140,7 +140,7 @@ void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor
 
 double max_abs(const Tensor& x) {
   double m = 0.0;
-  dispatch_float(x.dtype(), "max_abs", [&]<class T>() {
+  dispatch_floating(x.dtype(), "max_abs", [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     for_each_offset<1>(x.shape(), {x.strides()}, [&](const std::array<int64_t, 1>& o) {
       const double v = std::abs(double(load(px[o[0]])));

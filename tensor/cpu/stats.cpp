@@ -12,7 +12,7 @@ namespace {
 // Calls f(v) with every element of x as a double, in row-major order.
 template <class F>
 void for_each_value(const Tensor& x, const char* op, F&& f) {
-  dispatch_float(x.dtype(), op, [&]<class T>() {
+  dispatch_floating(x.dtype(), op, [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     for_each_offset<1>(x.shape(), {x.strides()}, [&](const std::array<int64_t, 1>& o) { f(double(load(px[o[0]]))); });
   });

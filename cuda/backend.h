@@ -1,11 +1,12 @@
-// Declarations of the CUDA op launchers listed in cuda/launchers.def.
+// Declarations of the CUDA op launchers listed in cuda/launchers.def. They take Strided operands
+// (tensor/core/strided.h): cuda/ sees tensor/core/, never Tensor (Note [Kernel arguments]).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "tensor/core/op_kinds.h"
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cuda {
 
@@ -13,6 +14,6 @@ namespace mixtape::cuda {
 #include "cuda/launchers.def"
 #undef MT_CUDA_LAUNCHER
 
-double max_abs(const Tensor& x);
+double max_abs(const Strided& x);
 
 }  // namespace mixtape::cuda

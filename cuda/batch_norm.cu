@@ -37,7 +37,7 @@ struct ChanVec {
   int kind = 0;  // 0 f32, 1 f64, 2 f16, 3 bf16
 };
 
-ChanVec chan_vec(const Tensor& t, const char* op) {
+ChanVec chan_vec(const Strided& t, const char* op) {
   ChanVec v;
   if (!t.defined()) return v;
   v.p = t.raw_data();
@@ -75,13 +75,13 @@ __device__ void chan_write(const ChanVec& v, int64_t c, double x) {
 // The positions of a tensor seen as channels (dim 1) x positions (every other dim), as in the
 // CPU's channel_view: the positions' shape, one stride vector per operand, and each operand's
 // channel stride.
-Shape pos_shape_of(const Tensor& t) {
+Shape pos_shape_of(const Strided& t) {
   Shape s;
   for (int64_t d = 0; d < t.dim(); ++d)
     if (d != 1) s.push_back(t.shape()[size_t(d)]);
   return s;
 }
-Shape pos_strides_of(const Tensor& t) {
+Shape pos_strides_of(const Strided& t) {
   Shape s;
   for (int64_t d = 0; d < t.dim(); ++d)
     if (d != 1) s.push_back(t.strides()[size_t(d)]);
@@ -201,9 +201,9 @@ __global__ void batch_norm_backward_kernel(const T* __restrict__ dy, const T* __
 
 // ---- launchers ------------------------------------------------------------------------------------
 
-void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                        Tensor& running_var, bool training, double momentum, double eps, Tensor& y, Tensor& mean,
-                        Tensor& invstd) {
+void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& bias, const Strided& running_mean,
+                        const Strided& running_var, bool training, double momentum, double eps, const Strided& y,
+                        const Strided& mean, const Strided& invstd) {
   DeviceGuard guard(x.device().index);
   const int64_t C = x.size(1);
   if (C == 0) return;
@@ -224,14 +224,15 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   });
 }
 
-void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& weight, const Strided& mean,
+                         const Strided& invstd, bool training, const Strided& dx, const Strided& dweight,
+                         const Strided& dbias) {
   DeviceGuard guard(x.device().index);
   const int64_t C = x.size(1);
   if (C == 0) return;
   const Shape ps = pos_shape_of(x);
   const int64_t n = numel_of(ps);
-  const Tensor& dxl = dx.defined() ? dx : dy;  // layout only when dx is not wanted
+  const Strided& dxl = dx.defined() ? dx : dy;  // layout only when dx is not wanted
   const OffsetCalculator<3> pos =
       make_offset_calculator<3>(ps, {pos_strides_of(x), pos_strides_of(dy), pos_strides_of(dxl)});
   const char* op = "batch_norm backward";

@@ -25,7 +25,7 @@
 #include "tensor/core/error.h"
 #include "tensor/core/half.h"
 #include "tensor/core/rng.h"
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 #define MT_CUDA_CHECK(call)                                                                        \
   do {                                                                                             \
@@ -62,8 +62,8 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-// The stream of a tensor's device (Note [One stream per device] in runtime.h).
-inline Stream stream_of(const Tensor& t) { return stream(t.device().index); }
+// The stream of an operand's device (Note [One stream per device] in runtime.h).
+inline Stream stream_of(const Strided& t) { return stream(t.device().index); }
 
 // ---- storage types and conversions ------------------------------------------------------------
 
@@ -162,21 +162,59 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
 template <class T>
 __device__ __forceinline__ T* element(T* base, int64_t offset) { return base + offset; }
 
-// Device workspace for n values of A (float or double), e.g. per-block partial sums. Kernels
-// accumulate in double where the CPU does, but f64 tensors stay on the CPU (empty() refuses them
-// on a GPU), so a double workspace is an i64 tensor of the same size whose bytes only kernels read.
+// Device memory a launcher needs for itself (per-block partial sums, flags, im2col columns, a
+// contiguous copy of an operand): a contiguous `shape` of `dtype` from the caching allocator of
+// `device` (Note [Caching allocator]), handed back when the Workspace goes out of scope; kernels
+// already queued on the device's stream that use it come before those of any later owner.
+// Move-only; default-constructed, it holds nothing.
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const Shape& shape, DType dtype, Device device)
+      : view_(Strided::contiguous(device_malloc(size_t(numel_of(shape)) * dtype_size(dtype), device.index), dtype,
+                                  shape, device)) {}
+  ~Workspace() { release(); }
+  Workspace(Workspace&& o) noexcept : view_(std::move(o.view_)) { o.view_ = Strided(); }
+  Workspace& operator=(Workspace&& o) noexcept {
+    if (this != &o) {
+      release();
+      view_ = std::move(o.view_);
+      o.view_ = Strided();
+    }
+    return *this;
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  const Strided& view() const { return view_; }  // the memory as a launcher operand
+  void* raw_data() const { return view_.raw_data(); }
+  template <class T> T* data() const { return view_.data<T>(); }
+
+ private:
+  void release() noexcept {
+    if (view_.defined()) device_free(view_.raw_data(), view_.device().index);
+  }
+  Strided view_;
+};
+
+// n values of A (float or double), e.g. per-block partial sums: kernels accumulate in double
+// where the CPU does. (f64 tensors stay on the CPU; a launcher's own double scratch may not.)
 template <class A>
-Tensor workspace(int64_t n, Device device) {
+Workspace workspace(int64_t n, Device device) {
   static_assert(sizeof(A) == 4 || sizeof(A) == 8, "workspace of 4- or 8-byte values");
-  return empty({n}, sizeof(A) == 8 ? DType::i64 : DType::f32, device);
+  return Workspace({n}, sizeof(A) == 8 ? DType::f64 : DType::f32, device);
 }
+
+// A contiguous copy of x on its device (copy_cast's bit copy) in `copy`, for kernels that need
+// one; x itself when it is contiguous already.
+const Strided& contiguous(const Strided& x, Workspace& copy);
 
 // Shape/strides of t as an OffsetCalculator<1>, or several tensors viewed with one shape.
 template <int N>
-OffsetCalculator<N> offsets_for(const Shape& shape, const std::array<const Tensor*, N>& ts) {
+OffsetCalculator<N> offsets_for(const Shape& shape, const std::array<const Strided*, N>& ts) {
   std::array<Shape, N> st;
   for (int k = 0; k < N; ++k) {
-    const Tensor& t = *ts[size_t(k)];
+    const Strided& t = *ts[size_t(k)];
     Shape s(shape.size(), 0);
     const size_t lead = shape.size() - size_t(t.dim());
     for (size_t i = 0; i < size_t(t.dim()); ++i) s[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];

@@ -135,7 +135,7 @@ void dispatch_bits(DType dtype, F&& f) {
 
 // dst may be any strided view (copy_ into a slice); src is broadcast to dst's shape (the front-end
 // expands it). Same dtype, both contiguous and the same size: one device-to-device memcpy.
-void copy_cast(const Tensor& src, Tensor& dst, Rounding rounding, uint64_t seed, uint64_t offset) {
+void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64_t seed, uint64_t offset) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
   if (n == 0) return;
@@ -176,9 +176,16 @@ void copy_cast(const Tensor& src, Tensor& dst, Rounding rounding, uint64_t seed,
   });
 }
 
+const Strided& contiguous(const Strided& x, Workspace& copy) {
+  if (x.is_contiguous()) return x;
+  copy = Workspace(x.shape(), x.dtype(), x.device());
+  copy_cast(x, copy.view(), Rounding::nearest, 0, 0);
+  return copy.view();
+}
+
 // One rounding from double on the host, with the CPU's own store<T> (cpu::fill), then a strided
 // write of that bit pattern.
-void fill(Tensor& out, double value) {
+void fill(const Strided& out, double value) {
   DeviceGuard guard(out.device().index);
   const int64_t n = out.numel();
   if (n == 0) return;
@@ -196,7 +203,7 @@ void fill(Tensor& out, double value) {
   });
 }
 
-void increment(Tensor& counter, int64_t by) {
+void increment(const Strided& counter, int64_t by) {
   DeviceGuard guard(counter.device().index);
   const int64_t n = counter.numel();
   if (n == 0) return;

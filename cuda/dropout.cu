@@ -38,7 +38,7 @@ struct Dropout {
 
 // p in [0, 1) (checked by the front-end). keep and scale are computed on the host exactly as
 // cpu::dropout computes them.
-void dropout(const Tensor& x, Tensor& out, double p, uint64_t seed, uint64_t offset) {
+void dropout(const Strided& x, const Strided& out, double p, uint64_t seed, uint64_t offset) {
   DeviceGuard guard(x.device().index);
   const double keep = 1.0 - p;
   const OffsetCalculator<2> calc = offsets_for<2>(x.shape(), {&x, &out});

@@ -111,15 +111,15 @@ struct BinaryElementwise {
 };
 
 template <class T>
-const T* cptr(const Tensor& t) { return static_cast<const T*>(t.raw_data()); }
+const T* cptr(const Strided& t) { return static_cast<const T*>(t.raw_data()); }
 template <class T>
-T* mptr(Tensor& t) { return static_cast<T*>(t.raw_data()); }
+T* mptr(const Strided& t) { return static_cast<T*>(t.raw_data()); }
 
 }  // namespace
 
 // x may be any strided view; out (from the front-end) is contiguous but written through its
 // strides anyway. The scalars a, b are rounded to the compute type first, as C(a) on the CPU.
-void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
+void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b) {
   DeviceGuard guard(x.device().index);
   const OffsetCalculator<2> calc = offsets_for<2>(out.shape(), {&out, &x});
   dispatch_floating(
@@ -134,7 +134,8 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
       });
 }
 
-void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a, double b) {
+void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Strided& dy, const Strided& dx, double a,
+                    double b) {
   DeviceGuard guard(dy.device().index);
   const OffsetCalculator<4> calc = offsets_for<4>(dx.shape(), {&dx, &x, &y, &dy});
   dispatch_floating(
@@ -150,7 +151,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
 }
 
 // a and b broadcast to out's shape (offsets_for gives size-1 and missing leading dims stride 0).
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& out) {
   DeviceGuard guard(out.device().index);
   const OffsetCalculator<3> calc = offsets_for<3>(out.shape(), {&out, &a, &b});
   dispatch_floating(

@@ -52,12 +52,12 @@ __global__ void first_bad_index_kernel(const int64_t* __restrict__ idx, OffsetCa
 
 // Throws the CPU's message when an index of `indices` is outside [0, V).
 // `table` names the [V, D] tensor in the message.
-void check_indices(const Tensor& indices, const OffsetCalculator<1>& ic, int64_t V, const char* op,
-                   const char* table_name, const Tensor& table) {
+void check_indices(const Strided& indices, const OffsetCalculator<1>& ic, int64_t V, const char* op,
+                   const char* table_name, const Strided& table) {
   const int64_t n = indices.numel();
   if (n == 0) return;
   const int device = indices.device().index;
-  Tensor flag = empty({1}, DType::i64, indices.device());
+  Workspace flag({1}, DType::i64, indices.device());
   const int64_t* pidx = static_cast<const int64_t*>(indices.raw_data());
   first_bad_index_kernel<<<1, kCheckBlock, 0, stream_of(indices)>>>(pidx, ic, n, V, flag.data<int64_t>());
   MT_CUDA_CHECK_LAUNCH("first_bad_index_kernel");
@@ -187,7 +187,7 @@ __global__ void embedding_backward_kernel(const int64_t* __restrict__ keys, int6
 
 // ---- launchers ------------------------------------------------------------------------------------
 
-void embedding(const Tensor& indices, const Tensor& weight, Tensor& out) {
+void embedding(const Strided& indices, const Strided& weight, const Strided& out) {
   DeviceGuard guard(weight.device().index);
   const int64_t V = weight.size(0), D = weight.size(1), n = indices.numel();
   const OffsetCalculator<1> ic = make_offset_calculator<1>(indices.shape(), {indices.strides()});
@@ -203,7 +203,7 @@ void embedding(const Tensor& indices, const Tensor& weight, Tensor& out) {
   });
 }
 
-void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight) {
+void embedding_backward(const Strided& indices, const Strided& dy, const Strided& dweight) {
   DeviceGuard guard(dy.device().index);
   const int64_t V = dweight.size(0), D = dweight.size(1), n = indices.numel();
   const OffsetCalculator<1> ic = make_offset_calculator<1>(indices.shape(), {indices.strides()});
@@ -216,7 +216,7 @@ void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight
   // Sorted keys (Note [Embedding backward on the GPU]); npad: n rounded up to a power of two.
   int64_t npad = 1;
   while (npad < n) npad <<= 1;
-  Tensor keys = empty({npad}, DType::i64, dy.device());
+  Workspace keys({npad}, DType::i64, dy.device());
   int64_t* pk = keys.data<int64_t>();
   if (n > 0) {
     embedding_keys_kernel<<<grid_for(npad), kBlock, 0, s>>>(static_cast<const int64_t*>(indices.raw_data()), ic, n,

@@ -487,7 +487,7 @@ void run_tiles(const GemmParams& p, bool a_k, bool b_n, Stream stream, int sms, 
       launch(grid, part);
       continue;
     }
-    Tensor ws = empty({entries * splits * p.M * p.N}, DType::f32, Device::cuda(p.device));
+    Workspace ws({entries * splits * p.M * p.N}, DType::f32, Device::cuda(p.device));
     Args<In, float> partial{};
     partial.a = part.a, partial.a_rs = args.a_rs, partial.a_cs = args.a_cs, partial.a_bs = args.a_bs;
     partial.b = part.b, partial.b_rs = args.b_rs, partial.b_cs = args.b_cs, partial.b_bs = args.b_bs;

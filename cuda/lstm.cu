@@ -55,7 +55,7 @@ struct Strided2d {
 };
 
 template <class T>
-Strided2d<T> strided(const Tensor& t) {
+Strided2d<T> strided(const Strided& t) {
   return Strided2d<T>{static_cast<T*>(t.raw_data()), t.strides()[0], t.strides()[1]};
 }
 
@@ -109,7 +109,7 @@ __global__ void lstm_cell_backward_kernel(Strided2d<const T> gates, Strided2d<co
 
 }  // namespace
 
-void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) {
+void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h) {
   DeviceGuard guard(gates.device().index);
   const int64_t B = c_prev.size(0), H = c_prev.size(1);
   if (B * H == 0) return;
@@ -121,8 +121,8 @@ void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) 
   });
 }
 
-void lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& dc, const Tensor& dh,
-                        Tensor& d_gates, Tensor& d_c_prev) {
+void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strided& dc, const Strided& dh,
+                        const Strided& d_gates, const Strided& d_c_prev) {
   DeviceGuard guard(gates.device().index);
   const int64_t B = c_prev.size(0), H = c_prev.size(1);
   if (B * H == 0) return;

@@ -31,6 +31,6 @@ void copy_device_to_device(void*, const void*, size_t, int) { unavailable("cuda:
 #include "cuda/launchers.def"
 #undef MT_CUDA_LAUNCHER
 
-double max_abs(const Tensor&) { unavailable("cuda::max_abs"); }
+double max_abs(const Strided&) { unavailable("cuda::max_abs"); }
 
 }  // namespace mixtape::cuda

@@ -32,7 +32,7 @@ namespace {
 // N operands of one shape, each through its own strides (no broadcasting of shape: the
 // front-ends check equal shapes; a zero stride in a read-only operand is honoured).
 template <int N>
-OffsetCalculator<N> same_shape_offsets(const Shape& shape, const std::array<const Tensor*, N>& ts) {
+OffsetCalculator<N> same_shape_offsets(const Shape& shape, const std::array<const Strided*, N>& ts) {
   std::array<Shape, N> st;
   for (int k = 0; k < N; ++k) st[size_t(k)] = ts[size_t(k)]->strides();
   return make_offset_calculator<N>(shape, st);
@@ -149,21 +149,21 @@ void dispatch_16bit(const char* op, DType t, F&& f) {
 // The rounded copy's element type (Note [Fused master copy]): f(Q{}) with Q = __half or
 // __nv_bfloat16, or float (never written) when there is no copy.
 template <class F>
-void dispatch_copy(const Tensor* copy, F&& f) {
-  if (!copy) return f(float{});
-  dispatch_16bit("rounded copy", copy->dtype(), f);
+void dispatch_copy(const Strided& copy, F&& f) {
+  if (!copy.defined()) return f(float{});
+  dispatch_16bit("rounded copy", copy.dtype(), f);
 }
 
 // The copy operand of the fp32 kernels: its pointer and layout, or the parameter's (never written).
 template <class Q>
-Q* copy_data(const Tensor* copy, const Tensor& param) {
-  return static_cast<Q*>(copy ? copy->raw_data() : param.raw_data());
+Q* copy_data(const Strided& copy, const Strided& param) {
+  return static_cast<Q*>(copy.defined() ? copy.raw_data() : param.raw_data());
 }
 
 }  // namespace
 
-void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
-                double dampening, double weight_decay, bool nesterov, int64_t step, Tensor* rounded_copy) {
+void sgd_update(const Strided& param, const Strided& grad, const Strided& momentum_buf, double lr, double momentum,
+                double dampening, double weight_decay, bool nesterov, int64_t step, const Strided& rounded_copy) {
   DeviceGuard guard(param.device().index);
   const DType state_dtype = momentum != 0.0 ? momentum_buf.dtype() : param.dtype();
   const int64_t n = param.numel();
@@ -173,8 +173,8 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double 
     dispatch_copy(rounded_copy, [&](auto copy_tag) {
       using Q = decltype(copy_tag);
       const formulas::SgdConsts<P> k = formulas::sgd_consts<P>(lr, momentum, dampening, weight_decay, nesterov, step);
-      const bool has_copy = rounded_copy != nullptr;
-      const Tensor& qt = has_copy ? *rounded_copy : param;
+      const bool has_copy = rounded_copy.defined();
+      const Strided& qt = has_copy ? rounded_copy : param;
       P* p = param.data<P>();
       const P* g = grad.data<P>();
       Q* q = copy_data<Q>(rounded_copy, param);
@@ -193,8 +193,9 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double 
   });
 }
 
-void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1,
-                 double beta2, double eps, double weight_decay, bool decoupled, int64_t step, Tensor* rounded_copy) {
+void adam_update(const Strided& param, const Strided& grad, const Strided& exp_avg, const Strided& exp_avg_sq,
+                 double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
+                 const Strided& rounded_copy) {
   DeviceGuard guard(param.device().index);
   const int64_t n = param.numel();
   dispatch_update(decoupled ? "adamw_update" : "adam_update", param.dtype(), exp_avg.dtype(), [&](auto tag) {
@@ -204,8 +205,8 @@ void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp
       using Q = decltype(copy_tag);
       const formulas::AdamConsts<P> k =
           formulas::adam_consts<P>(lr, beta1, beta2, eps, weight_decay, decoupled, step);
-      const bool has_copy = rounded_copy != nullptr;
-      const Tensor& qt = has_copy ? *rounded_copy : param;
+      const bool has_copy = rounded_copy.defined();
+      const Strided& qt = has_copy ? rounded_copy : param;
       adam_kernel<P, Q><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
           param.data<P>(), grad.data<P>(), exp_avg.data<P>(), exp_avg_sq.data<P>(), copy_data<Q>(rounded_copy, param),
           has_copy, same_shape_offsets<5>(param.shape(), {&param, &grad, &exp_avg, &exp_avg_sq, &qt}), n, k);
@@ -214,8 +215,8 @@ void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp
   });
 }
 
-void sgd16_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tensor& kahan_comp, double lr,
-                  double momentum, double weight_decay, Rounding rounding, uint64_t seed, uint64_t offset) {
+void sgd16_update(const Strided& param, const Strided& grad, const Strided& momentum_buf, const Strided& kahan_comp,
+                  double lr, double momentum, double weight_decay, Rounding rounding, uint64_t seed, uint64_t offset) {
   DeviceGuard guard(param.device().index);
   const int64_t n = param.numel();
   dispatch_16bit("sgd16_update", param.dtype(), [&](auto tag) {
@@ -224,8 +225,8 @@ void sgd16_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tenso
     const formulas::Sgd16Consts k = formulas::sgd16_consts(
         lr, momentum, weight_decay, formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
     // Absent buffers alias the parameter's layout and are never dereferenced.
-    const Tensor& mt = k.use_mom ? momentum_buf : param;
-    const Tensor& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
+    const Strided& mt = k.use_mom ? momentum_buf : param;
+    const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     MT_CHECK(mt.dtype() == param.dtype() && ct.dtype() == param.dtype(), "sgd16_update: state ", mt.meta(), " / ",
              ct.meta(), " must have the parameter's dtype ", param.meta());
     sgd16_kernel<P><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
@@ -235,9 +236,9 @@ void sgd16_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tenso
   });
 }
 
-void adamw16_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& kahan_comp,
-                    double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step,
-                    Rounding rounding, uint64_t seed, uint64_t offset) {
+void adamw16_update(const Strided& param, const Strided& grad, const Strided& exp_avg, const Strided& exp_avg_sq,
+                    const Strided& kahan_comp, double lr, double beta1, double beta2, double eps, double weight_decay,
+                    int64_t step, Rounding rounding, uint64_t seed, uint64_t offset) {
   DeviceGuard guard(param.device().index);
   const int64_t n = param.numel();
   dispatch_16bit("adamw16_update", param.dtype(), [&](auto tag) {
@@ -246,7 +247,7 @@ void adamw16_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& 
     const formulas::AdamW16Consts k =
         formulas::adamw16_consts(lr, beta1, beta2, eps, weight_decay, step,
                                  formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
-    const Tensor& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
+    const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     MT_CHECK(exp_avg.dtype() == param.dtype() && exp_avg_sq.dtype() == param.dtype() && ct.dtype() == param.dtype(),
              "adamw16_update: state must have the parameter's dtype ", param.meta());
     adamw16_kernel<P><<<grid_for(n), kBlock, 0, stream_of(param)>>>(

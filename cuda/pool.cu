@@ -178,15 +178,15 @@ __global__ void avg_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0
   }
 }
 
-PoolGeom geom(const Tensor& x, const Tensor& out, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+PoolGeom geom(const Strided& x, const Strided& out, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
               int64_t pw) {
   return PoolGeom{x.size(0), x.size(1), x.size(2), x.size(3), out.size(2), out.size(3), kh, kw, sh, sw, ph, pw};
 }
 
 }  // namespace
 
-void max_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
-                int64_t pad_h, int64_t pad_w, Tensor& out, Tensor& indices) {
+void max_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
+                int64_t pad_h, int64_t pad_w, const Strided& out, const Strided& indices) {
   DeviceGuard guard(x.device().index);
   MT_CHECK(out.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64,
            "max_pool2d: outputs must be contiguous with i64 indices");
@@ -203,7 +203,7 @@ void max_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t str
   });
 }
 
-void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx) {
+void max_pool2d_backward(const Strided& dy, const Strided& indices, const Strided& dx) {
   DeviceGuard guard(dy.device().index);
   MT_CHECK(dx.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64,
            "max_pool2d backward: dx and indices must be contiguous, indices i64");
@@ -221,8 +221,8 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx) {
   });
 }
 
-void avg_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
-                int64_t pad_h, int64_t pad_w, Tensor& out) {
+void avg_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
+                int64_t pad_h, int64_t pad_w, const Strided& out) {
   DeviceGuard guard(x.device().index);
   MT_CHECK(out.is_contiguous(), "avg_pool2d: output must be contiguous");
   const PoolGeom g = geom(x, out, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);
@@ -237,8 +237,8 @@ void avg_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t str
   });
 }
 
-void avg_pool2d_backward(const Tensor& dy, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
-                         int64_t pad_h, int64_t pad_w, Tensor& dx) {
+void avg_pool2d_backward(const Strided& dy, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
+                         int64_t pad_h, int64_t pad_w, const Strided& dx) {
   DeviceGuard guard(dy.device().index);
   MT_CHECK(dx.is_contiguous(), "avg_pool2d backward: dx must be contiguous");
   const PoolGeom g = geom(dx, dy, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);

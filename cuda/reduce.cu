@@ -136,7 +136,7 @@ bool is_reduced(const std::vector<int64_t>& dims, int64_t d) {
 }
 
 // Shape and strides of t's kept (reduced = false) or reduced (reduced = true) dims.
-void split_of(const Tensor& t, const std::vector<int64_t>& dims, bool reduced, Shape& shape, Shape& strides) {
+void split_of(const Strided& t, const std::vector<int64_t>& dims, bool reduced, Shape& shape, Shape& strides) {
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (is_reduced(dims, d) != reduced) continue;
     shape.push_back(t.shape()[size_t(d)]);
@@ -149,7 +149,7 @@ struct Split {
   int64_t m = 1, n = 1;  // outputs, elements per output
 };
 
-Split split_shapes(const Tensor& x, const std::vector<int64_t>& dims) {
+Split split_shapes(const Strided& x, const std::vector<int64_t>& dims) {
   Split s;
   Shape unused;
   split_of(x, dims, false, s.outer_shape, unused);
@@ -160,7 +160,7 @@ Split split_shapes(const Tensor& x, const std::vector<int64_t>& dims) {
 }
 
 // Strides of `t` (x's shape, or the keepdim shape) over the kept or the reduced dims.
-Shape strides_of(const Tensor& t, const std::vector<int64_t>& dims, bool reduced) {
+Shape strides_of(const Strided& t, const std::vector<int64_t>& dims, bool reduced) {
   Shape shape, strides;
   split_of(t, dims, reduced, shape, strides);
   return strides;
@@ -174,7 +174,7 @@ constexpr int64_t kTargetBlocks = 1024;      // split outputs until about this m
 constexpr int64_t kMaxSplits = 1024;
 
 template <class T, class A, class Op>
-void launch_reduce(const Tensor& x, Tensor& out, const std::vector<int64_t>& dims, bool mean, A identity, Op op,
+void launch_reduce(const Strided& x, const Strided& out, const std::vector<int64_t>& dims, bool mean, A identity, Op op,
                    const char* name) {
   const Split s = split_shapes(x, dims);
   if (s.m == 0) return;
@@ -196,7 +196,7 @@ void launch_reduce(const Tensor& x, Tensor& out, const std::vector<int64_t>& dim
   const int64_t chunk = (s.n + splits - 1) / splits;
   splits = (s.n + chunk - 1) / chunk;  // no empty split
   const int threads = int(std::min<int64_t>(kBlock, round_up32(chunk)));
-  Tensor partial;
+  Workspace partial;
   A* pp = nullptr;
   if (splits > 1) {
     partial = workspace<A>(s.m * splits, x.device());
@@ -293,7 +293,7 @@ __global__ void max_abs_kernel(const T* __restrict__ x, OffsetCalculator<1> calc
 
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tensor& out) {
+void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, const Strided& out) {
   DeviceGuard guard(x.device().index);
   const char* name = reduce_op_name(op);
   dispatch_floating(
@@ -308,8 +308,8 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tens
       });
 }
 
-void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor& dy, const std::vector<int64_t>& dims,
-                     Tensor& dx) {
+void reduce_backward(ReduceOp op, const Strided& x, const Strided& y, const Strided& dy,
+                     const std::vector<int64_t>& dims, const Strided& dx) {
   DeviceGuard guard(dx.device().index);
   const char* name = reduce_op_name(op);
   const Split s = split_shapes(x, dims);
@@ -342,11 +342,11 @@ void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor
       });
 }
 
-double max_abs(const Tensor& x) {
+double max_abs(const Strided& x) {
   DeviceGuard guard(x.device().index);
   if (x.numel() == 0) return 0.0;
   const Stream st = stream_of(x);
-  Tensor acc = empty({2}, DType::i64, x.device());
+  Workspace acc({2}, DType::i64, x.device());
   auto* pacc = static_cast<unsigned long long*>(acc.raw_data());
   MT_CUDA_CHECK(cudaMemsetAsync(pacc, 0, 2 * sizeof(unsigned long long), st));
   bool is_double = false;

@@ -177,7 +177,7 @@ __global__ void moments_total_kernel(const double* __restrict__ partial, int64_t
     for (int k = 0; k < 5; ++k) out[k] = v[k];
 }
 
-void launch_moments(const char* op, const Tensor& x, Tensor& out, bool log_abs) {
+void launch_moments(const char* op, const Strided& x, const Strided& out, bool log_abs) {
   DeviceGuard guard(x.device().index);
   const Stream st = stream_of(x);
   const int64_t numel = x.numel();
@@ -190,7 +190,7 @@ void launch_moments(const char* op, const Tensor& x, Tensor& out, bool log_abs) 
     return;
   }
   const unsigned blocks = stat_blocks(numel);
-  Tensor partial = workspace<double>(int64_t(blocks) * 5, x.device());
+  Workspace partial = workspace<double>(int64_t(blocks) * 5, x.device());
   auto* pp = static_cast<double*>(partial.raw_data());
   dispatch_floating(
       x.dtype(), op,
@@ -206,7 +206,7 @@ void launch_moments(const char* op, const Tensor& x, Tensor& out, bool log_abs) 
 
 }  // namespace
 
-void grad_stats(const Tensor& g, Tensor& out) {
+void grad_stats(const Strided& g, const Strided& out) {
   DeviceGuard guard(g.device().index);
   const Stream st = stream_of(g);
   MT_CHECK(out.is_contiguous() && out.numel() == 2, "grad_stats: the CUDA kernel writes a contiguous [2], got ",
@@ -227,7 +227,7 @@ void grad_stats(const Tensor& g, Tensor& out) {
       });
 }
 
-void grad_telemetry(const Tensor& x, DType format, int64_t hist_lo, Tensor& counts, Tensor& max_abs) {
+void grad_telemetry(const Strided& x, DType format, int64_t hist_lo, const Strided& counts, const Strided& max_abs) {
   DeviceGuard guard(x.device().index);
   const Stream st = stream_of(x);
   const int64_t nbins = counts.numel() - kTelemetryCounts;
@@ -249,8 +249,8 @@ void grad_telemetry(const Tensor& x, DType format, int64_t hist_lo, Tensor& coun
       });
 }
 
-void tensor_moments(const Tensor& x, Tensor& out) { launch_moments("tensor_moments", x, out, false); }
+void tensor_moments(const Strided& x, const Strided& out) { launch_moments("tensor_moments", x, out, false); }
 
-void log_abs_moments(const Tensor& x, Tensor& out) { launch_moments("log_abs_moments", x, out, true); }
+void log_abs_moments(const Strided& x, const Strided& out) { launch_moments("log_abs_moments", x, out, true); }
 
 }  // namespace mixtape::cuda

@@ -9,10 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "tensor/device.h"
+#include "tensor/core/device.h"
 #include "tensor/core/dtype.h"
 #include "tensor/core/rng.h"
 #include "tensor/core/shape.h"
+#include "tensor/core/strided.h"
 #include "tensor/storage.h"
 
 namespace mixtape {
@@ -42,7 +43,10 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   bool is_contiguous() const;
   bool same_storage(const Tensor& o) const { return storage() == o.storage(); }
-  std::string meta() const;  // "f32[2, 3] cpu"
+  std::string meta() const;  // "f32[2, 3]", or "f32[2, 3] cuda:0" off the host
+  // The tensor as its kernels take it (Note [Kernel arguments] in tensor/core/strided.h); an
+  // undefined tensor gives an absent Strided.
+  operator Strided() const;
 
   // Pointer to element 0 (storage base + offset). data<T>() checks T against the dtype.
   void* raw_data() const;

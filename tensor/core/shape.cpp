@@ -22,6 +22,16 @@ Shape contiguous_strides(const Shape& s) {
   return st;
 }
 
+bool is_contiguous_layout(const Shape& shape, const Shape& strides) {
+  int64_t expected = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
 std::string shape_str(const Shape& s) {
   std::ostringstream os;
   os << '[';

@@ -12,6 +12,8 @@ using Shape = std::vector<int64_t>;
 
 int64_t numel_of(const Shape& s);
 Shape contiguous_strides(const Shape& s);
+// Whether strides (in elements) lay `shape` out row-major without gaps (size-1 dims ignored).
+bool is_contiguous_layout(const Shape& shape, const Shape& strides);
 std::string shape_str(const Shape& s);  // "[2, 3]"
 
 // Broadcast two shapes NumPy-style (trailing dims align; 1 stretches). Throws naming `op`.

@@ -16,7 +16,7 @@ struct ChannelView {
   int64_t channel_stride = 0;
 };
 
-ChannelView channel_view(const Tensor& t) {
+ChannelView channel_view(const Strided& t) {
   ChannelView v;
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (d == 1) continue;
@@ -28,7 +28,7 @@ ChannelView channel_view(const Tensor& t) {
 }
 
 // A small 1-D tensor (per-channel parameters and statistics) as doubles; empty when undefined.
-std::vector<double> read_vec(const Tensor& t) {
+std::vector<double> read_vec(const Strided& t) {
   std::vector<double> v;
   if (!t.defined()) return v;
   v.resize(size_t(t.numel()));
@@ -40,7 +40,7 @@ std::vector<double> read_vec(const Tensor& t) {
 }
 
 // Element i of a 1-D tensor, rounded once from double.
-void write_at(Tensor& t, int64_t i, double value) {
+void write_at(const Strided& t, int64_t i, double value) {
   dispatch_floating(t.dtype(), "batch_norm", [&]<class T>() {
     static_cast<T*>(t.raw_data())[i * t.strides()[0]] = store<T>(value);
   });
@@ -48,9 +48,9 @@ void write_at(Tensor& t, int64_t i, double value) {
 
 }  // namespace
 
-void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                        Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
-                        Tensor& mean, Tensor& invstd) {
+void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& bias, const Strided& running_mean,
+                        const Strided& running_var, bool training, double momentum, double eps, const Strided& y,
+                        const Strided& mean, const Strided& invstd) {
   const int64_t C = x.size(1);
   const ChannelView xv = channel_view(x), yv = channel_view(y);
   const int64_t n = numel_of(xv.pos_shape);
@@ -100,8 +100,9 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   });
 }
 
-void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& weight, const Strided& mean,
+                         const Strided& invstd, bool training, const Strided& dx, const Strided& dweight,
+                         const Strided& dbias) {
   const int64_t C = x.size(1);
   const ChannelView xv = channel_view(x), dyv = channel_view(dy);
   const ChannelView dxv = dx.defined() ? channel_view(dx) : dyv;

@@ -5,17 +5,18 @@
 
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
 // mean, invstd: contiguous [C] of compute_t<x dtype> (f32, or f64 for f64 x), written here.
 // weight, bias, running_mean, running_var may be undefined (see batch_norm_forward).
-void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                        Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
-                        Tensor& mean, Tensor& invstd);
+void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& bias, const Strided& running_mean,
+                        const Strided& running_var, bool training, double momentum, double eps, const Strided& y,
+                        const Strided& mean, const Strided& invstd);
 // dx, dweight, dbias: outputs, each undefined when not wanted.
-void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias);
+void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& weight, const Strided& mean,
+                         const Strided& invstd, bool training, const Strided& dx, const Strided& dweight,
+                         const Strided& dbias);
 
 }  // namespace mixtape::cpu

@@ -1,10 +1,11 @@
 #include "tensor/cpu/dropout.h"
 
+#include "tensor/core/rng.h"
 #include "tensor/cpu/loops.h"
 
 namespace mixtape::cpu {
 
-void dropout(const Tensor& x, Tensor& out, double p, uint64_t seed, uint64_t offset) {
+void dropout(const Strided& x, const Strided& out, double p, uint64_t seed, uint64_t offset) {
   const double keep = 1.0 - p;
   dispatch_floating(x.dtype(), "dropout", [&]<class T>() {
     using A = compute_t<T>;

@@ -4,11 +4,11 @@
 
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
 // out = x * mask / (1 - p) with the mask of Note [Dropout mask] (tensor/ops/dropout.h).
-void dropout(const Tensor& x, Tensor& out, double p, uint64_t seed, uint64_t offset);
+void dropout(const Strided& x, const Strided& out, double p, uint64_t seed, uint64_t offset);
 
 }  // namespace mixtape::cpu

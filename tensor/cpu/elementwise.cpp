@@ -37,7 +37,7 @@ struct HostMath {
 
 }  // namespace
 
-void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
+void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b) {
   dispatch_floating(x.dtype(), unary_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
@@ -50,7 +50,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
   });
 }
 
-void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Strided& dy, const Strided& dx,
                     double a, double b) {
   dispatch_floating(dx.dtype(), unary_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
@@ -68,7 +68,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
   });
 }
 
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& out) {
   dispatch_floating(out.dtype(), binary_op_name(op), [&]<class T>() {
     const T* pa = static_cast<const T*>(a.raw_data());
     const T* pb = static_cast<const T*>(b.raw_data());

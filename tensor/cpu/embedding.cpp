@@ -6,7 +6,7 @@
 
 namespace mixtape::cpu {
 
-void embedding(const Tensor& indices, const Tensor& weight, Tensor& out) {
+void embedding(const Strided& indices, const Strided& weight, const Strided& out) {
   const int64_t V = weight.size(0), D = weight.size(1);
   const int64_t* pidx = static_cast<const int64_t*>(indices.raw_data());
   // out viewed as [numel(indices), D] (it is contiguous, allocated by the front-end).
@@ -25,7 +25,7 @@ void embedding(const Tensor& indices, const Tensor& weight, Tensor& out) {
   });
 }
 
-void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight) {
+void embedding_backward(const Strided& indices, const Strided& dy, const Strided& dweight) {
   const int64_t V = dweight.size(0), D = dweight.size(1);
   const int64_t* pidx = static_cast<const int64_t*>(indices.raw_data());
   // dy viewed as [numel(indices), D]: its last dim is D, the others follow indices' shape.

@@ -5,13 +5,13 @@
 
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
 // out[..., :] = weight[indices[...], :]. Throws on an index outside [0, V).
-void embedding(const Tensor& indices, const Tensor& weight, Tensor& out);
+void embedding(const Strided& indices, const Strided& weight, const Strided& out);
 // dweight [V, D] = scatter-add of dy's rows; dy: indices.shape() + [D].
-void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight);
+void embedding_backward(const Strided& indices, const Strided& dy, const Strided& dweight);
 
 }  // namespace mixtape::cpu

@@ -60,22 +60,22 @@ void dispatch_update(const char* op, DType param, DType state, F&& f) {
 struct NoCopy {};
 
 template <class F>
-void dispatch_copy(const Tensor* copy, F&& f) {
-  if (!copy) return f.template operator()<NoCopy>();
-  if (copy->dtype() == DType::f16) return f.template operator()<half>();
-  if (copy->dtype() == DType::bf16) return f.template operator()<bfloat16>();
-  throw Error(detail::cat("rounded copy: ", copy->meta(), " is not bf16 or f16"));
+void dispatch_copy(const Strided& copy, F&& f) {
+  if (!copy.defined()) return f.template operator()<NoCopy>();
+  if (copy.dtype() == DType::f16) return f.template operator()<half>();
+  if (copy.dtype() == DType::bf16) return f.template operator()<bfloat16>();
+  throw Error(detail::cat("rounded copy: ", copy.meta(), " is not bf16 or f16"));
 }
 
 // The copy's element pointer and strides; without a copy, the param's strides (never written).
 template <class Q>
-Q* copy_data(const Tensor* copy) {
+Q* copy_data(const Strided& copy) {
   if constexpr (std::is_same_v<Q, NoCopy>) return nullptr;
-  else return static_cast<Q*>(copy->raw_data());
+  else return static_cast<Q*>(copy.raw_data());
 }
 
-inline const Shape& copy_strides(const Tensor* copy, const Tensor& param) {
-  return copy ? copy->strides() : param.strides();
+inline const Shape& copy_strides(const Strided& copy, const Strided& param) {
+  return copy.defined() ? copy.strides() : param.strides();
 }
 
 // Stores the new master value v into the copy, rounded to nearest even.
@@ -105,8 +105,8 @@ struct HostUpdate {
 
 }  // namespace
 
-void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
-                double dampening, double weight_decay, bool nesterov, int64_t step, Tensor* rounded_copy) {
+void sgd_update(const Strided& param, const Strided& grad, const Strided& momentum_buf, double lr, double momentum,
+                double dampening, double weight_decay, bool nesterov, int64_t step, const Strided& rounded_copy) {
   const DType state_dtype = momentum != 0.0 ? momentum_buf.dtype() : param.dtype();
   dispatch_update("sgd_update", param.dtype(), state_dtype, [&]<class P, class S>() {
     dispatch_copy(rounded_copy, [&]<class Q>() {
@@ -139,8 +139,9 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double 
   });
 }
 
-void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1,
-                 double beta2, double eps, double weight_decay, bool decoupled, int64_t step, Tensor* rounded_copy) {
+void adam_update(const Strided& param, const Strided& grad, const Strided& exp_avg, const Strided& exp_avg_sq,
+                 double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
+                 const Strided& rounded_copy) {
   const char* op = decoupled ? "adamw_update" : "adam_update";
   dispatch_update(op, param.dtype(), exp_avg.dtype(), [&]<class P, class S>() {
     dispatch_copy(rounded_copy, [&]<class Q>() {
@@ -169,7 +170,7 @@ void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp
 
 // ---- gradient statistics -------------------------------------------------------------------
 
-void grad_stats(const Tensor& g, Tensor& out) {
+void grad_stats(const Strided& g, const Strided& out) {
   dispatch_floating(g.dtype(), "grad_stats", [&]<class T>() {
     using C = compute_t<T>;
     const T* pg = static_cast<const T*>(g.raw_data());
@@ -199,16 +200,16 @@ void dispatch_16bit(const char* op, DType t, F&& f) {
 
 }  // namespace
 
-void sgd16_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tensor& kahan_comp, double lr,
-                  double momentum, double weight_decay, Rounding rounding, uint64_t seed, uint64_t offset) {
+void sgd16_update(const Strided& param, const Strided& grad, const Strided& momentum_buf, const Strided& kahan_comp,
+                  double lr, double momentum, double weight_decay, Rounding rounding, uint64_t seed, uint64_t offset) {
   dispatch_16bit("sgd16_update", param.dtype(), [&]<class P>() {
     const formulas::Sgd16Consts k = formulas::sgd16_consts(
         lr, momentum, weight_decay, formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
     P* p = param.data<P>();
     const float* g = grad.data<float>();
     // Absent buffers alias the parameter's layout and are never dereferenced.
-    const Tensor& mt = k.use_mom ? momentum_buf : param;
-    const Tensor& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
+    const Strided& mt = k.use_mom ? momentum_buf : param;
+    const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     P* m = mt.data<P>();
     P* c = ct.data<P>();
     uint64_t i = 0;
@@ -219,9 +220,9 @@ void sgd16_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tenso
   });
 }
 
-void adamw16_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& kahan_comp,
-                    double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step,
-                    Rounding rounding, uint64_t seed, uint64_t offset) {
+void adamw16_update(const Strided& param, const Strided& grad, const Strided& exp_avg, const Strided& exp_avg_sq,
+                    const Strided& kahan_comp, double lr, double beta1, double beta2, double eps, double weight_decay,
+                    int64_t step, Rounding rounding, uint64_t seed, uint64_t offset) {
   dispatch_16bit("adamw16_update", param.dtype(), [&]<class P>() {
     const formulas::AdamW16Consts k =
         formulas::adamw16_consts(lr, beta1, beta2, eps, weight_decay, step,
@@ -230,7 +231,7 @@ void adamw16_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& 
     const float* g = grad.data<float>();
     P* m = exp_avg.data<P>();
     P* v = exp_avg_sq.data<P>();
-    const Tensor& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
+    const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     P* c = ct.data<P>();
     uint64_t i = 0;
     for_each_offset<5>(

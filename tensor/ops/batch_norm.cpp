@@ -62,7 +62,7 @@ BatchNormOutput batch_norm_forward(const Tensor& x, const Tensor& weight, const 
   r.mean = empty({C}, stats_dtype(x.dtype()), x.device());
   r.invstd = empty({C}, stats_dtype(x.dtype()), x.device());
   Tensor rm = running_mean, rv = running_var;  // updated in place in training mode
-  ops::on_device(
+  on_device(
       x.device(),
       [&] { cpu::batch_norm_forward(x, weight, bias, rm, rv, training, momentum, eps, r.y, r.mean, r.invstd); },
       [&] { cuda::batch_norm_forward(x, weight, bias, rm, rv, training, momentum, eps, r.y, r.mean, r.invstd); });
@@ -86,7 +86,7 @@ BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   if (need_dx) g.dx = empty(x.shape(), x.dtype(), x.device());
   if (need_dweight) g.dweight = empty({C}, param_dtype, x.device());
   if (need_dbias) g.dbias = empty({C}, param_dtype, x.device());
-  ops::on_device(
+  on_device(
       x.device(),
       [&] { cpu::batch_norm_backward(dy, x, weight, mean, invstd, training, g.dx, g.dweight, g.dbias); },
       [&] { cuda::batch_norm_backward(dy, x, weight, mean, invstd, training, g.dx, g.dweight, g.dbias); });

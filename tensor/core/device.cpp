@@ -1,4 +1,4 @@
-#include "tensor/device.h"
+#include "tensor/core/device.h"
 
 #include <algorithm>
 #include <cctype>

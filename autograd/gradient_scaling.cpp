@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "tensor/half.h"
+#include "tensor/core/half.h"
 #include "tensor/ops/stats.h"
 
 namespace mixtape {

@@ -1,5 +1,6 @@
-// Every differentiable op, once. The f64 gradient-check suite (tests/autograd/gradcheck_*.cpp)
-// fails unless it exercises each of these, so a new op starts here.
+// Every differentiable op, once. The f64 gradient-check suite (tests/autograd/test_op_cases.cpp,
+// over the cases registered in tests/autograd/cases_*.cpp) fails unless it exercises each of
+// these, so a new op starts here.
 //   MT_OP(id, "name")
 #pragma once
 
@@ -28,7 +29,7 @@
   MT_OP(conv2d, "conv2d") MT_OP(conv_transpose2d, "conv_transpose2d")                   \
   /* pooling (autograd/functions/pool.cpp) */                                          \
   MT_OP(max_pool2d, "max_pool2d") MT_OP(avg_pool2d, "avg_pool2d")                       \
-  /* normalization, regularization, lookup (autograd/functions/nn.cpp) */              \
+  /* batch norm, dropout, embedding (autograd/functions/{batch_norm,dropout,embedding}.cpp) */ \
   MT_OP(batch_norm, "batch_norm") MT_OP(dropout, "dropout") MT_OP(embedding, "embedding") \
   /* softmax and losses (autograd/functions/loss.cpp) */                               \
   MT_OP(softmax, "softmax") MT_OP(log_softmax, "log_softmax")                           \

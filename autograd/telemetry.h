@@ -49,10 +49,10 @@
 //
 // Note [Measured rounding per node]
 // What a stored 16-bit gradient cannot show (its underflow happened inside the op), the rounding
-// census (tensor/dtype.h) counts as it happens. When a census is open during the backward pass
-// (PrecisionTrainer opens one on sampled steps), the census's counts between one node's report
-// and the next are that node's: every value its backward rounded to 16 bits, for all of its
-// inputs (and any branch sum the tape formed on the way). Node records carry them as
+// census (tensor/core/rounding_census.h) counts as it happens. When a census is open during the
+// backward pass (PrecisionTrainer opens one on sampled steps), the census's counts between one
+// node's report and the next are that node's: every value its backward rounded to 16 bits, for
+// all of its inputs (and any branch sum the tape formed on the way). Node records carry them as
 // "rounded", "measured_underflow" (fraction of the nonzero results that became 0) and
 // "measured_subnormal"; each record of a node repeats the node's counts.
 //

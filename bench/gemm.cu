@@ -49,7 +49,7 @@ __global__ void fill_kernel(T* p, int64_t n, uint32_t seed) {
     h ^= h >> 13;
     h *= 0xC2B2AE35u;
     h ^= h >> 16;
-    p[i] = cuda::store_value<T>(float(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    p[i] = cuda::store<T>(float(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
   }
 }
 
@@ -58,7 +58,7 @@ template <class T>
 __global__ void compare_kernel(const T* a, const T* b, int64_t n, unsigned int* out) {
   float diff = 0.0f, ref = 0.0f;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = cuda::load_value(a[i]), y = cuda::load_value(b[i]);
+    const float x = cuda::load(a[i]), y = cuda::load(b[i]);
     const float d = fabsf(x - y);
     diff = d != d ? INFINITY : fmaxf(diff, d);  // NaN counts as an infinite error
     ref = fmaxf(ref, fabsf(y));

@@ -1,20 +1,19 @@
-// Declarations of the CUDA op launchers listed in cuda/launchers.def.
+// Declarations of the CUDA op launchers listed in cuda/launchers.def. They take Strided operands
+// (tensor/core/strided.h): cuda/ sees tensor/core/, never Tensor (Note [Kernel arguments]).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "tensor/ops/op_kinds.h"
-#include "tensor/tensor.h"
+#include "tensor/core/op_kinds.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cuda {
 
 #define MT_CUDA_LAUNCHER(name, params) void name params;
-#define MT_CUDA_PENDING(name, params) void name params;
 #include "cuda/launchers.def"
 #undef MT_CUDA_LAUNCHER
-#undef MT_CUDA_PENDING
 
-double max_abs(const Tensor& x);
+double max_abs(const Strided& x);
 
 }  // namespace mixtape::cuda

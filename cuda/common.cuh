@@ -3,12 +3,14 @@
 // Included only by cuda/*.cu.
 //
 // Note [Rounding on the device]
-// Every store of a 16-bit value goes through store_value() below, the device twin of store<> in
-// tensor/dtype.h: round to nearest even with __float2half_rn / __float2bfloat16_rn, whose results
-// the host conversions in tensor/half.h match bit for bit (DESIGN.md section 3; checked on all
-// 65,536 patterns by tests/cuda/test_copy.cpp). Stochastic rounding has no CUDA intrinsic; the
-// kernels call the host's own bits16::float_to_*_sr, compiled for the device (the build passes
-// --expt-relaxed-constexpr), with the same Philox words, so both devices draw the same stream.
+// Every store of a 16-bit value goes through store<T>() below, the device twin of store<> in
+// tensor/core/dtype.h (one name on both devices, so a search for `store<` finds every rounding):
+// round to nearest even with __float2half_rn / __float2bfloat16_rn, whose results the host
+// conversions in tensor/core/half.h match bit for bit (DESIGN.md section 3; checked on all 65,536
+// patterns by tests/cuda/test_copy.cpp). Stochastic rounding has no CUDA intrinsic; the kernels
+// call the host's own bits16::float_to_*_sr through store_stochastic<T>(), compiled for the
+// device (the build passes --expt-relaxed-constexpr), with the same Philox words, so both devices
+// draw the same stream.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,11 +21,11 @@
 
 #include "cuda/indexing.h"
 #include "cuda/runtime.h"
-#include "tensor/dtype.h"
-#include "tensor/error.h"
-#include "tensor/half.h"
-#include "tensor/rng.h"
-#include "tensor/tensor.h"
+#include "tensor/core/dtype.h"
+#include "tensor/core/error.h"
+#include "tensor/core/half.h"
+#include "tensor/core/rng.h"
+#include "tensor/core/strided.h"
 
 #define MT_CUDA_CHECK(call)                                                                        \
   do {                                                                                             \
@@ -60,8 +62,8 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-// The stream of a tensor's device (Note [One stream per device] in runtime.h).
-inline Stream stream_of(const Tensor& t) { return stream(t.device().index); }
+// The stream of an operand's device (Note [One stream per device] in runtime.h).
+inline Stream stream_of(const Strided& t) { return stream(t.device().index); }
 
 // ---- storage types and conversions ------------------------------------------------------------
 
@@ -69,31 +71,31 @@ template <class T> struct compute_of { using type = float; };  // 16-bit and f32
 template <> struct compute_of<double> { using type = double; };
 template <class T> using compute_t = typename compute_of<T>::type;
 
-__device__ __forceinline__ float load_value(float v) { return v; }
-__device__ __forceinline__ double load_value(double v) { return v; }
-__device__ __forceinline__ float load_value(__half v) { return __half2float(v); }
-__device__ __forceinline__ float load_value(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float load(float v) { return v; }
+__device__ __forceinline__ double load(double v) { return v; }
+__device__ __forceinline__ float load(__half v) { return __half2float(v); }
+__device__ __forceinline__ float load(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // The one rounding point of the device (Note [Rounding on the device]).
-template <class T> __device__ __forceinline__ T store_value(float v);
-template <> __device__ __forceinline__ float store_value<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half store_value<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 store_value<__nv_bfloat16>(float v) {
+template <class T> __device__ __forceinline__ T store(float v);
+template <> __device__ __forceinline__ float store<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half store<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 // From a double accumulator (batch-norm statistics, bias and embedding gradients), rounded once
 // as the CPU's store<T>(double): round-to-odd to float first (Note [Rounding f64 and i64 to 16
-// bits] in tensor/half.h), with the host's own functions compiled for the device.
-template <class T> __device__ __forceinline__ T store_value(double v);
-template <> __device__ __forceinline__ float store_value<float>(double v) { return __double2float_rn(v); }
-template <> __device__ __forceinline__ __half store_value<__half>(double v) {
+// bits] in tensor/core/half.h), with the host's own functions compiled for the device.
+template <class T> __device__ __forceinline__ T store(double v);
+template <> __device__ __forceinline__ float store<float>(double v) { return __double2float_rn(v); }
+template <> __device__ __forceinline__ __half store<__half>(double v) {
   return __ushort_as_half(bits16::double_to_half_rn(v));
 }
-template <> __device__ __forceinline__ __nv_bfloat16 store_value<__nv_bfloat16>(double v) {
+template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(double v) {
   return __ushort_as_bfloat16(bits16::double_to_bf16_rn(v));
 }
 
-// Stochastic rounding of v with random word r (tensor/half.h, Note [Stochastic rounding]).
+// Stochastic rounding of v with random word r (tensor/core/half.h, Note [Stochastic rounding]).
 template <class T> __device__ __forceinline__ T store_stochastic(float v, uint32_t r);
 template <> __device__ __forceinline__ __half store_stochastic<__half>(float v, uint32_t r) {
   return __ushort_as_half(bits16::float_to_half_sr(v, r));
@@ -125,20 +127,26 @@ __device__ __forceinline__ double sqrt_rn(double a) { return __dsqrt_rn(a); }
 
 // ---- the dtype switch --------------------------------------------------------------------------
 
-// Calls f(T{}) with T the storage type of dtype: float, __half or __nv_bfloat16. Anything else
-// throws naming the op. f64 tensors stay on the CPU (DESIGN.md section 3: empty() refuses them on
-// a CUDA device), so no kernel is compiled for double.
-template <class F>
-void dispatch_floating(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::f32: f(float{}); return;
-    case DType::f16: f(__half{}); return;
-    case DType::bf16: f(__nv_bfloat16{}); return;
-    default: break;
+// dispatch_floating(dtype, "op", f), the device twin of the CPU's dtype switch of the same name
+// (tensor/core/dtype.h): calls f(T{}) with T the device storage type of dtype, float, __half or
+// __nv_bfloat16. Anything else throws naming the op. f64 tensors stay on the CPU (DESIGN.md
+// section 3: empty() refuses them on a CUDA device), so no kernel is compiled for double.
+// A function object rather than a function template, so that argument-dependent lookup (DType
+// lives in namespace mixtape) never offers both switches for one call.
+struct DispatchFloating {
+  template <class F>
+  void operator()(DType dtype, const char* op, F&& f) const {
+    switch (dtype) {
+      case DType::f32: f(float{}); return;
+      case DType::f16: f(__half{}); return;
+      case DType::bf16: f(__nv_bfloat16{}); return;
+      default: break;
+    }
+    throw Error(detail::cat(op, ": the CUDA backend has no ", dtype_name(dtype),
+                            " kernel (f32, f16 and bf16 run on the GPU; f64 stays on the CPU)"));
   }
-  throw Error(detail::cat(op, ": the CUDA backend has no ", dtype_name(dtype),
-                          " kernel (f32, f16 and bf16 run on the GPU; f64 stays on the CPU)"));
-}
+};
+inline constexpr DispatchFloating dispatch_floating{};
 
 // ---- launch geometry -----------------------------------------------------------------------------
 
@@ -154,21 +162,59 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
 template <class T>
 __device__ __forceinline__ T* element(T* base, int64_t offset) { return base + offset; }
 
-// Device workspace for n values of A (float or double), e.g. per-block partial sums. Kernels
-// accumulate in double where the CPU does, but f64 tensors stay on the CPU (empty() refuses them
-// on a GPU), so a double workspace is an i64 tensor of the same size whose bytes only kernels read.
+// Device memory a launcher needs for itself (per-block partial sums, flags, im2col columns, a
+// contiguous copy of an operand): a contiguous `shape` of `dtype` from the caching allocator of
+// `device` (Note [Caching allocator]), handed back when the Workspace goes out of scope; kernels
+// already queued on the device's stream that use it come before those of any later owner.
+// Move-only; default-constructed, it holds nothing.
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const Shape& shape, DType dtype, Device device)
+      : view_(Strided::contiguous(device_malloc(size_t(numel_of(shape)) * dtype_size(dtype), device.index), dtype,
+                                  shape, device)) {}
+  ~Workspace() { release(); }
+  Workspace(Workspace&& o) noexcept : view_(std::move(o.view_)) { o.view_ = Strided(); }
+  Workspace& operator=(Workspace&& o) noexcept {
+    if (this != &o) {
+      release();
+      view_ = std::move(o.view_);
+      o.view_ = Strided();
+    }
+    return *this;
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  const Strided& view() const { return view_; }  // the memory as a launcher operand
+  void* raw_data() const { return view_.raw_data(); }
+  template <class T> T* data() const { return view_.data<T>(); }
+
+ private:
+  void release() noexcept {
+    if (view_.defined()) device_free(view_.raw_data(), view_.device().index);
+  }
+  Strided view_;
+};
+
+// n values of A (float or double), e.g. per-block partial sums: kernels accumulate in double
+// where the CPU does. (f64 tensors stay on the CPU; a launcher's own double scratch may not.)
 template <class A>
-Tensor workspace(int64_t n, Device device) {
+Workspace workspace(int64_t n, Device device) {
   static_assert(sizeof(A) == 4 || sizeof(A) == 8, "workspace of 4- or 8-byte values");
-  return empty({n}, sizeof(A) == 8 ? DType::i64 : DType::f32, device);
+  return Workspace({n}, sizeof(A) == 8 ? DType::f64 : DType::f32, device);
 }
+
+// A contiguous copy of x on its device (copy_cast's bit copy) in `copy`, for kernels that need
+// one; x itself when it is contiguous already.
+const Strided& contiguous(const Strided& x, Workspace& copy);
 
 // Shape/strides of t as an OffsetCalculator<1>, or several tensors viewed with one shape.
 template <int N>
-OffsetCalculator<N> offsets_for(const Shape& shape, const std::array<const Tensor*, N>& ts) {
+OffsetCalculator<N> offsets_for(const Shape& shape, const std::array<const Strided*, N>& ts) {
   std::array<Shape, N> st;
   for (int k = 0; k < N; ++k) {
-    const Tensor& t = *ts[size_t(k)];
+    const Strided& t = *ts[size_t(k)];
     Shape s(shape.size(), 0);
     const size_t lead = shape.size() - size_t(t.dim());
     for (size_t i = 0; i < size_t(t.dim()); ++i) s[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];

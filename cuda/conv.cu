@@ -79,7 +79,7 @@ __global__ void im2col_kernel(const T* x, int64_t xs0, int64_t xs1, int64_t xs2,
     const int64_t l = idx % L, q = idx / L, n = q % nb, r = q / nb;
     const int64_t kw = r % g.KW, kh = (r / g.KW) % g.KH, c = r / (g.KW * g.KH);
     const int64_t ih = (l / g.OW) * g.sh - g.ph + kh * g.dh, iw = (l % g.OW) * g.sw - g.pw + kw * g.dw;
-    T v = store_value<T>(0.0f);
+    T v = store<T>(0.0f);
     if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) v = x[n * xs0 + c * xs1 + ih * xs2 + iw * xs3];
     col[r * rs + n * ns + l] = v;
   }
@@ -120,8 +120,8 @@ __global__ void col2im_kernel(const float* dcol, int64_t rs, int64_t ns, KGeom g
         sum += src[((c * g.KH + kh) * g.KW + kw) * rs + oh * g.OW + tw / g.sw];
       }
     }
-    if (bias) sum += load_value(bias[c * bias_stride]);
-    dx[idx] = store_value<T>(sum);
+    if (bias) sum += load(bias[c * bias_stride]);
+    dx[idx] = store<T>(sum);
   }
 }
 
@@ -129,7 +129,7 @@ __global__ void col2im_kernel(const float* dcol, int64_t rs, int64_t ns, KGeom g
 template <class T>
 __global__ void round_kernel(const float* src, T* dst, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = store_value<T>(src[i]);
+    dst[i] = store<T>(src[i]);
 }
 
 // db[oc] = sum over (n, h, w) of dy[n, oc, h, w]: one block per channel, accumulated in double
@@ -143,18 +143,20 @@ __global__ void bias_grad_kernel(const T* dy, int64_t ds0, int64_t ds1, int64_t 
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < total; i += blockDim.x) {
     const int64_t n = i / HW, h = (i % HW) / W, w = i % W;
-    acc += double(load_value(dy[n * ds0 + oc * ds1 + h * ds2 + w * ds3]));
+    acc += double(load(dy[n * ds0 + oc * ds1 + h * ds2 + w * ds3]));
   }
   acc = block_sum(acc, scratch);
-  if (threadIdx.x == 0) db[oc * db_stride] = store_value<T>(acc);
+  if (threadIdx.x == 0) db[oc * db_stride] = store<T>(acc);
 }
 
-// w [OC, C, KH, KW] as the row-major [OC, R] GEMM operand (copied when not contiguous).
-Tensor weight_matrix(const Tensor& w) { return w.contiguous(); }
+// w [OC, C, KH, KW] as the row-major [OC, R] GEMM operand (copied into `copy` when not
+// contiguous).
+const Strided& weight_matrix(const Strided& w, Workspace& copy) { return contiguous(w, copy); }
 
 template <class T>
-void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Geom& g, Tensor& out) {
-  const Tensor wm = weight_matrix(w);
+void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const Geom& g, const Strided& out) {
+  Workspace w_copy;
+  const Strided& wm = weight_matrix(w, w_copy);
   const int64_t R = g.R(), L = g.L();
   const Shape& xs = x.strides();
   const Stream stream = stream_of(out);
@@ -178,7 +180,7 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Ge
     return;
   }
   const int64_t nb_max = chunk_images(g, R * L);
-  Tensor col = empty({nb_max * R * L}, out.dtype(), out.device());
+  Workspace col({nb_max * R * L}, out.dtype(), out.device());
   const T* px = static_cast<const T*>(x.raw_data());
   T* po = static_cast<T*>(out.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
@@ -196,17 +198,15 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Ge
 }
 
 template <class T>
-void conv_input_grad(const Tensor& dy_in, const Tensor& w, const Tensor& bias, const Geom& g, Tensor& dx) {
-  const Tensor wm = weight_matrix(w);
+void conv_input_grad(const Strided& dy_in, const Strided& w, const Strided& bias, const Geom& g, const Strided& dx) {
+  Workspace w_copy, dy_copy;
+  const Strided& wm = weight_matrix(w, w_copy);
   const int64_t R = g.R(), L = g.L(), HW = g.H * g.W;
   const Stream stream = stream_of(dx);
   // dy_n as the [OC, L] operand: strided in place when its (oh, ow) plane is one strided run.
-  Tensor dy = dy_in;
-  int64_t ps = plane_stride(g.OH, g.OW, dy.strides()[2], dy.strides()[3]);
-  if (ps < 0) {
-    dy = dy_in.contiguous();
-    ps = 1;
-  }
+  int64_t ps = plane_stride(g.OH, g.OW, dy_in.strides()[2], dy_in.strides()[3]);
+  const Strided& dy = ps < 0 ? contiguous(dy_in, dy_copy) : dy_in;
+  if (ps < 0) ps = 1;
   const Shape& ds = dy.strides();
   GemmParams p;
   p.device = dx.device().index;
@@ -228,7 +228,7 @@ void conv_input_grad(const Tensor& dy_in, const Tensor& w, const Tensor& bias, c
     return;
   }
   const int64_t nb_max = chunk_images(g, R * L);
-  Tensor dcol = empty({nb_max * R * L}, DType::f32, dx.device());
+  Workspace dcol({nb_max * R * L}, DType::f32, dx.device());
   p.out_dtype = DType::f32;
   p.c = dcol.raw_data();
   p.c_row_stride = L, p.c_col_stride = 1, p.c_batch_stride = R * L;
@@ -249,17 +249,17 @@ void conv_input_grad(const Tensor& dy_in, const Tensor& w, const Tensor& bias, c
 }
 
 template <class T>
-void conv_weight_grad(const Tensor& x, const Tensor& dy, const Geom& g, Tensor& dw) {
+void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const Strided& dw) {
   const int64_t R = g.R(), L = g.L();
   const Shape& xs = x.strides();
   const Shape& ds = dy.strides();
   const Stream stream = stream_of(dw);
   const int64_t nb_max = chunk_images(g, std::max(R, g.OC) * L);
   const int64_t chunks = (g.N + nb_max - 1) / nb_max;
-  Tensor col = empty({R * nb_max * L}, dw.dtype(), dw.device());
-  Tensor G = empty({g.OC * nb_max * L}, dw.dtype(), dw.device());
+  Workspace col({R * nb_max * L}, dw.dtype(), dw.device());
+  Workspace G({g.OC * nb_max * L}, dw.dtype(), dw.device());
   // Several chunks sum in an fp32 accumulator, rounded once at the end (the CPU's beta = 1 sgemm).
-  Tensor acc = chunks > 1 ? empty({g.OC * R}, DType::f32, dw.device()) : Tensor();
+  Workspace acc = chunks > 1 ? Workspace({g.OC * R}, DType::f32, dw.device()) : Workspace();
   GemmParams p;
   p.device = dw.device().index;
   p.M = g.OC, p.N = R;
@@ -294,7 +294,7 @@ void conv_weight_grad(const Tensor& x, const Tensor& dy, const Geom& g, Tensor& 
 }
 
 // The launchers' common checks: dtypes agree, the written tensor is contiguous.
-void check_conv(const char* op, const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+void check_conv(const char* op, const Strided& a, const Strided& b, const Strided& bias, const Strided& out) {
   MT_CHECK(a.dim() == 4 && b.dim() == 4 && out.dim() == 4 && out.is_contiguous(), "cuda::", op,
            ": expected 4-d operands and a contiguous output, got ", a.meta(), ", ", b.meta(), " -> ", out.meta());
   MT_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype() && (!bias.defined() || bias.dtype() == out.dtype()),
@@ -303,8 +303,8 @@ void check_conv(const char* op, const Tensor& a, const Tensor& b, const Tensor& 
 
 }  // namespace
 
-void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-            int64_t pad_w, int64_t dil_h, int64_t dil_w, Tensor& out) {
+void conv2d(const Strided& x, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+            int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& out) {
   check_conv("conv2d", x, w, bias, out);
   DeviceGuard guard(out.device().index);
   const Geom g = make_geom(x.shape(), out.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
@@ -315,8 +315,8 @@ void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride
   });
 }
 
-void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& bias, int64_t stride_h,
-                           int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, Tensor& dx) {
+void conv2d_backward_input(const Strided& dy, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w,
+                           int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dx) {
   check_conv("conv2d_backward_input", dy, w, bias, dx);
   DeviceGuard guard(dx.device().index);
   const Geom g = make_geom(dx.shape(), dy.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
@@ -328,9 +328,9 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& bias
                     });
 }
 
-void conv2d_backward_weight(const Tensor& x, const Tensor& dy, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-                            int64_t pad_w, int64_t dil_h, int64_t dil_w, Tensor& dw) {
-  check_conv("conv2d_backward_weight", x, dy, Tensor(), dw);
+void conv2d_backward_weight(const Strided& x, const Strided& dy, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                            int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dw) {
+  check_conv("conv2d_backward_weight", x, dy, Strided(), dw);
   DeviceGuard guard(dw.device().index);
   const Geom g = make_geom(x.shape(), dy.shape(), dw.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
   if (dw.numel() == 0) return;
@@ -341,7 +341,7 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& dy, int64_t stride_h,
                     });
 }
 
-void conv2d_backward_bias(const Tensor& dy, Tensor& db) {
+void conv2d_backward_bias(const Strided& dy, const Strided& db) {
   MT_CHECK(dy.dim() == 4 && db.dim() == 1 && db.size(0) == dy.size(1) && db.dtype() == dy.dtype(),
            "cuda::conv2d_backward_bias: expected dy [N, OC, OH, OW] and db [OC] of one dtype, got ", dy.meta(),
            " and ", db.meta());

@@ -3,7 +3,7 @@
 // This is where values become 16 bits on the device: Tensor::to(f16/bf16) of a CUDA tensor and
 // every copy_ into a 16-bit view run copy_cast below, so its conversions are the ones the
 // numerics contract (DESIGN.md section 3) promises bit-identical to the CPU:
-//   f32 / f16 / bf16 -> f16 / bf16   store_value (__float2half_rn / __float2bfloat16_rn), RNE;
+//   f32 / f16 / bf16 -> f16 / bf16   store (__float2half_rn / __float2bfloat16_rn), RNE;
 //                                    the host's float_to_half_rn / float_to_bf16_rn match them
 //                                    bit for bit, NaN -> 0x7FFF included (Note [Rounding on the
 //                                    device] in common.cuh).
@@ -57,7 +57,7 @@ __device__ __forceinline__ D convert(S v) {
     const float f = exact_float(v);
     if constexpr (std::is_same_v<D, float>) return f;
     else if constexpr (std::is_same_v<D, int64_t>) return __float2ll_rz(f);
-    else return store_value<D>(f);  // the one rounding point (Note [Rounding on the device])
+    else return store<D>(f);  // the one rounding point (Note [Rounding on the device])
   }
 }
 
@@ -135,7 +135,7 @@ void dispatch_bits(DType dtype, F&& f) {
 
 // dst may be any strided view (copy_ into a slice); src is broadcast to dst's shape (the front-end
 // expands it). Same dtype, both contiguous and the same size: one device-to-device memcpy.
-void copy_cast(const Tensor& src, Tensor& dst, Rounding rounding, uint64_t seed, uint64_t offset) {
+void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64_t seed, uint64_t offset) {
   DeviceGuard guard(dst.device().index);
   const int64_t n = dst.numel();
   if (n == 0) return;
@@ -176,15 +176,22 @@ void copy_cast(const Tensor& src, Tensor& dst, Rounding rounding, uint64_t seed,
   });
 }
 
+const Strided& contiguous(const Strided& x, Workspace& copy) {
+  if (x.is_contiguous()) return x;
+  copy = Workspace(x.shape(), x.dtype(), x.device());
+  copy_cast(x, copy.view(), Rounding::nearest, 0, 0);
+  return copy.view();
+}
+
 // One rounding from double on the host, with the CPU's own store<T> (cpu::fill), then a strided
 // write of that bit pattern.
-void fill(Tensor& out, double value) {
+void fill(const Strided& out, double value) {
   DeviceGuard guard(out.device().index);
   const int64_t n = out.numel();
   if (n == 0) return;
   uint64_t pattern = 0;
   dispatch_all(out.dtype(), "fill", [&]<class T>() {
-    const T v = store<T>(value);
+    const T v = mixtape::store<T>(value);
     static_assert(sizeof(T) <= sizeof(pattern));
     std::memcpy(&pattern, &v, sizeof(T));  // little-endian: the low bytes
   });
@@ -196,7 +203,7 @@ void fill(Tensor& out, double value) {
   });
 }
 
-void increment(Tensor& counter, int64_t by) {
+void increment(const Strided& counter, int64_t by) {
   DeviceGuard guard(counter.device().index);
   const int64_t n = counter.numel();
   if (n == 0) return;

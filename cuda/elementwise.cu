@@ -1,9 +1,8 @@
-// Elementwise kernels: unary ops forward and backward, binary ops with broadcasting, dropout.
-// Device twins of tensor/cpu/elementwise.cpp and cpu::dropout (tensor/cpu/nn.cpp); each formula
-// below is the CPU one, in the same order of fp32 operations, so the results match it bit for
-// bit except where Note [Device libm] says otherwise.
+// Elementwise kernels: unary ops forward and backward, binary ops with broadcasting. Device twins
+// of tensor/cpu/elementwise.cpp; each formula below is the CPU one, in the same order of fp32
+// operations, so the results match it bit for bit except where Note [Device libm] says otherwise.
 //
-// The formulas themselves are tensor/elementwise_formulas.h, the CPU's own, compiled without
+// The formulas themselves are tensor/core/elementwise_formulas.h, the CPU's own, compiled without
 // contracted multiply-adds on both devices (Note [No contracted multiply-adds] in CMakeLists.txt).
 // Division and sqrt are IEEE correctly rounded under nvcc's defaults (-prec-div=true,
 // -prec-sqrt=true, -ftz=false; the build never passes --use_fast_math), as on the CPU.
@@ -23,7 +22,7 @@
 #include "cuda/backend.h"
 #include "cuda/common.cuh"
 #include "cuda/elementwise.cuh"
-#include "tensor/elementwise_formulas.h"
+#include "tensor/core/elementwise_formulas.h"
 
 namespace mixtape::cuda {
 
@@ -52,7 +51,7 @@ __device__ __forceinline__ float dtanh(float x) {
   return float(::copysign((1.0 - e) / (1.0 + e), d));
 }
 
-// ---- the formulas: shared with the CPU (tensor/elementwise_formulas.h) ---------------------------
+// ---- the formulas: shared with the CPU (tensor/core/elementwise_formulas.h) ---------------------------
 
 // Note [Branch-free leaky ReLU] (cpu/elementwise.cpp): x * slope gives the same bits as the
 // branch in every case; on the GPU the select costs nothing either way.
@@ -61,7 +60,7 @@ __device__ __forceinline__ C leaky_slope(C x, C a) {
   return x > C(0) ? C(1) : a;
 }
 
-// The device's scalar math for the shared formulas (tensor/elementwise_formulas.h).
+// The device's scalar math for the shared formulas (tensor/core/elementwise_formulas.h).
 struct DeviceMath {
   static __device__ __forceinline__ float exp(float x) { return dexp(x); }
   static __device__ __forceinline__ float log(float x) { return dlog(x); }
@@ -82,7 +81,7 @@ struct UnaryForward {
   T* out;
   C a, b;
   __device__ void operator()(int64_t, const int64_t (&o)[2]) const {
-    out[o[0]] = store_value<T>(formulas::unary_forward<OP, DeviceMath>(load_value(x[o[1]]), a, b));
+    out[o[0]] = store<T>(formulas::unary_forward<OP, DeviceMath>(load(x[o[1]]), a, b));
   }
 };
 
@@ -96,7 +95,7 @@ struct UnaryBackward {
   T* dx;
   C a, b;
   __device__ void operator()(int64_t, const int64_t (&o)[4]) const {
-    dx[o[0]] = store_value<T>(formulas::unary_backward<OP, DeviceMath>(load_value(x[o[1]]), load_value(y[o[2]]), load_value(dy[o[3]]), a, b));
+    dx[o[0]] = store<T>(formulas::unary_backward<OP, DeviceMath>(load(x[o[1]]), load(y[o[2]]), load(dy[o[3]]), a, b));
   }
 };
 
@@ -107,49 +106,20 @@ struct BinaryElementwise {
   const T* b;
   T* out;
   __device__ void operator()(int64_t, const int64_t (&o)[3]) const {
-    out[o[0]] = store_value<T>(formulas::binary<OP, compute_t<T>>(load_value(a[o[1]]), load_value(b[o[2]])));
-  }
-};
-
-// Note [Dropout mask] (cpu::dropout): element i (row-major in x) is kept when the 53-bit uniform
-// made of words 0 (high) and 1 (low) of Philox block (seed, offset + i) is below keep = 1 - p;
-// kept values are scaled by 1 / keep in the compute type. philox_words and uniform01_f64
-// (tensor/rng.h) are not constexpr, so the block is built here from the constexpr
-// philox4x32_10 with philox_words' exact counter and key layout; tests/cuda/test_elementwise.cpp
-// checks the mask against the CPU's.
-__device__ __forceinline__ PhiloxBlock philox_block(uint64_t seed, uint64_t index) {
-  return philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u}, {uint32_t(seed), uint32_t(seed >> 32)});
-}
-__device__ __forceinline__ double uniform01_53(uint32_t hi, uint32_t lo) {
-  return double((uint64_t(hi) << 21) | (lo >> 11)) * (1.0 / 9007199254740992.0);  // exact
-}
-
-// out[o1] = kept(i) ? x[o0] * scale : 0, as cpu::dropout orders its operands (x first).
-template <class T>
-struct Dropout {
-  using C = compute_t<T>;
-  const T* x;
-  T* out;
-  double keep;
-  C scale;
-  uint64_t seed, offset;
-  __device__ void operator()(int64_t i, const int64_t (&o)[2]) const {
-    const PhiloxBlock r = philox_block(seed, offset + uint64_t(i));
-    const bool kept = uniform01_53(r[0], r[1]) < keep;
-    out[o[1]] = kept ? store_value<T>(C(load_value(x[o[0]])) * scale) : store_value<T>(C(0));
+    out[o[0]] = store<T>(formulas::binary<OP, compute_t<T>>(load(a[o[1]]), load(b[o[2]])));
   }
 };
 
 template <class T>
-const T* cptr(const Tensor& t) { return static_cast<const T*>(t.raw_data()); }
+const T* cptr(const Strided& t) { return static_cast<const T*>(t.raw_data()); }
 template <class T>
-T* mptr(Tensor& t) { return static_cast<T*>(t.raw_data()); }
+T* mptr(const Strided& t) { return static_cast<T*>(t.raw_data()); }
 
 }  // namespace
 
 // x may be any strided view; out (from the front-end) is contiguous but written through its
 // strides anyway. The scalars a, b are rounded to the compute type first, as C(a) on the CPU.
-void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
+void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b) {
   DeviceGuard guard(x.device().index);
   const OffsetCalculator<2> calc = offsets_for<2>(out.shape(), {&out, &x});
   dispatch_floating(
@@ -164,7 +134,8 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
       });
 }
 
-void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, double a, double b) {
+void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Strided& dy, const Strided& dx, double a,
+                    double b) {
   DeviceGuard guard(dy.device().index);
   const OffsetCalculator<4> calc = offsets_for<4>(dx.shape(), {&dx, &x, &y, &dy});
   dispatch_floating(
@@ -180,7 +151,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
 }
 
 // a and b broadcast to out's shape (offsets_for gives size-1 and missing leading dims stride 0).
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& out) {
   DeviceGuard guard(out.device().index);
   const OffsetCalculator<3> calc = offsets_for<3>(out.shape(), {&out, &a, &b});
   dispatch_floating(
@@ -191,22 +162,6 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
           const BinaryElementwise<OP, T> f{cptr<T>(a), cptr<T>(b), mptr<T>(out)};
           launch_elementwise<3>("binary", out.numel(), calc, f, stream_of(out));
         });
-      });
-}
-
-// p in [0, 1) (checked by the front-end). keep and scale are computed on the host exactly as
-// cpu::dropout computes them.
-void dropout(const Tensor& x, Tensor& out, double p, uint64_t seed, uint64_t offset) {
-  DeviceGuard guard(x.device().index);
-  const double keep = 1.0 - p;
-  const OffsetCalculator<2> calc = offsets_for<2>(x.shape(), {&x, &out});
-  dispatch_floating(
-      x.dtype(), "dropout",
-      [&](auto tag) {
-        using T = decltype(tag);
-        using C = compute_t<T>;
-        const Dropout<T> f{cptr<T>(x), mptr<T>(out), keep, C(1.0 / keep), seed, offset};
-        launch_elementwise<2>("dropout", x.numel(), calc, f, stream_of(out));
       });
 }
 

@@ -1,7 +1,8 @@
 // The elementwise loop of the CUDA backend, the device twin of for_each_offset in
 // tensor/cpu/loops.h: one thread per element (grid-stride), element i being the row-major index
 // of the iteration shape, and one element offset per operand from an OffsetCalculator<N>.
-// Included by cuda/elementwise.cu (unary, binary, dropout) and cuda/copy.cu (copy_cast, fill).
+// Included by cuda/elementwise.cu (unary, binary), cuda/dropout.cu and cuda/copy.cu (copy_cast,
+// fill).
 //
 // An op is a functor with `__device__ void operator()(int64_t i, const int64_t (&o)[N]) const`:
 // i is the row-major index (the Philox counter of kernels that draw random numbers, as on the

@@ -20,7 +20,7 @@
 //
 // Epilogue: each warp stores one 16x16 accumulator fragment at a time to its own slice of shared
 // memory (reusing the operand buffers after the last barrier) and its 32 lanes write the 256
-// elements: out = act(alpha * acc (+ beta * C) + bias), rounded once with store_value.
+// elements: out = act(alpha * acc (+ beta * C) + bias), rounded once with store.
 //
 // Note [Split-K]
 // A GEMM with few output tiles but a long K (a conv weight gradient: M = out channels, N = C*KH*KW,
@@ -78,11 +78,11 @@ template <class In, class Out>
 __device__ __forceinline__ void store_output(const Args<In, Out>& p, Out* c, int64_t m, int64_t n, float acc) {
   Out* dst = c + m * p.c_rs + n * p.c_cs;
   float v = p.alpha * acc;
-  if (p.beta != 0.0f) v += p.beta * load_value(*dst);
-  if (p.bias_along == BiasAlong::cols) v += load_value(p.bias[n * p.bias_stride]);
-  else if (p.bias_along == BiasAlong::rows) v += load_value(p.bias[m * p.bias_stride]);
+  if (p.beta != 0.0f) v += p.beta * load(*dst);
+  if (p.bias_along == BiasAlong::cols) v += load(p.bias[n * p.bias_stride]);
+  else if (p.bias_along == BiasAlong::rows) v += load(p.bias[m * p.bias_stride]);
   if (p.relu) v = v < 0.0f ? 0.0f : v;  // NaN passes through
-  *dst = store_value<Out>(v);
+  *dst = store<Out>(v);
 }
 
 // The slow path of TileLoader: kVec elements (o, i + e) one by one, 0 outside [0, o_end) x
@@ -94,7 +94,7 @@ __device__ __noinline__ uint4 load_vector_checked(const In* base, int64_t os, in
   constexpr int kVec = int(16 / sizeof(In));
   In tmp[kVec];
   for (int e = 0; e < kVec; ++e) {
-    tmp[e] = store_value<In>(0.0f);
+    tmp[e] = store<In>(0.0f);
     if (o < o_end && i + e < i_end) tmp[e] = base[o * os + (i + e) * is];
   }
   uint4 out;
@@ -487,7 +487,7 @@ void run_tiles(const GemmParams& p, bool a_k, bool b_n, Stream stream, int sms, 
       launch(grid, part);
       continue;
     }
-    Tensor ws = empty({entries * splits * p.M * p.N}, DType::f32, Device::cuda(p.device));
+    Workspace ws({entries * splits * p.M * p.N}, DType::f32, Device::cuda(p.device));
     Args<In, float> partial{};
     partial.a = part.a, partial.a_rs = args.a_rs, partial.a_cs = args.a_cs, partial.a_bs = args.a_bs;
     partial.b = part.b, partial.b_rs = args.b_rs, partial.b_cs = args.b_cs, partial.b_bs = args.b_bs;

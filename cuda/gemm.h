@@ -24,7 +24,7 @@
 #include <cstring>
 
 #include "cuda/runtime.h"
-#include "tensor/dtype.h"
+#include "tensor/core/dtype.h"
 
 namespace mixtape::cuda {
 

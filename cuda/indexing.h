@@ -11,9 +11,9 @@
 #include <array>
 #include <cstdint>
 
-#include "tensor/error.h"
-#include "tensor/host_device.h"
-#include "tensor/shape.h"
+#include "tensor/core/error.h"
+#include "tensor/core/host_device.h"
+#include "tensor/core/shape.h"
 
 
 namespace mixtape::cuda {

@@ -12,7 +12,7 @@
 
 namespace mixtape::cuda {
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) {
+void matmul(const Strided& a, const Strided& b, const Strided& bias, const Strided& out) {
   const size_t nd = size_t(out.dim());
   MT_CHECK(nd >= 2 && a.dim() == out.dim() && b.dim() == out.dim() && out.is_contiguous(),
            "cuda::matmul: expected a, b and a contiguous out of one rank >= 2, got ", a.meta(), " x ", b.meta(),

@@ -22,7 +22,7 @@
 
 #include "cuda/backend.h"
 #include "cuda/common.cuh"
-#include "tensor/rows.h"
+#include "tensor/core/rows.h"
 
 namespace mixtape::cuda {
 
@@ -40,7 +40,7 @@ inline int row_threads(int64_t len) { return int(std::min<int64_t>(kBlock, round
 
 // Per-element strides of a loss output or gradient: its own, or zeros for the 0-dim tensor of
 // a reduced loss (every element then reads the one value).
-Shape elem_strides(const Tensor& t, bool reduce, size_t ndim) { return reduce ? Shape(ndim, 0) : t.strides(); }
+Shape elem_strides(const Strided& t, bool reduce, size_t ndim) { return reduce ? Shape(ndim, 0) : t.strides(); }
 
 // Row max (NaN ignored, as std::max(mx, v) on the CPU) and sum(exp(x - max)) of a row of `len`
 // elements at stride `stride`, over the whole block. Every thread gets both.
@@ -48,12 +48,12 @@ template <class T, class A>
 __device__ void row_max_sum(const T* row, int64_t len, int64_t stride, A* scratch, A& mx, A& sum) {
   A m = neg_inf<A>();
   for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
-    const A v = load_value(row[k * stride]);
+    const A v = load(row[k * stride]);
     m = m < v ? v : m;
   }
   mx = block_max(m, scratch, neg_inf<A>());
   A s = A(0);
-  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) s += dev_exp(A(load_value(row[k * stride])) - mx);
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) s += dev_exp(A(load(row[k * stride])) - mx);
   sum = block_sum(s, scratch);
 }
 
@@ -68,7 +68,7 @@ __global__ void loss_total_kernel(const double* __restrict__ partial, int64_t co
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
   s = block_sum(s, scratch);
-  if (threadIdx.x == 0) out[0] = store_value<T>(A(s / divisor));
+  if (threadIdx.x == 0) out[0] = store<T>(A(s / divisor));
 }
 
 template <class T>
@@ -93,8 +93,8 @@ __global__ void softmax_kernel(const T* __restrict__ x, T* __restrict__ out, Off
   row_max_sum(row, len, sx, scratch, mx, sum);
   const A log_sum = dev_log(sum);
   for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
-    const A z = A(load_value(row[k * sx])) - mx;  // <= 0: exp cannot overflow
-    orow[k * so] = store_value<T>(log_out ? A(z - log_sum) : A(dev_exp(z) / sum));
+    const A z = A(load(row[k * sx])) - mx;  // <= 0: exp cannot overflow
+    orow[k * so] = store<T>(log_out ? A(z - log_sum) : A(dev_exp(z) / sum));
   }
 }
 
@@ -113,13 +113,13 @@ __global__ void softmax_backward_kernel(const T* __restrict__ y, const T* __rest
   T* dr = dx + ro[2];
   A s = A(0);
   for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
-    const A g = load_value(gr[k * sg]);
-    s += log_out ? g : mul_rn(g, A(load_value(yr[k * sy])));
+    const A g = load(gr[k * sg]);
+    s += log_out ? g : mul_rn(g, A(load(yr[k * sy])));
   }
   s = block_sum(s, scratch);
   for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
-    const A yk = load_value(yr[k * sy]), gk = load_value(gr[k * sg]);
-    dr[k * sd] = store_value<T>(log_out ? A(gk - mul_rn(dev_exp(yk), s)) : A(yk * (gk - s)));
+    const A yk = load(yr[k * sy]), gk = load(gr[k * sg]);
+    dr[k * sd] = store<T>(log_out ? A(gk - mul_rn(dev_exp(yk), s)) : A(yk * (gk - s)));
   }
 }
 
@@ -151,9 +151,9 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
   row_max_sum(row, C, sx, scratch, mx, sum);
   if (threadIdx.x != 0) return;
   // -log_softmax(x)[t] = log(sum) - (x_t - max)
-  const A loss = dev_log(sum) - (A(load_value(row[t * sx])) - mx);
+  const A loss = dev_log(sum) - (A(load(row[t * sx])) - mx);
   if (reduce) row_loss[r] = double(loss);
-  else out[ro[2]] = store_value<T>(loss);
+  else out[ro[2]] = store<T>(loss);
 }
 
 // dlogits_k = (softmax_k - [k == t]) g, g = dy[0] / divisor (reduced) or dy at the row.
@@ -177,24 +177,24 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const int
   T* drow = dx + ro[3];
   A mx, sum;
   row_max_sum(row, C, sx, scratch, mx, sum);
-  const A g = reduce ? A(A(load_value(dy[0])) / A(divisor)) : A(load_value(dy[ro[2]]));
+  const A g = reduce ? A(A(load(dy[0])) / A(divisor)) : A(load(dy[ro[2]]));
   for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
-    const A p = A(dev_exp(A(load_value(row[k * sx])) - mx) / sum);
-    drow[k * sd] = store_value<T>(A((k == t ? A(p - A(1)) : p) * g));
+    const A p = A(dev_exp(A(load(row[k * sx])) - mx) / sum);
+    drow[k * sd] = store<T>(A((k == t ? A(p - A(1)) : p) * g));
   }
 }
 
 // An 8-byte word on the device set to "no bad target" (all ones).
-Tensor bad_target_word(const Tensor& like, Stream st) {
-  Tensor w = empty({1}, DType::i64, like.device());
+Workspace bad_target_word(const Strided& like, Stream st) {
+  Workspace w({1}, DType::i64, like.device());
   MT_CUDA_CHECK(cudaMemsetAsync(w.raw_data(), 0xFF, sizeof(unsigned long long), st));
   return w;
 }
 
 // Reads the word back; throws the CPU kernel's message for the first bad target.
-void check_bad_target(const Tensor& word, const Tensor& logits, const Tensor& targets) {
+void check_bad_target(const Workspace& word, const Strided& logits, const Strided& targets) {
   unsigned long long pos = ~0ull;
-  copy_device_to_host(&pos, word.raw_data(), sizeof(pos), word.device().index);
+  copy_device_to_host(&pos, word.raw_data(), sizeof(pos), word.view().device().index);
   if (pos == ~0ull) return;
   // The offending value: unravel the position over targets' shape and read that one element.
   int64_t rest = int64_t(pos), off = 0;
@@ -251,9 +251,9 @@ __global__ void pointwise_loss_kernel(const T* __restrict__ a, const T* __restri
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[3];
     calc.offsets(i, o);
-    const A l = f(A(load_value(a[o[0]])), A(load_value(b[o[1]])));
+    const A l = f(A(load(a[o[0]])), A(load(b[o[1]])));
     if (reduce) total += double(l);
-    else out[o[2]] = store_value<T>(l);
+    else out[o[2]] = store<T>(l);
   }
   if (!reduce) return;  // uniform over the block
   total = block_sum(total, scratch);
@@ -268,15 +268,15 @@ __global__ void pointwise_loss_backward_kernel(const T* __restrict__ a, const T*
                                                OffsetCalculator<5> calc, int64_t numel, bool reduce, double divisor,
                                                F f) {
   using A = compute_t<T>;
-  const A g0 = reduce ? A(A(load_value(dy[0])) / A(divisor)) : A(0);
+  const A g0 = reduce ? A(A(load(dy[0])) / A(divisor)) : A(0);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[5];
     calc.offsets(i, o);
-    const A g = reduce ? g0 : A(load_value(dy[o[2]]));
+    const A g = reduce ? g0 : A(load(dy[o[2]]));
     A ga, gb;
-    f(A(load_value(a[o[0]])), A(load_value(b[o[1]])), g, ga, gb);
-    if (da) da[o[3]] = store_value<T>(ga);
-    if (db) db[o[4]] = store_value<T>(gb);
+    f(A(load(a[o[0]])), A(load(b[o[1]])), g, ga, gb);
+    if (da) da[o[3]] = store<T>(ga);
+    if (db) db[o[4]] = store<T>(gb);
   }
 }
 
@@ -284,8 +284,8 @@ __global__ void pointwise_loss_backward_kernel(const T* __restrict__ a, const T*
 unsigned loss_blocks(int64_t numel) { return std::min<unsigned>(grid_for(numel, kBlock * 4), 512u); }
 
 template <class F>
-void pointwise_loss(const char* name, const Tensor& a, const Tensor& b, bool reduce, double divisor, Tensor& out,
-                    F f) {
+void pointwise_loss(const char* name, const Strided& a, const Strided& b, bool reduce, double divisor,
+                    const Strided& out, F f) {
   DeviceGuard guard(a.device().index);
   const Stream st = stream_of(a);
   const int64_t numel = a.numel();
@@ -296,7 +296,7 @@ void pointwise_loss(const char* name, const Tensor& a, const Tensor& b, bool red
         T* po = static_cast<T*>(out.raw_data());
         if (numel == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
           if (reduce) {
-            Tensor zero = workspace<double>(1, a.device());
+            Workspace zero = workspace<double>(1, a.device());
             MT_CUDA_CHECK(cudaMemsetAsync(zero.raw_data(), 0, sizeof(double), st));
             launch_loss_total<T>(static_cast<const double*>(zero.raw_data()), 1, divisor, po, st);
           }
@@ -305,7 +305,7 @@ void pointwise_loss(const char* name, const Tensor& a, const Tensor& b, bool red
         const OffsetCalculator<3> calc = make_offset_calculator<3>(
             a.shape(), {a.strides(), b.strides(), elem_strides(out, reduce, a.shape().size())});
         const unsigned blocks = reduce ? loss_blocks(numel) : grid_for(numel);
-        Tensor partial;
+        Workspace partial;
         double* pp = nullptr;
         if (reduce) {
           partial = workspace<double>(int64_t(blocks), a.device());
@@ -320,8 +320,8 @@ void pointwise_loss(const char* name, const Tensor& a, const Tensor& b, bool red
 }
 
 template <class F>
-void pointwise_loss_backward(const char* name, const Tensor& a, const Tensor& b, const Tensor& dy, bool reduce,
-                             double divisor, Tensor& da, Tensor& db, F f) {
+void pointwise_loss_backward(const char* name, const Strided& a, const Strided& b, const Strided& dy, bool reduce,
+                             double divisor, const Strided& da, const Strided& db, F f) {
   DeviceGuard guard(a.device().index);
   const int64_t numel = a.numel();
   if (numel == 0 || (!da.defined() && !db.defined())) return;
@@ -348,7 +348,7 @@ void pointwise_loss_backward(const char* name, const Tensor& a, const Tensor& b,
 
 // ---- launchers -------------------------------------------------------------------------------
 
-void softmax(const Tensor& x, int64_t dim, bool log_out, Tensor& out) {
+void softmax(const Strided& x, int64_t dim, bool log_out, const Strided& out) {
   DeviceGuard guard(x.device().index);
   const RowView xv = row_view(x, dim), ov = row_view(out, dim);
   const int64_t rows = numel_of(xv.outer_shape);
@@ -367,7 +367,7 @@ void softmax(const Tensor& x, int64_t dim, bool log_out, Tensor& out) {
       });
 }
 
-void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, bool log_out, Tensor& dx) {
+void softmax_backward(const Strided& y, const Strided& dy, int64_t dim, bool log_out, const Strided& dx) {
   DeviceGuard guard(y.device().index);
   const RowView yv = row_view(y, dim), gv = row_view(dy, dim), dv = row_view(dx, dim);
   const int64_t rows = numel_of(yv.outer_shape);
@@ -387,7 +387,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, bool log_o
       });
 }
 
-void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, double divisor, Tensor& out) {
+void cross_entropy(const Strided& logits, const Strided& targets, bool reduce, double divisor, const Strided& out) {
   DeviceGuard guard(logits.device().index);
   const Stream st = stream_of(logits);
   const RowView lv = row_view(logits, 1);
@@ -399,7 +399,7 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, dou
         using T = decltype(tag);
         T* po = static_cast<T*>(out.raw_data());
         // Per-row losses (f64) when reduced; one word for the empty reduced loss.
-        Tensor row_loss = reduce ? workspace<double>(std::max<int64_t>(rows, 1), logits.device()) : Tensor();
+        Workspace row_loss = reduce ? workspace<double>(std::max<int64_t>(rows, 1), logits.device()) : Workspace();
         double* pl = reduce ? static_cast<double*>(row_loss.raw_data()) : nullptr;
         if (rows == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
           if (reduce) {
@@ -408,7 +408,7 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, dou
           }
           return;
         }
-        Tensor bad = bad_target_word(logits, st);
+        Workspace bad = bad_target_word(logits, st);
         const OffsetCalculator<3> calc = make_offset_calculator<3>(
             lv.outer_shape, {lv.outer_strides, targets.strides(), elem_strides(out, reduce, lv.outer_shape.size())});
         cross_entropy_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
@@ -420,8 +420,8 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, dou
       });
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dy, bool reduce,
-                            double divisor, Tensor& dlogits) {
+void cross_entropy_backward(const Strided& logits, const Strided& targets, const Strided& dy, bool reduce,
+                            double divisor, const Strided& dlogits) {
   DeviceGuard guard(logits.device().index);
   const Stream st = stream_of(logits);
   const RowView lv = row_view(logits, 1), dv = row_view(dlogits, 1);
@@ -435,7 +435,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
       logits.dtype(), "cross_entropy backward",
       [&](auto tag) {
         using T = decltype(tag);
-        Tensor bad = bad_target_word(logits, st);
+        Workspace bad = bad_target_word(logits, st);
         cross_entropy_backward_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
             static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()),
             static_cast<const T*>(dy.raw_data()), static_cast<T*>(dlogits.raw_data()),
@@ -445,21 +445,21 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
       });
 }
 
-void bce_with_logits(const Tensor& x, const Tensor& t, bool reduce, double divisor, Tensor& out) {
+void bce_with_logits(const Strided& x, const Strided& t, bool reduce, double divisor, const Strided& out) {
   pointwise_loss("binary_cross_entropy_with_logits", x, t, reduce, divisor, out, BceLoss{});
 }
 
-void bce_with_logits_backward(const Tensor& x, const Tensor& t, const Tensor& dy, bool reduce, double divisor,
-                              Tensor& dx, Tensor& dt) {
+void bce_with_logits_backward(const Strided& x, const Strided& t, const Strided& dy, bool reduce, double divisor,
+                              const Strided& dx, const Strided& dt) {
   pointwise_loss_backward("binary_cross_entropy_with_logits backward", x, t, dy, reduce, divisor, dx, dt, BceGrad{});
 }
 
-void mse_loss(const Tensor& a, const Tensor& b, bool reduce, double divisor, Tensor& out) {
+void mse_loss(const Strided& a, const Strided& b, bool reduce, double divisor, const Strided& out) {
   pointwise_loss("mse_loss", a, b, reduce, divisor, out, MseLoss{});
 }
 
-void mse_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy, bool reduce, double divisor, Tensor& da,
-                       Tensor& db) {
+void mse_loss_backward(const Strided& a, const Strided& b, const Strided& dy, bool reduce, double divisor,
+                       const Strided& da, const Strided& db) {
   pointwise_loss_backward("mse_loss backward", a, b, dy, reduce, divisor, da, db, MseGrad{});
 }
 

@@ -55,7 +55,7 @@ struct Strided2d {
 };
 
 template <class T>
-Strided2d<T> strided(const Tensor& t) {
+Strided2d<T> strided(const Strided& t) {
   return Strided2d<T>{static_cast<T*>(t.raw_data()), t.strides()[0], t.strides()[1]};
 }
 
@@ -64,10 +64,10 @@ template <class T, class C = compute_t<T>>
 struct Gates {
   C i, f, g, o;
   __device__ __forceinline__ Gates(const Strided2d<const T>& gates, int64_t b, int64_t j, int64_t H)
-      : i(sigmoid(C(load_value(gates(b, j))))),
-        f(sigmoid(C(load_value(gates(b, H + j))))),
-        g(tanh_c(C(load_value(gates(b, 2 * H + j))))),
-        o(sigmoid(C(load_value(gates(b, 3 * H + j))))) {}
+      : i(sigmoid(C(load(gates(b, j))))),
+        f(sigmoid(C(load(gates(b, H + j))))),
+        g(tanh_c(C(load(gates(b, 2 * H + j))))),
+        o(sigmoid(C(load(gates(b, 3 * H + j))))) {}
 };
 
 // One thread per (b, j), row-major over [B, H].
@@ -79,9 +79,9 @@ __global__ void lstm_cell_kernel(Strided2d<const T> gates, Strided2d<const T> c_
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = e / H, j = e - b * H;
     const Gates<T> a(gates, b, j, H);
-    const C cv = add_rn(mul_rn(a.f, C(load_value(c_prev(b, j)))), mul_rn(a.i, a.g));
-    c(b, j) = store_value<T>(cv);
-    h(b, j) = store_value<T>(mul_rn(a.o, tanh_c(cv)));  // from the unrounded c
+    const C cv = add_rn(mul_rn(a.f, C(load(c_prev(b, j)))), mul_rn(a.i, a.g));
+    c(b, j) = store<T>(cv);
+    h(b, j) = store<T>(mul_rn(a.o, tanh_c(cv)));  // from the unrounded c
   }
 }
 
@@ -95,21 +95,21 @@ __global__ void lstm_cell_backward_kernel(Strided2d<const T> gates, Strided2d<co
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = e / H, j = e - b * H;
     const Gates<T> a(gates, b, j, H);
-    const C cp = load_value(c_prev(b, j));
+    const C cp = load(c_prev(b, j));
     const C tc = tanh_c(add_rn(mul_rn(a.f, cp), mul_rn(a.i, a.g)));
-    const C gh = load_value(dh(b, j));
-    const C dc_tot = add_rn(C(load_value(dc(b, j))), mul_rn(gh, mul_rn(a.o, sub_rn(one, mul_rn(tc, tc)))));
-    d_gates(b, j) = store_value<T>(mul_rn(dc_tot, mul_rn(a.g, mul_rn(a.i, sub_rn(one, a.i)))));
-    d_gates(b, H + j) = store_value<T>(mul_rn(dc_tot, mul_rn(cp, mul_rn(a.f, sub_rn(one, a.f)))));
-    d_gates(b, 2 * H + j) = store_value<T>(mul_rn(dc_tot, mul_rn(a.i, sub_rn(one, mul_rn(a.g, a.g)))));
-    d_gates(b, 3 * H + j) = store_value<T>(mul_rn(gh, mul_rn(tc, mul_rn(a.o, sub_rn(one, a.o)))));
-    d_c_prev(b, j) = store_value<T>(mul_rn(dc_tot, a.f));
+    const C gh = load(dh(b, j));
+    const C dc_tot = add_rn(C(load(dc(b, j))), mul_rn(gh, mul_rn(a.o, sub_rn(one, mul_rn(tc, tc)))));
+    d_gates(b, j) = store<T>(mul_rn(dc_tot, mul_rn(a.g, mul_rn(a.i, sub_rn(one, a.i)))));
+    d_gates(b, H + j) = store<T>(mul_rn(dc_tot, mul_rn(cp, mul_rn(a.f, sub_rn(one, a.f)))));
+    d_gates(b, 2 * H + j) = store<T>(mul_rn(dc_tot, mul_rn(a.i, sub_rn(one, mul_rn(a.g, a.g)))));
+    d_gates(b, 3 * H + j) = store<T>(mul_rn(gh, mul_rn(tc, mul_rn(a.o, sub_rn(one, a.o)))));
+    d_c_prev(b, j) = store<T>(mul_rn(dc_tot, a.f));
   }
 }
 
 }  // namespace
 
-void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) {
+void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h) {
   DeviceGuard guard(gates.device().index);
   const int64_t B = c_prev.size(0), H = c_prev.size(1);
   if (B * H == 0) return;
@@ -121,8 +121,8 @@ void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) 
   });
 }
 
-void lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& dc, const Tensor& dh,
-                        Tensor& d_gates, Tensor& d_c_prev) {
+void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strided& dc, const Strided& dh,
+                        const Strided& d_gates, const Strided& d_c_prev) {
   DeviceGuard guard(gates.device().index);
   const int64_t B = c_prev.size(0), H = c_prev.size(1);
   if (B * H == 0) return;

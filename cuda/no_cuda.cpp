@@ -2,7 +2,7 @@
 // the same API and a CUDA tensor gives a clear message instead of a link error.
 #include "cuda/backend.h"
 #include "cuda/runtime.h"
-#include "tensor/error.h"
+#include "tensor/core/error.h"
 
 namespace mixtape::cuda {
 
@@ -28,11 +28,9 @@ void copy_device_to_host(void*, const void*, size_t, int) { unavailable("cuda::c
 void copy_device_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_device"); }
 
 #define MT_CUDA_LAUNCHER(name, params) void name params { unavailable("cuda::" #name); }
-#define MT_CUDA_PENDING(name, params) MT_CUDA_LAUNCHER(name, params)
 #include "cuda/launchers.def"
 #undef MT_CUDA_LAUNCHER
-#undef MT_CUDA_PENDING
 
-double max_abs(const Tensor&) { unavailable("cuda::max_abs"); }
+double max_abs(const Strided&) { unavailable("cuda::max_abs"); }
 
 }  // namespace mixtape::cuda

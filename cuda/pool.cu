@@ -60,7 +60,7 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t 
     bool nan = false;
     for (int64_t h = h_lo; h < h_hi; ++h)
       for (int64_t w = w_lo; w < w_hi; ++w) {
-        const Cc v = load_value(plane[h * xs2 + w * xs3]);
+        const Cc v = load(plane[h * xs2 + w * xs3]);
         if (v > best) {
           best = v;
           arg = h * g.W + w;
@@ -71,7 +71,7 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t 
       bool found = false;
       for (int64_t h = h_lo; h < h_hi && !found; ++h)
         for (int64_t w = w_lo; w < w_hi; ++w) {
-          const Cc v = load_value(plane[h * xs2 + w * xs3]);
+          const Cc v = load(plane[h * xs2 + w * xs3]);
           if (v != v) {
             best = v;
             arg = h * g.W + w;
@@ -80,7 +80,7 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t 
           }
         }
     }
-    out[e] = store_value<T>(best);
+    out[e] = store<T>(best);
     indices[e] = arg;
   }
 }
@@ -113,7 +113,7 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0
       if (q < outs) {
         const int64_t oh = q / OW, ow = q - oh * OW;
         s_idx[tid] = pi[q];
-        s_val[tid] = load_value(g[oh * ds2 + ow * ds3]);
+        s_val[tid] = load(g[oh * ds2 + ow * ds3]);
       }
       __syncthreads();
       const int cnt = int(outs - chunk < kPlaneBlock ? outs - chunk : kPlaneBlock);
@@ -122,7 +122,7 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0
         if (rel >= 0 && rel < tile_len && int(rel % kPlaneBlock) == tid) acc[rel] += s_val[r];
       }
     }
-    for (int64_t t = tid; t < tile_len; t += kPlaneBlock) d[tile_base + t] = store_value<T>(acc[t]);
+    for (int64_t t = tid; t < tile_len; t += kPlaneBlock) d[tile_base + t] = store<T>(acc[t]);
   }
 }
 
@@ -141,8 +141,8 @@ __global__ void avg_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t 
     window_span(ow, g.kw, g.sw, g.pw, g.W, w_lo, w_hi);
     Cc s = 0;
     for (int64_t h = h_lo; h < h_hi; ++h)
-      for (int64_t w = w_lo; w < w_hi; ++w) s += load_value(plane[h * xs2 + w * xs3]);
-    out[e] = store_value<T>(s / divisor);
+      for (int64_t w = w_lo; w < w_hi; ++w) s += load(plane[h * xs2 + w * xs3]);
+    out[e] = store<T>(s / divisor);
   }
 }
 
@@ -173,20 +173,20 @@ __global__ void avg_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0
     outputs_covering(w, g.kw, g.sw, g.pw, g.OW, ow_lo, ow_hi);
     Cc acc = Cc(0);
     for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
-      for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) acc += Cc(load_value(gp[oh * ds2 + ow * ds3])) / divisor;
-    dx[e] = store_value<T>(acc);
+      for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) acc += Cc(load(gp[oh * ds2 + ow * ds3])) / divisor;
+    dx[e] = store<T>(acc);
   }
 }
 
-PoolGeom geom(const Tensor& x, const Tensor& out, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+PoolGeom geom(const Strided& x, const Strided& out, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
               int64_t pw) {
   return PoolGeom{x.size(0), x.size(1), x.size(2), x.size(3), out.size(2), out.size(3), kh, kw, sh, sw, ph, pw};
 }
 
 }  // namespace
 
-void max_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
-                int64_t pad_h, int64_t pad_w, Tensor& out, Tensor& indices) {
+void max_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
+                int64_t pad_h, int64_t pad_w, const Strided& out, const Strided& indices) {
   DeviceGuard guard(x.device().index);
   MT_CHECK(out.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64,
            "max_pool2d: outputs must be contiguous with i64 indices");
@@ -203,7 +203,7 @@ void max_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t str
   });
 }
 
-void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx) {
+void max_pool2d_backward(const Strided& dy, const Strided& indices, const Strided& dx) {
   DeviceGuard guard(dy.device().index);
   MT_CHECK(dx.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64,
            "max_pool2d backward: dx and indices must be contiguous, indices i64");
@@ -221,8 +221,8 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx) {
   });
 }
 
-void avg_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
-                int64_t pad_h, int64_t pad_w, Tensor& out) {
+void avg_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
+                int64_t pad_h, int64_t pad_w, const Strided& out) {
   DeviceGuard guard(x.device().index);
   MT_CHECK(out.is_contiguous(), "avg_pool2d: output must be contiguous");
   const PoolGeom g = geom(x, out, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);
@@ -237,8 +237,8 @@ void avg_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w, int64_t str
   });
 }
 
-void avg_pool2d_backward(const Tensor& dy, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
-                         int64_t pad_h, int64_t pad_w, Tensor& dx) {
+void avg_pool2d_backward(const Strided& dy, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
+                         int64_t pad_h, int64_t pad_w, const Strided& dx) {
   DeviceGuard guard(dy.device().index);
   MT_CHECK(dx.is_contiguous(), "avg_pool2d backward: dx must be contiguous");
   const PoolGeom g = geom(dx, dy, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);

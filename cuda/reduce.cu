@@ -80,10 +80,10 @@ __global__ void reduce_thread_kernel(const T* __restrict__ x, T* __restrict__ ou
     for (int64_t i = 0; i < n; ++i) {
       int64_t io[1];
       inner.offsets(i, io);
-      acc = op(acc, A(load_value(x[oo[0] + io[0]])));
+      acc = op(acc, A(load(x[oo[0] + io[0]])));
     }
     if (mean) acc = acc / A(n);
-    out[oo[1]] = store_value<T>(acc);
+    out[oo[1]] = store<T>(acc);
   }
 }
 
@@ -104,12 +104,12 @@ __global__ void reduce_block_kernel(const T* __restrict__ x, T* __restrict__ out
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     int64_t io[1];
     inner.offsets(i, io);
-    acc = op(acc, A(load_value(x[oo[0] + io[0]])));
+    acc = op(acc, A(load(x[oo[0] + io[0]])));
   }
   acc = block_reduce(acc, scratch, op, identity);
   if (threadIdx.x != 0) return;
   if (gridDim.y > 1) partial[o * int64_t(gridDim.y) + blockIdx.y] = acc;
-  else out[oo[1]] = store_value<T>(mean ? A(acc / A(n)) : acc);
+  else out[oo[1]] = store<T>(mean ? A(acc / A(n)) : acc);
 }
 
 // Second pass: block o combines partial[o * splits .. o * splits + splits) in a fixed order.
@@ -124,7 +124,7 @@ __global__ void reduce_partials_kernel(const A* __restrict__ partial, int64_t sp
   if (threadIdx.x != 0) return;
   int64_t oo[2];
   outer.offsets(o, oo);
-  out[oo[1]] = store_value<T>(mean ? A(acc / A(n)) : acc);
+  out[oo[1]] = store<T>(mean ? A(acc / A(n)) : acc);
 }
 
 // ---- geometry ------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ bool is_reduced(const std::vector<int64_t>& dims, int64_t d) {
 }
 
 // Shape and strides of t's kept (reduced = false) or reduced (reduced = true) dims.
-void split_of(const Tensor& t, const std::vector<int64_t>& dims, bool reduced, Shape& shape, Shape& strides) {
+void split_of(const Strided& t, const std::vector<int64_t>& dims, bool reduced, Shape& shape, Shape& strides) {
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (is_reduced(dims, d) != reduced) continue;
     shape.push_back(t.shape()[size_t(d)]);
@@ -149,7 +149,7 @@ struct Split {
   int64_t m = 1, n = 1;  // outputs, elements per output
 };
 
-Split split_shapes(const Tensor& x, const std::vector<int64_t>& dims) {
+Split split_shapes(const Strided& x, const std::vector<int64_t>& dims) {
   Split s;
   Shape unused;
   split_of(x, dims, false, s.outer_shape, unused);
@@ -160,7 +160,7 @@ Split split_shapes(const Tensor& x, const std::vector<int64_t>& dims) {
 }
 
 // Strides of `t` (x's shape, or the keepdim shape) over the kept or the reduced dims.
-Shape strides_of(const Tensor& t, const std::vector<int64_t>& dims, bool reduced) {
+Shape strides_of(const Strided& t, const std::vector<int64_t>& dims, bool reduced) {
   Shape shape, strides;
   split_of(t, dims, reduced, shape, strides);
   return strides;
@@ -174,7 +174,7 @@ constexpr int64_t kTargetBlocks = 1024;      // split outputs until about this m
 constexpr int64_t kMaxSplits = 1024;
 
 template <class T, class A, class Op>
-void launch_reduce(const Tensor& x, Tensor& out, const std::vector<int64_t>& dims, bool mean, A identity, Op op,
+void launch_reduce(const Strided& x, const Strided& out, const std::vector<int64_t>& dims, bool mean, A identity, Op op,
                    const char* name) {
   const Split s = split_shapes(x, dims);
   if (s.m == 0) return;
@@ -196,7 +196,7 @@ void launch_reduce(const Tensor& x, Tensor& out, const std::vector<int64_t>& dim
   const int64_t chunk = (s.n + splits - 1) / splits;
   splits = (s.n + chunk - 1) / chunk;  // no empty split
   const int threads = int(std::min<int64_t>(kBlock, round_up32(chunk)));
-  Tensor partial;
+  Workspace partial;
   A* pp = nullptr;
   if (splits > 1) {
     partial = workspace<A>(s.m * splits, x.device());
@@ -224,8 +224,8 @@ __global__ void reduce_sum_backward_kernel(const T* __restrict__ dy, T* __restri
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[2];
     calc.offsets(i, o);
-    const C g = load_value(dy[o[1]]);
-    dx[o[0]] = store_value<T>(mean ? C(g / C(n)) : g);
+    const C g = load(dy[o[1]]);
+    dx[o[0]] = store<T>(mean ? C(g / C(n)) : g);
   }
 }
 
@@ -242,13 +242,13 @@ __global__ void reduce_max_backward_kernel(const T* __restrict__ x, const T* __r
   __shared__ long long scratch[32];
   int64_t oo[4];
   outer.offsets(blockIdx.x, oo);
-  const C ymax = load_value(y[oo[2]]);
-  const C g = load_value(dy[oo[3]]);
+  const C ymax = load(y[oo[2]]);
+  const C g = load(dy[oo[3]]);
   long long count = 0, first = LLONG_MAX;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     int64_t io[2];
     inner.offsets(i, io);
-    if (C(load_value(x[oo[0] + io[0]])) == ymax) {
+    if (C(load(x[oo[0] + io[0]])) == ymax) {
       ++count;
       if (i < first) first = i;
     }
@@ -259,8 +259,8 @@ __global__ void reduce_max_backward_kernel(const T* __restrict__ x, const T* __r
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     int64_t io[2];
     inner.offsets(i, io);
-    const bool hit = C(load_value(x[oo[0] + io[0]])) == ymax && (split_ties || i == first);
-    dx[oo[1] + io[1]] = store_value<T>(hit ? share : C(0));
+    const bool hit = C(load(x[oo[0] + io[0]])) == ymax && (split_ties || i == first);
+    dx[oo[1] + io[1]] = store<T>(hit ? share : C(0));
   }
 }
 
@@ -279,7 +279,7 @@ __global__ void max_abs_kernel(const T* __restrict__ x, OffsetCalculator<1> calc
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[1];
     calc.offsets(i, o);
-    const C v = fabs(C(load_value(x[o[0]])));
+    const C v = fabs(C(load(x[o[0]])));
     if (isnan(v)) nan = 1;
     else if (v > m) m = v;
   }
@@ -293,7 +293,7 @@ __global__ void max_abs_kernel(const T* __restrict__ x, OffsetCalculator<1> calc
 
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tensor& out) {
+void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, const Strided& out) {
   DeviceGuard guard(x.device().index);
   const char* name = reduce_op_name(op);
   dispatch_floating(
@@ -308,8 +308,8 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tens
       });
 }
 
-void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor& dy, const std::vector<int64_t>& dims,
-                     Tensor& dx) {
+void reduce_backward(ReduceOp op, const Strided& x, const Strided& y, const Strided& dy,
+                     const std::vector<int64_t>& dims, const Strided& dx) {
   DeviceGuard guard(dx.device().index);
   const char* name = reduce_op_name(op);
   const Split s = split_shapes(x, dims);
@@ -342,11 +342,11 @@ void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor
       });
 }
 
-double max_abs(const Tensor& x) {
+double max_abs(const Strided& x) {
   DeviceGuard guard(x.device().index);
   if (x.numel() == 0) return 0.0;
   const Stream st = stream_of(x);
-  Tensor acc = empty({2}, DType::i64, x.device());
+  Workspace acc({2}, DType::i64, x.device());
   auto* pacc = static_cast<unsigned long long*>(acc.raw_data());
   MT_CUDA_CHECK(cudaMemsetAsync(pacc, 0, 2 * sizeof(unsigned long long), st));
   bool is_double = false;

@@ -8,12 +8,12 @@ namespace mixtape::cuda {
 // the output's strides. Inputs may be any strided views; the copy is copy_cast's same-dtype path
 // (a bit copy: one memcpy when both sides are contiguous, else the strided copy kernel), queued
 // on the device's one stream in input order. Empty inputs launch nothing.
-void concat(const std::vector<Tensor>& xs, int64_t dim, Tensor& out) {
+void concat(const std::vector<Strided>& xs, int64_t dim, const Strided& out) {
   DeviceGuard guard(out.device().index);
   int64_t start = 0;
-  for (const Tensor& x : xs) {
+  for (const Strided& x : xs) {
     const int64_t len = x.size(dim);
-    Tensor window = out.narrow(dim, start, len);
+    const Strided window = out.narrow(dim, start, len);
     start += len;
     if (x.numel() == 0) continue;
     copy_cast(x, window, Rounding::nearest, 0, 0);

@@ -44,7 +44,7 @@ __global__ void grad_stats_kernel(const T* __restrict__ g, OffsetCalculator<1> c
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[1];
     calc.offsets(i, o);
-    const C v = fabs(C(load_value(g[o[0]])));
+    const C v = fabs(C(load(g[o[0]])));
     if (!finite(v)) bad = 1;
     else if (v > m) m = v;
   }
@@ -58,9 +58,9 @@ __global__ void grad_stats_kernel(const T* __restrict__ g, OffsetCalculator<1> c
 // ---- grad_telemetry -------------------------------------------------------------------------
 
 // |v| rounded (RNE) to the format as its magnitude bits (sign dropped), as the CPU's
-// round_magnitude: what store_value would write, measured rather than stored.
+// round_magnitude: what store would write, measured rather than stored.
 __device__ __forceinline__ uint16_t round_magnitude(float v, bool f16) {
-  return uint16_t((f16 ? __half_as_ushort(store_value<__half>(v)) : __bfloat16_as_ushort(store_value<__nv_bfloat16>(v))) &
+  return uint16_t((f16 ? __half_as_ushort(store<__half>(v)) : __bfloat16_as_ushort(store<__nv_bfloat16>(v))) &
                   0x7FFFu);
 }
 
@@ -91,7 +91,7 @@ __global__ void grad_telemetry_kernel(const T* __restrict__ x, OffsetCalculator<
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[1];
     calc.offsets(i, o);
-    const C v = load_value(x[o[0]]);
+    const C v = load(x[o[0]]);
     if (!finite(v)) {
       atomicAdd(&shared_counts[3], 1u);
       continue;
@@ -130,7 +130,7 @@ __global__ void moments_kernel(const T* __restrict__ x, OffsetCalculator<1> calc
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t o[1];
     calc.offsets(i, o);
-    const double v = double(load_value(x[o[0]]));
+    const double v = double(load(x[o[0]]));
     if (!isfinite(v)) {
       bad += 1.0;
       continue;
@@ -177,7 +177,7 @@ __global__ void moments_total_kernel(const double* __restrict__ partial, int64_t
     for (int k = 0; k < 5; ++k) out[k] = v[k];
 }
 
-void launch_moments(const char* op, const Tensor& x, Tensor& out, bool log_abs) {
+void launch_moments(const char* op, const Strided& x, const Strided& out, bool log_abs) {
   DeviceGuard guard(x.device().index);
   const Stream st = stream_of(x);
   const int64_t numel = x.numel();
@@ -190,7 +190,7 @@ void launch_moments(const char* op, const Tensor& x, Tensor& out, bool log_abs) 
     return;
   }
   const unsigned blocks = stat_blocks(numel);
-  Tensor partial = workspace<double>(int64_t(blocks) * 5, x.device());
+  Workspace partial = workspace<double>(int64_t(blocks) * 5, x.device());
   auto* pp = static_cast<double*>(partial.raw_data());
   dispatch_floating(
       x.dtype(), op,
@@ -206,7 +206,7 @@ void launch_moments(const char* op, const Tensor& x, Tensor& out, bool log_abs) 
 
 }  // namespace
 
-void grad_stats(const Tensor& g, Tensor& out) {
+void grad_stats(const Strided& g, const Strided& out) {
   DeviceGuard guard(g.device().index);
   const Stream st = stream_of(g);
   MT_CHECK(out.is_contiguous() && out.numel() == 2, "grad_stats: the CUDA kernel writes a contiguous [2], got ",
@@ -227,7 +227,7 @@ void grad_stats(const Tensor& g, Tensor& out) {
       });
 }
 
-void grad_telemetry(const Tensor& x, DType format, int64_t hist_lo, Tensor& counts, Tensor& max_abs) {
+void grad_telemetry(const Strided& x, DType format, int64_t hist_lo, const Strided& counts, const Strided& max_abs) {
   DeviceGuard guard(x.device().index);
   const Stream st = stream_of(x);
   const int64_t nbins = counts.numel() - kTelemetryCounts;
@@ -249,8 +249,8 @@ void grad_telemetry(const Tensor& x, DType format, int64_t hist_lo, Tensor& coun
       });
 }
 
-void tensor_moments(const Tensor& x, Tensor& out) { launch_moments("tensor_moments", x, out, false); }
+void tensor_moments(const Strided& x, const Strided& out) { launch_moments("tensor_moments", x, out, false); }
 
-void log_abs_moments(const Tensor& x, Tensor& out) { launch_moments("log_abs_moments", x, out, true); }
+void log_abs_moments(const Strided& x, const Strided& out) { launch_moments("log_abs_moments", x, out, true); }
 
 }  // namespace mixtape::cuda

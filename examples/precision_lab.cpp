@@ -14,7 +14,7 @@
 //   bf16-pure-kahan   bf16-pure   none         kahan
 //
 // Columns: final test accuracy and train loss, skipped steps, final loss scale, the backward
-// pass's measured underflow (RoundingCensus, tensor/dtype.h: the fraction of nonzero fp32 results
+// pass's measured underflow (RoundingCensus, tensor/core/rounding_census.h: the fraction of nonzero fp32 results
 // that rounded to zero when stored in 16 bits, over the telemetry-sampled steps; "-" where
 // nothing is stored in 16 bits), and wall time. Each configuration writes its own metrics file
 // (<out-dir>/<config>.jsonl, with telemetry) for scripts/plot_metrics.py, and the table goes to

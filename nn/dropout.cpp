@@ -1,6 +1,6 @@
 #include "nn/dropout.h"
 
-#include "autograd/functions/nn.h"
+#include "autograd/functions/dropout.h"
 
 namespace mixtape::nn {
 

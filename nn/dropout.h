@@ -21,7 +21,7 @@ class Dropout : public UnaryModule {
   Dropout(double p, uint64_t seed);
 
   // Training: y = x * mask / (1 - p), mask ~ Bernoulli(1 - p) (Note [Dropout mask] in
-  // tensor/ops/nn.h). Eval: y = x, and no random numbers are drawn.
+  // tensor/ops/dropout.h). Eval: y = x, and no random numbers are drawn.
   Variable forward(const Variable& x) override;
   std::string extra_repr() const override;
 

@@ -1,6 +1,6 @@
 #include "nn/embedding.h"
 
-#include "autograd/functions/nn.h"
+#include "autograd/functions/embedding.h"
 #include "autograd/functions/shape.h"
 #include "nn/init.h"
 

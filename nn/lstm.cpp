@@ -7,7 +7,7 @@
 #include "autograd/functions/elementwise.h"
 #include "autograd/functions/linalg.h"
 #include "autograd/functions/lstm.h"
-#include "autograd/functions/nn.h"
+#include "autograd/functions/dropout.h"
 #include "autograd/functions/shape.h"
 #include "autograd/functions/view.h"
 #include "nn/dropout.h"

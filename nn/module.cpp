@@ -41,37 +41,6 @@ std::string demangle(const char* mangled) {
 
 }  // namespace
 
-// ---- StateDict ---------------------------------------------------------------------------
-
-StateDict::StateDict(std::vector<Item> items) {
-  for (Item& it : items) insert(std::move(it.first), std::move(it.second));
-}
-
-void StateDict::insert(std::string name, Tensor t) {
-  MT_CHECK(!contains(name), "StateDict: the name '", name, "' appears twice");
-  MT_CHECK(t.defined(), "StateDict: the tensor for '", name, "' is undefined");
-  index_.emplace(name, items_.size());
-  items_.emplace_back(std::move(name), std::move(t));
-}
-
-const Tensor* StateDict::find(const std::string& name) const {
-  auto it = index_.find(name);
-  return it == index_.end() ? nullptr : &items_[it->second].second;
-}
-
-const Tensor& StateDict::at(const std::string& name) const {
-  const Tensor* t = find(name);
-  MT_CHECK(t, "StateDict: no entry named '", name, "' (entries: ", join(names()), ")");
-  return *t;
-}
-
-std::vector<std::string> StateDict::names() const {
-  std::vector<std::string> out;
-  out.reserve(items_.size());
-  for (const Item& it : items_) out.push_back(it.first);
-  return out;
-}
-
 // ---- Module: registration ----------------------------------------------------------------
 
 Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
@@ -231,20 +200,20 @@ void Module::zero_grad() {
   for (Variable& p : parameters()) p.zero_grad();
 }
 
-StateDict Module::state_dict() const {
+TensorDict Module::state_dict() const {
   // Own parameters, own buffers, then each child's: torch's order.
-  StateDict out;
+  TensorDict out;
   std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
-    for (const auto& [n, p] : m.params_) out.insert(prefix + n, p.data());
-    for (const auto& [n, b] : m.buffers_) out.insert(prefix + n, b);
+    for (const auto& [n, p] : m.params_) out.add(prefix + n, p.data());
+    for (const auto& [n, b] : m.buffers_) out.add(prefix + n, b);
     for (const auto& [n, c] : m.children_) walk(*c, prefix + n + ".");
   };
   walk(*this, "");
   return out;
 }
 
-void Module::load_state_dict(const StateDict& state, bool strict) {
-  const StateDict own = state_dict();
+void Module::load_state_dict(const TensorDict& state, bool strict) {
+  const TensorDict own = state_dict();
   std::vector<std::string> missing, unexpected, mismatched;
   for (const auto& [name, t] : own) {
     const Tensor* src = state.find(name);

@@ -29,37 +29,10 @@
 #include <vector>
 
 #include "autograd/variable.h"
-#include "tensor/ops/conv.h"
 #include "tensor/tensor.h"
+#include "tensor/tensor_dict.h"
 
 namespace mixtape::nn {
-
-// An ordered name -> Tensor map: what state_dict() returns and load_state_dict() reads.
-// Iterates in insertion order over std::pair<std::string, Tensor>:
-//   for (const auto& [name, t] : model.state_dict()) ...
-class StateDict {
- public:
-  using Item = std::pair<std::string, Tensor>;
-
-  StateDict() = default;
-  StateDict(std::vector<Item> items);  // throws on a repeated name
-  StateDict(std::initializer_list<Item> items) : StateDict(std::vector<Item>(items)) {}
-
-  void insert(std::string name, Tensor t);  // throws on a repeated name
-  bool contains(const std::string& name) const { return index_.count(name) != 0; }
-  const Tensor* find(const std::string& name) const;  // nullptr when absent
-  const Tensor& at(const std::string& name) const;    // throws naming the key when absent
-  size_t size() const { return items_.size(); }
-  bool empty() const { return items_.empty(); }
-  std::vector<std::string> names() const;
-  const std::vector<Item>& items() const { return items_; }
-  std::vector<Item>::const_iterator begin() const { return items_.begin(); }
-  std::vector<Item>::const_iterator end() const { return items_.end(); }
-
- private:
-  std::vector<Item> items_;
-  std::unordered_map<std::string, size_t> index_;
-};
 
 class Module {
  public:
@@ -108,14 +81,14 @@ class Module {
   void zero_grad();  // drops every parameter's gradient
 
   // ---- state ----
-  // Parameters and buffers under their dotted names, in registration order. The tensors share
-  // storage with the module (clone them to keep a snapshot).
-  StateDict state_dict() const;
+  // Parameters and buffers under their dotted names, in registration order (no metadata). The
+  // tensors share storage with the module (clone them to keep a snapshot).
+  TensorDict state_dict() const;
   // Copies values into the existing tensors (so optimizers holding the Variables see them).
   // Validates everything before copying anything: with `strict`, every name of the module
   // must be present and no other name may appear (both lists go into the message); shapes
   // and dtypes must match exactly (convert with Module::to or Tensor::to first).
-  void load_state_dict(const StateDict& state, bool strict = true);
+  void load_state_dict(const TensorDict& state, bool strict = true);
   // Converts every floating parameter to `dtype` in place: Variables keep their identity and
   // lose their gradient. Floating buffers follow to f32 and f64 but stay as they are for a
   // 16-bit `dtype`: buffers hold statistics (batch-norm running mean and variance), which run

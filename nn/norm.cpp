@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "autograd/functions/nn.h"
+#include "autograd/functions/batch_norm.h"
 #include "autograd/functions/shape.h"
 #include "nn/init.h"
 

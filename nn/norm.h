@@ -1,4 +1,5 @@
-// Batch normalization layers (Ioffe & Szegedy 2015; kernel and formulas: tensor/ops/nn.h).
+// Batch normalization layers (Ioffe & Szegedy 2015; kernel and formulas:
+// tensor/ops/batch_norm.h).
 //
 // Mixed precision: the statistics stay fp32. The running_mean / running_var buffers are f32,
 // the op accumulates batch statistics in fp32 or wider whatever the input dtype, and f32

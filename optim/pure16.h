@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "optim/optimizer.h"
-#include "tensor/rng.h"
+#include "tensor/core/rng.h"
 
 namespace mixtape {
 

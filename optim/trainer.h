@@ -31,7 +31,7 @@
 // one device.
 //
 // Telemetry (autograd/telemetry.h) is off unless telemetry_every > 0; on a sampled step the
-// tape reports every gradient to it and a RoundingCensus (tensor/dtype.h) counts what the
+// tape reports every gradient to it and a RoundingCensus (tensor/core/rounding_census.h) counts what the
 // backward pass rounded to 16 bits, the underflow measured where it happens.
 #pragma once
 

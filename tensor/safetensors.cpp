@@ -19,47 +19,6 @@ namespace mixtape {
 static_assert(std::endian::native == std::endian::little,
               "safetensors stores little-endian bytes; mixtape writes its host bytes as they are");
 
-// ---- TensorDict --------------------------------------------------------------------------
-
-bool TensorDict::contains(const std::string& name) const {
-  return std::any_of(tensors.begin(), tensors.end(), [&](const auto& e) { return e.first == name; });
-}
-
-const Tensor& TensorDict::at(const std::string& name) const {
-  for (const auto& [n, t] : tensors)
-    if (n == name) return t;
-  throw Error(detail::cat("TensorDict: no tensor named '", name, "' (", tensors.size(), " tensors)"));
-}
-
-const std::string& TensorDict::meta(const std::string& key) const {
-  auto it = metadata.find(key);
-  MT_CHECK(it != metadata.end(), "TensorDict: no metadata entry '", key, "'");
-  return it->second;
-}
-
-void TensorDict::add(std::string name, Tensor t) {
-  MT_CHECK(t.defined(), "TensorDict::add: tensor '", name, "' is undefined");
-  MT_CHECK(!contains(name), "TensorDict::add: duplicate tensor name '", name, "'");
-  tensors.emplace_back(std::move(name), std::move(t));
-}
-
-void TensorDict::merge(const std::string& prefix, const TensorDict& other) {
-  for (const auto& [n, t] : other.tensors) add(prefix + n, t);
-  for (const auto& [k, v] : other.metadata) {
-    MT_CHECK(!metadata.count(prefix + k), "TensorDict::merge: duplicate metadata key '", prefix + k, "'");
-    metadata[prefix + k] = v;
-  }
-}
-
-TensorDict TensorDict::sub(const std::string& prefix) const {
-  TensorDict out;
-  for (const auto& [n, t] : tensors)
-    if (n.starts_with(prefix)) out.tensors.emplace_back(n.substr(prefix.size()), t);
-  for (const auto& [k, v] : metadata)
-    if (k.starts_with(prefix)) out.metadata[k.substr(prefix.size())] = v;
-  return out;
-}
-
 // ---- dtypes ------------------------------------------------------------------------------
 
 const char* safetensors_dtype_name(DType t) {

@@ -24,35 +24,9 @@
 #include <vector>
 
 #include "tensor/tensor.h"
+#include "tensor/tensor_dict.h"
 
 namespace mixtape {
-
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
-using StringMap = std::map<std::string, std::string>;
-
-// Named tensors plus string metadata: the contents of one safetensors file, and the form of the
-// state dicts of optimizers and schedulers. Names are unique. A checkpoint puts several state
-// dicts in one file under prefixes:
-//   TensorDict ckpt;
-//   ckpt.merge("model.", model_state);  ckpt.merge("optim.", optimizer.state_dict());
-//   save_safetensors(path, ckpt);
-//   ... optimizer.load_state_dict(load_safetensors(path).sub("optim."));
-struct TensorDict {
-  NamedTensors tensors;
-  StringMap metadata;
-
-  bool contains(const std::string& name) const;
-  const Tensor& at(const std::string& name) const;            // throws naming the missing tensor
-  bool has_meta(const std::string& key) const { return metadata.count(key) != 0; }
-  const std::string& meta(const std::string& key) const;      // throws naming the missing key
-  void add(std::string name, Tensor t);                       // throws on a duplicate name
-  void set_meta(std::string key, std::string value) { metadata[std::move(key)] = std::move(value); }
-
-  // Adds every tensor and metadata entry of `other`, each name prefixed with `prefix`.
-  void merge(const std::string& prefix, const TensorDict& other);
-  // The tensors and metadata entries whose names start with `prefix`, with the prefix removed.
-  TensorDict sub(const std::string& prefix) const;
-};
 
 // Writes atomically: the bytes go to `path.tmp.<pid>` in the same directory, which is fsynced
 // and renamed over `path`, and then the directory is fsynced. On any error the temporary file is

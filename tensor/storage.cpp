@@ -4,7 +4,7 @@
 #include <new>
 
 #include "cuda/runtime.h"
-#include "tensor/error.h"
+#include "tensor/core/error.h"
 
 namespace mixtape {
 
@@ -13,18 +13,18 @@ constexpr size_t kHostAlignment = 64;  // one cache line; enough for AVX-512 loa
 }
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  if (device.is_cpu()) {
-    const size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    data_ = rounded ? std::aligned_alloc(kHostAlignment, rounded) : nullptr;
-    MT_CHECK(rounded == 0 || data_, "Storage: out of host memory allocating ", nbytes, " bytes");
-  } else {
-    data_ = cuda::device_malloc(nbytes, device.index);
-  }
+  on_device(
+      device,
+      [&] {
+        const size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+        data_ = rounded ? std::aligned_alloc(kHostAlignment, rounded) : nullptr;
+        MT_CHECK(rounded == 0 || data_, "Storage: out of host memory allocating ", nbytes, " bytes");
+      },
+      [&] { data_ = cuda::device_malloc(nbytes, device.index); });
 }
 
 Storage::~Storage() {
-  if (device_.is_cpu()) std::free(data_);
-  else cuda::device_free(data_, device_.index);
+  on_device(device_, [&] { std::free(data_); }, [&] { cuda::device_free(data_, device_.index); });
 }
 
 }  // namespace mixtape

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "tensor/device.h"
+#include "tensor/core/device.h"
 
 namespace mixtape {
 

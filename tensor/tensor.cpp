@@ -1,7 +1,6 @@
 #include "tensor/tensor.h"
 
 #include <algorithm>
-#include <cctype>
 #include <functional>
 #include <optional>
 #include <cmath>
@@ -15,42 +14,15 @@
 
 namespace mixtape {
 
-DType dtype_from_name(const std::string& name) {
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64})
-    if (name == dtype_name(t)) return t;
-  if (name == "float32") return DType::f32;
-  if (name == "float64") return DType::f64;
-  if (name == "float16" || name == "fp16") return DType::f16;
-  if (name == "bfloat16") return DType::bf16;
-  throw Error("unknown dtype '" + name + "' (expected f32, f64, f16, bf16 or i64)");
-}
-
-Device Device::parse(const std::string& s) {
-  if (s == "cpu") return cpu();
-  if (s == "cuda") return cuda(0);
-  if (s.rfind("cuda:", 0) == 0) {
-    const std::string n = s.substr(5);
-    // At most 9 digits, so std::stoi cannot overflow.
-    MT_CHECK(!n.empty() && n.size() <= 9 &&
-                 std::all_of(n.begin(), n.end(), [](unsigned char c) { return std::isdigit(c) != 0; }),
-             "bad device '", s, "' (expected cpu, cuda or cuda:N)");
-    return cuda(std::stoi(n));
-  }
-  throw Error("bad device '" + s + "' (expected cpu, cuda or cuda:N)");
-}
-
 // ---- basics ------------------------------------------------------------------------------
 
 int64_t Tensor::size(int64_t d) const { return shape()[size_t(wrap_dim(d, dim(), "Tensor::size"))]; }
 
-bool Tensor::is_contiguous() const {
-  int64_t expected = 1;
-  for (size_t i = shape().size(); i-- > 0;) {
-    if (shape()[i] == 1) continue;
-    if (strides()[i] != expected) return false;
-    expected *= shape()[i];
-  }
-  return true;
+bool Tensor::is_contiguous() const { return is_contiguous_layout(shape(), strides()); }
+
+Tensor::operator Strided() const {
+  if (!defined()) return Strided();
+  return Strided(raw_data(), dtype(), shape(), strides(), device());
 }
 
 std::string Tensor::meta() const {
@@ -271,10 +243,9 @@ void Tensor::copy_(const Tensor& src) {
   MT_CHECK(device() == src.device(), "copy_: source on ", src.device(), ", destination on ", device());
   MT_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "copy_: cannot broadcast source ",
            src.meta(), " to destination ", meta());
-  Tensor s = src.expand(shape());
-  Tensor d = *this;
-  if (device().is_cpu()) cpu::copy_cast(s, d, Rounding::nearest, 0, 0);
-  else cuda::copy_cast(s, d, Rounding::nearest, 0, 0);
+  const Tensor s = src.expand(shape());
+  on_device(device(), [&] { cpu::copy_cast(s, *this, Rounding::nearest, 0, 0); },
+            [&] { cuda::copy_cast(s, *this, Rounding::nearest, 0, 0); });
 }
 
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
@@ -294,8 +265,8 @@ Tensor Tensor::to(DType dt, Rounding rounding, Generator* gen) const {
     seed = g.seed();
     offset = g.advance(uint64_t(numel()));
   }
-  if (device().is_cpu()) cpu::copy_cast(*this, out, rounding, seed, offset);
-  else cuda::copy_cast(*this, out, rounding, seed, offset);
+  on_device(device(), [&] { cpu::copy_cast(*this, out, rounding, seed, offset); },
+            [&] { cuda::copy_cast(*this, out, rounding, seed, offset); });
   return out;
 }
 
@@ -304,12 +275,16 @@ Tensor Tensor::to(Device dev) const {
   const Tensor src = contiguous();
   Tensor out = empty(shape(), dtype(), dev);
   const size_t nbytes = size_t(numel()) * dtype_size(dtype());
-  if (dev.is_cuda() && src.device().is_cpu()) cuda::copy_host_to_device(out.raw_data(), src.raw_data(), nbytes, dev.index);
-  else if (dev.is_cpu() && src.device().is_cuda()) cuda::copy_device_to_host(out.raw_data(), src.raw_data(), nbytes, src.device().index);
-  else {
-    // cuda:i -> cuda:j goes through the host: simple and rare.
-    return src.to(Device::cpu()).to(dev);
-  }
+  // cuda:i -> cuda:j goes through the host: simple and rare.
+  if (!dev.is_cpu() && !src.device().is_cpu()) return src.to(Device::cpu()).to(dev);
+  // Between the host and a device: the backend of the device end copies the bytes.
+  const Device end = dev.is_cpu() ? src.device() : dev;
+  on_device(
+      end, [&] { MT_ASSERT(false, "Tensor::to: a copy between ", src.device(), " and ", dev); },
+      [&] {
+        if (dev.is_cpu()) cuda::copy_device_to_host(out.raw_data(), src.raw_data(), nbytes, end.index);
+        else cuda::copy_host_to_device(out.raw_data(), src.raw_data(), nbytes, end.index);
+      });
   return out;
 }
 
@@ -420,8 +395,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  if (device.is_cpu()) cpu::fill(t, value);
-  else cuda::fill(t, value);
+  on_device(device, [&] { cpu::fill(t, value); }, [&] { cuda::fill(t, value); });
   return t;
 }
 void increment_(Tensor& counter, int64_t by) {
@@ -430,8 +404,7 @@ void increment_(Tensor& counter, int64_t by) {
   for (int64_t d = 0; d < counter.dim(); ++d)
     MT_CHECK(counter.shape()[size_t(d)] <= 1 || counter.strides()[size_t(d)] != 0, "increment_: counter ",
              counter.meta(), " is a broadcast view (stride 0 in dim ", d, ") and cannot be written in place");
-  if (counter.device().is_cpu()) cpu::increment(counter, by);
-  else cuda::increment(counter, by);
+  on_device(counter.device(), [&] { cpu::increment(counter, by); }, [&] { cuda::increment(counter, by); });
 }
 
 Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
@@ -480,7 +453,7 @@ Tensor random_fill(const Shape& shape, DType dtype, Generator& gen, const char* 
   MT_CHECK(is_floating(dtype), op, ": expected a floating dtype, got ", dtype_name(dtype));
   Tensor t = empty(shape, dtype);
   const uint64_t base = gen.advance(uint64_t(t.numel()));
-  dispatch_float(dtype, op, [&]<class T>() {
+  dispatch_floating(dtype, op, [&]<class T>() {
     T* p = t.data<T>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = store<T>(compute_t<T>(f(philox_words(gen.seed(), base + uint64_t(i)))));
   });

@@ -9,10 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "tensor/device.h"
-#include "tensor/dtype.h"
-#include "tensor/rng.h"
-#include "tensor/shape.h"
+#include "tensor/core/device.h"
+#include "tensor/core/dtype.h"
+#include "tensor/core/rng.h"
+#include "tensor/core/shape.h"
+#include "tensor/core/strided.h"
 #include "tensor/storage.h"
 
 namespace mixtape {
@@ -24,8 +25,6 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = DType::f32;
 };
-
-enum class Rounding : uint8_t { nearest, stochastic };
 
 class Tensor {
  public:
@@ -44,7 +43,10 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   bool is_contiguous() const;
   bool same_storage(const Tensor& o) const { return storage() == o.storage(); }
-  std::string meta() const;  // "f32[2, 3] cpu"
+  std::string meta() const;  // "f32[2, 3]", or "f32[2, 3] cuda:0" off the host
+  // The tensor as its kernels take it (Note [Kernel arguments] in tensor/core/strided.h); an
+  // undefined tensor gives an absent Strided.
+  operator Strided() const;
 
   // Pointer to element 0 (storage base + offset). data<T>() checks T against the dtype.
   void* raw_data() const;

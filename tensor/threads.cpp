@@ -2,7 +2,7 @@
 
 #include <cblas.h>
 
-#include "tensor/error.h"
+#include "tensor/core/error.h"
 
 namespace mixtape {
 

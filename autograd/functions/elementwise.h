@@ -3,7 +3,7 @@
 #pragma once
 
 #include "autograd/variable.h"
-#include "tensor/ops/op_kinds.h"
+#include "tensor/core/op_kinds.h"
 
 namespace mixtape {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "autograd/variable.h"
-#include "tensor/ops/op_kinds.h"
+#include "tensor/core/op_kinds.h"
 
 namespace mixtape {
 

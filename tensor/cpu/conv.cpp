@@ -103,7 +103,7 @@ void col2im_add(const C* col, const Geom& g, int64_t nb, C* img) {
 
 // w [OC, C, KH, KW] (any strides) as a row-major [OC, C*KH*KW] matrix in the compute type.
 template <class T, class C = compute_t<T>>
-std::vector<C> load_weight(const Tensor& w) {
+std::vector<C> load_weight(const Strided& w) {
   const T* p = static_cast<const T*>(w.raw_data());
   const Shape& s = w.shape();
   const Shape& st = w.strides();
@@ -117,7 +117,7 @@ std::vector<C> load_weight(const Tensor& w) {
 }
 
 template <class T, class C = compute_t<T>>
-std::vector<C> load_bias(const Tensor& b) {
+std::vector<C> load_bias(const Strided& b) {
   std::vector<C> v;
   if (!b.defined()) return v;
   const T* p = static_cast<const T*>(b.raw_data());
@@ -140,7 +140,7 @@ void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int
 }
 
 template <class T>
-void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Geom& g, Tensor& out) {
+void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const Geom& g, const Strided& out) {
   using C = compute_t<T>;
   const std::vector<C> wm = load_weight<T>(w), bv = load_bias<T>(bias);
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
@@ -167,7 +167,7 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Ge
 }
 
 template <class T>
-void conv_input_grad(const Tensor& dy, const Tensor& w, const Tensor& bias, const Geom& g, Tensor& dx) {
+void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, const Geom& g, const Strided& dx) {
   using C = compute_t<T>;
   const std::vector<C> wm = load_weight<T>(w), bv = load_bias<T>(bias);
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk(), HW = g.H * g.W;
@@ -196,7 +196,7 @@ void conv_input_grad(const Tensor& dy, const Tensor& w, const Tensor& bias, cons
 }
 
 template <class T>
-void conv_weight_grad(const Tensor& x, const Tensor& dy, const Geom& g, Tensor& dw) {
+void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const Strided& dw) {
   using C = compute_t<T>;
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
   const auto col = scratch<C>(R * nb_max * L), G = scratch<C>(g.OC * nb_max * L);
@@ -216,7 +216,7 @@ void conv_weight_grad(const Tensor& x, const Tensor& dy, const Geom& g, Tensor& 
 
 // db[oc] = sum over n, h, w of dy[n, oc, h, w], accumulated in double (a large reduction).
 template <class T>
-void conv_bias_grad(const Tensor& dy, Tensor& db) {
+void conv_bias_grad(const Strided& dy, const Strided& db) {
   const int64_t N = dy.size(0), OC = dy.size(1), H = dy.size(2), W = dy.size(3);
   const Shape& ds = dy.strides();
   const T* p = static_cast<const T*>(dy.raw_data());
@@ -237,32 +237,32 @@ void conv_bias_grad(const Tensor& dy, Tensor& db) {
 
 }  // namespace
 
-void conv2d_backward_bias(const Tensor& dy, Tensor& db) {
-  dispatch_float(db.dtype(), "conv2d_backward_bias", [&]<class T>() { conv_bias_grad<T>(dy, db); });
+void conv2d_backward_bias(const Strided& dy, const Strided& db) {
+  dispatch_floating(db.dtype(), "conv2d_backward_bias", [&]<class T>() { conv_bias_grad<T>(dy, db); });
 }
 
-void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-            int64_t pad_w, int64_t dil_h, int64_t dil_w, Tensor& out) {
+void conv2d(const Strided& x, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+            int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& out) {
   MT_ASSERT(out.is_contiguous());
   const Geom g = make_geom(x.shape(), out.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
   if (out.numel() == 0) return;
-  dispatch_float(out.dtype(), "conv2d", [&]<class T>() { conv_forward<T>(x, w, bias, g, out); });
+  dispatch_floating(out.dtype(), "conv2d", [&]<class T>() { conv_forward<T>(x, w, bias, g, out); });
 }
 
-void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& bias, int64_t stride_h,
-                           int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, Tensor& dx) {
+void conv2d_backward_input(const Strided& dy, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w,
+                           int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dx) {
   MT_ASSERT(dx.is_contiguous());
   const Geom g = make_geom(dx.shape(), dy.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
   if (dx.numel() == 0) return;
-  dispatch_float(dx.dtype(), "conv2d_backward_input", [&]<class T>() { conv_input_grad<T>(dy, w, bias, g, dx); });
+  dispatch_floating(dx.dtype(), "conv2d_backward_input", [&]<class T>() { conv_input_grad<T>(dy, w, bias, g, dx); });
 }
 
-void conv2d_backward_weight(const Tensor& x, const Tensor& dy, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-                            int64_t pad_w, int64_t dil_h, int64_t dil_w, Tensor& dw) {
+void conv2d_backward_weight(const Strided& x, const Strided& dy, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                            int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dw) {
   MT_ASSERT(dw.is_contiguous());
   const Geom g = make_geom(x.shape(), dy.shape(), dw.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
   if (dw.numel() == 0) return;
-  dispatch_float(dw.dtype(), "conv2d_backward_weight", [&]<class T>() { conv_weight_grad<T>(x, dy, g, dw); });
+  dispatch_floating(dw.dtype(), "conv2d_backward_weight", [&]<class T>() { conv_weight_grad<T>(x, dy, g, dw); });
 }
 
 }  // namespace mixtape::cpu

@@ -13,20 +13,20 @@
 
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
 // out [N, OC, OH, OW] = conv(x [N, C, H, W], w [OC, C, KH, KW]) + bias [OC] (bias may be undefined).
-void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride_h, int64_t stride_w,
-            int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, Tensor& out);
+void conv2d(const Strided& x, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w,
+            int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& out);
 // dx [N, C, H, W] = col2im(W^T dy) + bias [C] (bias may be undefined), dy [N, OC, OH, OW].
-void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& bias, int64_t stride_h,
-                           int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, Tensor& dx);
+void conv2d_backward_input(const Strided& dy, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w,
+                           int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dx);
 // dw [OC, C, KH, KW] = dy col(x)^T, summed over the batch.
-void conv2d_backward_weight(const Tensor& x, const Tensor& dy, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-                            int64_t pad_w, int64_t dil_h, int64_t dil_w, Tensor& dw);
+void conv2d_backward_weight(const Strided& x, const Strided& dy, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                            int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dw);
 // db [OC] = sum of dy [N, OC, OH, OW] over N, OH, OW, accumulated in double.
-void conv2d_backward_bias(const Tensor& dy, Tensor& db);
+void conv2d_backward_bias(const Strided& dy, const Strided& db);
 
 }  // namespace mixtape::cpu

@@ -1,5 +1,6 @@
 #include "tensor/cpu/copy.h"
 
+#include "tensor/core/rng.h"
 #include "tensor/cpu/loops.h"
 
 namespace mixtape::cpu {
@@ -22,7 +23,7 @@ D convert_stochastic(float v, uint32_t r) {
 
 }  // namespace
 
-void copy_cast(const Tensor& src, Tensor& dst, Rounding rounding, uint64_t seed, uint64_t offset) {
+void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64_t seed, uint64_t offset) {
   const std::array<Shape, 2> strides{dst.strides(), broadcast_strides(src, dst.shape())};
   dispatch_all(dst.dtype(), "copy", [&]<class D>() {
     dispatch_all(src.dtype(), "copy", [&]<class S>() {
@@ -43,7 +44,7 @@ void copy_cast(const Tensor& src, Tensor& dst, Rounding rounding, uint64_t seed,
   });
 }
 
-void fill(Tensor& out, double value) {
+void fill(const Strided& out, double value) {
   dispatch_all(out.dtype(), "fill", [&]<class T>() {
     const T v = store<T>(value);  // one rounding from double
     T* d = static_cast<T*>(out.raw_data());
@@ -51,7 +52,7 @@ void fill(Tensor& out, double value) {
   });
 }
 
-void increment(Tensor& counter, int64_t by) {
+void increment(const Strided& counter, int64_t by) {
   int64_t* c = counter.data<int64_t>();
   for_each_offset<1>(counter.shape(), {counter.strides()}, [&](const std::array<int64_t, 1>& o) {
     c[o[0]] = int64_t(uint64_t(c[o[0]]) + uint64_t(by));  // two's-complement wrap, as on the GPU

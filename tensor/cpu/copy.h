@@ -3,15 +3,15 @@
 
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
 // Rounding::stochastic draws one Philox word per element from counter (offset + i), i the
 // row-major index in dst.
-void copy_cast(const Tensor& src, Tensor& dst, Rounding rounding, uint64_t seed, uint64_t offset);
-void fill(Tensor& out, double value);
+void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64_t seed, uint64_t offset);
+void fill(const Strided& out, double value);
 // i64 counter += by (tensor.h increment_).
-void increment(Tensor& counter, int64_t by);
+void increment(const Strided& counter, int64_t by);
 
 }  // namespace mixtape::cpu

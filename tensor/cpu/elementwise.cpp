@@ -7,7 +7,7 @@
 
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/math.h"
-#include "tensor/elementwise_formulas.h"
+#include "tensor/core/elementwise_formulas.h"
 
 namespace mixtape::cpu {
 
@@ -24,7 +24,7 @@ inline C leaky_slope(C x, C a) {
   return slope[x > C(0)];
 }
 
-// The host's scalar math for the shared formulas (tensor/elementwise_formulas.h).
+// The host's scalar math for the shared formulas (tensor/core/elementwise_formulas.h).
 struct HostMath {
   template <class C> static C exp(C x) { return std::exp(x); }
   template <class C> static C log(C x) { return std::log(x); }
@@ -37,8 +37,8 @@ struct HostMath {
 
 }  // namespace
 
-void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
-  dispatch_float(x.dtype(), unary_op_name(op), [&]<class T>() {
+void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b) {
+  dispatch_floating(x.dtype(), unary_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -50,9 +50,9 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b) {
   });
 }
 
-void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Strided& dy, const Strided& dx,
                     double a, double b) {
-  dispatch_float(dx.dtype(), unary_op_name(op), [&]<class T>() {
+  dispatch_floating(dx.dtype(), unary_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     const T* py = static_cast<const T*>(y.raw_data());
@@ -68,8 +68,8 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
   });
 }
 
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  dispatch_float(out.dtype(), binary_op_name(op), [&]<class T>() {
+void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& out) {
+  dispatch_floating(out.dtype(), binary_op_name(op), [&]<class T>() {
     const T* pa = static_cast<const T*>(a.raw_data());
     const T* pb = static_cast<const T*>(b.raw_data());
     T* po = static_cast<T*>(out.raw_data());

@@ -2,15 +2,15 @@
 // broadcasting. Inputs are any strides; outputs are freshly allocated by the front-end.
 #pragma once
 
-#include "tensor/ops/op_kinds.h"
-#include "tensor/tensor.h"
+#include "tensor/core/op_kinds.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
-void unary(UnaryOp op, const Tensor& x, Tensor& out, double a, double b);
+void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b);
 // dx = dy * f'(x) using x and/or the saved output y (each op reads what it needs).
-void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Strided& dy, const Strided& dx,
                     double a, double b);
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
+void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& out);
 
 }  // namespace mixtape::cpu

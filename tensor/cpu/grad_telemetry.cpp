@@ -20,12 +20,12 @@ inline uint16_t round_magnitude(double v, DType format) {
 
 }  // namespace
 
-void grad_telemetry(const Tensor& x, DType format, int64_t hist_lo, Tensor& counts, Tensor& max_abs) {
+void grad_telemetry(const Strided& x, DType format, int64_t hist_lo, const Strided& counts, const Strided& max_abs) {
   const int64_t nbins = counts.numel() - kTelemetryCounts;
   // Magnitude bit patterns of the format: the smallest normal and infinity.
   const uint16_t min_normal = format == DType::f16 ? 0x0400u : 0x0080u;
   const uint16_t inf = format == DType::f16 ? 0x7C00u : 0x7F80u;
-  dispatch_float(x.dtype(), "grad_telemetry", [&]<class T>() {
+  dispatch_floating(x.dtype(), "grad_telemetry", [&]<class T>() {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     int64_t nonzero = 0, underflow = 0, subnormal = 0, overflow = 0;

@@ -90,7 +90,7 @@ void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
               blasint(M), blasint(N), blasint(K), 1.0, A, blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
 }
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) {
+void matmul(const Strided& a, const Strided& b, const Strided& bias, const Strided& out) {
   const size_t nd = size_t(out.dim());
   MT_ASSERT(nd >= 2 && a.dim() == out.dim() && b.dim() == out.dim() && out.is_contiguous());
   const int64_t M = out.shape()[nd - 2], N = out.shape()[nd - 1], K = a.shape()[nd - 1];
@@ -104,7 +104,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) {
   std::vector<std::array<int64_t, 2>> offs;
   for_each_offset<2>(batch, {a_bst, b_bst}, [&](const std::array<int64_t, 2>& o) { offs.push_back(o); });
 
-  dispatch_float(out.dtype(), "matmul", [&]<class T>() {
+  dispatch_floating(out.dtype(), "matmul", [&]<class T>() {
     using C = compute_t<T>;
     const T* pa = static_cast<const T*>(a.raw_data());
     const T* pb = static_cast<const T*>(b.raw_data());

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
@@ -19,7 +19,7 @@ void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
 // out[..., M, N] = a[..., M, K] b[..., K, N] (+ bias[N] on every row), one GEMM per batch entry.
 // a and b carry out's batch dims (broadcast entries with stride 0); the last two dims of each
 // are row-major or column-major (blas_layout_ok). `bias` may be undefined. `out` is contiguous.
-void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out);
+void matmul(const Strided& a, const Strided& b, const Strided& bias, const Strided& out);
 
 // Whether a logical [rows, cols] matrix with these strides is a BLAS operand as it is: row-major
 // (col stride 1) or column-major (row stride 1) with a valid leading dimension.

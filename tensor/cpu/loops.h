@@ -10,13 +10,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensor/shape.h"
-#include "tensor/tensor.h"
+#include "tensor/core/shape.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
 // Strides of `t` viewed with shape `out` (trailing alignment, stride 0 where t has size 1).
-inline Shape broadcast_strides(const Tensor& t, const Shape& out) {
+inline Shape broadcast_strides(const Strided& t, const Shape& out) {
   Shape st(out.size(), 0);
   const size_t lead = out.size() - size_t(t.dim());
   for (size_t i = 0; i < size_t(t.dim()); ++i)

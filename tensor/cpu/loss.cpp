@@ -1,5 +1,5 @@
 #include "tensor/cpu/loss.h"
-#include "tensor/rows.h"
+#include "tensor/core/rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +25,7 @@ void row_max_sum(const T* row, int64_t len, int64_t stride, A& mx, double& sum) 
 
 // Per-element strides of a loss output or gradient: its own strides, or zeros for the 0-dim
 // tensor of a reduced loss (every element then reads or accumulates the one value).
-Shape elem_strides(const Tensor& t, bool reduce, size_t ndim) {
+Shape elem_strides(const Strided& t, bool reduce, size_t ndim) {
   return reduce ? Shape(ndim, 0) : t.strides();
 }
 
@@ -37,7 +37,7 @@ A grad_factor(const T* pdy, int64_t o, bool reduce, double divisor) {
 
 // loss_i = f(a_i, b_i) over two same-shaped tensors, written per element or reduced.
 template <class T, class F>
-void pointwise_loss(const Tensor& a, const Tensor& b, bool reduce, double divisor, Tensor& out, F&& f) {
+void pointwise_loss(const Strided& a, const Strided& b, bool reduce, double divisor, const Strided& out, F&& f) {
   using A = compute_t<T>;
   const T* pa = static_cast<const T*>(a.raw_data());
   const T* pb = static_cast<const T*>(b.raw_data());
@@ -54,8 +54,8 @@ void pointwise_loss(const Tensor& a, const Tensor& b, bool reduce, double diviso
 
 // (da_i, db_i) = f(a_i, b_i, g_i); outputs that are undefined are skipped.
 template <class T, class F>
-void pointwise_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy, bool reduce, double divisor,
-                             Tensor& da, Tensor& db, F&& f) {
+void pointwise_loss_backward(const Strided& a, const Strided& b, const Strided& dy, bool reduce, double divisor,
+                             const Strided& da, const Strided& db, F&& f) {
   using A = compute_t<T>;
   const size_t nd = a.shape().size();
   const T* pa = static_cast<const T*>(a.raw_data());
@@ -79,9 +79,9 @@ void pointwise_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy,
 
 // ---- softmax -----------------------------------------------------------------------------
 
-void softmax(const Tensor& x, int64_t dim, bool log_out, Tensor& out) {
+void softmax(const Strided& x, int64_t dim, bool log_out, const Strided& out) {
   const RowView xv = row_view(x, dim), ov = row_view(out, dim);
-  dispatch_float(x.dtype(), log_out ? "log_softmax" : "softmax", [&]<class T>() {
+  dispatch_floating(x.dtype(), log_out ? "log_softmax" : "softmax", [&]<class T>() {
     using A = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -100,9 +100,9 @@ void softmax(const Tensor& x, int64_t dim, bool log_out, Tensor& out) {
   });
 }
 
-void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, bool log_out, Tensor& dx) {
+void softmax_backward(const Strided& y, const Strided& dy, int64_t dim, bool log_out, const Strided& dx) {
   const RowView yv = row_view(y, dim), gv = row_view(dy, dim), dv = row_view(dx, dim);
-  dispatch_float(y.dtype(), log_out ? "log_softmax backward" : "softmax backward", [&]<class T>() {
+  dispatch_floating(y.dtype(), log_out ? "log_softmax backward" : "softmax backward", [&]<class T>() {
     using A = compute_t<T>;
     const T* py = static_cast<const T*>(y.raw_data());
     const T* pg = static_cast<const T*>(dy.raw_data());
@@ -130,16 +130,16 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, bool log_o
 // ---- cross entropy -----------------------------------------------------------------------
 
 namespace {
-void check_target(int64_t t, int64_t C, int64_t position, const Tensor& logits, const Tensor& targets) {
+void check_target(int64_t t, int64_t C, int64_t position, const Strided& logits, const Strided& targets) {
   MT_CHECK(t >= 0 && t < C, "cross_entropy: target ", t, " (at position ", position, ") is out of range for ", C,
            " classes (logits ", logits.meta(), ", targets ", targets.meta(), "); targets must lie in [0, ", C, ")");
 }
 }  // namespace
 
-void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, double divisor, Tensor& out) {
+void cross_entropy(const Strided& logits, const Strided& targets, bool reduce, double divisor, const Strided& out) {
   const RowView lv = row_view(logits, 1);
   const int64_t* pt = static_cast<const int64_t*>(targets.raw_data());
-  dispatch_float(logits.dtype(), "cross_entropy", [&]<class T>() {
+  dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
     using A = compute_t<T>;
     const T* px = static_cast<const T*>(logits.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -164,11 +164,11 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, dou
   });
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dy, bool reduce,
-                            double divisor, Tensor& dlogits) {
+void cross_entropy_backward(const Strided& logits, const Strided& targets, const Strided& dy, bool reduce,
+                            double divisor, const Strided& dlogits) {
   const RowView lv = row_view(logits, 1), dv = row_view(dlogits, 1);
   const int64_t* pt = static_cast<const int64_t*>(targets.raw_data());
-  dispatch_float(logits.dtype(), "cross_entropy backward", [&]<class T>() {
+  dispatch_floating(logits.dtype(), "cross_entropy backward", [&]<class T>() {
     using A = compute_t<T>;
     const T* px = static_cast<const T*>(logits.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
@@ -197,8 +197,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
 
 // ---- binary cross entropy with logits ----------------------------------------------------
 
-void bce_with_logits(const Tensor& x, const Tensor& t, bool reduce, double divisor, Tensor& out) {
-  dispatch_float(x.dtype(), "binary_cross_entropy_with_logits", [&]<class T>() {
+void bce_with_logits(const Strided& x, const Strided& t, bool reduce, double divisor, const Strided& out) {
+  dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits", [&]<class T>() {
     using A = compute_t<T>;
     pointwise_loss<T>(x, t, reduce, divisor, out, [](A xi, A ti) {
       return A(std::max(xi, A(0)) - xi * ti + std::log1p(std::exp(-std::abs(xi))));
@@ -206,9 +206,9 @@ void bce_with_logits(const Tensor& x, const Tensor& t, bool reduce, double divis
   });
 }
 
-void bce_with_logits_backward(const Tensor& x, const Tensor& t, const Tensor& dy, bool reduce, double divisor,
-                              Tensor& dx, Tensor& dt) {
-  dispatch_float(x.dtype(), "binary_cross_entropy_with_logits backward", [&]<class T>() {
+void bce_with_logits_backward(const Strided& x, const Strided& t, const Strided& dy, bool reduce, double divisor,
+                              const Strided& dx, const Strided& dt) {
+  dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits backward", [&]<class T>() {
     using A = compute_t<T>;
     pointwise_loss_backward<T>(x, t, dy, reduce, divisor, dx, dt, [](A xi, A ti, A g) {
       // sigmoid without overflow: exp of a non-positive argument only.
@@ -221,16 +221,16 @@ void bce_with_logits_backward(const Tensor& x, const Tensor& t, const Tensor& dy
 
 // ---- mean squared error ------------------------------------------------------------------
 
-void mse_loss(const Tensor& a, const Tensor& b, bool reduce, double divisor, Tensor& out) {
-  dispatch_float(a.dtype(), "mse_loss", [&]<class T>() {
+void mse_loss(const Strided& a, const Strided& b, bool reduce, double divisor, const Strided& out) {
+  dispatch_floating(a.dtype(), "mse_loss", [&]<class T>() {
     using A = compute_t<T>;
     pointwise_loss<T>(a, b, reduce, divisor, out, [](A ai, A bi) { return A((ai - bi) * (ai - bi)); });
   });
 }
 
-void mse_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy, bool reduce, double divisor, Tensor& da,
-                       Tensor& db) {
-  dispatch_float(a.dtype(), "mse_loss backward", [&]<class T>() {
+void mse_loss_backward(const Strided& a, const Strided& b, const Strided& dy, bool reduce, double divisor,
+                       const Strided& da, const Strided& db) {
+  dispatch_floating(a.dtype(), "mse_loss backward", [&]<class T>() {
     using A = compute_t<T>;
     pointwise_loss_backward<T>(a, b, dy, reduce, divisor, da, db, [](A ai, A bi, A g) {
       const A d = A(2) * (ai - bi) * g;

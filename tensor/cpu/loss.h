@@ -9,26 +9,26 @@
 
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
 // log_out selects log_softmax. dim is wrapped (non-negative).
-void softmax(const Tensor& x, int64_t dim, bool log_out, Tensor& out);
-void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, bool log_out, Tensor& dx);
+void softmax(const Strided& x, int64_t dim, bool log_out, const Strided& out);
+void softmax_backward(const Strided& y, const Strided& dy, int64_t dim, bool log_out, const Strided& dx);
 
 // Class dim 1; targets: logits' shape without dim 1. Throws on a target outside [0, C).
-void cross_entropy(const Tensor& logits, const Tensor& targets, bool reduce, double divisor, Tensor& out);
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dy, bool reduce,
-                            double divisor, Tensor& dlogits);
+void cross_entropy(const Strided& logits, const Strided& targets, bool reduce, double divisor, const Strided& out);
+void cross_entropy_backward(const Strided& logits, const Strided& targets, const Strided& dy, bool reduce,
+                            double divisor, const Strided& dlogits);
 
 // dx, dt (da, db): outputs, each undefined when not wanted.
-void bce_with_logits(const Tensor& x, const Tensor& t, bool reduce, double divisor, Tensor& out);
-void bce_with_logits_backward(const Tensor& x, const Tensor& t, const Tensor& dy, bool reduce, double divisor,
-                              Tensor& dx, Tensor& dt);
+void bce_with_logits(const Strided& x, const Strided& t, bool reduce, double divisor, const Strided& out);
+void bce_with_logits_backward(const Strided& x, const Strided& t, const Strided& dy, bool reduce, double divisor,
+                              const Strided& dx, const Strided& dt);
 
-void mse_loss(const Tensor& a, const Tensor& b, bool reduce, double divisor, Tensor& out);
-void mse_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy, bool reduce, double divisor, Tensor& da,
-                       Tensor& db);
+void mse_loss(const Strided& a, const Strided& b, bool reduce, double divisor, const Strided& out);
+void mse_loss_backward(const Strided& a, const Strided& b, const Strided& dy, bool reduce, double divisor,
+                       const Strided& da, const Strided& db);
 
 }  // namespace mixtape::cpu

@@ -31,7 +31,7 @@ template <class T>
 struct Strided2d {
   T* p;
   int64_t s0, s1;
-  explicit Strided2d(const Tensor& t)
+  explicit Strided2d(const Strided& t)
       : p(static_cast<T*>(t.raw_data())), s0(t.strides()[0]), s1(t.strides()[1]) {}
   T& operator()(int64_t b, int64_t j) const { return p[b * s0 + j * s1]; }
 };
@@ -49,8 +49,8 @@ struct Gates {
 
 }  // namespace
 
-void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) {
-  dispatch_float(c.dtype(), "lstm_cell", [&]<class T>() {
+void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h) {
+  dispatch_floating(c.dtype(), "lstm_cell", [&]<class T>() {
     using C = compute_t<T>;
     const int64_t B = c_prev.size(0), H = c_prev.size(1);
     const Strided2d<const T> pg(gates), pcp(c_prev);
@@ -66,9 +66,9 @@ void lstm_cell(const Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) 
   });
 }
 
-void lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& dc, const Tensor& dh,
-                        Tensor& d_gates, Tensor& d_c_prev) {
-  dispatch_float(d_gates.dtype(), "lstm_cell_backward", [&]<class T>() {
+void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strided& dc, const Strided& dh,
+                        const Strided& d_gates, const Strided& d_c_prev) {
+  dispatch_floating(d_gates.dtype(), "lstm_cell_backward", [&]<class T>() {
     using C = compute_t<T>;
     const int64_t B = c_prev.size(0), H = c_prev.size(1);
     const Strided2d<const T> pg(gates), pcp(c_prev), pdc(dc), pdh(dh);

@@ -1,4 +1,6 @@
-// Fused optimizer updates: one strided pass per parameter, formulas in tensor/ops/optim.h.
+// Fused optimizer updates: one strided pass per parameter. The update rules are documented in
+// tensor/ops/optim.h, and their arithmetic is tensor/core/update_formulas.h, shared with
+// cuda/optim.cu: this file loads, calls the formulas and stores.
 //
 // Note [Update kernel dtypes]
 // Each kernel is a template over the parameter's storage type P and the state's storage type
@@ -17,7 +19,8 @@
 // state stored in bf16 (or f16). The paper rounds every operator output to bf16 (a simulated
 // 16-bit unit); these kernels are fused: each element is loaded, computed in fp32, and the
 // values that the algorithm keeps in memory are rounded once when stored. Those stores are the
-// only rounding points, each spelled round_to_*:
+// only rounding points, each a call of the device's D::nearest or D::stochastic in
+// update_formulas.h, which on the CPU are the host conversions round_to_* (HostUpdate below):
 //   state (m, v)           round_to_bf16 / round_to_half (nearest), and the update then reads
 //                          the state back as stored, as the algorithm's next line would
 //   the weight w + u       nearest, or round_to_*_stochastic with the element's Philox word
@@ -37,6 +40,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "tensor/core/update_formulas.h"
 #include "tensor/cpu/loops.h"
 
 namespace mixtape::cpu {
@@ -56,22 +60,22 @@ void dispatch_update(const char* op, DType param, DType state, F&& f) {
 struct NoCopy {};
 
 template <class F>
-void dispatch_copy(const Tensor* copy, F&& f) {
-  if (!copy) return f.template operator()<NoCopy>();
-  if (copy->dtype() == DType::f16) return f.template operator()<half>();
-  if (copy->dtype() == DType::bf16) return f.template operator()<bfloat16>();
-  throw Error(detail::cat("rounded copy: ", copy->meta(), " is not bf16 or f16"));
+void dispatch_copy(const Strided& copy, F&& f) {
+  if (!copy.defined()) return f.template operator()<NoCopy>();
+  if (copy.dtype() == DType::f16) return f.template operator()<half>();
+  if (copy.dtype() == DType::bf16) return f.template operator()<bfloat16>();
+  throw Error(detail::cat("rounded copy: ", copy.meta(), " is not bf16 or f16"));
 }
 
 // The copy's element pointer and strides; without a copy, the param's strides (never written).
 template <class Q>
-Q* copy_data(const Tensor* copy) {
+Q* copy_data(const Strided& copy) {
   if constexpr (std::is_same_v<Q, NoCopy>) return nullptr;
-  else return static_cast<Q*>(copy->raw_data());
+  else return static_cast<Q*>(copy.raw_data());
 }
 
-inline const Shape& copy_strides(const Tensor* copy, const Tensor& param) {
-  return copy ? copy->strides() : param.strides();
+inline const Shape& copy_strides(const Strided& copy, const Strided& param) {
+  return copy.defined() ? copy.strides() : param.strides();
 }
 
 // Stores the new master value v into the copy, rounded to nearest even.
@@ -80,22 +84,34 @@ inline void write_copy(Q* q, int64_t offset, C v) {
   if constexpr (!std::is_same_v<Q, NoCopy>) q[offset] = store<Q>(v);
 }
 
-// torch.lerp's CPU formula: a + w (b - a), written from the nearer end for w >= 0.5.
-template <class C>
-inline C lerp(C a, C b, C w) {
-  return w < C(0.5) ? a + w * (b - a) : b - (b - a) * (C(1) - w);
-}
+// The CPU's side of the shared update formulas (tensor/core/update_formulas.h): its square root,
+// and for the 16-bit rules (P = half or bfloat16) its loads and its roundings, the host
+// conversions round_to_* (which the rounding census does not count: the updates write weights
+// and optimizer state, not op outputs).
+template <class P>
+struct HostUpdate {
+  static float sqrt(float x) { return std::sqrt(x); }
+  static double sqrt(double x) { return std::sqrt(x); }
+  static float load(P v) { return mixtape::load(v); }
+  static P nearest(float v) {
+    if constexpr (std::is_same_v<P, half>) return round_to_half(v);
+    else return round_to_bf16(v);
+  }
+  static P stochastic(float v, uint32_t r) {
+    if constexpr (std::is_same_v<P, half>) return round_to_half_stochastic(v, r);
+    else return round_to_bf16_stochastic(v, r);
+  }
+};
 
 }  // namespace
 
-void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
-                double dampening, double weight_decay, bool nesterov, int64_t step, Tensor* rounded_copy) {
+void sgd_update(const Strided& param, const Strided& grad, const Strided& momentum_buf, double lr, double momentum,
+                double dampening, double weight_decay, bool nesterov, int64_t step, const Strided& rounded_copy) {
   const DType state_dtype = momentum != 0.0 ? momentum_buf.dtype() : param.dtype();
   dispatch_update("sgd_update", param.dtype(), state_dtype, [&]<class P, class S>() {
     dispatch_copy(rounded_copy, [&]<class Q>() {
       using C = compute_t<P>;
-      const C neg_lr = C(-lr), wd = C(weight_decay), mom = C(momentum), keep = C(1.0 - dampening);
-      const bool decay = weight_decay != 0.0;
+      const formulas::SgdConsts<C> k = formulas::sgd_consts<C>(lr, momentum, dampening, weight_decay, nesterov, step);
       P* p = param.data<P>();
       const C* g = grad.data<C>();
       Q* q = copy_data<Q>(rounded_copy);
@@ -103,26 +119,19 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double 
       if (momentum == 0.0) {
         for_each_offset<3>(param.shape(), {param.strides(), grad.strides(), q_strides},
                            [&](const std::array<int64_t, 3>& o) {
-                             const C pv = load(p[o[0]]);
-                             C d = g[o[1]];
-                             if (decay) d += wd * pv;
-                             const C next = pv + neg_lr * d;
+                             const C next = formulas::sgd(C(load(p[o[0]])), g[o[1]], k);
                              p[o[0]] = store<P>(next);
                              write_copy(q, o[2], next);
                            });
         return;
       }
       S* b = momentum_buf.data<S>();
-      const bool first = step == 1;
       for_each_offset<4>(param.shape(), {param.strides(), grad.strides(), momentum_buf.strides(), q_strides},
                          [&](const std::array<int64_t, 4>& o) {
-                           const C pv = load(p[o[0]]);
-                           C d = g[o[1]];
-                           if (decay) d += wd * pv;
-                           const C buf = first ? d : mom * load(b[o[2]]) + keep * d;
+                           const C prev = k.first ? C(0) : C(load(b[o[2]]));  // not read at step 1
+                           C buf;
+                           const C next = formulas::sgd_momentum(C(load(p[o[0]])), g[o[1]], prev, k, buf);
                            b[o[2]] = store<S>(buf);
-                           d = nesterov ? d + mom * buf : buf;
-                           const C next = pv + neg_lr * d;
                            p[o[0]] = store<P>(next);
                            write_copy(q, o[3], next);
                          });
@@ -130,19 +139,15 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double 
   });
 }
 
-void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1,
-                 double beta2, double eps, double weight_decay, bool decoupled, int64_t step, Tensor* rounded_copy) {
+void adam_update(const Strided& param, const Strided& grad, const Strided& exp_avg, const Strided& exp_avg_sq,
+                 double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
+                 const Strided& rounded_copy) {
   const char* op = decoupled ? "adamw_update" : "adam_update";
   dispatch_update(op, param.dtype(), exp_avg.dtype(), [&]<class P, class S>() {
     dispatch_copy(rounded_copy, [&]<class Q>() {
       using C = compute_t<P>;
-      // Host scalars in double, as torch.optim computes them in Python floats.
-      const double bias1 = 1.0 - std::pow(beta1, double(step));
-      const double bias2 = 1.0 - std::pow(beta2, double(step));
-      const C neg_step_size = C(-lr / bias1), bias2_sqrt = C(std::sqrt(bias2));
-      const C w1 = C(1.0 - beta1), b2 = C(beta2), w2 = C(1.0 - beta2), eps_c = C(eps);
-      const C wd = C(weight_decay), shrink = C(1.0 - lr * weight_decay);
-      const bool l2 = !decoupled && weight_decay != 0.0, shrink_w = decoupled && weight_decay != 0.0;
+      const formulas::AdamConsts<C> k =
+          formulas::adam_consts<C>(lr, beta1, beta2, eps, weight_decay, decoupled, step);
       P* p = param.data<P>();
       const C* g = grad.data<C>();
       S* m = exp_avg.data<S>();
@@ -152,16 +157,10 @@ void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp
                          {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(),
                           copy_strides(rounded_copy, param)},
                          [&](const std::array<int64_t, 5>& o) {
-                           C pv = load(p[o[0]]);
-                           C d = g[o[1]];
-                           if (l2) d += wd * pv;
-                           if (shrink_w) pv *= shrink;
-                           const C mv = lerp(C(load(m[o[2]])), d, w1);
-                           const C vv = b2 * load(v[o[3]]) + w2 * (d * d);
+                           C mv = load(m[o[2]]), vv = load(v[o[3]]);
+                           const C next = formulas::adam<HostUpdate<P>>(C(load(p[o[0]])), g[o[1]], mv, vv, k);
                            m[o[2]] = store<S>(mv);
                            v[o[3]] = store<S>(vv);
-                           const C denom = std::sqrt(vv) / bias2_sqrt + eps_c;
-                           const C next = pv + neg_step_size * (mv / denom);
                            p[o[0]] = store<P>(next);
                            write_copy(q, o[4], next);
                          });
@@ -171,8 +170,8 @@ void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp
 
 // ---- gradient statistics -------------------------------------------------------------------
 
-void grad_stats(const Tensor& g, Tensor& out) {
-  dispatch_float(g.dtype(), "grad_stats", [&]<class T>() {
+void grad_stats(const Strided& g, const Strided& out) {
+  dispatch_floating(g.dtype(), "grad_stats", [&]<class T>() {
     using C = compute_t<T>;
     const T* pg = static_cast<const T*>(g.raw_data());
     bool bad = false;
@@ -199,105 +198,46 @@ void dispatch_16bit(const char* op, DType t, F&& f) {
   throw Error(detail::cat(op, ": no kernel for ", dtype_name(t), " parameters (need bf16 or f16)"));
 }
 
-template <class P>
-P round_nearest16(float v) {
-  if constexpr (std::is_same_v<P, half>) return round_to_half(v);
-  else return round_to_bf16(v);
-}
-
-template <class P>
-P round_stochastic16(float v, uint32_t r) {
-  if constexpr (std::is_same_v<P, half>) return round_to_half_stochastic(v, r);
-  else return round_to_bf16_stochastic(v, r);
-}
-
-enum class WeightRule { nearest, stochastic, kahan };
-
-WeightRule weight_rule(Rounding rounding, const Tensor& kahan_comp) {
-  if (kahan_comp.defined()) return WeightRule::kahan;
-  return rounding == Rounding::stochastic ? WeightRule::stochastic : WeightRule::nearest;
-}
-
-// Writes the new weight w + u (w: the stored weight in fp32, u: the fp32 update) into *p under
-// the rule. c: the element's Kahan compensation (read and written for kahan only); counter: the
-// element's Philox counter (stochastic only).
-template <class P>
-inline void write_weight(P* p, float w, float u, WeightRule rule, P* c, uint64_t seed, uint64_t counter) {
-  switch (rule) {
-    case WeightRule::nearest:
-      *p = round_nearest16<P>(w + u);
-      return;
-    case WeightRule::stochastic:
-      *p = round_stochastic16<P>(w + u, philox_words(seed, counter)[0]);
-      return;
-    case WeightRule::kahan: {
-      // Algorithm 3 lines 7-10 (Algorithm 5 lines 13-16).
-      const float y = u - load(*c);
-      const P s = round_nearest16<P>(w + y);
-      *c = round_nearest16<P>((load(s) - w) - y);
-      *p = s;
-      return;
-    }
-  }
-}
-
 }  // namespace
 
-void sgd16_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tensor& kahan_comp, double lr,
-                  double momentum, double weight_decay, Rounding rounding, uint64_t seed, uint64_t offset) {
+void sgd16_update(const Strided& param, const Strided& grad, const Strided& momentum_buf, const Strided& kahan_comp,
+                  double lr, double momentum, double weight_decay, Rounding rounding, uint64_t seed, uint64_t offset) {
   dispatch_16bit("sgd16_update", param.dtype(), [&]<class P>() {
-    const WeightRule rule = weight_rule(rounding, kahan_comp);
-    const bool use_mom = momentum != 0.0;
-    const float neg_lr = float(-lr), wd = float(weight_decay), mom = float(momentum);
+    const formulas::Sgd16Consts k = formulas::sgd16_consts(
+        lr, momentum, weight_decay, formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
     P* p = param.data<P>();
     const float* g = grad.data<float>();
     // Absent buffers alias the parameter's layout and are never dereferenced.
-    const Tensor& mt = use_mom ? momentum_buf : param;
-    const Tensor& ct = rule == WeightRule::kahan ? kahan_comp : param;
+    const Strided& mt = k.use_mom ? momentum_buf : param;
+    const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     P* m = mt.data<P>();
     P* c = ct.data<P>();
     uint64_t i = 0;
     for_each_offset<4>(param.shape(), {param.strides(), grad.strides(), mt.strides(), ct.strides()},
                        [&](const std::array<int64_t, 4>& o) {
-                         const float w = load(p[o[0]]);
-                         float d = g[o[1]] + wd * w;  // Algorithm 2 line 3
-                         if (use_mom) {               // line 4, m read back as stored
-                           m[o[2]] = round_nearest16<P>(mom * load(m[o[2]]) + d);
-                           d = load(m[o[2]]);
-                         }
-                         write_weight<P>(p + o[0], w, neg_lr * d, rule, c + o[3], seed, offset + i++);
+                         formulas::sgd16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], c + o[3], i++, k);
                        });
   });
 }
 
-void adamw16_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& kahan_comp,
-                    double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step,
-                    Rounding rounding, uint64_t seed, uint64_t offset) {
+void adamw16_update(const Strided& param, const Strided& grad, const Strided& exp_avg, const Strided& exp_avg_sq,
+                    const Strided& kahan_comp, double lr, double beta1, double beta2, double eps, double weight_decay,
+                    int64_t step, Rounding rounding, uint64_t seed, uint64_t offset) {
   dispatch_16bit("adamw16_update", param.dtype(), [&]<class P>() {
-    const WeightRule rule = weight_rule(rounding, kahan_comp);
-    // Host scalars: c_{1,t} = beta1^t and c_{2,t} = beta2^t (Algorithm 4 lines 7-8) in double.
-    const float bias1 = float(1.0 - std::pow(beta1, double(step)));
-    const float bias2 = float(1.0 - std::pow(beta2, double(step)));
-    const float b1 = float(beta1), w1 = float(1.0 - beta1), b2 = float(beta2), w2 = float(1.0 - beta2);
-    const float lr_f = float(lr), eps_f = float(eps), lr_wd = float(lr * weight_decay);
+    const formulas::AdamW16Consts k =
+        formulas::adamw16_consts(lr, beta1, beta2, eps, weight_decay, step,
+                                 formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
     P* p = param.data<P>();
     const float* g = grad.data<float>();
     P* m = exp_avg.data<P>();
     P* v = exp_avg_sq.data<P>();
-    const Tensor& ct = rule == WeightRule::kahan ? kahan_comp : param;
+    const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     P* c = ct.data<P>();
     uint64_t i = 0;
     for_each_offset<5>(
         param.shape(), {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), ct.strides()},
         [&](const std::array<int64_t, 5>& o) {
-          const float w = load(p[o[0]]);
-          const float gv = g[o[1]];
-          m[o[2]] = round_nearest16<P>(b1 * load(m[o[2]]) + w1 * gv);         // line 5
-          v[o[3]] = round_nearest16<P>(b2 * load(v[o[3]]) + w2 * (gv * gv));  // line 6
-          const float m_hat = load(m[o[2]]) / bias1;                           // line 9
-          const float v_hat = std::sqrt(load(v[o[3]]) / bias2);                // line 10
-          const float u = -(lr_f * m_hat / (v_hat + eps_f) + lr_wd * w);       // line 11
-          write_weight<P>(p + o[0], w, u, rule, c + o[4], seed, offset + i++);
+          formulas::adamw16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], c + o[4], i++, k);
         });
   });
 }

@@ -18,12 +18,12 @@ inline void window_span(int64_t o, int64_t k, int64_t s, int64_t p, int64_t n, i
 
 }  // namespace
 
-void max_pool2d(const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, Tensor& out,
-                Tensor& indices) {
+void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                const Strided& out, const Strided& indices) {
   MT_ASSERT(out.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64);
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
   const Shape& xs = x.strides();
-  dispatch_float(x.dtype(), "max_pool2d", [&]<class T>() {
+  dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
     using Cc = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -72,11 +72,11 @@ void max_pool2d(const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
   });
 }
 
-void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx) {
+void max_pool2d_backward(const Strided& dy, const Strided& indices, const Strided& dx) {
   MT_ASSERT(dx.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64);
   const int64_t N = dx.size(0), C = dx.size(1), HW = dx.size(2) * dx.size(3), OH = dy.size(2), OW = dy.size(3);
   const Shape& ds = dy.strides();
-  dispatch_float(dx.dtype(), "max_pool2d backward", [&]<class T>() {
+  dispatch_floating(dx.dtype(), "max_pool2d backward", [&]<class T>() {
     using Cc = compute_t<T>;
     const T* pdy = static_cast<const T*>(dy.raw_data());
     const int64_t* pi = indices.data<int64_t>();
@@ -96,12 +96,12 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& indices, Tensor& dx) {
   });
 }
 
-void avg_pool2d(const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
-                Tensor& out) {
+void avg_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                const Strided& out) {
   MT_ASSERT(out.is_contiguous());
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
   const Shape& xs = x.strides();
-  dispatch_float(x.dtype(), "avg_pool2d", [&]<class T>() {
+  dispatch_floating(x.dtype(), "avg_pool2d", [&]<class T>() {
     using Cc = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -125,12 +125,12 @@ void avg_pool2d(const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
   });
 }
 
-void avg_pool2d_backward(const Tensor& dy, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
-                         Tensor& dx) {
+void avg_pool2d_backward(const Strided& dy, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                         const Strided& dx) {
   MT_ASSERT(dx.is_contiguous());
   const int64_t N = dx.size(0), C = dx.size(1), H = dx.size(2), W = dx.size(3), OH = dy.size(2), OW = dy.size(3);
   const Shape& ds = dy.strides();
-  dispatch_float(dx.dtype(), "avg_pool2d backward", [&]<class T>() {
+  dispatch_floating(dx.dtype(), "avg_pool2d backward", [&]<class T>() {
     using Cc = compute_t<T>;
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pdx = static_cast<T*>(dx.raw_data());

@@ -15,7 +15,7 @@ struct Split {
   Shape outer_shape, outer_strides, inner_shape, inner_strides;
 };
 
-Split split_dims(const Tensor& x, const std::vector<int64_t>& dims) {
+Split split_dims(const Strided& x, const std::vector<int64_t>& dims) {
   Split s;
   for (int64_t d = 0; d < x.dim(); ++d) {
     const bool red = std::find(dims.begin(), dims.end(), d) != dims.end();
@@ -26,7 +26,7 @@ Split split_dims(const Tensor& x, const std::vector<int64_t>& dims) {
 }
 
 // The keepdim tensor `t` viewed with only the kept dims (its reduced dims all have size 1).
-Shape kept_strides(const Tensor& t, const std::vector<int64_t>& dims) {
+Shape kept_strides(const Strided& t, const std::vector<int64_t>& dims) {
   Shape st;
   for (int64_t d = 0; d < t.dim(); ++d)
     if (std::find(dims.begin(), dims.end(), d) == dims.end()) st.push_back(t.strides()[size_t(d)]);
@@ -39,7 +39,7 @@ Shape kept_strides(const Tensor& t, const std::vector<int64_t>& dims) {
 // as plain loops over the two-dim view instead of one strided walk per output. Each output
 // still adds its inputs in the same order (row-major over the reduced dims) into an f64
 // accumulator, so the results are bit-identical to the general loop.
-bool reduce_sum_fast(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tensor& out) {
+bool reduce_sum_fast(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, const Strided& out) {
   if ((op != ReduceOp::sum && op != ReduceOp::mean) || !x.is_contiguous() || !out.is_contiguous()) return false;
   const auto nd = int64_t(dims.size());
   if (nd == 0) return false;
@@ -53,7 +53,7 @@ bool reduce_sum_fast(ReduceOp op, const Tensor& x, const std::vector<int64_t>& d
   for (int64_t d : sorted) n *= x.shape()[size_t(d)];
   const int64_t m = x.numel() / std::max<int64_t>(n, 1);  // kept
   if (n == 0 || m == 0) return false;
-  dispatch_float(x.dtype(), reduce_op_name(op), [&]<class T>() {
+  dispatch_floating(x.dtype(), reduce_op_name(op), [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     const double div = op == ReduceOp::mean ? double(n) : 1.0;
@@ -78,11 +78,11 @@ bool reduce_sum_fast(ReduceOp op, const Tensor& x, const std::vector<int64_t>& d
 
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tensor& out) {
+void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, const Strided& out) {
   if (reduce_sum_fast(op, x, dims, out)) return;  // Note [Reduce fast paths]
   const Split s = split_dims(x, dims);
   const int64_t n = numel_of(s.inner_shape);
-  dispatch_float(x.dtype(), reduce_op_name(op), [&]<class T>() {
+  dispatch_floating(x.dtype(), reduce_op_name(op), [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     for_each_offset<2>(s.outer_shape, {s.outer_strides, kept_strides(out, dims)},
@@ -102,12 +102,12 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tens
   });
 }
 
-void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
-                     const std::vector<int64_t>& dims, Tensor& dx) {
+void reduce_backward(ReduceOp op, const Strided& x, const Strided& y, const Strided& dy,
+                     const std::vector<int64_t>& dims, const Strided& dx) {
   const Split s = split_dims(x, dims);
   const Split sdx = split_dims(dx, dims);
   const int64_t n = numel_of(s.inner_shape);
-  dispatch_float(x.dtype(), reduce_op_name(op), [&]<class T>() {
+  dispatch_floating(x.dtype(), reduce_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     const T* py = static_cast<const T*>(y.raw_data());
@@ -138,9 +138,9 @@ void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor
   });
 }
 
-double max_abs(const Tensor& x) {
+double max_abs(const Strided& x) {
   double m = 0.0;
-  dispatch_float(x.dtype(), "max_abs", [&]<class T>() {
+  dispatch_floating(x.dtype(), "max_abs", [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     for_each_offset<1>(x.shape(), {x.strides()}, [&](const std::array<int64_t, 1>& o) {
       const double v = std::abs(double(load(px[o[0]])));

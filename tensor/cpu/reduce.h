@@ -4,14 +4,14 @@
 
 #include <vector>
 
-#include "tensor/ops/op_kinds.h"
-#include "tensor/tensor.h"
+#include "tensor/core/op_kinds.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
-void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, Tensor& out);
-void reduce_backward(ReduceOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
-                     const std::vector<int64_t>& dims, Tensor& dx);
-double max_abs(const Tensor& x);
+void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, const Strided& out);
+void reduce_backward(ReduceOp op, const Strided& x, const Strided& y, const Strided& dy,
+                     const std::vector<int64_t>& dims, const Strided& dx);
+double max_abs(const Strided& x);
 
 }  // namespace mixtape::cpu

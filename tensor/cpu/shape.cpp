@@ -4,12 +4,12 @@
 
 namespace mixtape::cpu {
 
-void concat(const std::vector<Tensor>& xs, int64_t dim, Tensor& out) {
+void concat(const std::vector<Strided>& xs, int64_t dim, const Strided& out) {
   dispatch_all(out.dtype(), "concat", [&]<class T>() {
     int64_t start = 0;
-    for (const Tensor& x : xs) {
+    for (const Strided& x : xs) {
       // Each input is copied into its window of the output: same shape, the output's strides.
-      const Tensor window = out.narrow(dim, start, x.size(dim));
+      const Strided window = out.narrow(dim, start, x.size(dim));
       start += x.size(dim);
       T* po = static_cast<T*>(window.raw_data());
       const T* px = static_cast<const T*>(x.raw_data());

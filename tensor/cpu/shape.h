@@ -4,11 +4,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
 // out = the xs laid end to end along `dim` (normalized); shapes and dtypes already validated.
-void concat(const std::vector<Tensor>& xs, int64_t dim, Tensor& out);
+void concat(const std::vector<Strided>& xs, int64_t dim, const Strided& out);
 
 }  // namespace mixtape::cpu

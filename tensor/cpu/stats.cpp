@@ -11,14 +11,14 @@ namespace {
 
 // Calls f(v) with every element of x as a double, in row-major order.
 template <class F>
-void for_each_value(const Tensor& x, const char* op, F&& f) {
-  dispatch_float(x.dtype(), op, [&]<class T>() {
+void for_each_value(const Strided& x, const char* op, F&& f) {
+  dispatch_floating(x.dtype(), op, [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     for_each_offset<1>(x.shape(), {x.strides()}, [&](const std::array<int64_t, 1>& o) { f(double(load(px[o[0]]))); });
   });
 }
 
-void write(Tensor& out, double a, double b, double c, double d, double e) {
+void write(const Strided& out, double a, double b, double c, double d, double e) {
   double* p = out.data<double>();
   p[0] = a;
   p[1] = b;
@@ -29,7 +29,7 @@ void write(Tensor& out, double a, double b, double c, double d, double e) {
 
 }  // namespace
 
-void tensor_moments(const Tensor& x, Tensor& out) {
+void tensor_moments(const Strided& x, const Strided& out) {
   double n = 0.0, bad = 0.0, s = 0.0, ss = 0.0, m = 0.0;
   for_each_value(x, "tensor_moments", [&](double v) {
     if (!std::isfinite(v)) {
@@ -44,7 +44,7 @@ void tensor_moments(const Tensor& x, Tensor& out) {
   write(out, n, bad, s, ss, m);
 }
 
-void log_abs_moments(const Tensor& x, Tensor& out) {
+void log_abs_moments(const Strided& x, const Strided& out) {
   double n = 0.0, bad = 0.0, s = 0.0, ss = 0.0, m = 0.0;
   for_each_value(x, "log_abs_moments", [&](double v) {
     if (!std::isfinite(v)) {

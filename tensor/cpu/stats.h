@@ -2,13 +2,13 @@
 // the front-end (tensor/ops/stats.cpp) turns them into moments.
 #pragma once
 
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
 // out (f64, [5]) = {finite count, nonfinite count, sum x, sum x^2, max |x|}.
-void tensor_moments(const Tensor& x, Tensor& out);
+void tensor_moments(const Strided& x, const Strided& out);
 // out (f64, [5]) = {finite nonzero count, nonfinite count, sum ln|x|, sum ln^2|x|, max |x|}.
-void log_abs_moments(const Tensor& x, Tensor& out);
+void log_abs_moments(const Strided& x, const Strided& out);
 
 }  // namespace mixtape::cpu

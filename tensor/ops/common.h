@@ -1,5 +1,5 @@
 // Helpers shared by the op front-ends: argument checks with messages that name the op, the
-// shapes and the dtypes, and the one device switch.
+// shapes and the dtypes. The device switch they end in is on_device (tensor/core/device.h).
 #pragma once
 
 #include <initializer_list>
@@ -12,15 +12,5 @@ namespace mixtape::ops {
 void check_same(const char* op, std::initializer_list<const Tensor*> ts, bool same_dtype = true);
 void check_floating(const char* op, const Tensor& t);
 void check_dim(const char* op, const Tensor& t, int64_t ndim, const char* what);
-
-// Runs the CPU or the CUDA kernel: the single device switch of an op front-end.
-template <class Cpu, class Cuda>
-decltype(auto) on_device(Device d, Cpu&& cpu, Cuda&& cuda) {
-  switch (d.kind) {
-    case Device::Kind::cpu: return cpu();
-    case Device::Kind::cuda: return cuda();
-  }
-  return cpu();
-}
 
 }  // namespace mixtape::ops

@@ -6,8 +6,6 @@
 
 namespace mixtape {
 
-std::string size2_str(Size2 s) { return detail::cat("[", s.h, ", ", s.w, "]"); }
-
 int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
   return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
 }
@@ -70,7 +68,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, S
   const int64_t OH = conv_out_size(x.size(2), w.size(2), stride.h, padding.h, dilation.h);
   const int64_t OW = conv_out_size(x.size(3), w.size(3), stride.w, padding.w, dilation.w);
   Tensor out = empty({x.size(0), w.size(0), OH, OW}, x.dtype(), x.device());
-  ops::on_device(
+  on_device(
       x.device(),
       [&] { cpu::conv2d(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out); },
       [&] { cuda::conv2d(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out); });
@@ -92,7 +90,7 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
            op, ": gradient spatial size does not match the input", ctx);
   Tensor dx = empty(x_shape, dy.dtype(), dy.device());
   const Tensor none;
-  ops::on_device(
+  on_device(
       dy.device(),
       [&] {
         cpu::conv2d_backward_input(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx);
@@ -117,7 +115,7 @@ Tensor conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Shape& w_
                conv_out_size(x.size(3), w_shape[3], stride.w, padding.w, dilation.w) == dy.size(3),
            op, ": gradient spatial size does not match the input", ctx);
   Tensor dw = empty(w_shape, x.dtype(), x.device());
-  ops::on_device(
+  on_device(
       x.device(),
       [&] {
         cpu::conv2d_backward_weight(x, dy, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw);
@@ -133,7 +131,7 @@ Tensor conv2d_backward_bias(const Tensor& dy) {
   ops::check_floating("conv backward (bias)", dy);
   ops::check_dim("conv backward (bias)", dy, 4, "a gradient [N, OC, OH, OW]");
   Tensor db = empty({dy.size(1)}, dy.dtype(), dy.device());
-  ops::on_device(dy.device(), [&] { cpu::conv2d_backward_bias(dy, db); }, [&] { cuda::conv2d_backward_bias(dy, db); });
+  on_device(dy.device(), [&] { cpu::conv2d_backward_bias(dy, db); }, [&] { cuda::conv2d_backward_bias(dy, db); });
   return db;
 }
 
@@ -159,7 +157,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2
   Tensor out = empty({x.size(0), w.size(1), OH, OW}, x.dtype(), x.device());
   // The adjoint of conv2d with weight w [IC, OC, KH, KW] read as conv2d's [OC', C', KH, KW]:
   // y = col2im(W^T x) + b, the computation of conv2d's input gradient.
-  ops::on_device(
+  on_device(
       x.device(),
       [&] {
         cpu::conv2d_backward_input(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out);
@@ -184,7 +182,7 @@ Tensor conv_transpose2d_backward_input(const Tensor& dy, const Tensor& w, const 
   // longer than x needs).
   Tensor dx = empty(x_shape, dy.dtype(), dy.device());
   const Tensor none;
-  ops::on_device(
+  on_device(
       dy.device(),
       [&] { cpu::conv2d(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx); },
       [&] { cuda::conv2d(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx); });
@@ -203,7 +201,7 @@ Tensor conv_transpose2d_backward_weight(const Tensor& x, const Tensor& dy, const
   check_fits(op, dy.size(2), dy.size(3), w_shape[2], w_shape[3], padding, dilation, ctx);
   // dW = X col(dy)^T: conv2d's weight gradient with dy as the image and x as the columns.
   Tensor dw = empty(w_shape, x.dtype(), x.device());
-  ops::on_device(
+  on_device(
       x.device(),
       [&] {
         cpu::conv2d_backward_weight(dy, x, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw);

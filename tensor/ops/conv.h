@@ -11,16 +11,6 @@
 
 namespace mixtape {
 
-// A (height, width) pair for kernel sizes, strides, paddings and dilations. An integer means
-// the same value for both: conv2d(x, w, b, 2, 1) or conv2d(x, w, b, {2, 1}, {1, 0}).
-struct Size2 {
-  int64_t h = 0, w = 0;
-  constexpr Size2(int64_t both) : h(both), w(both) {}  // implicit on purpose: conv2d(x, w, b, 2)
-  constexpr Size2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
-  friend constexpr bool operator==(Size2 a, Size2 b) { return a.h == b.h && a.w == b.w; }
-};
-std::string size2_str(Size2 s);  // "[h, w]"
-
 // Output length of a convolution along one dim: floor((in + 2p - d (k - 1) - 1) / s) + 1.
 int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation);
 // Output length of a transposed convolution: (in - 1) s - 2p + d (k - 1) + output_padding + 1.

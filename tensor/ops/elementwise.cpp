@@ -32,7 +32,7 @@ Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
   ops::check_floating(name, x);
   if (op == UnaryOp::clamp) MT_CHECK(a <= b, "clamp: lo ", a, " > hi ", b);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  ops::on_device(x.device(), [&] { cpu::unary(op, x, out, a, b); }, [&] { cuda::unary(op, x, out, a, b); });
+  on_device(x.device(), [&] { cpu::unary(op, x, out, a, b); }, [&] { cuda::unary(op, x, out, a, b); });
   return out;
 }
 
@@ -45,8 +45,8 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor
   MT_CHECK(xx.shape() == dy.shape() && yy.shape() == dy.shape(), name, " backward: gradient ",
            dy.meta(), " does not match input ", xx.meta());
   Tensor dx = empty(dy.shape(), dy.dtype(), dy.device());
-  ops::on_device(dy.device(), [&] { cpu::unary_backward(op, xx, yy, dy, dx, a, b); },
-                 [&] { cuda::unary_backward(op, xx, yy, dy, dx, a, b); });
+  on_device(dy.device(), [&] { cpu::unary_backward(op, xx, yy, dy, dx, a, b); },
+            [&] { cuda::unary_backward(op, xx, yy, dy, dx, a, b); });
   return dx;
 }
 
@@ -55,7 +55,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   ops::check_same(name, {&a, &b});
   ops::check_floating(name, a);
   Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), name), a.dtype(), a.device());
-  ops::on_device(a.device(), [&] { cpu::binary(op, a, b, out); }, [&] { cuda::binary(op, a, b, out); });
+  on_device(a.device(), [&] { cpu::binary(op, a, b, out); }, [&] { cuda::binary(op, a, b, out); });
   return out;
 }
 

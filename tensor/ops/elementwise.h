@@ -2,7 +2,7 @@
 // call the cpu:: or cuda:: kernel. Binary ops broadcast; both operands must share a dtype.
 #pragma once
 
-#include "tensor/ops/op_kinds.h"
+#include "tensor/core/op_kinds.h"
 #include "tensor/tensor.h"
 
 namespace mixtape {

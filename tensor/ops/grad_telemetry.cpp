@@ -17,7 +17,7 @@ GradTelemetry grad_telemetry(const Tensor& x, DType format, bool histogram, int6
   // counts = [nonzero, underflow, subnormal, overflow, hist...]; max_abs in x's compute dtype.
   Tensor counts = empty({cpu::kTelemetryCounts + nbins}, DType::i64, x.device());
   Tensor max_abs = empty({1}, x.dtype() == DType::f64 ? DType::f64 : DType::f32, x.device());
-  ops::on_device(
+  on_device(
       x.device(), [&] { cpu::grad_telemetry(x, format, hist_lo, counts, max_abs); },
       [&] { cuda::grad_telemetry(x, format, hist_lo, counts, max_abs); });
 

@@ -4,7 +4,7 @@
 // mean for each gradient dtype).
 //
 // Every count is over the values as stored in x (for a ScaledGrad: g, i.e. scale x the true
-// gradient). Rounding to the format is the library's RNE conversion (tensor/half.h): f16 has
+// gradient). Rounding to the format is the library's RNE conversion (tensor/core/half.h): f16 has
 // normals in [2^-14, 65504] and subnormals down to 2^-24, so a value below 2^-25 (and 2^-25
 // itself, a tie to even) becomes zero and one at or above 65520 becomes inf; bf16 has normals
 // from 2^-126 and subnormals down to 2^-133.

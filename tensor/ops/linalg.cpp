@@ -45,7 +45,7 @@ Tensor gemm(const char* op, const Tensor& a_in, const Tensor& b_in, const Tensor
   a = a.expand(as);
   b = b.expand(bs);
   Tensor out = empty(os, a.dtype(), a.device());
-  ops::on_device(out.device(), [&] { cpu::matmul(a, b, bias, out); }, [&] { cuda::matmul(a, b, bias, out); });
+  on_device(out.device(), [&] { cpu::matmul(a, b, bias, out); }, [&] { cuda::matmul(a, b, bias, out); });
   return out;
 }
 

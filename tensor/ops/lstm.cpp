@@ -28,8 +28,8 @@ LstmCellResult<Tensor> lstm_cell(const Tensor& gates, const Tensor& c_prev) {
   check_cell_inputs("lstm_cell", gates, c_prev);
   Tensor c = empty(c_prev.shape(), c_prev.dtype(), c_prev.device());
   Tensor h = empty(c_prev.shape(), c_prev.dtype(), c_prev.device());
-  ops::on_device(gates.device(), [&] { cpu::lstm_cell(gates, c_prev, c, h); },
-                 [&] { cuda::lstm_cell(gates, c_prev, c, h); });
+  on_device(gates.device(), [&] { cpu::lstm_cell(gates, c_prev, c, h); },
+            [&] { cuda::lstm_cell(gates, c_prev, c, h); });
   return {c, h};
 }
 
@@ -41,8 +41,8 @@ LstmCellGrads lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, cons
            dh.meta(), " must match c_prev ", c_prev.meta());
   Tensor d_gates = empty(gates.shape(), gates.dtype(), gates.device());
   Tensor d_c_prev = empty(c_prev.shape(), c_prev.dtype(), c_prev.device());
-  ops::on_device(gates.device(), [&] { cpu::lstm_cell_backward(gates, c_prev, dc, dh, d_gates, d_c_prev); },
-                 [&] { cuda::lstm_cell_backward(gates, c_prev, dc, dh, d_gates, d_c_prev); });
+  on_device(gates.device(), [&] { cpu::lstm_cell_backward(gates, c_prev, dc, dh, d_gates, d_c_prev); },
+            [&] { cuda::lstm_cell_backward(gates, c_prev, dc, dh, d_gates, d_c_prev); });
   return {d_gates, d_c_prev};
 }
 

@@ -48,6 +48,9 @@ void check_rounded_copy(const char* op, const Tensor* copy, const Tensor& param)
              copy->meta(), " is a broadcast view (stride 0 in dim ", d, ") and cannot be written in place");
 }
 
+// The optional rounded copy as the kernels take it: absent when there is none.
+Strided copy_operand(const Tensor* copy) { return copy ? Strided(*copy) : Strided(); }
+
 void check_hyper(const char* op, bool ok, const char* what, double v) {
   MT_CHECK(ok, op, ": invalid ", what, " ", v);
 }
@@ -102,15 +105,15 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double
            dampening);
   MT_CHECK(step >= 1, op, ": step counts updates from 1, got ", step);
   check_rounded_copy(op, rounded_copy, param);
-  ops::on_device(
+  on_device(
       param.device(),
       [&] {
         cpu::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step,
-                        rounded_copy);
+                        copy_operand(rounded_copy));
       },
       [&] {
         cuda::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step,
-                         rounded_copy);
+                         copy_operand(rounded_copy));
       });
 }
 
@@ -124,15 +127,15 @@ void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& ex
   check_written(op, exp_avg_sq, param, "exp_avg_sq");
   check_adam_hypers(op, lr, beta1, beta2, eps, weight_decay, step);
   check_rounded_copy(op, rounded_copy, param);
-  ops::on_device(
+  on_device(
       param.device(),
       [&] {
         cpu::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step,
-                         rounded_copy);
+                         copy_operand(rounded_copy));
       },
       [&] {
         cuda::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step,
-                          rounded_copy);
+                          copy_operand(rounded_copy));
       });
 }
 
@@ -141,7 +144,7 @@ GradStats grad_stats(const Tensor& g) {
   ops::check_floating("grad_stats", g);
   // out = [any inf/NaN (0 or 1), max |g| over the finite elements], on g's device.
   Tensor out = empty({2}, g.dtype() == DType::f64 ? DType::f64 : DType::f32, g.device());
-  ops::on_device(g.device(), [&] { cpu::grad_stats(g, out); }, [&] { cuda::grad_stats(g, out); });
+  on_device(g.device(), [&] { cpu::grad_stats(g, out); }, [&] { cuda::grad_stats(g, out); });
   const std::vector<double> v = out.to_vector();
   return GradStats{v[0] != 0.0, v[1]};
 }
@@ -177,7 +180,7 @@ void sgd16_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tens
   if (momentum != 0.0) check_written(op, momentum_buf, param, "momentum buffer");
   check_lr_and_decay(op, lr, weight_decay);
   check_hyper(op, std::isfinite(momentum) && momentum >= 0.0, "momentum (need a finite value >= 0)", momentum);
-  ops::on_device(
+  on_device(
       param.device(),
       [&] {
         cpu::sgd16_update(param, grad, momentum_buf, kahan_comp, lr, momentum, weight_decay, rounding, seed, offset);
@@ -195,7 +198,7 @@ void adamw16_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor&
   check_written(op, exp_avg, param, "exp_avg");
   check_written(op, exp_avg_sq, param, "exp_avg_sq");
   check_adam_hypers(op, lr, beta1, beta2, eps, weight_decay, step);
-  ops::on_device(
+  on_device(
       param.device(),
       [&] {
         cpu::adamw16_update(param, grad, exp_avg, exp_avg_sq, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,

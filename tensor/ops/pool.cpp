@@ -37,7 +37,7 @@ PoolWithIndices max_pool2d_with_indices(const Tensor& x, Size2 kernel, Size2 str
   check_input("max_pool2d", x);
   const Shape os = pool_out_shape("max_pool2d", "input " + x.meta(), x.shape(), kernel, stride, padding);
   PoolWithIndices r{empty(os, x.dtype(), x.device()), empty(os, DType::i64, x.device())};
-  ops::on_device(
+  on_device(
       x.device(),
       [&] { cpu::max_pool2d(x, kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, r.out, r.indices); },
       [&] { cuda::max_pool2d(x, kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, r.out, r.indices); });
@@ -59,8 +59,8 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape&
            op, ": gradient ", dy.meta(), " and indices ", indices.meta(), " do not fit input ", shape_str(x_shape));
   const Tensor idx = indices.contiguous();
   Tensor dx = empty(x_shape, dy.dtype(), dy.device());
-  ops::on_device(dy.device(), [&] { cpu::max_pool2d_backward(dy, idx, dx); },
-                 [&] { cuda::max_pool2d_backward(dy, idx, dx); });
+  on_device(dy.device(), [&] { cpu::max_pool2d_backward(dy, idx, dx); },
+            [&] { cuda::max_pool2d_backward(dy, idx, dx); });
   return dx;
 }
 
@@ -68,7 +68,7 @@ Tensor avg_pool2d(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding) {
   check_input("avg_pool2d", x);
   const Shape os = pool_out_shape("avg_pool2d", "input " + x.meta(), x.shape(), kernel, stride, padding);
   Tensor out = empty(os, x.dtype(), x.device());
-  ops::on_device(
+  on_device(
       x.device(), [&] { cpu::avg_pool2d(x, kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, out); },
       [&] { cuda::avg_pool2d(x, kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, out); });
   return out;
@@ -83,7 +83,7 @@ Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, Size2 kernel,
   MT_CHECK(dy.shape() == os, op, ": gradient ", dy.meta(), " does not match the output ", shape_str(os),
            " of input ", shape_str(x_shape));
   Tensor dx = empty(x_shape, dy.dtype(), dy.device());
-  ops::on_device(
+  on_device(
       dy.device(),
       [&] { cpu::avg_pool2d_backward(dy, kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, dx); },
       [&] { cuda::avg_pool2d_backward(dy, kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, dx); });

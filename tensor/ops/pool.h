@@ -4,7 +4,6 @@
 // max_pool2d treats padding as -inf; avg_pool2d counts padded zeros (count_include_pad).
 #pragma once
 
-#include "tensor/ops/conv.h"
 #include "tensor/tensor.h"
 
 namespace mixtape {

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "tensor/ops/op_kinds.h"
+#include "tensor/core/op_kinds.h"
 #include "tensor/tensor.h"
 
 namespace mixtape {

@@ -41,7 +41,8 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
     shape[size_t(d)] += x.size(d);
   }
   Tensor out = empty(shape, first.dtype(), first.device());
-  ops::on_device(first.device(), [&] { cpu::concat(xs, d, out); }, [&] { cuda::concat(xs, d, out); });
+  const std::vector<Strided> inputs(xs.begin(), xs.end());
+  on_device(first.device(), [&] { cpu::concat(inputs, d, out); }, [&] { cuda::concat(inputs, d, out); });
   return out;
 }
 

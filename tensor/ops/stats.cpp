@@ -19,17 +19,21 @@ template <class Cpu, class Cuda>
 std::vector<double> raw_sums(const char* op, const Tensor& x, Cpu&& cpu, Cuda&& cuda) {
   ops::check_same(op, {&x});
   ops::check_floating(op, x);
-  if (x.device().is_cpu()) {
-    Tensor out = zeros({5}, DType::f64);
-    cpu(x, out);
-    return out.to_vector();
-  }
-  Tensor out = zeros({5}, DType::i64, x.device());
-  cuda(x, out);
-  const Tensor host = out.to(Device::cpu());
-  std::vector<double> sums(5);
-  std::memcpy(sums.data(), host.raw_data(), sizeof(double) * 5);
-  return sums;
+  return on_device(
+      x.device(),
+      [&] {
+        Tensor out = zeros({5}, DType::f64);
+        cpu(x, out);
+        return out.to_vector();
+      },
+      [&] {
+        Tensor out = zeros({5}, DType::i64, x.device());
+        cuda(x, out);
+        const Tensor host = out.to(Device::cpu());
+        std::vector<double> sums(5);
+        std::memcpy(sums.data(), host.raw_data(), sizeof(double) * 5);
+        return sums;
+      });
 }
 
 // Mean and population std from a count, a sum and a sum of squares (all f64).

@@ -112,7 +112,7 @@ TEST_CASE("cuda training fp32: a small CNN's losses and weights match the CPU", 
   require_losses_close(dev, ref, 1e-4, "fp32");
   CHECK(ref.losses.back() < ref.losses.front());  // the run trains: the comparison is not of constants
   // The weights after six steps: fp32, within 1e-4 absolute + 64 ulps (the same order argument).
-  const nn::StateDict wc = ref.model->state_dict(), wg = dev.model->state_dict();
+  const TensorDict wc = ref.model->state_dict(), wg = dev.model->state_dict();
   for (const auto& [name, t] : wc) {
     if (!is_floating(t.dtype())) {
       require_bit_identical(wg.at(name), t, name);  // num_batches_tracked: 6 on both
@@ -236,7 +236,7 @@ TEST_CASE("cuda Module::to(cuda) and back returns every parameter and buffer bit
       NoGrad ng;
       for (int i = 0; i < 3; ++i) (*model)(Variable(uniform({4, 1, 8, 8}, -2.0, 2.0, gen, dt)));
     }
-    const nn::StateDict before = model->state_dict();
+    const TensorDict before = model->state_dict();
     std::vector<std::pair<std::string, Tensor>> snapshot;
     for (const auto& [name, t] : before) snapshot.emplace_back(name, t.clone());
     const std::vector<Variable> params = model->parameters();
@@ -270,7 +270,7 @@ TEST_CASE("cuda Module::to(cuda) and back returns every parameter and buffer bit
     const std::vector<Variable> after_params = model->parameters();
     REQUIRE(after_params.size() == params.size());
     for (size_t i = 0; i < params.size(); ++i) CHECK(after_params[i].same(params[i]));  // same Variables
-    const nn::StateDict after = model->state_dict();
+    const TensorDict after = model->state_dict();
     for (const auto& [name, t] : snapshot) {
       INFO(dtype_name(dt) << " " << name);
       CHECK(after.at(name).device() == Device::cpu());

@@ -175,40 +175,42 @@ TEST_CASE("load_state_dict names missing, unexpected and mismatched entries and 
   Net a(g1), b(g2);
   const std::vector<double> before = b.fc->weight.data().to_vector();
 
-  std::vector<nn::StateDict::Item> items = a.state_dict().items();
-  std::vector<nn::StateDict::Item> missing_two;
+  NamedTensors items = a.state_dict().tensors;
+  NamedTensors missing_two;
   for (const auto& it : items)
     if (it.first != "fc.bias" && it.first != "features.1.running_var") missing_two.push_back(it);
-  std::string msg = error_of([&] { b.load_state_dict(nn::StateDict(missing_two)); });
+  std::string msg = error_of([&] { b.load_state_dict(TensorDict{missing_two}); });
   CHECK_THAT(msg, Contains("missing keys: [features.1.running_var, fc.bias]"));
   CHECK_THAT(msg, Contains("load_state_dict into Net"));
   CHECK(b.fc->weight.data().to_vector() == before);
 
-  std::vector<nn::StateDict::Item> extra = items;
+  NamedTensors extra = items;
   extra.emplace_back("fc.gain", ones({3}));
-  msg = error_of([&] { b.load_state_dict(nn::StateDict(extra)); });
+  msg = error_of([&] { b.load_state_dict(TensorDict{extra}); });
   CHECK_THAT(msg, Contains("unexpected keys: [fc.gain]"));
   CHECK_THAT(msg, !Contains("missing"));
   CHECK(b.fc->weight.data().to_vector() == before);
 
   // Non-strict loading skips both kinds of names and loads the rest.
-  b.load_state_dict(nn::StateDict(missing_two), /*strict=*/false);
+  b.load_state_dict(TensorDict{missing_two}, /*strict=*/false);
   CHECK(b.fc->weight.data().to_vector() == a.fc->weight.data().to_vector());
-  b.load_state_dict(nn::StateDict(extra), /*strict=*/false);
+  b.load_state_dict(TensorDict{extra}, /*strict=*/false);
 
-  std::vector<nn::StateDict::Item> wrong = items;
+  NamedTensors wrong = items;
   for (auto& it : wrong) {
     if (it.first == "fc.weight") it.second = zeros({3, 31});
     if (it.first == "features.0.bias") it.second = zeros({2}, DType::f64);
   }
-  msg = error_of([&] { b.load_state_dict(nn::StateDict(wrong), /*strict=*/false); });
+  msg = error_of([&] { b.load_state_dict(TensorDict{wrong}, /*strict=*/false); });
   CHECK_THAT(msg, Contains("size mismatch for 'fc.weight': the state has f32[3, 31]") &&
                       Contains("the module has f32[3, 32]"));
   CHECK_THAT(msg, Contains("dtype mismatch for 'features.0.bias': the state has f64[2]"));
   CHECK_THAT(msg, Contains("nothing was copied"));
 
-  CHECK_THROWS_WITH(nn::StateDict({{"a", zeros({1})}, {"a", zeros({1})}}), Contains("'a' appears twice"));
-  CHECK_THROWS_WITH(a.state_dict().at("fc.nope"), Contains("no entry named 'fc.nope'"));
+  TensorDict twice;
+  twice.add("a", zeros({1}));
+  CHECK_THROWS_WITH(twice.add("a", zeros({1})), Contains("duplicate tensor name 'a'"));
+  CHECK_THROWS_WITH(a.state_dict().at("fc.nope"), Contains("no tensor named 'fc.nope'"));
 }
 
 TEST_CASE("Module::to converts parameters and floating buffers in place", "[nn][module]") {

@@ -111,9 +111,9 @@ TensorDict clone_dict(const TensorDict& d) {
   return out;
 }
 
-nn::StateDict clone_state(const nn::Module& m) {
-  nn::StateDict out;
-  for (const auto& [name, t] : m.state_dict()) out.insert(name, t.clone());
+TensorDict clone_state(const nn::Module& m) {
+  TensorDict out;
+  for (const auto& [name, t] : m.state_dict()) out.add(name, t.clone());
   return out;
 }
 
@@ -538,7 +538,7 @@ TEST_CASE("trainer state dicts resume exactly and refuse another precision", "[p
     PrecisionTrainer a(*ma, adamw, p);
     for (int t = 0; t < 5; ++t) train_step(a, *ma);
     const TensorDict saved = clone_dict(a.state_dict());
-    const nn::StateDict model_saved = clone_state(*ma);
+    const TensorDict model_saved = clone_state(*ma);
 
     auto mb = make_mlp(2);  // another init, overwritten by the copy
     PrecisionTrainer b(*mb, adamw, p);

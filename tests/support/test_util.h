@@ -10,7 +10,7 @@
 
 #include <unistd.h>
 
-#include "tensor/error.h"
+#include "tensor/core/error.h"
 
 namespace mixtape::test {
 

@@ -1,4 +1,4 @@
-// 16-bit scalars (tensor/half.h) against references written independently of it:
+// 16-bit scalars (tensor/core/half.h) against references written independently of it:
 //   fp16: the F16C instruction (_cvtss_sh / _cvtsh_ss) and libgcc's soft-float _Float16
 //         conversion,
 //   bf16: a rounder that compares the distances to the two neighbours in double.
@@ -17,8 +17,8 @@
 #include <random>
 #include <vector>
 
-#include "tensor/half.h"
-#include "tensor/rng.h"
+#include "tensor/core/half.h"
+#include "tensor/core/rng.h"
 #include "tensor/tensor.h"
 
 using namespace mixtape;

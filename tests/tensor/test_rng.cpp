@@ -1,4 +1,4 @@
-// Philox4x32-10 (tensor/rng.h) and the random tensor factories built on it.
+// Philox4x32-10 (tensor/core/rng.h) and the random tensor factories built on it.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <set>
 #include <vector>
 
-#include "tensor/rng.h"
+#include "tensor/core/rng.h"
 #include "tensor/tensor.h"
 
 using namespace mixtape;

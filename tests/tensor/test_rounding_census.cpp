@@ -1,5 +1,5 @@
-// RoundingCensus (tensor/dtype.h, Note [Rounding census]): exact counts of what is rounded to
-// f16 and bf16 while a census is open, derived by hand from the formats' ranges:
+// RoundingCensus (tensor/core/rounding_census.h, Note [Rounding census]): exact counts of what is
+// rounded to f16 and bf16 while a census is open, derived by hand from the formats' ranges:
 //   f16   smallest subnormal 2^-24 (5.96e-8), smallest normal 2^-14 (6.10e-5), largest 65504;
 //         |v| <= 2^-25 rounds to 0, |v| >= 65520 rounds to inf.
 //   bf16  smallest subnormal 2^-133 (9.18e-41), smallest normal 2^-126 (1.18e-38), largest

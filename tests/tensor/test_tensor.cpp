@@ -30,7 +30,7 @@ Tensor iota(const Shape& shape, DType dtype = DType::f32) {
 }
 
 // The message of the mixtape::Error thrown by f ("" when nothing is thrown).
-// ---- reference rounding (independent of tensor/half.h) ------------------------------------------
+// ---- reference rounding (independent of tensor/core/half.h) ------------------------------------------
 
 struct Format { int p; int emin; double max; };  // significand bits, min normal exponent, max finite
 constexpr Format kF32{24, -126, 3.4028234663852886e38};

@@ -1,8 +1,8 @@
-#include "tensor/shape.h"
+#include "tensor/core/shape.h"
 
 #include <sstream>
 
-#include "tensor/error.h"
+#include "tensor/core/error.h"
 
 namespace mixtape {
 
@@ -20,6 +20,16 @@ Shape contiguous_strides(const Shape& s) {
     acc *= std::max<int64_t>(s[i], 1);
   }
   return st;
+}
+
+bool is_contiguous_layout(const Shape& shape, const Shape& strides) {
+  int64_t expected = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
 }
 
 std::string shape_str(const Shape& s) {
@@ -49,5 +59,7 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
            " dims");
   return d;
 }
+
+std::string size2_str(Size2 s) { return detail::cat("[", s.h, ", ", s.w, "]"); }
 
 }  // namespace mixtape

@@ -1,4 +1,6 @@
-#include "tensor/dtype.h"
+#include "tensor/core/rounding_census.h"
+
+#include "tensor/core/error.h"
 
 namespace mixtape {
 

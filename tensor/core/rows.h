@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "tensor/core/strided.h"
 
 namespace mixtape {
 
@@ -14,7 +14,7 @@ struct RowView {
   int64_t len = 1, stride = 0;
 };
 
-inline RowView row_view(const Tensor& t, int64_t dim) {
+inline RowView row_view(const Strided& t, int64_t dim) {
   RowView v;
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (d == dim) continue;

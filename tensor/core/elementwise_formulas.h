@@ -6,9 +6,9 @@
 // kernels round the result once on store), double for f64 (CPU only).
 #pragma once
 
-#include "tensor/error.h"
-#include "tensor/host_device.h"
-#include "tensor/ops/op_kinds.h"
+#include "tensor/core/error.h"
+#include "tensor/core/host_device.h"
+#include "tensor/core/op_kinds.h"
 
 
 namespace mixtape::formulas {

@@ -1,4 +1,4 @@
-// Op cases for batch norm, dropout and embedding (see support/op_cases.h).
+// Op cases for batch norm (see support/op_cases.h).
 #include "support/op_cases.h"
 
 namespace {
@@ -33,21 +33,5 @@ MT_OP_CASE(OpCase{"batch_norm eval, 3-D [N, C, L], affine",
                     Tensor rv = from_vector(std::vector<double>{0.5, 1.5}, {2}).to(v[0].device());
                     return batch_norm(v[0], v[1], v[2], rm, rv, false);
                   }});
-
-// A generator with a fixed seed per call: every forward of the case draws the same mask, and the
-// mask does not depend on the dtype, so the 16-bit comparison applies too.
-MT_OP_CASE(OpCase{"dropout p = 0.3, non-contiguous",
-                  [](DType dt) { return std::vector<Tensor>{rand_noncontig({4, 5}, dt, 61)}; },
-                  [](const V& v) {
-                    Generator gen(1234);
-                    return dropout(v[0], 0.3, true, gen);
-                  }});
-
-MT_OP_CASE(OpCase{"embedding with repeated indices",
-                  [](DType dt) {
-                    return std::vector<Tensor>{from_vector(std::vector<int64_t>{1, 3, 1, 0, 3, 3}, {2, 3}),
-                                               rand_input({4, 3}, dt, 62)};
-                  },
-                  [](const V& v) { return embedding(v[0].data(), v[1]); }});
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "tensor/error.h"
+#include "tensor/core/error.h"
 
 namespace mixtape::detail {
 

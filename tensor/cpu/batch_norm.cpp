@@ -1,4 +1,4 @@
-#include "tensor/cpu/nn.h"
+#include "tensor/cpu/batch_norm.h"
 
 #include <cmath>
 #include <vector>
@@ -16,7 +16,7 @@ struct ChannelView {
   int64_t channel_stride = 0;
 };
 
-ChannelView channel_view(const Tensor& t) {
+ChannelView channel_view(const Strided& t) {
   ChannelView v;
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (d == 1) continue;
@@ -28,11 +28,11 @@ ChannelView channel_view(const Tensor& t) {
 }
 
 // A small 1-D tensor (per-channel parameters and statistics) as doubles; empty when undefined.
-std::vector<double> read_vec(const Tensor& t) {
+std::vector<double> read_vec(const Strided& t) {
   std::vector<double> v;
   if (!t.defined()) return v;
   v.resize(size_t(t.numel()));
-  dispatch_float(t.dtype(), "batch_norm", [&]<class T>() {
+  dispatch_floating(t.dtype(), "batch_norm", [&]<class T>() {
     const T* p = static_cast<const T*>(t.raw_data());
     for (size_t i = 0; i < v.size(); ++i) v[i] = double(load(p[int64_t(i) * t.strides()[0]]));
   });
@@ -40,23 +40,23 @@ std::vector<double> read_vec(const Tensor& t) {
 }
 
 // Element i of a 1-D tensor, rounded once from double.
-void write_at(Tensor& t, int64_t i, double value) {
-  dispatch_float(t.dtype(), "batch_norm", [&]<class T>() {
+void write_at(const Strided& t, int64_t i, double value) {
+  dispatch_floating(t.dtype(), "batch_norm", [&]<class T>() {
     static_cast<T*>(t.raw_data())[i * t.strides()[0]] = store<T>(value);
   });
 }
 
 }  // namespace
 
-void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                        Tensor& running_var, bool training, double momentum, double eps, Tensor& y,
-                        Tensor& mean, Tensor& invstd) {
+void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& bias, const Strided& running_mean,
+                        const Strided& running_var, bool training, double momentum, double eps, const Strided& y,
+                        const Strided& mean, const Strided& invstd) {
   const int64_t C = x.size(1);
   const ChannelView xv = channel_view(x), yv = channel_view(y);
   const int64_t n = numel_of(xv.pos_shape);
   const std::vector<double> w = read_vec(weight), b = read_vec(bias);
   const std::vector<double> rm = read_vec(running_mean), rv = read_vec(running_var);
-  dispatch_float(x.dtype(), "batch_norm", [&]<class T>() {
+  dispatch_floating(x.dtype(), "batch_norm", [&]<class T>() {
     using A = compute_t<T>;  // type of the saved statistics and of the per-element arithmetic
     const T* px = static_cast<const T*>(x.raw_data());
     T* py = static_cast<T*>(y.raw_data());
@@ -100,14 +100,15 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   });
 }
 
-void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& invstd, bool training, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& weight, const Strided& mean,
+                         const Strided& invstd, bool training, const Strided& dx, const Strided& dweight,
+                         const Strided& dbias) {
   const int64_t C = x.size(1);
   const ChannelView xv = channel_view(x), dyv = channel_view(dy);
   const ChannelView dxv = dx.defined() ? channel_view(dx) : dyv;
   const int64_t n = numel_of(xv.pos_shape);
   const std::vector<double> w = read_vec(weight);
-  dispatch_float(x.dtype(), "batch_norm backward", [&]<class T>() {
+  dispatch_floating(x.dtype(), "batch_norm backward", [&]<class T>() {
     using A = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
@@ -147,63 +148,6 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
         });
       }
     }
-  });
-}
-
-void dropout(const Tensor& x, Tensor& out, double p, uint64_t seed, uint64_t offset) {
-  const double keep = 1.0 - p;
-  dispatch_float(x.dtype(), "dropout", [&]<class T>() {
-    using A = compute_t<T>;
-    const A scale = A(1.0 / keep);
-    const T* px = static_cast<const T*>(x.raw_data());
-    T* po = static_cast<T*>(out.raw_data());
-    // i: the row-major index that selects the element's Philox counter (Note [Dropout mask]).
-    uint64_t i = 0;
-    for_each_offset<2>(x.shape(), {x.strides(), out.strides()}, [&](const std::array<int64_t, 2>& o) {
-      const PhiloxBlock r = philox_words(seed, offset + i++);
-      const bool kept = uniform01_f64(r[0], r[1]) < keep;
-      po[o[1]] = kept ? store<T>(A(load(px[o[0]])) * scale) : store<T>(A(0));
-    });
-  });
-}
-
-void embedding(const Tensor& indices, const Tensor& weight, Tensor& out) {
-  const int64_t V = weight.size(0), D = weight.size(1);
-  const int64_t* pidx = static_cast<const int64_t*>(indices.raw_data());
-  // out viewed as [numel(indices), D] (it is contiguous, allocated by the front-end).
-  dispatch_float(weight.dtype(), "embedding", [&]<class T>() {
-    const T* pw = static_cast<const T*>(weight.raw_data());
-    T* po = static_cast<T*>(out.raw_data());
-    const int64_t ws0 = weight.strides()[0], ws1 = weight.strides()[1];
-    int64_t row = 0;
-    for_each_offset<1>(indices.shape(), {indices.strides()}, [&](const std::array<int64_t, 1>& o) {
-      const int64_t k = pidx[o[0]];
-      MT_CHECK(k >= 0 && k < V, "embedding: index ", k, " (at position ", row, ") is out of range for ", V,
-               " rows (weight ", weight.meta(), ")");
-      for (int64_t j = 0; j < D; ++j) po[row * D + j] = pw[k * ws0 + j * ws1];
-      ++row;
-    });
-  });
-}
-
-void embedding_backward(const Tensor& indices, const Tensor& dy, Tensor& dweight) {
-  const int64_t V = dweight.size(0), D = dweight.size(1);
-  const int64_t* pidx = static_cast<const int64_t*>(indices.raw_data());
-  // dy viewed as [numel(indices), D]: its last dim is D, the others follow indices' shape.
-  const Shape& dys = dy.strides();
-  const int64_t dstride = dys.back();
-  std::vector<double> acc(size_t(V * D), 0.0);
-  dispatch_float(dy.dtype(), "embedding backward", [&]<class T>() {
-    const T* pdy = static_cast<const T*>(dy.raw_data());
-    const Shape lead_strides(dys.begin(), dys.end() - 1);
-    for_each_offset<2>(indices.shape(), {indices.strides(), lead_strides}, [&](const std::array<int64_t, 2>& o) {
-      const int64_t k = pidx[o[0]];
-      MT_CHECK(k >= 0 && k < V, "embedding backward: index ", k, " is out of range for ", V, " rows");
-      double* a = acc.data() + k * D;
-      for (int64_t j = 0; j < D; ++j) a[j] += double(load(pdy[o[1] + j * dstride]));
-    });
-    T* pw = static_cast<T*>(dweight.raw_data());  // contiguous, allocated by the front-end
-    for (size_t i = 0; i < acc.size(); ++i) pw[i] = store<T>(acc[i]);
   });
 }
 

@@ -1,10 +1,10 @@
-#include "tensor/ops/nn.h"
+#include "tensor/ops/batch_norm.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "cuda/backend.h"
-#include "tensor/cpu/nn.h"
+#include "tensor/cpu/batch_norm.h"
 #include "tensor/ops/common.h"
 
 namespace mixtape {
@@ -62,7 +62,7 @@ BatchNormOutput batch_norm_forward(const Tensor& x, const Tensor& weight, const 
   r.mean = empty({C}, stats_dtype(x.dtype()), x.device());
   r.invstd = empty({C}, stats_dtype(x.dtype()), x.device());
   Tensor rm = running_mean, rv = running_var;  // updated in place in training mode
-  ops::on_device(
+  on_device(
       x.device(),
       [&] { cpu::batch_norm_forward(x, weight, bias, rm, rv, training, momentum, eps, r.y, r.mean, r.invstd); },
       [&] { cuda::batch_norm_forward(x, weight, bias, rm, rv, training, momentum, eps, r.y, r.mean, r.invstd); });
@@ -86,59 +86,11 @@ BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   if (need_dx) g.dx = empty(x.shape(), x.dtype(), x.device());
   if (need_dweight) g.dweight = empty({C}, param_dtype, x.device());
   if (need_dbias) g.dbias = empty({C}, param_dtype, x.device());
-  ops::on_device(
+  on_device(
       x.device(),
       [&] { cpu::batch_norm_backward(dy, x, weight, mean, invstd, training, g.dx, g.dweight, g.dbias); },
       [&] { cuda::batch_norm_backward(dy, x, weight, mean, invstd, training, g.dx, g.dweight, g.dbias); });
   return g;
-}
-
-Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
-  MT_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p);
-  if (!training || p == 0.0) return x;
-  const uint64_t seed = gen.seed();
-  const uint64_t offset = gen.advance(uint64_t(x.numel()));
-  return dropout_apply(x, p, seed, offset);
-}
-
-Tensor dropout_apply(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
-  ops::check_same("dropout", {&x});
-  ops::check_floating("dropout", x);
-  MT_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p);
-  Tensor out = empty(x.shape(), x.dtype(), x.device());
-  ops::on_device(x.device(), [&] { cpu::dropout(x, out, p, seed, offset); },
-                 [&] { cuda::dropout(x, out, p, seed, offset); });
-  return out;
-}
-
-Tensor embedding(const Tensor& indices, const Tensor& weight) {
-  ops::check_same("embedding", {&indices, &weight}, false);
-  MT_CHECK(indices.dtype() == DType::i64, "embedding: indices must be i64, got ", indices.meta());
-  ops::check_floating("embedding", weight);
-  ops::check_dim("embedding", weight, 2, "weight [V, D]");
-  Shape os = indices.shape();
-  os.push_back(weight.size(1));
-  Tensor out = empty(os, weight.dtype(), weight.device());
-  ops::on_device(weight.device(), [&] { cpu::embedding(indices, weight, out); },
-                 [&] { cuda::embedding(indices, weight, out); });
-  return out;
-}
-
-Tensor embedding_backward(const Tensor& indices, const Tensor& dy, int64_t num_rows) {
-  ops::check_same("embedding backward", {&indices, &dy}, false);
-  MT_CHECK(indices.dtype() == DType::i64, "embedding backward: indices must be i64, got ", indices.meta());
-  ops::check_floating("embedding backward", dy);
-  Shape expect = indices.shape();
-  MT_CHECK(dy.dim() == indices.dim() + 1, "embedding backward: gradient ", dy.meta(), " does not fit indices ",
-           indices.meta());
-  expect.push_back(dy.size(-1));
-  MT_CHECK(dy.shape() == expect, "embedding backward: gradient ", dy.meta(), " does not fit indices ",
-           indices.meta());
-  MT_CHECK(num_rows >= 0, "embedding backward: bad row count ", num_rows);
-  Tensor dw = empty({num_rows, dy.size(-1)}, dy.dtype(), dy.device());
-  ops::on_device(dy.device(), [&] { cpu::embedding_backward(indices, dy, dw); },
-                 [&] { cuda::embedding_backward(indices, dy, dw); });
-  return dw;
 }
 
 }  // namespace mixtape

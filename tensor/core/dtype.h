@@ -1,15 +1,14 @@
 // Runtime element types. f64 is CPU-only (gradient checks); i64 holds indices and class labels.
 #pragma once
 
-#include <atomic>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
 
-#include "tensor/error.h"
-#include "tensor/half.h"
+#include "tensor/core/error.h"
+#include "tensor/core/half.h"
+#include "tensor/core/rounding_census.h"
 
 namespace mixtape {
 
@@ -78,74 +77,8 @@ template <> inline float load<bfloat16>(bfloat16 v) { return to_float(v); }
 
 template <class T, class C> inline T store(C v) { return static_cast<T>(v); }
 
-// Note [Rounding census]
-// While a RoundingCensus is open, every float or double that store<> rounds to f16 or bf16 is
-// counted: how many were rounded, how many of them were nonzero and finite, how many of those
-// became +-0 (underflow), a nonzero subnormal, or +-inf (overflow). This measures underflow where
-// it happens, inside the op that computed the value in fp32, which a look at the stored 16-bit
-// result cannot (Note [What telemetry measures] in autograd/telemetry.h). Closed, the census
-// costs one test of a global flag per rounded value. The counters are atomics, so kernels that
-// store from several threads are counted correctly; open a census from one thread at a time.
-struct RoundingCounts {
-  uint64_t rounded = 0;    // values rounded to 16 bits
-  uint64_t nonzero = 0;    // of which nonzero and finite
-  uint64_t underflow = 0;  // nonzero finite values that became +-0
-  uint64_t subnormal = 0;  // nonzero finite values that became nonzero subnormals
-  uint64_t overflow = 0;   // finite values that became +-inf
-  double underflow_rate() const { return nonzero ? double(underflow) / double(nonzero) : 0.0; }
-  double subnormal_rate() const { return nonzero ? double(subnormal) / double(nonzero) : 0.0; }
-};
-
-namespace detail {
-struct CensusCounters {
-  std::atomic<uint64_t> rounded{0}, nonzero{0}, underflow{0}, subnormal{0}, overflow{0};
-};
-inline std::atomic<bool> census_open{false};
-inline std::atomic<uint64_t> census_generation{0};
-inline CensusCounters census;
-template <class C>
-void count_rounding(C v, uint16_t bits, uint16_t exp_mask) {
-  census.rounded.fetch_add(1, std::memory_order_relaxed);
-  if (v == C(0) || !std::isfinite(v)) return;
-  census.nonzero.fetch_add(1, std::memory_order_relaxed);
-  const uint16_t mag = bits & 0x7FFFu;
-  if (mag == 0) census.underflow.fetch_add(1, std::memory_order_relaxed);
-  else if ((mag & exp_mask) == 0) census.subnormal.fetch_add(1, std::memory_order_relaxed);
-  else if ((mag & exp_mask) == exp_mask) census.overflow.fetch_add(1, std::memory_order_relaxed);
-}
-template <class C>
-inline half counted(half h, C v) {
-  if (census_open.load(std::memory_order_relaxed)) [[unlikely]] count_rounding(v, h.bits, 0x7C00u);
-  return h;
-}
-template <class C>
-inline bfloat16 counted(bfloat16 h, C v) {
-  if (census_open.load(std::memory_order_relaxed)) [[unlikely]] count_rounding(v, h.bits, 0x7F80u);
-  return h;
-}
-}  // namespace detail
-
-// Opens the census for its lifetime (RAII) and reads what was counted since it opened.
-// Censuses do not nest: opening a second one while one is open throws.
-class RoundingCensus {
- public:
-  RoundingCensus();
-  ~RoundingCensus();
-  RoundingCensus(const RoundingCensus&) = delete;
-  RoundingCensus& operator=(const RoundingCensus&) = delete;
-  RoundingCounts counts() const;
-
-  // For observers inside the measured code (autograd/telemetry.h): whether a census is open,
-  // its counts so far, and how many censuses have been opened (to tell one from the next).
-  static bool is_open();
-  static RoundingCounts current();
-  static uint64_t generation();
-};
-
-// a - b, field by field (counts taken from the same census, b earlier); a += b adds them.
-RoundingCounts operator-(const RoundingCounts& a, const RoundingCounts& b);
-RoundingCounts& operator+=(RoundingCounts& a, const RoundingCounts& b);
-
+// The 16-bit stores: each value is rounded once, and counted while a RoundingCensus is open
+// (Note [Rounding census] in rounding_census.h).
 template <> inline half store<half, float>(float v) { return detail::counted(round_to_half(v), v); }
 template <> inline bfloat16 store<bfloat16, float>(float v) { return detail::counted(round_to_bf16(v), v); }
 // From double and int64 the value is rounded once, not through float (Note [Rounding f64 and i64
@@ -155,9 +88,15 @@ template <> inline bfloat16 store<bfloat16, double>(double v) { return detail::c
 template <> inline half store<half, int64_t>(int64_t v) { return round_to_half_i64(v); }
 template <> inline bfloat16 store<bfloat16, int64_t>(int64_t v) { return round_to_bf16_i64(v); }
 
-// Dispatch on a floating dtype: MT_DISPATCH_FLOAT(dtype, "op", [&]<class T>() { ... });
+// How a cast or a 16-bit weight update rounds: to nearest even, or stochastically with a Philox
+// word (Note [Stochastic rounding] in half.h).
+enum class Rounding : uint8_t { nearest, stochastic };
+
+// The dtype switch of the CPU kernels: dispatch_floating(dtype, "op", [&]<class T>() { ... }),
+// T the storage type (float, double, half, bfloat16); anything else throws naming the op. The
+// CUDA launchers have their own of the same name (cuda/common.cuh), without f64.
 template <class F>
-decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
+decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
   switch (t) {
     case DType::f32: return f.template operator()<float>();
     case DType::f64: return f.template operator()<double>();
@@ -171,7 +110,7 @@ decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
 template <class F>
 decltype(auto) dispatch_all(DType t, const char* op, F&& f) {
   if (t == DType::i64) return f.template operator()<int64_t>();
-  return dispatch_float(t, op, std::forward<F>(f));
+  return dispatch_floating(t, op, std::forward<F>(f));
 }
 
 }  // namespace mixtape

@@ -1,0 +1,35 @@
+// Shapes, strides, broadcasting, and the (height, width) pairs of the 2-D ops.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace mixtape {
+
+using Shape = std::vector<int64_t>;
+
+int64_t numel_of(const Shape& s);
+Shape contiguous_strides(const Shape& s);
+// Whether strides (in elements) lay `shape` out row-major without gaps (size-1 dims ignored).
+bool is_contiguous_layout(const Shape& shape, const Shape& strides);
+std::string shape_str(const Shape& s);  // "[2, 3]"
+
+// Broadcast two shapes NumPy-style (trailing dims align; 1 stretches). Throws naming `op`.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+// Normalize a possibly negative dim index into [0, ndim); throws naming `op`.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+
+// A (height, width) pair for kernel sizes, strides, paddings and dilations. An integer means
+// the same value for both: conv2d(x, w, b, 2, 1) or conv2d(x, w, b, {2, 1}, {1, 0}).
+struct Size2 {
+  int64_t h = 0, w = 0;
+  constexpr Size2(int64_t both) : h(both), w(both) {}  // implicit on purpose: conv2d(x, w, b, 2)
+  constexpr Size2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
+  friend constexpr bool operator==(Size2 a, Size2 b) { return a.h == b.h && a.w == b.w; }
+};
+std::string size2_str(Size2 s);  // "[h, w]"
+
+}  // namespace mixtape

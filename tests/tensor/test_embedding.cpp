@@ -1,0 +1,47 @@
+// Embedding on plain tensors: gathered rows, scatter-added gradients, error messages.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "mixtape.h"
+#include "support/test_util.h"
+
+using namespace mixtape;
+using Catch::Matchers::Contains;
+
+using mixtape::test::error_of;
+
+namespace {
+
+Tensor f32(const std::vector<double>& v, const Shape& s) { return from_vector(v, s, DType::f32); }
+
+}  // namespace
+
+TEST_CASE("embedding gathers rows and scatter-adds gradients of repeated indices", "[embedding]") {
+  Tensor w = f32({0, 1, 10, 11, 20, 21}, {3, 2});
+  Tensor idx = from_vector(std::vector<int64_t>{2, 0, 2, 2}, {2, 2});
+  Tensor y = embedding(idx, w);
+  CHECK(y.shape() == Shape{2, 2, 2});
+  CHECK(y.to_vector() == std::vector<double>{20, 21, 0, 1, 20, 21, 20, 21});
+  Tensor dw = embedding_backward(idx, ones({2, 2, 2}), 3);
+  CHECK(dw.to_vector() == std::vector<double>{1, 1, 0, 0, 3, 3});
+
+  // Accumulation in double, one rounding: 1 + 16 * 2^-9 is exact in bf16, but a bf16 running sum
+  // would stay at 1 (each 2^-9 is below half an ulp of 1).
+  std::vector<double> g(17, std::ldexp(1.0, -9));
+  g[0] = 1.0;
+  Tensor dwb = embedding_backward(from_vector(std::vector<int64_t>(17, 0), {17}),
+                                  from_vector(g, {17, 1}, DType::bf16), 1);
+  CHECK(dwb.dtype() == DType::bf16);
+  CHECK(dwb.item() == 1.03125);
+}
+
+TEST_CASE("embedding rejects indices out of range, naming the index and the row count", "[embedding]") {
+  Tensor w = zeros({4, 3});
+  CHECK_THAT(error_of([&] { embedding(from_vector(std::vector<int64_t>{0, 5}, {2}), w); }),
+             Contains("index 5") && Contains("4 rows"));
+  CHECK_THAT(error_of([&] { embedding(from_vector(std::vector<int64_t>{-1}, {1}), w); }),
+             Contains("index -1") && Contains("4 rows"));
+  CHECK_THAT(error_of([&] { embedding(zeros({2}), w); }), Contains("i64"));
+}

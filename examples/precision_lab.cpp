@@ -29,6 +29,7 @@
 // kernels; CUDA kernels round on the device without counting, so on a GPU that column reads "-"
 // (per-gradient underflow is still measured by the telemetry's grad_telemetry, in the metrics).
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -115,6 +116,26 @@ nlohmann::json row_json(const LabRow& r, const Device& device) {
   if (!r.regime.empty()) j["regime"] = r.regime;
   if (std::isfinite(r.aux_mse)) j["test_aux_mse"] = r.aux_mse;
   return j;
+}
+
+// Draws the figures of the runs in `dir` into dir/plots with scripts/plot_metrics.py (needs
+// python3 with matplotlib; scripts/install_deps.sh installs both). A failure is reported, not
+// fatal: the tables are already written.
+void draw_figures(const std::filesystem::path& dir) {
+#ifdef MIXTAPE_PLOT_SCRIPT
+  auto quote = [](const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  const std::string cmd = "python3 " + quote(MIXTAPE_PLOT_SCRIPT) + " " + quote(dir.string()) + "/*.jsonl --out " +
+                          quote((dir / "plots").string()) + " > " + quote((dir / "plots.log").string()) + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  if (status == 0) std::printf("figures in %s/plots/\n", dir.string().c_str());
+  else std::printf("figures not drawn (%s failed; see %s/plots.log)\n", MIXTAPE_PLOT_SCRIPT, dir.string().c_str());
+#else
+  std::printf("figures not drawn: run scripts/plot_metrics.py %s/*.jsonl\n", dir.string().c_str());
+#endif
 }
 
 // Writes a whole file or throws naming it (a lab that could not save its table must not exit 0).
@@ -232,6 +253,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"default", "stress"}))->capture_default_str();
   std::string regimes;
   app.add_option("--regimes", regimes, "stress suite: comma-separated regimes to run (default: all)");
+  bool plots = true;
+  app.add_flag("--plots,!--no-plots", plots, "draw each suite's figures into <out-dir>[/<regime>]/plots (python3 + matplotlib)")
+      ->capture_default_str();
   app.add_option("--seeds", seeds, "seeds per configuration (default: 1; stress: 3); reported as mean +- sd")
       ->check(CLI::Range(1, 100));
   app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
@@ -383,6 +407,12 @@ int main(int argc, char** argv) {
     write_file(out / "lab.md", md);
     write_file(out / "lab.json", j.dump(2) + "\n");
     std::printf("metrics per run, lab.md and lab.json in %s/\n", out_dir.c_str());
+    if (plots && !smoke) {
+      if (suite == "default") draw_figures(out);
+      else
+        for (const Regime& rg : stress_regimes())
+          if (std::filesystem::exists(out / rg.name)) draw_figures(out / rg.name);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "precision_lab: error: %s\n", e.what());
     return 1;

@@ -86,15 +86,6 @@ float cast_beta(const CastGradQuery& q);
 // Whether the active tape has a ScalingRule (gradients then carry per-node scales).
 bool scaling_rule_active();
 
-// Note [Parameter gradient scale]: the weight or bias gradient of a GEMM-like node at input
-// `input`. compute(t) evaluates it from operands in dtype t (accumulated in fp32 either way).
-// Without a rule: {compute(dy's dtype), alpha}, as before. With a rule and a 16-bit dY: the
-// gradient is accumulated in fp32 from widened operands (exact products, the same fp32 sums),
-// the rule picks beta from the exact values (param_beta), and the result is beta * g rounded
-// once to dY's dtype, carrying alpha * beta.
-template <class F>
-ScaledGrad param_grad(OpId op, int32_t input, const ScaledGrad& dy, F&& compute);
-
 // Largest finite magnitude of a gradient's dtype: lambda_max in Zhao et al.
 double max_finite(DType t);
 
@@ -115,6 +106,12 @@ Tensor rescale(const Tensor& g, float factor);
 // The active rule's param_beta, with q.site stamped (1 without a rule).
 float ask_param_beta(const ParamGradQuery& q);
 
+// Note [Parameter gradient scale] (autograd/gradient_scaling.cpp): the weight or bias gradient
+// of a GEMM-like node at input `input`. compute(t) evaluates it from operands in dtype t
+// (accumulated in fp32 either way). Without a rule: {compute(dy's dtype), alpha}, as before.
+// With a rule and a 16-bit dY: accumulated in fp32 from widened operands (exact products, the
+// same fp32 sums), the rule picks beta from the exact values (param_beta), and beta * g is
+// rounded once to dY's dtype, carrying alpha * beta.
 template <class F>
 ScaledGrad param_grad(OpId op, int32_t input, const ScaledGrad& dy, F&& compute) {
   const DType dt = dy.g.dtype();

@@ -105,6 +105,14 @@ void check_range(const FormatRange& f, const char* where) {
            ": bad format range [", f.lambda_min, ", ", f.lambda_max, "]");
 }
 
+// Records a choice in r.
+void take(ScaleRecord& r, const BetaChoice& c) {
+  r.beta = c.beta;
+  r.underflow_bound = c.underflow_bound;
+  r.cap = c.cap;
+  r.capped = c.capped;
+}
+
 // Keeps alpha * beta a normal float power of two (Note point 8).
 float clamp_total(float beta, float alpha) {
   int ea = 0, eb = 0;
@@ -304,12 +312,8 @@ float GradientScalingRule::gemm_beta(const GemmGradQuery& q) {
   const TensorMoments w = tensor_moments(*q.w);
   if (dy.nonfinite > 0 || w.nonfinite > 0) return finish(q.site, r, false);
   r.sigma = gemm_sigma(q.reduction, dy.rms, w.rms);
-  const BetaChoice c = choose_gemm_beta(r.sigma, q.reduction, dy.max_abs, w.max_abs,
-                                        options_.underflow_threshold, *f);
-  r.beta = c.beta;
-  r.underflow_bound = c.underflow_bound;
-  r.cap = c.cap;
-  r.capped = c.capped;
+  take(r, choose_gemm_beta(r.sigma, q.reduction, dy.max_abs, w.max_abs,
+           options_.underflow_threshold, *f));
   return finish(q.site, r, r.sigma > 0.0);  // an all-zero dY says nothing about later steps
 }
 
@@ -330,11 +334,7 @@ float GradientScalingRule::param_beta(const ParamGradQuery& q) {
   const TensorMoments m = tensor_moments(*q.g);
   if (m.nonfinite > 0) return finish(q.site, r, false);
   r.sigma = m.rms;
-  const BetaChoice c = choose_param_beta(m.rms, m.max_abs, options_.underflow_threshold, *f);
-  r.beta = c.beta;
-  r.underflow_bound = c.underflow_bound;
-  r.cap = c.cap;
-  r.capped = c.capped;
+  take(r, choose_param_beta(m.rms, m.max_abs, options_.underflow_threshold, *f));
   return finish(q.site, r, false);
 }
 
@@ -360,11 +360,7 @@ float GradientScalingRule::cast_beta(const CastGradQuery& q) {
   if (m.nonfinite > 0 || m.count == 0) return finish(q.site, r, false);
   r.mu = m.mu;
   r.sigma = m.sigma;
-  const BetaChoice c = choose_cast_beta(m.mu, m.sigma, m.max_abs, options_.underflow_threshold, *f);
-  r.beta = c.beta;
-  r.underflow_bound = c.underflow_bound;
-  r.cap = c.cap;
-  r.capped = c.capped;
+  take(r, choose_cast_beta(m.mu, m.sigma, m.max_abs, options_.underflow_threshold, *f));
   return finish(q.site, r, true);
 }
 

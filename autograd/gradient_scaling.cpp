@@ -290,16 +290,22 @@ float GradientScalingRule::finish(const GradSite& site, ScaleRecord r, bool cach
   return r.beta;
 }
 
+ScaleRecord GradientScalingRule::begin_record(const GradSite& site, ScaleRecord::Kind kind, OpId op, DType format,
+                                              float alpha) {
+  begin_query(site);
+  ScaleRecord r;
+  r.kind = kind;
+  r.op = op;
+  r.node = site.node;
+  r.query = site.query;
+  r.format = format;
+  r.alpha = alpha;
+  return r;
+}
+
 float GradientScalingRule::gemm_beta(const GemmGradQuery& q) {
   MT_ASSERT(q.dy && q.dy->defined());
-  begin_query(q.site);
-  ScaleRecord r;
-  r.kind = ScaleRecord::Kind::gemm;
-  r.op = q.op;
-  r.node = q.site.node;
-  r.query = q.site.query;
-  r.format = q.dy->g.dtype();
-  r.alpha = q.dy->scale;
+  ScaleRecord r = begin_record(q.site, ScaleRecord::Kind::gemm, q.op, q.dy->g.dtype(), q.dy->scale);
   const std::optional<FormatRange> f = format_range(r.format);
   if (!f || !q.w || !q.w->defined()) return finish(q.site, r, false);
   if (const ScaleRecord* hit = cached(q.site, r.kind, r.op)) {
@@ -319,15 +325,8 @@ float GradientScalingRule::gemm_beta(const GemmGradQuery& q) {
 
 float GradientScalingRule::param_beta(const ParamGradQuery& q) {
   MT_ASSERT(q.g && q.g->defined());
-  begin_query(q.site);
-  ScaleRecord r;
-  r.kind = ScaleRecord::Kind::param;
-  r.op = q.op;
-  r.node = q.site.node;
-  r.query = q.site.query;
+  ScaleRecord r = begin_record(q.site, ScaleRecord::Kind::param, q.op, q.to, q.alpha);
   r.input = q.input;
-  r.format = q.to;
-  r.alpha = q.alpha;
   const std::optional<FormatRange> f = format_range(r.format);
   if (!f) return finish(q.site, r, false);
   // Never cached: the exact maximum is at hand every step, and only it makes the cap exact.
@@ -340,14 +339,7 @@ float GradientScalingRule::param_beta(const ParamGradQuery& q) {
 
 float GradientScalingRule::cast_beta(const CastGradQuery& q) {
   MT_ASSERT(q.dy && q.dy->defined());
-  begin_query(q.site);
-  ScaleRecord r;
-  r.kind = ScaleRecord::Kind::cast;
-  r.op = OpId::cast;
-  r.node = q.site.node;
-  r.query = q.site.query;
-  r.format = q.to;
-  r.alpha = q.dy->scale;
+  ScaleRecord r = begin_record(q.site, ScaleRecord::Kind::cast, OpId::cast, q.to, q.dy->scale);
   const std::optional<FormatRange> f = format_range(r.format);
   if (!f) return finish(q.site, r, false);
   if (const ScaleRecord* hit = cached(q.site, r.kind, r.op)) {

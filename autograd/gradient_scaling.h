@@ -144,6 +144,8 @@ class GradientScalingRule : public ScalingRule {
   const ScaleRecord* cached(const GradSite& site, ScaleRecord::Kind kind, OpId op) const;
   float finish(const GradSite& site, ScaleRecord r, bool cacheable);
   void begin_query(const GradSite& site);
+  // begin_query, then a record of the query's site, kind, op, format and incoming scale.
+  ScaleRecord begin_record(const GradSite& site, ScaleRecord::Kind kind, OpId op, DType format, float alpha);
 
   GradientScalingOptions options_;
   int64_t step_ = 0;

@@ -191,8 +191,7 @@ double cast_underflow_rate(double beta, double mu, double sigma, double lambda_m
   return 0.5 + 0.5 * std::erf(z / (std::numbers::sqrt2 * sigma));
 }
 
-BetaChoice choose_gemm_beta(double sigma, int64_t n, double max_dy, double max_w, double gamma,
-                            const FormatRange& f) {
+BetaChoice choose_gemm_beta(double sigma, int64_t n, double max_dy, double max_w, double gamma, const FormatRange& f) {
   const char* where = "choose_gemm_beta";
   check_gamma(gamma, where);
   check_range(f, where);
@@ -277,13 +276,11 @@ const ScaleRecord* GradientScalingRule::cached(const GradSite& site, ScaleRecord
 }
 
 float GradientScalingRule::finish(const GradSite& site, ScaleRecord r, bool cacheable) {
-  if (cacheable && options_.update_period > 1 && site.node >= 0)
-    cache_[{site.node, site.query}] = Cached{r, step_};
+  if (cacheable && options_.update_period > 1 && site.node >= 0) cache_[{site.node, site.query}] = Cached{r, step_};
   r.beta = clamp_total(r.beta, r.alpha);
   if (const std::optional<FormatRange> f = format_range(r.format)) {
-    r.underflow_rate = r.kind == ScaleRecord::Kind::gemm
-                           ? gemm_underflow_rate(r.beta, r.sigma, f->lambda_min)
-                           : cast_underflow_rate(r.beta, r.mu, r.sigma, f->lambda_min);
+    r.underflow_rate = r.kind == ScaleRecord::Kind::gemm ? gemm_underflow_rate(r.beta, r.sigma, f->lambda_min)
+                                                         : cast_underflow_rate(r.beta, r.mu, r.sigma, f->lambda_min);
   }
   records_.push_back(r);
   step_records_.push_back(r);
@@ -318,8 +315,7 @@ float GradientScalingRule::gemm_beta(const GemmGradQuery& q) {
   const TensorMoments w = tensor_moments(*q.w);
   if (dy.nonfinite > 0 || w.nonfinite > 0) return finish(q.site, r, false);
   r.sigma = gemm_sigma(q.reduction, dy.rms, w.rms);
-  take(r, choose_gemm_beta(r.sigma, q.reduction, dy.max_abs, w.max_abs,
-           options_.underflow_threshold, *f));
+  take(r, choose_gemm_beta(r.sigma, q.reduction, dy.max_abs, w.max_abs, options_.underflow_threshold, *f));
   return finish(q.site, r, r.sigma > 0.0);  // an all-zero dY says nothing about later steps
 }
 

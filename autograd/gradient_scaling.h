@@ -55,7 +55,7 @@ struct BetaChoice {
   float beta = 1.0f;           // the chosen power of two
   double underflow_bound = 0;  // smallest real beta with predicted rate <= gamma' (0: no estimate)
   double cap = std::numeric_limits<double>::infinity();  // largest real beta that cannot overflow
-  bool capped = false;         // the cap, not the underflow bound, decided beta
+  bool capped = false;                                   // the cap, not the underflow bound, decided beta
 };
 
 // Algorithm 1, line 7, for dX = f_G(beta dY, W) with sigma = gemm_sigma(n, sigma_dy, sigma_w):
@@ -64,8 +64,7 @@ struct BetaChoice {
 //           in the 16-bit dtype), rounded down to a power of two;
 //   beta  = min(bound, cap): below 1 only when the cap demands it.
 // Statistics describe the tensors actually multiplied (dY already carries its scale alpha).
-BetaChoice choose_gemm_beta(double sigma, int64_t n, double max_dy, double max_w, double gamma,
-                            const FormatRange& f);
+BetaChoice choose_gemm_beta(double sigma, int64_t n, double max_dy, double max_w, double gamma, const FormatRange& f);
 // Algorithm 1, line 14, for the cast: the smallest power of two with cast_underflow_rate <=
 // gamma' (ln beta >= ln lambda_min - mu - sqrt(2) sigma erfinv(2 gamma' - 1)), at least 1, capped
 // by lambda_max / max|dY| rounded down to a power of two.
@@ -89,20 +88,20 @@ struct ScaleRecord {
   enum class Kind : uint8_t { gemm, cast, param };
   Kind kind = Kind::gemm;
   OpId op = OpId::linear;
-  int64_t node = -1;            // GradSite::node: position on the tape (-1: asked outside backward)
-  int32_t query = 0;            // GradSite::query
-  int32_t input = 0;            // param: the node input (1: weight, 2: bias); gemm, cast: 0
-  DType format = DType::f32;    // the 16-bit format the result is stored in
-  float alpha = 1.0f;           // the incoming scale
-  float beta = 1.0f;            // the local factor; the result carries alpha * beta
-  double sigma = 0.0;           // gemm: sigma of dX at beta = 1 (Eq. 2); cast: sigma of ln|dY|;
-                                // param: the RMS of the fp32 gradient
-  double mu = 0.0;              // cast: mean of ln|dY|; gemm: 0
-  double underflow_bound = 0.0; // BetaChoice::underflow_bound
+  int64_t node = -1;             // GradSite::node: position on the tape (-1: asked outside backward)
+  int32_t query = 0;             // GradSite::query
+  int32_t input = 0;             // param: the node input (1: weight, 2: bias); gemm, cast: 0
+  DType format = DType::f32;     // the 16-bit format the result is stored in
+  float alpha = 1.0f;            // the incoming scale
+  float beta = 1.0f;             // the local factor; the result carries alpha * beta
+  double sigma = 0.0;            // gemm: sigma of dX at beta = 1 (Eq. 2); cast: sigma of ln|dY|;
+                                 // param: the RMS of the fp32 gradient
+  double mu = 0.0;               // cast: mean of ln|dY|; gemm: 0
+  double underflow_bound = 0.0;  // BetaChoice::underflow_bound
   double cap = std::numeric_limits<double>::infinity();  // BetaChoice::cap
-  double underflow_rate = 0.0;  // predicted rate at the chosen beta
-  bool capped = false;          // the overflow cap decided beta
-  bool reused = false;          // taken from the cache (update_period > 1); statistics are from then
+  double underflow_rate = 0.0;                           // predicted rate at the chosen beta
+  bool capped = false;                                   // the overflow cap decided beta
+  bool reused = false;  // taken from the cache (update_period > 1); statistics are from then
 };
 
 class GradientScalingRule : public ScalingRule {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+// clang-format off
 #define MT_DIFFERENTIABLE_OPS(MT_OP)                                                     \
   /* elementwise (autograd/functions/elementwise.cpp) */                               \
   MT_OP(add, "add") MT_OP(sub, "sub") MT_OP(mul, "mul") MT_OP(div, "div")               \
@@ -37,6 +38,7 @@
   MT_OP(bce_with_logits, "binary_cross_entropy_with_logits") MT_OP(mse_loss, "mse_loss") \
   /* recurrent (autograd/functions/lstm.cpp) */                                        \
   MT_OP(lstm_cell, "lstm_cell")
+// clang-format on
 
 namespace mixtape {
 

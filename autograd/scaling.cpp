@@ -80,7 +80,8 @@ ScaledGrad combine_branch(std::vector<ScaledGrad> grads, bool exact_sum) {
   float ref = grads.front().scale;
   for (const ScaledGrad& g : grads) ref = std::max(ref, g.scale);
   Tensor sum32 = rescale(grads.front().g.to(DType::f32), ref / grads.front().scale);
-  for (size_t i = 1; i < grads.size(); ++i) sum32 = add(sum32, rescale(grads[i].g.to(DType::f32), ref / grads[i].scale));
+  for (size_t i = 1; i < grads.size(); ++i)
+    sum32 = add(sum32, rescale(grads[i].g.to(DType::f32), ref / grads[i].scale));
   const double m = max_abs(sum32);  // of ref x the true sum
   if (!std::isfinite(m) || m == 0.0) return {sum32.to(dt), ref};
   const double lmax = max_finite(dt);

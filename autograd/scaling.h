@@ -26,9 +26,9 @@ namespace mixtape {
 // from the backward pass that is running, so a rule can key per-node state (Zhao et al. reuse
 // each node's beta for K steps) on (node, query).
 struct GradSite {
-  uint64_t pass = 0;   // numbers the Tape::backward calls of this thread from 1; 0: outside one
-  int64_t node = -1;   // the querying node's position on the tape (recording order)
-  int32_t query = 0;   // the query's index within that node (matmul asks once per operand)
+  uint64_t pass = 0;  // numbers the Tape::backward calls of this thread from 1; 0: outside one
+  int64_t node = -1;  // the querying node's position on the tape (recording order)
+  int32_t query = 0;  // the query's index within that node (matmul asks once per operand)
 };
 
 // What a GEMM-like node knows when it is about to compute dX = f(beta * dY, W).
@@ -62,11 +62,11 @@ struct ParamGradQuery {
 // reported by the tape's overflow guard (Note [Overflow guard] in tape.cpp).
 struct OverflowEvent {
   OpId op;
-  int64_t node = -1;      // position on the tape
-  int32_t input = 0;      // the node input whose gradient overflowed
-  float alpha = 1.0f;     // the scale the node's incoming gradient carried
-  int32_t shift = 0;      // the node's backward was recomputed from 2^-shift * dY (0: not recovered)
-  bool recovered = false; // the recomputation is finite: the step goes on
+  int64_t node = -1;       // position on the tape
+  int32_t input = 0;       // the node input whose gradient overflowed
+  float alpha = 1.0f;      // the scale the node's incoming gradient carried
+  int32_t shift = 0;       // the node's backward was recomputed from 2^-shift * dY (0: not recovered)
+  bool recovered = false;  // the recomputation is finite: the step goes on
 };
 
 class ScalingRule {

@@ -84,8 +84,8 @@ bool should_record(const std::vector<Variable>& inputs) {
   return false;
 }
 
-std::vector<Variable> record_multi_scaled(OpId op, const std::vector<Variable>& inputs,
-                                          std::vector<Tensor> outs, BackwardFn fn) {
+std::vector<Variable> record_multi_scaled(OpId op, const std::vector<Variable>& inputs, std::vector<Tensor> outs,
+                                          BackwardFn fn) {
   std::vector<Variable> vars;
   vars.reserve(outs.size());
   const bool rec = should_record(inputs);
@@ -97,8 +97,7 @@ std::vector<Variable> record_multi_scaled(OpId op, const std::vector<Variable>& 
   if (!rec) return vars;
   auto node = std::make_unique<Node>();
   node->op = op;
-  for (const Variable& v : inputs)
-    node->inputs.push_back(v.defined() && v.requires_grad() ? v.ptr() : nullptr);
+  for (const Variable& v : inputs) node->inputs.push_back(v.defined() && v.requires_grad() ? v.ptr() : nullptr);
   for (const Variable& v : vars) {
     node->outputs.push_back(v.ptr());
     node->output_shapes.push_back(v.shape());
@@ -123,8 +122,8 @@ BackwardFn pass_through(PlainBackwardFn fn) {
 }
 }  // namespace
 
-std::vector<Variable> record_multi(OpId op, const std::vector<Variable>& inputs,
-                                   std::vector<Tensor> outs, PlainBackwardFn fn) {
+std::vector<Variable> record_multi(OpId op, const std::vector<Variable>& inputs, std::vector<Tensor> outs,
+                                   PlainBackwardFn fn) {
   return record_multi_scaled(op, inputs, std::move(outs), pass_through(std::move(fn)));
 }
 
@@ -202,8 +201,8 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
   MT_CHECK(root.defined() && root.requires_grad(),
            "backward: the root does not require a gradient (was it computed inside this Tape "
            "from variables with requires_grad?)");
-  MT_CHECK(seed.g.shape() == root.shape() && seed.g.dtype() == root.dtype(), "backward: seed ",
-           seed.g.meta(), " does not match the root ", root.data().meta());
+  MT_CHECK(seed.g.shape() == root.shape() && seed.g.dtype() == root.dtype(), "backward: seed ", seed.g.meta(),
+           " does not match the root ", root.data().meta());
   MT_CHECK(is_power_of_two(seed.scale), "backward: seed scale must be a power of two, got ", seed.scale);
 
   // Every variable that receives a gradient; leaves keep theirs, the rest are cleared at the end
@@ -247,15 +246,15 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
     std::vector<bool> needs(node.inputs.size());
     for (size_t i = 0; i < needs.size(); ++i) needs[i] = node.inputs[i] != nullptr;
     pass.enter(k);
-    std::vector<ScaledGrad> dxs = rule_ ? guarded_backward(*rule_, node, k, dys, needs, [&] { pass.enter(k); })
-                                        : node.backward(dys, needs);
-    MT_ASSERT(dxs.size() == node.inputs.size(), op_name(node.op), " returned ", dxs.size(),
-              " gradients for ", node.inputs.size(), " inputs");
+    std::vector<ScaledGrad> dxs =
+        rule_ ? guarded_backward(*rule_, node, k, dys, needs, [&] { pass.enter(k); }) : node.backward(dys, needs);
+    MT_ASSERT(dxs.size() == node.inputs.size(), op_name(node.op), " returned ", dxs.size(), " gradients for ",
+              node.inputs.size(), " inputs");
     for (size_t i = 0; i < dxs.size(); ++i) {
       if (!needs[i]) continue;
       MT_ASSERT(dxs[i].defined(), op_name(node.op), " gave no gradient for input ", i);
-      MT_ASSERT(dxs[i].g.shape() == node.inputs[i]->data.shape(), op_name(node.op), " gradient ",
-                dxs[i].g.meta(), " for input ", node.inputs[i]->data.meta());
+      MT_ASSERT(dxs[i].g.shape() == node.inputs[i]->data.shape(), op_name(node.op), " gradient ", dxs[i].g.meta(),
+                " for input ", node.inputs[i]->data.meta());
       if (observer_) observer_->on_node_grad(node, i, dxs[i]);
       deliver(node.inputs[i], std::move(dxs[i]));
     }

@@ -22,12 +22,12 @@ namespace mixtape {
 // Backward of one node. dys: one ScaledGrad per output, already brought to a common scale by
 // the tape (zeros where an output received nothing). needs[i]: whether input i wants a gradient.
 // Returns one ScaledGrad per input (undefined where not needed).
-using BackwardFn = std::function<std::vector<ScaledGrad>(const std::vector<ScaledGrad>& dys,
-                                                         const std::vector<bool>& needs)>;
+using BackwardFn =
+    std::function<std::vector<ScaledGrad>(const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs)>;
 
 // For ops that pass the scale through: returns plain tensors, the tape attaches the scale.
-using PlainBackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& dys,
-                                                          const std::vector<bool>& needs)>;
+using PlainBackwardFn =
+    std::function<std::vector<Tensor>(const std::vector<Tensor>& dys, const std::vector<bool>& needs)>;
 
 struct Node {
   OpId op;
@@ -106,10 +106,10 @@ bool should_record(const std::vector<Variable>& inputs);
 // record*: the scale passes through (the common case). record_scaled*: the node sets the
 // scale of each input gradient itself (GEMM-like nodes, casts, splits).
 Variable record(OpId op, const std::vector<Variable>& inputs, Tensor out, PlainBackwardFn fn);
-std::vector<Variable> record_multi(OpId op, const std::vector<Variable>& inputs,
-                                   std::vector<Tensor> outs, PlainBackwardFn fn);
+std::vector<Variable> record_multi(OpId op, const std::vector<Variable>& inputs, std::vector<Tensor> outs,
+                                   PlainBackwardFn fn);
 Variable record_scaled(OpId op, const std::vector<Variable>& inputs, Tensor out, BackwardFn fn);
-std::vector<Variable> record_multi_scaled(OpId op, const std::vector<Variable>& inputs,
-                                          std::vector<Tensor> outs, BackwardFn fn);
+std::vector<Variable> record_multi_scaled(OpId op, const std::vector<Variable>& inputs, std::vector<Tensor> outs,
+                                          BackwardFn fn);
 
 }  // namespace mixtape

@@ -93,11 +93,11 @@ struct TelemetryOptions {
 struct TelemetryRecord {
   enum class Kind { node, param };
   Kind kind = Kind::node;
-  std::string name;    // Note [Telemetry names]
-  std::string op;      // node records: the op whose backward produced the gradient
-  int64_t node = -1;   // node records: the node's position in the backward pass
-  int64_t input = -1;  // node records: which input of that node
-  float scale = 1.0f;  // the ScaledGrad's scale
+  std::string name;          // Note [Telemetry names]
+  std::string op;            // node records: the op whose backward produced the gradient
+  int64_t node = -1;         // node records: the node's position in the backward pass
+  int64_t input = -1;        // node records: which input of that node
+  float scale = 1.0f;        // the ScaledGrad's scale
   DType dtype = DType::f32;  // the gradient's storage dtype
   Shape shape;
   GradTelemetry stats;  // Note [What telemetry measures]
@@ -157,8 +157,8 @@ class Telemetry : public GradObserver {
   int64_t unnamed_leaves_ = 0;
   // Note [Measured rounding per node]
   uint64_t census_generation_ = 0;
-  RoundingCounts census_mark_;   // census counts at the previous node's report
-  RoundingCounts node_rounding_; // the current node's counts
+  RoundingCounts census_mark_;    // census counts at the previous node's report
+  RoundingCounts node_rounding_;  // the current node's counts
   bool node_measured_ = false;
 };
 

@@ -4,8 +4,10 @@ namespace mixtape {
 
 Variable::Variable(Tensor data, bool requires_grad, std::string name) : impl_(std::make_shared<VarImpl>()) {
   MT_CHECK(data.defined(), "Variable: data tensor is undefined");
-  MT_CHECK(!requires_grad || is_floating(data.dtype()), "Variable: only floating tensors can require a "
-           "gradient, got ", data.meta());
+  MT_CHECK(!requires_grad || is_floating(data.dtype()),
+           "Variable: only floating tensors can require a "
+           "gradient, got ",
+           data.meta());
   impl_->data = std::move(data);
   impl_->requires_grad = requires_grad;
   impl_->name = std::move(name);

@@ -30,13 +30,13 @@ using namespace mixtape;
 
 namespace {
 
-#define BENCH_CUBLAS(call)                                                                   \
-  do {                                                                                       \
-    const cublasStatus_t st_ = (call);                                                       \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
+#define BENCH_CUBLAS(call)                                                                          \
+  do {                                                                                              \
+    const cublasStatus_t st_ = (call);                                                              \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                             \
       std::fprintf(stderr, "%s failed at %s:%d: status %d\n", #call, __FILE__, __LINE__, int(st_)); \
-      std::exit(2);                                                                          \
-    }                                                                                        \
+      std::exit(2);                                                                                 \
+    }                                                                                               \
   } while (0)
 
 // Uniform values in [-1, 1) from a hash of the index, rounded to T.
@@ -142,8 +142,8 @@ bool run_case(const Mode& mode, const Shape3& s, cublasHandle_t handle, cudaStre
   const float alpha = 1.0f, beta = 0.0f;
   auto theirs = [&] {
     BENCH_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(s.N), int(s.M), int(s.K), &alpha, b.raw_data(),
-                              mode.cuda_type, int(s.N), a.raw_data(), mode.cuda_type, int(s.K), &beta,
-                              c_ref.raw_data(), mode.cuda_type, int(s.N), mode.compute, CUBLAS_GEMM_DEFAULT));
+                              mode.cuda_type, int(s.N), a.raw_data(), mode.cuda_type, int(s.K), &beta, c_ref.raw_data(),
+                              mode.cuda_type, int(s.N), mode.compute, CUBLAS_GEMM_DEFAULT));
   };
   const double ms_ours = bench(ours, stream), ms_ref = bench(theirs, stream);
 
@@ -158,11 +158,12 @@ bool run_case(const Mode& mode, const Shape3& s, cublasHandle_t handle, cudaStre
   const double flops = 2.0 * double(s.M) * double(s.N) * double(s.K);
   const double ours_tf = flops / (ms_ours * 1e-3) / 1e12, ref_tf = flops / (ms_ref * 1e-3) / 1e12;
   const bool ok = err <= mode.tolerance;
-  std::printf("{\"bench\":\"gemm\",\"case\":\"%s\",\"dtype\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,"
-              "\"ours_tflops\":%.3f,\"cublas_tflops\":%.3f,\"ratio\":%.3f,\"max_rel_err_vs_cublas\":%.3g,"
-              "\"tolerance\":%.3g,\"ok\":%s}\n",
-              s.name, mode.name, (long long)s.M, (long long)s.N, (long long)s.K, ours_tf, ref_tf, ours_tf / ref_tf,
-              err, mode.tolerance, ok ? "true" : "false");
+  std::printf(
+      "{\"bench\":\"gemm\",\"case\":\"%s\",\"dtype\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,"
+      "\"ours_tflops\":%.3f,\"cublas_tflops\":%.3f,\"ratio\":%.3f,\"max_rel_err_vs_cublas\":%.3g,"
+      "\"tolerance\":%.3g,\"ok\":%s}\n",
+      s.name, mode.name, (long long)s.M, (long long)s.N, (long long)s.K, ours_tf, ref_tf, ours_tf / ref_tf, err,
+      mode.tolerance, ok ? "true" : "false");
   std::fflush(stdout);
   return ok;
 }
@@ -190,11 +191,11 @@ int main(int argc, char** argv) {
   for (int64_t n : {256, 512, 1024, 2048, 4096, 8192})
     if (n <= max_size) shapes.push_back({"square", n, n, n});
   // The example models (batch 128 Fashion-MNIST CNN of width 32; char-LSTM batch 64, hidden 256):
-  shapes.push_back({"cnn_conv1_im2col", 128 * 28 * 28, 32, 9});        // (pixels, OC) = (pixels, 1*3*3) W^T
-  shapes.push_back({"cnn_conv2_im2col", 128 * 14 * 14, 64, 32 * 9});   // second conv after a 2x2 pool
-  shapes.push_back({"cnn_conv1_weight_grad", 32, 9, 128 * 28 * 28});    // dW = G col^T: split-K
-  shapes.push_back({"cnn_linear", 128, 128, 64 * 7 * 7});               // 128 x 3136 -> 128
-  shapes.push_back({"lstm_gates", 64, 4 * 256, 256});                  // x W_ih^T and h W_hh^T
+  shapes.push_back({"cnn_conv1_im2col", 128 * 28 * 28, 32, 9});       // (pixels, OC) = (pixels, 1*3*3) W^T
+  shapes.push_back({"cnn_conv2_im2col", 128 * 14 * 14, 64, 32 * 9});  // second conv after a 2x2 pool
+  shapes.push_back({"cnn_conv1_weight_grad", 32, 9, 128 * 28 * 28});  // dW = G col^T: split-K
+  shapes.push_back({"cnn_linear", 128, 128, 64 * 7 * 7});             // 128 x 3136 -> 128
+  shapes.push_back({"lstm_gates", 64, 4 * 256, 256});                 // x W_ih^T and h W_hh^T
 
   cudaStream_t stream = cuda::stream(0);
   cublasHandle_t handle;

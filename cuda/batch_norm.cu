@@ -22,10 +22,13 @@ namespace {
 
 // ---- arithmetic without FMA contraction (CPU expression order, each op rounded) -------------
 
-
 // A double rounded to the compute type A (the CPU's A(double)).
-template <class A> __device__ __forceinline__ A from_double(double v);
-template <> __device__ __forceinline__ float from_double<float>(double v) { return __double2float_rn(v); }
+template <class A>
+__device__ __forceinline__ A from_double(double v);
+template <>
+__device__ __forceinline__ float from_double<float>(double v) {
+  return __double2float_rn(v);
+}
 
 // ---- per-channel vectors of any floating dtype ----------------------------------------------
 
@@ -95,8 +98,8 @@ inline constexpr int kBnBlock = 256;  // threads per channel block (a multiple o
 template <class T>
 __global__ void batch_norm_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t x_cs, int64_t y_cs,
                                           OffsetCalculator<2> pos, int64_t n, ChanVec w, ChanVec b, ChanVec rm,
-                                          ChanVec rv, bool training, double momentum, double eps,
-                                          compute_t<T>* mean, compute_t<T>* invstd) {
+                                          ChanVec rv, bool training, double momentum, double eps, compute_t<T>* mean,
+                                          compute_t<T>* invstd) {
   using A = compute_t<T>;
   __shared__ double scratch[32];
   const int64_t c = blockIdx.x;
@@ -150,8 +153,8 @@ template <class T>
 __global__ void batch_norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
                                            int64_t x_cs, int64_t dy_cs, int64_t dx_cs, OffsetCalculator<3> pos,
                                            int64_t n, ChanVec w, const compute_t<T>* mean, int64_t mean_stride,
-                                           const compute_t<T>* invstd, int64_t invstd_stride, bool training,
-                                           bool sums, ChanVec dweight, ChanVec dbias) {
+                                           const compute_t<T>* invstd, int64_t invstd_stride, bool training, bool sums,
+                                           ChanVec dweight, ChanVec dbias) {
   using A = compute_t<T>;
   __shared__ double scratch[32];
   const int64_t c = blockIdx.x;
@@ -218,8 +221,8 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
     using T = decltype(tag);
     using A = compute_t<T>;
     batch_norm_forward_kernel<T><<<unsigned(C), kBnBlock, 0, stream_of(x)>>>(
-        static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()), x.strides()[1], y.strides()[1], pos, n,
-        w, b, rm, rv, training, momentum, eps, static_cast<A*>(mean.raw_data()), static_cast<A*>(invstd.raw_data()));
+        static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()), x.strides()[1], y.strides()[1], pos, n, w,
+        b, rm, rv, training, momentum, eps, static_cast<A*>(mean.raw_data()), static_cast<A*>(invstd.raw_data()));
     MT_CUDA_CHECK_LAUNCH("batch_norm_forward_kernel");
   });
 }
@@ -243,8 +246,8 @@ void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& wei
     using A = compute_t<T>;
     T* pdx = dx.defined() ? static_cast<T*>(dx.raw_data()) : nullptr;
     batch_norm_backward_kernel<T><<<unsigned(C), kBnBlock, 0, stream_of(x)>>>(
-        static_cast<const T*>(dy.raw_data()), static_cast<const T*>(x.raw_data()), pdx, x.strides()[1],
-        dy.strides()[1], dxl.strides()[1], pos, n, w, static_cast<const A*>(mean.raw_data()), mean.strides()[0],
+        static_cast<const T*>(dy.raw_data()), static_cast<const T*>(x.raw_data()), pdx, x.strides()[1], dy.strides()[1],
+        dxl.strides()[1], pos, n, w, static_cast<const A*>(mean.raw_data()), mean.strides()[0],
         static_cast<const A*>(invstd.raw_data()), invstd.strides()[0], training, sums, dwv, dbv);
     MT_CUDA_CHECK_LAUNCH("batch_norm_backward_kernel");
   });

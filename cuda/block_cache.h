@@ -42,8 +42,7 @@ class BlockCache {
   using RawAlloc = std::function<void*(size_t)>;  // nullptr when out of memory
   using RawFree = std::function<void(void*)>;
 
-  BlockCache(RawAlloc raw_alloc, RawFree raw_free)
-      : raw_alloc_(std::move(raw_alloc)), raw_free_(std::move(raw_free)) {}
+  BlockCache(RawAlloc raw_alloc, RawFree raw_free) : raw_alloc_(std::move(raw_alloc)), raw_free_(std::move(raw_free)) {}
   BlockCache(const BlockCache&) = delete;
   BlockCache& operator=(const BlockCache&) = delete;
 

@@ -27,22 +27,21 @@
 #include "tensor/core/rng.h"
 #include "tensor/core/strided.h"
 
-#define MT_CUDA_CHECK(call)                                                                        \
-  do {                                                                                             \
-    const cudaError_t mt_err_ = (call);                                                            \
-    if (mt_err_ != cudaSuccess)                                                                    \
-      throw ::mixtape::Error(::mixtape::detail::cat(#call, " failed at ", __FILE__, ":", __LINE__, \
-                                                    ": ", cudaGetErrorString(mt_err_)));           \
+#define MT_CUDA_CHECK(call)                                                                                          \
+  do {                                                                                                               \
+    const cudaError_t mt_err_ = (call);                                                                              \
+    if (mt_err_ != cudaSuccess)                                                                                      \
+      throw ::mixtape::Error(                                                                                        \
+          ::mixtape::detail::cat(#call, " failed at ", __FILE__, ":", __LINE__, ": ", cudaGetErrorString(mt_err_))); \
   } while (0)
 
 // After a <<<...>>> launch: a bad configuration is reported here, with the kernel's name.
-#define MT_CUDA_CHECK_LAUNCH(kernel_name)                                                          \
-  do {                                                                                             \
-    const cudaError_t mt_err_ = cudaGetLastError();                                                \
-    if (mt_err_ != cudaSuccess)                                                                    \
-      throw ::mixtape::Error(::mixtape::detail::cat("launch of ", kernel_name, " failed at ",      \
-                                                    __FILE__, ":", __LINE__, ": ",                 \
-                                                    cudaGetErrorString(mt_err_)));                 \
+#define MT_CUDA_CHECK_LAUNCH(kernel_name)                                                                              \
+  do {                                                                                                                 \
+    const cudaError_t mt_err_ = cudaGetLastError();                                                                    \
+    if (mt_err_ != cudaSuccess)                                                                                        \
+      throw ::mixtape::Error(::mixtape::detail::cat("launch of ", kernel_name, " failed at ", __FILE__, ":", __LINE__, \
+                                                    ": ", cudaGetErrorString(mt_err_)));                               \
   } while (0)
 
 namespace mixtape::cuda {
@@ -67,9 +66,16 @@ inline Stream stream_of(const Strided& t) { return stream(t.device().index); }
 
 // ---- storage types and conversions ------------------------------------------------------------
 
-template <class T> struct compute_of { using type = float; };  // 16-bit and f32 compute in fp32
-template <> struct compute_of<double> { using type = double; };
-template <class T> using compute_t = typename compute_of<T>::type;
+template <class T>
+struct compute_of {
+  using type = float;
+};  // 16-bit and f32 compute in fp32
+template <>
+struct compute_of<double> {
+  using type = double;
+};
+template <class T>
+using compute_t = typename compute_of<T>::type;
 
 __device__ __forceinline__ float load(float v) { return v; }
 __device__ __forceinline__ double load(double v) { return v; }
@@ -77,38 +83,53 @@ __device__ __forceinline__ float load(__half v) { return __half2float(v); }
 __device__ __forceinline__ float load(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // The one rounding point of the device (Note [Rounding on the device]).
-template <class T> __device__ __forceinline__ T store(float v);
-template <> __device__ __forceinline__ float store<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half store<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float v) {
+template <class T>
+__device__ __forceinline__ T store(float v);
+template <>
+__device__ __forceinline__ float store<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half store<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 // From a double accumulator (batch-norm statistics, bias and embedding gradients), rounded once
 // as the CPU's store<T>(double): round-to-odd to float first (Note [Rounding f64 and i64 to 16
 // bits] in tensor/core/half.h), with the host's own functions compiled for the device.
-template <class T> __device__ __forceinline__ T store(double v);
-template <> __device__ __forceinline__ float store<float>(double v) { return __double2float_rn(v); }
-template <> __device__ __forceinline__ __half store<__half>(double v) {
+template <class T>
+__device__ __forceinline__ T store(double v);
+template <>
+__device__ __forceinline__ float store<float>(double v) {
+  return __double2float_rn(v);
+}
+template <>
+__device__ __forceinline__ __half store<__half>(double v) {
   return __ushort_as_half(bits16::double_to_half_rn(v));
 }
-template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(double v) {
+template <>
+__device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(double v) {
   return __ushort_as_bfloat16(bits16::double_to_bf16_rn(v));
 }
 
 // Stochastic rounding of v with random word r (tensor/core/half.h, Note [Stochastic rounding]).
-template <class T> __device__ __forceinline__ T store_stochastic(float v, uint32_t r);
-template <> __device__ __forceinline__ __half store_stochastic<__half>(float v, uint32_t r) {
+template <class T>
+__device__ __forceinline__ T store_stochastic(float v, uint32_t r);
+template <>
+__device__ __forceinline__ __half store_stochastic<__half>(float v, uint32_t r) {
   return __ushort_as_half(bits16::float_to_half_sr(v, r));
 }
-template <> __device__ __forceinline__ __nv_bfloat16 store_stochastic<__nv_bfloat16>(float v, uint32_t r) {
+template <>
+__device__ __forceinline__ __nv_bfloat16 store_stochastic<__nv_bfloat16>(float v, uint32_t r) {
   return __ushort_as_bfloat16(bits16::float_to_bf16_sr(v, r));
 }
 
 // The random word of element i in stream (seed, offset): philox_words(seed, offset + i)[0], as
 // the CPU kernels draw it.
-__device__ __forceinline__ uint32_t philox_word(uint64_t seed, uint64_t index) {
-  return philox_words(seed, index)[0];
-}
+__device__ __forceinline__ uint32_t philox_word(uint64_t seed, uint64_t index) { return philox_words(seed, index)[0]; }
 
 // Arithmetic rounded once per operation, spelled out where a kernel must equal the CPU's fp32
 // expression bit for bit. The build already forbids contraction (--fmad=false, Note [No
@@ -160,7 +181,9 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
 }
 
 template <class T>
-__device__ __forceinline__ T* element(T* base, int64_t offset) { return base + offset; }
+__device__ __forceinline__ T* element(T* base, int64_t offset) {
+  return base + offset;
+}
 
 // Device memory a launcher needs for itself (per-block partial sums, flags, im2col columns, a
 // contiguous copy of an operand): a contiguous `shape` of `dtype` from the caching allocator of
@@ -188,7 +211,10 @@ class Workspace {
 
   const Strided& view() const { return view_; }  // the memory as a launcher operand
   void* raw_data() const { return view_.raw_data(); }
-  template <class T> T* data() const { return view_.data<T>(); }
+  template <class T>
+  T* data() const {
+    return view_.data<T>();
+  }
 
  private:
   void release() noexcept {

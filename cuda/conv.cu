@@ -136,8 +136,8 @@ __global__ void round_kernel(const float* src, T* dst, int64_t n) {
 // like the CPU's conv_bias_grad (a large reduction; double keeps the result independent of order
 // in practice). blockDim.x = kBlock.
 template <class T>
-__global__ void bias_grad_kernel(const T* dy, int64_t ds0, int64_t ds1, int64_t ds2, int64_t ds3, int64_t N,
-                                 int64_t H, int64_t W, T* db, int64_t db_stride) {
+__global__ void bias_grad_kernel(const T* dy, int64_t ds0, int64_t ds1, int64_t ds2, int64_t ds3, int64_t N, int64_t H,
+                                 int64_t W, T* db, int64_t db_stride) {
   __shared__ double scratch[32];
   const int64_t oc = blockIdx.x, HW = H * W, total = N * HW;
   double acc = 0.0;
@@ -185,9 +185,8 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
   T* po = static_cast<T*>(out.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0);
-    im2col_kernel<T><<<grid_for(R * nb * L), kBlock, 0, stream>>>(px + n0 * xs[0], xs[0], xs[1], xs[2], xs[3],
-                                                                   kgeom(g), nb, static_cast<T*>(col.raw_data()), L,
-                                                                   R * L);
+    im2col_kernel<T><<<grid_for(R * nb * L), kBlock, 0, stream>>>(px + n0 * xs[0], xs[0], xs[1], xs[2], xs[3], kgeom(g),
+                                                                  nb, static_cast<T*>(col.raw_data()), L, R * L);
     MT_CUDA_CHECK_LAUNCH("im2col_kernel");
     // out_n [OC, L] = W [OC, R] col_n [R, L]
     p.b = {col.raw_data(), L, 1, R * L};
@@ -273,11 +272,11 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   T* pG = static_cast<T*>(G.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
-    im2col_kernel<T><<<grid_for(R * cols), kBlock, 0, stream>>>(px + n0 * xs[0], xs[0], xs[1], xs[2], xs[3],
-                                                                kgeom(g), nb, pcol, cols, L);
+    im2col_kernel<T><<<grid_for(R * cols), kBlock, 0, stream>>>(px + n0 * xs[0], xs[0], xs[1], xs[2], xs[3], kgeom(g),
+                                                                nb, pcol, cols, L);
     MT_CUDA_CHECK_LAUNCH("im2col_kernel");
-    gather_columns_kernel<T><<<grid_for(g.OC * cols), kBlock, 0, stream>>>(pdy + n0 * ds[0], ds[0], ds[1], ds[2],
-                                                                           ds[3], g.OC, g.OH, g.OW, nb, pG);
+    gather_columns_kernel<T><<<grid_for(g.OC * cols), kBlock, 0, stream>>>(pdy + n0 * ds[0], ds[0], ds[1], ds[2], ds[3],
+                                                                           g.OC, g.OH, g.OW, nb, pG);
     MT_CUDA_CHECK_LAUNCH("gather_columns_kernel");
     // dW (+)= G col^T: (OC, R) = (OC, nb*L) (R, nb*L)^T
     p.K = cols;
@@ -321,11 +320,10 @@ void conv2d_backward_input(const Strided& dy, const Strided& w, const Strided& b
   DeviceGuard guard(dx.device().index);
   const Geom g = make_geom(dx.shape(), dy.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
   if (dx.numel() == 0) return;
-  dispatch_floating(dx.dtype(), "conv2d_backward_input",
-                    [&](auto tag) {
-                      using T = decltype(tag);
-                      if constexpr (!std::is_same_v<T, double>) conv_input_grad<T>(dy, w, bias, g, dx);
-                    });
+  dispatch_floating(dx.dtype(), "conv2d_backward_input", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) conv_input_grad<T>(dy, w, bias, g, dx);
+  });
 }
 
 void conv2d_backward_weight(const Strided& x, const Strided& dy, int64_t stride_h, int64_t stride_w, int64_t pad_h,
@@ -334,17 +332,16 @@ void conv2d_backward_weight(const Strided& x, const Strided& dy, int64_t stride_
   DeviceGuard guard(dw.device().index);
   const Geom g = make_geom(x.shape(), dy.shape(), dw.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
   if (dw.numel() == 0) return;
-  dispatch_floating(dw.dtype(), "conv2d_backward_weight",
-                    [&](auto tag) {
-                      using T = decltype(tag);
-                      if constexpr (!std::is_same_v<T, double>) conv_weight_grad<T>(x, dy, g, dw);
-                    });
+  dispatch_floating(dw.dtype(), "conv2d_backward_weight", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) conv_weight_grad<T>(x, dy, g, dw);
+  });
 }
 
 void conv2d_backward_bias(const Strided& dy, const Strided& db) {
   MT_CHECK(dy.dim() == 4 && db.dim() == 1 && db.size(0) == dy.size(1) && db.dtype() == dy.dtype(),
-           "cuda::conv2d_backward_bias: expected dy [N, OC, OH, OW] and db [OC] of one dtype, got ", dy.meta(),
-           " and ", db.meta());
+           "cuda::conv2d_backward_bias: expected dy [N, OC, OH, OW] and db [OC] of one dtype, got ", dy.meta(), " and ",
+           db.meta());
   DeviceGuard guard(db.device().index);
   if (db.numel() == 0) return;
   dispatch_floating(db.dtype(), "conv2d_backward_bias", [&](auto tag) {

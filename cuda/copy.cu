@@ -43,7 +43,8 @@ __device__ __forceinline__ float exact_float(float f) { return f; }
 
 // ---- one element, Rounding::nearest: cpu convert<D, S> = store<D>(load<S>(v)) ---------------------
 
-template <class T> inline constexpr bool is_16bit_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+template <class T>
+inline constexpr bool is_16bit_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 
 template <class D, class S>
 __device__ __forceinline__ D convert(S v) {
@@ -87,8 +88,8 @@ struct CopyStochastic {
   uint64_t seed, offset;
   __device__ void operator()(int64_t i, const int64_t (&o)[2]) const {
     const uint64_t index = offset + uint64_t(i);
-    const uint32_t r = philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u},
-                                     {uint32_t(seed), uint32_t(seed >> 32)})[0];
+    const uint32_t r =
+        philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u}, {uint32_t(seed), uint32_t(seed >> 32)})[0];
     dst[o[0]] = store_stochastic<D>(to_float_rn(src[o[1]]), r);
   }
 };

@@ -42,15 +42,13 @@ void dropout(const Strided& x, const Strided& out, double p, uint64_t seed, uint
   DeviceGuard guard(x.device().index);
   const double keep = 1.0 - p;
   const OffsetCalculator<2> calc = offsets_for<2>(x.shape(), {&x, &out});
-  dispatch_floating(
-      x.dtype(), "dropout",
-      [&](auto tag) {
-        using T = decltype(tag);
-        using C = compute_t<T>;
-        const Dropout<T> f{static_cast<const T*>(x.raw_data()), static_cast<T*>(out.raw_data()), keep, C(1.0 / keep),
-                           seed, offset};
-        launch_elementwise<2>("dropout", x.numel(), calc, f, stream_of(out));
-      });
+  dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const Dropout<T> f{
+        static_cast<const T*>(x.raw_data()), static_cast<T*>(out.raw_data()), keep, C(1.0 / keep), seed, offset};
+    launch_elementwise<2>("dropout", x.numel(), calc, f, stream_of(out));
+  });
 }
 
 }  // namespace mixtape::cuda

@@ -30,7 +30,6 @@ namespace {
 
 // ---- scalar math in the compute type C (float, or double for f64) ----------------------------
 
-
 __device__ __forceinline__ float dexp(float x) { return expf(x); }
 __device__ __forceinline__ float dlog(float x) { return logf(x); }
 __device__ __forceinline__ float dsqrt(float x) { return sqrtf(x); }
@@ -111,9 +110,13 @@ struct BinaryElementwise {
 };
 
 template <class T>
-const T* cptr(const Strided& t) { return static_cast<const T*>(t.raw_data()); }
+const T* cptr(const Strided& t) {
+  return static_cast<const T*>(t.raw_data());
+}
 template <class T>
-T* mptr(const Strided& t) { return static_cast<T*>(t.raw_data()); }
+T* mptr(const Strided& t) {
+  return static_cast<T*>(t.raw_data());
+}
 
 }  // namespace
 
@@ -122,47 +125,41 @@ T* mptr(const Strided& t) { return static_cast<T*>(t.raw_data()); }
 void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b) {
   DeviceGuard guard(x.device().index);
   const OffsetCalculator<2> calc = offsets_for<2>(out.shape(), {&out, &x});
-  dispatch_floating(
-      x.dtype(), unary_op_name(op),
-      [&](auto tag) {
-        using T = decltype(tag);
-        using C = compute_t<T>;
-        formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
-          const UnaryForward<OP, T> f{cptr<T>(x), mptr<T>(out), C(a), C(b)};
-          launch_elementwise<2>("unary_forward", out.numel(), calc, f, stream_of(out));
-        });
-      });
+  dispatch_floating(x.dtype(), unary_op_name(op), [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
+      const UnaryForward<OP, T> f{cptr<T>(x), mptr<T>(out), C(a), C(b)};
+      launch_elementwise<2>("unary_forward", out.numel(), calc, f, stream_of(out));
+    });
+  });
 }
 
 void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Strided& dy, const Strided& dx, double a,
                     double b) {
   DeviceGuard guard(dy.device().index);
   const OffsetCalculator<4> calc = offsets_for<4>(dx.shape(), {&dx, &x, &y, &dy});
-  dispatch_floating(
-      dx.dtype(), unary_op_name(op),
-      [&](auto tag) {
-        using T = decltype(tag);
-        using C = compute_t<T>;
-        formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
-          const UnaryBackward<OP, T> f{cptr<T>(x), cptr<T>(y), cptr<T>(dy), mptr<T>(dx), C(a), C(b)};
-          launch_elementwise<4>("unary_backward", dx.numel(), calc, f, stream_of(dx));
-        });
-      });
+  dispatch_floating(dx.dtype(), unary_op_name(op), [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
+      const UnaryBackward<OP, T> f{cptr<T>(x), cptr<T>(y), cptr<T>(dy), mptr<T>(dx), C(a), C(b)};
+      launch_elementwise<4>("unary_backward", dx.numel(), calc, f, stream_of(dx));
+    });
+  });
 }
 
 // a and b broadcast to out's shape (offsets_for gives size-1 and missing leading dims stride 0).
 void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& out) {
   DeviceGuard guard(out.device().index);
   const OffsetCalculator<3> calc = offsets_for<3>(out.shape(), {&out, &a, &b});
-  dispatch_floating(
-      out.dtype(), binary_op_name(op),
-      [&](auto tag) {
-        using T = decltype(tag);
-        formulas::dispatch_binary(op, [&]<BinaryOp OP>() {
-          const BinaryElementwise<OP, T> f{cptr<T>(a), cptr<T>(b), mptr<T>(out)};
-          launch_elementwise<3>("binary", out.numel(), calc, f, stream_of(out));
-        });
-      });
+  dispatch_floating(out.dtype(), binary_op_name(op), [&](auto tag) {
+    using T = decltype(tag);
+    formulas::dispatch_binary(op, [&]<BinaryOp OP>() {
+      const BinaryElementwise<OP, T> f{cptr<T>(a), cptr<T>(b), mptr<T>(out)};
+      launch_elementwise<3>("binary", out.numel(), calc, f, stream_of(out));
+    });
+  });
 }
 
 }  // namespace mixtape::cuda

@@ -61,10 +61,8 @@ void launch_elementwise(const char* name, int64_t n, const OffsetCalculator<N>& 
       st.s[k] = calc.ndim == 0 ? 0 : calc.strides[k][0];
       contiguous = contiguous && st.s[k] == 1;
     }
-    if (contiguous)
-      elementwise_detail::linear_kernel<true, N><<<grid, kBlock, 0, stream>>>(op, st, n);
-    else
-      elementwise_detail::linear_kernel<false, N><<<grid, kBlock, 0, stream>>>(op, st, n);
+    if (contiguous) elementwise_detail::linear_kernel<true, N><<<grid, kBlock, 0, stream>>>(op, st, n);
+    else elementwise_detail::linear_kernel<false, N><<<grid, kBlock, 0, stream>>>(op, st, n);
   } else {
     elementwise_detail::strided_kernel<N><<<grid, kBlock, 0, stream>>>(op, calc, n);
   }

@@ -29,8 +29,8 @@ inline constexpr int kCheckBlock = 1024;
 
 // One block of kCheckBlock threads: *first_bad = the smallest row-major position p < n whose
 // index lies outside [0, V), or n when every index is valid.
-__global__ void first_bad_index_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, int64_t n,
-                                       int64_t V, int64_t* first_bad) {
+__global__ void first_bad_index_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, int64_t n, int64_t V,
+                                       int64_t* first_bad) {
   __shared__ int64_t scratch[32];
   int64_t best = n;
   for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
@@ -68,8 +68,8 @@ void check_indices(const Strided& indices, const OffsetCalculator<1>& ic, int64_
   ic.offsets(bad, o);
   int64_t k = 0;
   copy_device_to_host(&k, pidx + o[0], sizeof k, device);
-  throw Error(detail::cat(op, ": index ", k, " (at position ", bad, ") is out of range for ", V, " rows (",
-                          table_name, " ", table.meta(), ")"));
+  throw Error(detail::cat(op, ": index ", k, " (at position ", bad, ") is out of range for ", V, " rows (", table_name,
+                          " ", table.meta(), ")"));
 }
 
 // out [n, D] contiguous: out[row, j] = weight[idx[row], j]; indices already checked.
@@ -88,8 +88,8 @@ __global__ void embedding_kernel(const int64_t* __restrict__ idx, OffsetCalculat
 }
 
 // keys[p] = idx[p] * n + p for p < n, INT64_MAX up to npad (Note [Embedding backward on the GPU]).
-__global__ void embedding_keys_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, int64_t n,
-                                      int64_t npad, int64_t* __restrict__ keys) {
+__global__ void embedding_keys_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, int64_t n, int64_t npad,
+                                      int64_t* __restrict__ keys) {
   for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < npad; p += int64_t(gridDim.x) * blockDim.x) {
     if (p < n) {
       int64_t o[1];
@@ -230,9 +230,8 @@ void embedding_backward(const Strided& indices, const Strided& dy, const Strided
   const OffsetCalculator<1> dyc = make_offset_calculator<1>(indices.shape(), {lead});
   dispatch_floating(dy.dtype(), "embedding backward", [&](auto tag) {
     using T = decltype(tag);
-    embedding_backward_kernel<T><<<grid_for(V * D), kBlock, 0, s>>>(pk, n, static_cast<const T*>(dy.raw_data()),
-                                                                     dyc, dys.back(),
-                                                                     static_cast<T*>(dweight.raw_data()), V, D);
+    embedding_backward_kernel<T><<<grid_for(V * D), kBlock, 0, s>>>(
+        pk, n, static_cast<const T*>(dy.raw_data()), dyc, dys.back(), static_cast<T*>(dweight.raw_data()), V, D);
     MT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
   });
 }

@@ -150,8 +150,10 @@ struct SmemTiles {
   static constexpr size_t kBytes = 2 * size_t(kAElems + kBElems) * sizeof(In);  // two stages
   // 16-byte vector stores need 16-byte rows; WMMA needs 32-byte aligned fragment pointers, which
   // holds when the rows are 16-byte multiples and each buffer is a 32-byte multiple.
-  static_assert((kLda * sizeof(In)) % 16 == 0 && (kLdb * sizeof(In)) % 16 == 0, "shared rows must be 16-byte multiples");
-  static_assert((kAElems * sizeof(In)) % 32 == 0 && (kBElems * sizeof(In)) % 32 == 0, "buffers must be 32-byte multiples");
+  static_assert((kLda * sizeof(In)) % 16 == 0 && (kLdb * sizeof(In)) % 16 == 0,
+                "shared rows must be 16-byte multiples");
+  static_assert((kAElems * sizeof(In)) % 32 == 0 && (kBElems * sizeof(In)) % 32 == 0,
+                "buffers must be 32-byte multiples");
 
   // A element (m, k) and B element (k, n) of the tile, as shared-memory indices.
   __device__ static constexpr int a_index(int m, int k) { return A_K_CONTIG ? m * kLda + k : k * kLda + m; }
@@ -172,16 +174,20 @@ struct SmemTiles {
 
 // WMMA shape per input type: 16-bit inputs m16n16k16 with BK = 32; TF32 m16n16k8 with BK = 16
 // (the same 64 bytes of K per row, so shared memory stays under the 48 KiB static limit).
-template <class In> struct Mma;
-template <> struct Mma<__half> {
+template <class In>
+struct Mma;
+template <>
+struct Mma<__half> {
   using Elem = __half;
   static constexpr int kK = 16, kBK = 32, kPad = 8;
 };
-template <> struct Mma<__nv_bfloat16> {
+template <>
+struct Mma<__nv_bfloat16> {
   using Elem = __nv_bfloat16;
   static constexpr int kK = 16, kBK = 32, kPad = 8;
 };
-template <> struct Mma<float> {
+template <>
+struct Mma<float> {
   using Elem = wmma::precision::tf32;
   static constexpr int kK = 8, kBK = 16, kPad = 4;
 };
@@ -211,8 +217,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) wmma_gemm_kernel(const Args<In,
     constexpr size_t kStageBytes = size_t(Cfg::kThreads / 32) * 16 * kStageLd * sizeof(float);
     constexpr size_t kSmemBytes = Tiles::kBytes > kStageBytes ? Tiles::kBytes : kStageBytes;
     __shared__ __align__(128) unsigned char smem[kSmemBytes];
-    In* const a_s = reinterpret_cast<In*>(smem);   // [2][kAElems]
-    In* const b_s = a_s + 2 * Tiles::kAElems;      // [2][kBElems]
+    In* const a_s = reinterpret_cast<In*>(smem);  // [2][kAElems]
+    In* const b_s = a_s + 2 * Tiles::kAElems;     // [2][kBElems]
 
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
     const int wm = (warp / Cfg::WARPS_N) * Cfg::kWarpM, wn = (warp % Cfg::WARPS_N) * Cfg::kWarpN;
@@ -406,8 +412,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool vector_ok(const GemmOperand& op, bool inner_is_cols, int vec) {
   const int64_t inner = inner_is_cols ? op.col_stride : op.row_stride;
   const int64_t outer = inner_is_cols ? op.row_stride : op.col_stride;
-  return inner == 1 && outer % vec == 0 && op.batch_stride % vec == 0 &&
-         reinterpret_cast<uintptr_t>(op.ptr) % 16 == 0;
+  return inner == 1 && outer % vec == 0 && op.batch_stride % vec == 0 && reinterpret_cast<uintptr_t>(op.ptr) % 16 == 0;
 }
 
 // The kernel instance for one layout combination: A K-contiguous (row-major) or M-contiguous,
@@ -540,8 +545,8 @@ void run_gemm(const GemmParams& p, bool tf32, Stream stream) {
 }  // namespace
 
 void gemm(const GemmParams& p, Stream stream) {
-  MT_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0 && p.batch >= 0, "gemm: negative size (M=", p.M, ", N=", p.N,
-           ", K=", p.K, ", batch=", p.batch, ")");
+  MT_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0 && p.batch >= 0, "gemm: negative size (M=", p.M, ", N=", p.N, ", K=", p.K,
+           ", batch=", p.batch, ")");
   MT_CHECK(p.out_dtype == p.in_dtype || p.out_dtype == DType::f32, "gemm: ", dtype_name(p.in_dtype),
            " inputs can write ", dtype_name(p.in_dtype), " or f32, not ", dtype_name(p.out_dtype));
   MT_CHECK(p.bias_along == BiasAlong::none || p.bias != nullptr, "gemm: bias_along set without a bias pointer");
@@ -551,8 +556,8 @@ void gemm(const GemmParams& p, Stream stream) {
                     (p.fp32_math == Fp32Math::tf32 || (p.fp32_math == Fp32Math::global && tf32_enabled()));
   const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, p.device);
   MT_CHECK(major >= 8 || p.in_dtype == DType::f16 || (p.in_dtype == DType::f32 && !tf32),
-           "gemm: ", tf32 ? "TF32" : dtype_name(p.in_dtype), " Tensor Core kernels need sm_80 or newer (cuda:",
-           p.device, " is sm_", major, "x)");
+           "gemm: ", tf32 ? "TF32" : dtype_name(p.in_dtype),
+           " Tensor Core kernels need sm_80 or newer (cuda:", p.device, " is sm_", major, "x)");
   switch (p.in_dtype) {
     case DType::f16:
       if (p.out_dtype == DType::f16) run_gemm<__half, __half>(p, false, stream);

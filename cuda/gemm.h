@@ -66,14 +66,14 @@ struct GemmOperand {
 struct GemmParams {
   int device = 0;  // where the pointers live; split-K workspaces are allocated there
   int64_t M = 0, N = 0, K = 0, batch = 1;
-  DType in_dtype = DType::f32;  // dtype of A, B and bias: f32, f16 or bf16
-  GemmOperand a;                // logical [M, K]
-  GemmOperand b;                // logical [K, N]
+  DType in_dtype = DType::f32;   // dtype of A, B and bias: f32, f16 or bf16
+  GemmOperand a;                 // logical [M, K]
+  GemmOperand b;                 // logical [K, N]
   DType out_dtype = DType::f32;  // C: in_dtype or f32
   void* c = nullptr;
   int64_t c_row_stride = 0, c_col_stride = 1, c_batch_stride = 0;
   float alpha = 1.0f;
-  float beta = 0.0f;  // 0: C is only written (never read, so it may hold NaN garbage)
+  float beta = 0.0f;           // 0: C is only written (never read, so it may hold NaN garbage)
   const void* bias = nullptr;  // in_dtype; length N (cols) or M (rows)
   int64_t bias_stride = 1;
   BiasAlong bias_along = BiasAlong::none;

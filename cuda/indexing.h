@@ -15,7 +15,6 @@
 #include "tensor/core/host_device.h"
 #include "tensor/core/shape.h"
 
-
 namespace mixtape::cuda {
 
 inline constexpr int kMaxDims = 8;  // after merging; more throws on the host
@@ -51,8 +50,8 @@ OffsetCalculator<N> make_offset_calculator(const Shape& shape, const std::array<
       for (int k = 0; k < N; ++k) c.strides[k][c.ndim - 1] = strides[k][i];
       continue;
     }
-    MT_CHECK(c.ndim < kMaxDims, "CUDA kernels take at most ", kMaxDims,
-             " non-mergeable dims; got shape ", shape_str(shape));
+    MT_CHECK(c.ndim < kMaxDims, "CUDA kernels take at most ", kMaxDims, " non-mergeable dims; got shape ",
+             shape_str(shape));
     c.sizes[c.ndim] = shape[i];
     for (int k = 0; k < N; ++k) c.strides[k][c.ndim] = strides[k][i];
     ++c.ndim;

@@ -15,8 +15,8 @@ namespace mixtape::cuda {
 void matmul(const Strided& a, const Strided& b, const Strided& bias, const Strided& out) {
   const size_t nd = size_t(out.dim());
   MT_CHECK(nd >= 2 && a.dim() == out.dim() && b.dim() == out.dim() && out.is_contiguous(),
-           "cuda::matmul: expected a, b and a contiguous out of one rank >= 2, got ", a.meta(), " x ", b.meta(),
-           " -> ", out.meta());
+           "cuda::matmul: expected a, b and a contiguous out of one rank >= 2, got ", a.meta(), " x ", b.meta(), " -> ",
+           out.meta());
   MT_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype() && (!bias.defined() || bias.dtype() == out.dtype()),
            "cuda::matmul: operands must share out's dtype: ", a.meta(), " x ", b.meta(), " -> ", out.meta());
   dispatch_floating(out.dtype(), "matmul", [](auto) {});  // f64 stays on the CPU: a clear error

@@ -32,7 +32,10 @@ __device__ __forceinline__ float dev_exp(float v) { return expf(v); }
 __device__ __forceinline__ float dev_log(float v) { return logf(v); }
 __device__ __forceinline__ float dev_log1p(float v) { return log1pf(v); }
 
-template <class A> __device__ __forceinline__ A neg_inf() { return A(-INFINITY); }
+template <class A>
+__device__ __forceinline__ A neg_inf() {
+  return A(-INFINITY);
+}
 
 inline int64_t round_up32(int64_t v) { return (v + 31) / 32 * 32; }
 // Threads for one block per row of `len` elements: a multiple of 32, at most kBlock.
@@ -161,8 +164,8 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
 template <class T>
 __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const int64_t* __restrict__ targets,
                                               const T* __restrict__ dy, T* __restrict__ dx,
-                                              unsigned long long* __restrict__ bad, OffsetCalculator<4> rows,
-                                              int64_t C, int64_t sx, int64_t sd, bool reduce, double divisor) {
+                                              unsigned long long* __restrict__ bad, OffsetCalculator<4> rows, int64_t C,
+                                              int64_t sx, int64_t sd, bool reduce, double divisor) {
   using A = compute_t<T>;
   __shared__ A scratch[32];
   const int64_t r = blockIdx.x;
@@ -215,13 +218,15 @@ void check_bad_target(const Workspace& word, const Strided& logits, const Stride
 
 // loss_i = max(x, 0) - x t + log1p(exp(-|x|))
 struct BceLoss {
-  template <class A> __device__ A operator()(A x, A t) const {
+  template <class A>
+  __device__ A operator()(A x, A t) const {
     return A((x < A(0) ? A(0) : x) - mul_rn(x, t) + dev_log1p(dev_exp(-fabs(x))));
   }
 };
 // (dx, dt) = ((sigmoid(x) - t) g, -x g), sigmoid without overflow (exp of -|x| only).
 struct BceGrad {
-  template <class A> __device__ void operator()(A x, A t, A g, A& da, A& db) const {
+  template <class A>
+  __device__ void operator()(A x, A t, A g, A& da, A& db) const {
     const A e = dev_exp(-fabs(x));
     const A sig = x >= A(0) ? A(A(1) / (A(1) + e)) : A(e / (A(1) + e));
     da = A((sig - t) * g);
@@ -229,10 +234,14 @@ struct BceGrad {
   }
 };
 struct MseLoss {
-  template <class A> __device__ A operator()(A a, A b) const { return A((a - b) * (a - b)); }
+  template <class A>
+  __device__ A operator()(A a, A b) const {
+    return A((a - b) * (a - b));
+  }
 };
 struct MseGrad {
-  template <class A> __device__ void operator()(A a, A b, A g, A& da, A& db) const {
+  template <class A>
+  __device__ void operator()(A a, A b, A g, A& da, A& db) const {
     const A d = A(A(2) * (a - b)) * g;
     da = d;
     db = A(-d);
@@ -289,34 +298,31 @@ void pointwise_loss(const char* name, const Strided& a, const Strided& b, bool r
   DeviceGuard guard(a.device().index);
   const Stream st = stream_of(a);
   const int64_t numel = a.numel();
-  dispatch_floating(
-      a.dtype(), name,
-      [&](auto tag) {
-        using T = decltype(tag);
-        T* po = static_cast<T*>(out.raw_data());
-        if (numel == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
-          if (reduce) {
-            Workspace zero = workspace<double>(1, a.device());
-            MT_CUDA_CHECK(cudaMemsetAsync(zero.raw_data(), 0, sizeof(double), st));
-            launch_loss_total<T>(static_cast<const double*>(zero.raw_data()), 1, divisor, po, st);
-          }
-          return;
-        }
-        const OffsetCalculator<3> calc = make_offset_calculator<3>(
-            a.shape(), {a.strides(), b.strides(), elem_strides(out, reduce, a.shape().size())});
-        const unsigned blocks = reduce ? loss_blocks(numel) : grid_for(numel);
-        Workspace partial;
-        double* pp = nullptr;
-        if (reduce) {
-          partial = workspace<double>(int64_t(blocks), a.device());
-          pp = static_cast<double*>(partial.raw_data());
-        }
-        pointwise_loss_kernel<T, F><<<blocks, kBlock, 0, st>>>(static_cast<const T*>(a.raw_data()),
-                                                               static_cast<const T*>(b.raw_data()), po, pp, calc,
-                                                               numel, reduce, f);
-        MT_CUDA_CHECK_LAUNCH("pointwise_loss_kernel");
-        if (reduce) launch_loss_total<T>(pp, int64_t(blocks), divisor, po, st);
-      });
+  dispatch_floating(a.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    T* po = static_cast<T*>(out.raw_data());
+    if (numel == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
+      if (reduce) {
+        Workspace zero = workspace<double>(1, a.device());
+        MT_CUDA_CHECK(cudaMemsetAsync(zero.raw_data(), 0, sizeof(double), st));
+        launch_loss_total<T>(static_cast<const double*>(zero.raw_data()), 1, divisor, po, st);
+      }
+      return;
+    }
+    const OffsetCalculator<3> calc =
+        make_offset_calculator<3>(a.shape(), {a.strides(), b.strides(), elem_strides(out, reduce, a.shape().size())});
+    const unsigned blocks = reduce ? loss_blocks(numel) : grid_for(numel);
+    Workspace partial;
+    double* pp = nullptr;
+    if (reduce) {
+      partial = workspace<double>(int64_t(blocks), a.device());
+      pp = static_cast<double*>(partial.raw_data());
+    }
+    pointwise_loss_kernel<T, F><<<blocks, kBlock, 0, st>>>(
+        static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()), po, pp, calc, numel, reduce, f);
+    MT_CUDA_CHECK_LAUNCH("pointwise_loss_kernel");
+    if (reduce) launch_loss_total<T>(pp, int64_t(blocks), divisor, po, st);
+  });
 }
 
 template <class F>
@@ -328,20 +334,18 @@ void pointwise_loss_backward(const char* name, const Strided& a, const Strided& 
   const Stream st = stream_of(a);
   const size_t nd = a.shape().size();
   const Shape zero(nd, 0);
-  const OffsetCalculator<5> calc = make_offset_calculator<5>(
-      a.shape(), {a.strides(), b.strides(), elem_strides(dy, reduce, nd), da.defined() ? da.strides() : zero,
-                  db.defined() ? db.strides() : zero});
-  dispatch_floating(
-      a.dtype(), name,
-      [&](auto tag) {
-        using T = decltype(tag);
-        T* pda = da.defined() ? static_cast<T*>(da.raw_data()) : nullptr;
-        T* pdb = db.defined() ? static_cast<T*>(db.raw_data()) : nullptr;
-        pointwise_loss_backward_kernel<T, F><<<grid_for(numel), kBlock, 0, st>>>(
-            static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
-            static_cast<const T*>(dy.raw_data()), pda, pdb, calc, numel, reduce, divisor, f);
-        MT_CUDA_CHECK_LAUNCH("pointwise_loss_backward_kernel");
-      });
+  const OffsetCalculator<5> calc =
+      make_offset_calculator<5>(a.shape(), {a.strides(), b.strides(), elem_strides(dy, reduce, nd),
+                                            da.defined() ? da.strides() : zero, db.defined() ? db.strides() : zero});
+  dispatch_floating(a.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    T* pda = da.defined() ? static_cast<T*>(da.raw_data()) : nullptr;
+    T* pdb = db.defined() ? static_cast<T*>(db.raw_data()) : nullptr;
+    pointwise_loss_backward_kernel<T, F><<<grid_for(numel), kBlock, 0, st>>>(
+        static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()), static_cast<const T*>(dy.raw_data()),
+        pda, pdb, calc, numel, reduce, divisor, f);
+    MT_CUDA_CHECK_LAUNCH("pointwise_loss_backward_kernel");
+  });
 }
 
 }  // namespace
@@ -356,15 +360,13 @@ void softmax(const Strided& x, int64_t dim, bool log_out, const Strided& out) {
   const char* name = log_out ? "log_softmax" : "softmax";
   MT_CHECK(rows <= INT_MAX, name, ": ", rows, " rows exceed the CUDA grid (", x.meta(), ")");
   const OffsetCalculator<2> calc = make_offset_calculator<2>(xv.outer_shape, {xv.outer_strides, ov.outer_strides});
-  dispatch_floating(
-      x.dtype(), name,
-      [&](auto tag) {
-        using T = decltype(tag);
-        softmax_kernel<T><<<unsigned(rows), row_threads(xv.len), 0, stream_of(x)>>>(
-            static_cast<const T*>(x.raw_data()), static_cast<T*>(out.raw_data()), calc, xv.len, xv.stride, ov.stride,
-            log_out);
-        MT_CUDA_CHECK_LAUNCH("softmax_kernel");
-      });
+  dispatch_floating(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_kernel<T><<<unsigned(rows), row_threads(xv.len), 0, stream_of(x)>>>(static_cast<const T*>(x.raw_data()),
+                                                                                static_cast<T*>(out.raw_data()), calc,
+                                                                                xv.len, xv.stride, ov.stride, log_out);
+    MT_CUDA_CHECK_LAUNCH("softmax_kernel");
+  });
 }
 
 void softmax_backward(const Strided& y, const Strided& dy, int64_t dim, bool log_out, const Strided& dx) {
@@ -376,15 +378,13 @@ void softmax_backward(const Strided& y, const Strided& dy, int64_t dim, bool log
   MT_CHECK(rows <= INT_MAX, name, ": ", rows, " rows exceed the CUDA grid (", y.meta(), ")");
   const OffsetCalculator<3> calc =
       make_offset_calculator<3>(yv.outer_shape, {yv.outer_strides, gv.outer_strides, dv.outer_strides});
-  dispatch_floating(
-      y.dtype(), name,
-      [&](auto tag) {
-        using T = decltype(tag);
-        softmax_backward_kernel<T><<<unsigned(rows), row_threads(yv.len), 0, stream_of(y)>>>(
-            static_cast<const T*>(y.raw_data()), static_cast<const T*>(dy.raw_data()), static_cast<T*>(dx.raw_data()),
-            calc, yv.len, yv.stride, gv.stride, dv.stride, log_out);
-        MT_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
-      });
+  dispatch_floating(y.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_backward_kernel<T><<<unsigned(rows), row_threads(yv.len), 0, stream_of(y)>>>(
+        static_cast<const T*>(y.raw_data()), static_cast<const T*>(dy.raw_data()), static_cast<T*>(dx.raw_data()), calc,
+        yv.len, yv.stride, gv.stride, dv.stride, log_out);
+    MT_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
+  });
 }
 
 void cross_entropy(const Strided& logits, const Strided& targets, bool reduce, double divisor, const Strided& out) {
@@ -393,31 +393,29 @@ void cross_entropy(const Strided& logits, const Strided& targets, bool reduce, d
   const RowView lv = row_view(logits, 1);
   const int64_t rows = numel_of(lv.outer_shape);
   MT_CHECK(rows <= INT_MAX, "cross_entropy: ", rows, " rows exceed the CUDA grid (", logits.meta(), ")");
-  dispatch_floating(
-      logits.dtype(), "cross_entropy",
-      [&](auto tag) {
-        using T = decltype(tag);
-        T* po = static_cast<T*>(out.raw_data());
-        // Per-row losses (f64) when reduced; one word for the empty reduced loss.
-        Workspace row_loss = reduce ? workspace<double>(std::max<int64_t>(rows, 1), logits.device()) : Workspace();
-        double* pl = reduce ? static_cast<double*>(row_loss.raw_data()) : nullptr;
-        if (rows == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
-          if (reduce) {
-            MT_CUDA_CHECK(cudaMemsetAsync(pl, 0, sizeof(double), st));
-            launch_loss_total<T>(pl, 1, divisor, po, st);
-          }
-          return;
-        }
-        Workspace bad = bad_target_word(logits, st);
-        const OffsetCalculator<3> calc = make_offset_calculator<3>(
-            lv.outer_shape, {lv.outer_strides, targets.strides(), elem_strides(out, reduce, lv.outer_shape.size())});
-        cross_entropy_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
-            static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), po, pl,
-            static_cast<unsigned long long*>(bad.raw_data()), calc, lv.len, lv.stride, reduce);
-        MT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
-        if (reduce) launch_loss_total<T>(pl, rows, divisor, po, st);
-        check_bad_target(bad, logits, targets);
-      });
+  dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    T* po = static_cast<T*>(out.raw_data());
+    // Per-row losses (f64) when reduced; one word for the empty reduced loss.
+    Workspace row_loss = reduce ? workspace<double>(std::max<int64_t>(rows, 1), logits.device()) : Workspace();
+    double* pl = reduce ? static_cast<double*>(row_loss.raw_data()) : nullptr;
+    if (rows == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
+      if (reduce) {
+        MT_CUDA_CHECK(cudaMemsetAsync(pl, 0, sizeof(double), st));
+        launch_loss_total<T>(pl, 1, divisor, po, st);
+      }
+      return;
+    }
+    Workspace bad = bad_target_word(logits, st);
+    const OffsetCalculator<3> calc = make_offset_calculator<3>(
+        lv.outer_shape, {lv.outer_strides, targets.strides(), elem_strides(out, reduce, lv.outer_shape.size())});
+    cross_entropy_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
+        static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), po, pl,
+        static_cast<unsigned long long*>(bad.raw_data()), calc, lv.len, lv.stride, reduce);
+    MT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
+    if (reduce) launch_loss_total<T>(pl, rows, divisor, po, st);
+    check_bad_target(bad, logits, targets);
+  });
 }
 
 void cross_entropy_backward(const Strided& logits, const Strided& targets, const Strided& dy, bool reduce,
@@ -429,20 +427,18 @@ void cross_entropy_backward(const Strided& logits, const Strided& targets, const
   if (rows == 0) return;
   MT_CHECK(rows <= INT_MAX, "cross_entropy backward: ", rows, " rows exceed the CUDA grid (", logits.meta(), ")");
   const OffsetCalculator<4> calc = make_offset_calculator<4>(
-      lv.outer_shape, {lv.outer_strides, targets.strides(), elem_strides(dy, reduce, lv.outer_shape.size()),
-                       dv.outer_strides});
-  dispatch_floating(
-      logits.dtype(), "cross_entropy backward",
-      [&](auto tag) {
-        using T = decltype(tag);
-        Workspace bad = bad_target_word(logits, st);
-        cross_entropy_backward_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
-            static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()),
-            static_cast<const T*>(dy.raw_data()), static_cast<T*>(dlogits.raw_data()),
-            static_cast<unsigned long long*>(bad.raw_data()), calc, lv.len, lv.stride, dv.stride, reduce, divisor);
-        MT_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
-        check_bad_target(bad, logits, targets);
-      });
+      lv.outer_shape,
+      {lv.outer_strides, targets.strides(), elem_strides(dy, reduce, lv.outer_shape.size()), dv.outer_strides});
+  dispatch_floating(logits.dtype(), "cross_entropy backward", [&](auto tag) {
+    using T = decltype(tag);
+    Workspace bad = bad_target_word(logits, st);
+    cross_entropy_backward_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
+        static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()),
+        static_cast<const T*>(dy.raw_data()), static_cast<T*>(dlogits.raw_data()),
+        static_cast<unsigned long long*>(bad.raw_data()), calc, lv.len, lv.stride, dv.stride, reduce, divisor);
+    MT_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
+    check_bad_target(bad, logits, targets);
+  });
 }
 
 void bce_with_logits(const Strided& x, const Strided& t, bool reduce, double divisor, const Strided& out) {

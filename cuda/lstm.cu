@@ -24,13 +24,13 @@ namespace mixtape::cuda {
 
 namespace {
 
-
 // The CPU's tanh_f32 (Note [Float tanh]), operation for operation in double.
 __device__ __forceinline__ float tanh_f32_device(float x) {
   const double d = x, a = fabs(d);
   if (a < 0x1p-10) {
     const double d2 = __dmul_rn(d, d);
-    return __double2float_rn(__dmul_rn(d, __dsub_rn(1.0, __dmul_rn(d2, __dsub_rn(1.0 / 3.0, __dmul_rn(d2, 2.0 / 15.0))))));
+    return __double2float_rn(
+        __dmul_rn(d, __dsub_rn(1.0, __dmul_rn(d2, __dsub_rn(1.0 / 3.0, __dmul_rn(d2, 2.0 / 15.0))))));
   }
   const double e = exp(-2.0 * a);  // -2a is exact
   return __double2float_rn(copysign(__ddiv_rn(__dsub_rn(1.0, e), __dadd_rn(1.0, e)), d));
@@ -72,8 +72,8 @@ struct Gates {
 
 // One thread per (b, j), row-major over [B, H].
 template <class T>
-__global__ void lstm_cell_kernel(Strided2d<const T> gates, Strided2d<const T> c_prev, Strided2d<T> c,
-                                 Strided2d<T> h, int64_t B, int64_t H) {
+__global__ void lstm_cell_kernel(Strided2d<const T> gates, Strided2d<const T> c_prev, Strided2d<T> c, Strided2d<T> h,
+                                 int64_t B, int64_t H) {
   using C = compute_t<T>;
   const int64_t total = B * H;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
@@ -86,9 +86,9 @@ __global__ void lstm_cell_kernel(Strided2d<const T> gates, Strided2d<const T> c_
 }
 
 template <class T>
-__global__ void lstm_cell_backward_kernel(Strided2d<const T> gates, Strided2d<const T> c_prev,
-                                          Strided2d<const T> dc, Strided2d<const T> dh, Strided2d<T> d_gates,
-                                          Strided2d<T> d_c_prev, int64_t B, int64_t H) {
+__global__ void lstm_cell_backward_kernel(Strided2d<const T> gates, Strided2d<const T> c_prev, Strided2d<const T> dc,
+                                          Strided2d<const T> dh, Strided2d<T> d_gates, Strided2d<T> d_c_prev, int64_t B,
+                                          int64_t H) {
   using C = compute_t<T>;
   const C one = C(1);
   const int64_t total = B * H;

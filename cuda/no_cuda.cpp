@@ -8,8 +8,9 @@ namespace mixtape::cuda {
 
 namespace {
 [[noreturn]] void unavailable(const char* what) {
-  throw Error(detail::cat(what, ": mixtape was built without CUDA (reconfigure with nvcc on the PATH "
-                                "or -DMIXTAPE_CUDA=ON)"));
+  throw Error(detail::cat(what,
+                          ": mixtape was built without CUDA (reconfigure with nvcc on the PATH "
+                          "or -DMIXTAPE_CUDA=ON)"));
 }
 }  // namespace
 
@@ -27,7 +28,8 @@ void copy_host_to_device(void*, const void*, size_t, int) { unavailable("cuda::c
 void copy_device_to_host(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_host"); }
 void copy_device_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_device"); }
 
-#define MT_CUDA_LAUNCHER(name, params) void name params { unavailable("cuda::" #name); }
+#define MT_CUDA_LAUNCHER(name, params) \
+  void name params { unavailable("cuda::" #name); }
 #include "cuda/launchers.def"
 #undef MT_CUDA_LAUNCHER
 

@@ -109,8 +109,7 @@ __global__ void adam_kernel(P* p, const P* g, P* m, P* v, Q* q, bool has_copy, O
 template <class F>
 void dispatch_update(const char* op, DType param, DType state, F&& f) {
   if (param == DType::f32 && state == DType::f32) return f(float{});
-  throw Error(detail::cat(op, ": no kernel for ", dtype_name(param), " parameters with ", dtype_name(state),
-                          " state"));
+  throw Error(detail::cat(op, ": no kernel for ", dtype_name(param), " parameters with ", dtype_name(state), " state"));
 }
 
 // ---- 16-bit update rules (Note [16-bit update rules] in tensor/cpu/optim.cpp) -------------------
@@ -203,8 +202,7 @@ void adam_update(const Strided& param, const Strided& grad, const Strided& exp_a
     if (n == 0) return;
     dispatch_copy(rounded_copy, [&](auto copy_tag) {
       using Q = decltype(copy_tag);
-      const formulas::AdamConsts<P> k =
-          formulas::adam_consts<P>(lr, beta1, beta2, eps, weight_decay, decoupled, step);
+      const formulas::AdamConsts<P> k = formulas::adam_consts<P>(lr, beta1, beta2, eps, weight_decay, decoupled, step);
       const bool has_copy = rounded_copy.defined();
       const Strided& qt = has_copy ? rounded_copy : param;
       adam_kernel<P, Q><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
@@ -244,9 +242,8 @@ void adamw16_update(const Strided& param, const Strided& grad, const Strided& ex
   dispatch_16bit("adamw16_update", param.dtype(), [&](auto tag) {
     using P = decltype(tag);
     if (n == 0) return;
-    const formulas::AdamW16Consts k =
-        formulas::adamw16_consts(lr, beta1, beta2, eps, weight_decay, step,
-                                 formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
+    const formulas::AdamW16Consts k = formulas::adamw16_consts(
+        lr, beta1, beta2, eps, weight_decay, step, formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
     const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     MT_CHECK(exp_avg.dtype() == param.dtype() && exp_avg_sq.dtype() == param.dtype() && ct.dtype() == param.dtype(),
              "adamw16_update: state must have the parameter's dtype ", param.meta());

@@ -85,15 +85,15 @@ __global__ void max_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t 
   }
 }
 
-inline constexpr int kPlaneBlock = 256;   // threads per plane block (ownership: position % kPlaneBlock)
+inline constexpr int kPlaneBlock = 256;      // threads per plane block (ownership: position % kPlaneBlock)
 inline constexpr int64_t kPlaneTile = 4096;  // input gradients per shared-memory tile
 
 // One block per (n, c) plane = blockIdx.x, blockDim.x == kPlaneBlock (Note [Max pool backward
 // on the GPU]). dy plane at dy + n * ds0 + c * ds1; indices and dx contiguous.
 template <class T>
-__global__ void max_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0, int64_t ds1, int64_t ds2,
-                                           int64_t ds3, const int64_t* __restrict__ indices, T* __restrict__ dx,
-                                           int64_t C, int64_t HW, int64_t OH, int64_t OW) {
+__global__ void max_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0, int64_t ds1, int64_t ds2, int64_t ds3,
+                                           const int64_t* __restrict__ indices, T* __restrict__ dx, int64_t C,
+                                           int64_t HW, int64_t OH, int64_t OW) {
   using Cc = compute_t<T>;
   __shared__ Cc acc[kPlaneTile];
   __shared__ int64_t s_idx[kPlaneBlock];
@@ -148,8 +148,8 @@ __global__ void avg_pool2d_kernel(const T* __restrict__ x, int64_t xs0, int64_t 
 
 // Output rows whose window contains input row h: [lo, hi] (empty when lo > hi). Window of o:
 // [o*s - p, o*s - p + k), so o*s <= h + p and o*s > h + p - k.
-__device__ __forceinline__ void outputs_covering(int64_t h, int64_t k, int64_t s, int64_t p, int64_t out_n,
-                                                 int64_t& lo, int64_t& hi) {
+__device__ __forceinline__ void outputs_covering(int64_t h, int64_t k, int64_t s, int64_t p, int64_t out_n, int64_t& lo,
+                                                 int64_t& hi) {
   const int64_t a = h + p - k;  // o*s > a
   lo = a < 0 ? 0 : a / s + 1;
   hi = (h + p) / s;  // h + p >= 0
@@ -160,8 +160,8 @@ __device__ __forceinline__ void outputs_covering(int64_t h, int64_t k, int64_t s
 // gradients of the windows that cover it in row-major output order, which is the order in
 // which the CPU's scatter adds them, so the sum is bit-identical.
 template <class T>
-__global__ void avg_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0, int64_t ds1, int64_t ds2,
-                                           int64_t ds3, PoolGeom g, T* __restrict__ dx) {
+__global__ void avg_pool2d_backward_kernel(const T* __restrict__ dy, int64_t ds0, int64_t ds1, int64_t ds2, int64_t ds3,
+                                           PoolGeom g, T* __restrict__ dx) {
   using Cc = compute_t<T>;
   const Cc divisor = Cc(g.kh * g.kw);
   const int64_t total = g.N * g.C * g.H * g.W;
@@ -185,8 +185,8 @@ PoolGeom geom(const Strided& x, const Strided& out, int64_t kh, int64_t kw, int6
 
 }  // namespace
 
-void max_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
-                int64_t pad_h, int64_t pad_w, const Strided& out, const Strided& indices) {
+void max_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                int64_t pad_w, const Strided& out, const Strided& indices) {
   DeviceGuard guard(x.device().index);
   MT_CHECK(out.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64,
            "max_pool2d: outputs must be contiguous with i64 indices");
@@ -196,9 +196,9 @@ void max_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t st
   const Shape& xs = x.strides();
   dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
-    max_pool2d_kernel<T><<<grid_for(total), kBlock, 0, stream_of(x)>>>(
-        static_cast<const T*>(x.raw_data()), xs[0], xs[1], xs[2], xs[3], g, static_cast<T*>(out.raw_data()),
-        indices.data<int64_t>());
+    max_pool2d_kernel<T>
+        <<<grid_for(total), kBlock, 0, stream_of(x)>>>(static_cast<const T*>(x.raw_data()), xs[0], xs[1], xs[2], xs[3],
+                                                       g, static_cast<T*>(out.raw_data()), indices.data<int64_t>());
     MT_CUDA_CHECK_LAUNCH("max_pool2d_kernel");
   });
 }
@@ -221,8 +221,8 @@ void max_pool2d_backward(const Strided& dy, const Strided& indices, const Stride
   });
 }
 
-void avg_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
-                int64_t pad_h, int64_t pad_w, const Strided& out) {
+void avg_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                int64_t pad_w, const Strided& out) {
   DeviceGuard guard(x.device().index);
   MT_CHECK(out.is_contiguous(), "avg_pool2d: output must be contiguous");
   const PoolGeom g = geom(x, out, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);

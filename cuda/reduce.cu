@@ -30,12 +30,16 @@ namespace mixtape::cuda {
 namespace {
 
 struct SumOp {
-  template <class A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+  template <class A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a + b;
+  }
 };
 
 // NaN-propagating max: the CPU's loop turns a slice with any NaN into NaN.
 struct MaxOp {
-  template <class A> __device__ __forceinline__ A operator()(A a, A b) const {
+  template <class A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
     if (isnan(a)) return a;
     if (isnan(b)) return b;
     return b > a ? b : a;
@@ -61,7 +65,8 @@ __device__ A block_reduce(A v, A* scratch, Op op, A identity) {
   return v;
 }
 
-template <class A> A op_identity(ReduceOp op) {
+template <class A>
+A op_identity(ReduceOp op) {
   return (op == ReduceOp::sum || op == ReduceOp::mean) ? A(0) : A(-INFINITY);
 }
 
@@ -71,8 +76,7 @@ template <class A> A op_identity(ReduceOp op) {
 // x for reduced element i. mean divides by n (0 / 0 = NaN for an empty slice, as on the CPU).
 template <class T, class A, class Op>
 __global__ void reduce_thread_kernel(const T* __restrict__ x, T* __restrict__ out, OffsetCalculator<2> outer,
-                                     OffsetCalculator<1> inner, int64_t m, int64_t n, bool mean, A identity,
-                                     Op op) {
+                                     OffsetCalculator<1> inner, int64_t m, int64_t n, bool mean, A identity, Op op) {
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < m; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t oo[2];
     outer.offsets(o, oo);
@@ -235,9 +239,9 @@ __global__ void reduce_sum_backward_kernel(const T* __restrict__ dy, T* __restri
 // nothing, so its slice gets zeros (as on the CPU).
 // outer: offsets of (x, dx, y, dy) for output o; inner: offsets of (x, dx) for element i.
 template <class T>
-__global__ void reduce_max_backward_kernel(const T* __restrict__ x, const T* __restrict__ y,
-                                           const T* __restrict__ dy, T* __restrict__ dx, OffsetCalculator<4> outer,
-                                           OffsetCalculator<2> inner, int64_t n, bool split_ties) {
+__global__ void reduce_max_backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ dy,
+                                           T* __restrict__ dx, OffsetCalculator<4> outer, OffsetCalculator<2> inner,
+                                           int64_t n, bool split_ties) {
   using C = compute_t<T>;
   __shared__ long long scratch[32];
   int64_t oo[4];
@@ -296,16 +300,13 @@ __global__ void max_abs_kernel(const T* __restrict__ x, OffsetCalculator<1> calc
 void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, const Strided& out) {
   DeviceGuard guard(x.device().index);
   const char* name = reduce_op_name(op);
-  dispatch_floating(
-      x.dtype(), name,
-      [&](auto tag) {
-        using T = decltype(tag);
-        using A = compute_t<T>;
-        if (op == ReduceOp::sum || op == ReduceOp::mean)
-          launch_reduce<T, A>(x, out, dims, op == ReduceOp::mean, op_identity<A>(op), SumOp{}, name);
-        else
-          launch_reduce<T, A>(x, out, dims, false, op_identity<A>(op), MaxOp{}, name);
-      });
+  dispatch_floating(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    if (op == ReduceOp::sum || op == ReduceOp::mean)
+      launch_reduce<T, A>(x, out, dims, op == ReduceOp::mean, op_identity<A>(op), SumOp{}, name);
+    else launch_reduce<T, A>(x, out, dims, false, op_identity<A>(op), MaxOp{}, name);
+  });
 }
 
 void reduce_backward(ReduceOp op, const Strided& x, const Strided& y, const Strided& dy,
@@ -315,31 +316,29 @@ void reduce_backward(ReduceOp op, const Strided& x, const Strided& y, const Stri
   const Split s = split_shapes(x, dims);
   if (dx.numel() == 0) return;
   const Stream st = stream_of(dx);
-  dispatch_floating(
-      dx.dtype(), name,
-      [&](auto tag) {
-        using T = decltype(tag);
-        const T* pdy = static_cast<const T*>(dy.raw_data());
-        T* pdx = static_cast<T*>(dx.raw_data());
-        if (op == ReduceOp::sum || op == ReduceOp::mean) {  // x and y are not read
-          const OffsetCalculator<2> calc = offsets_for<2>(dx.shape(), {&dx, &dy});
-          reduce_sum_backward_kernel<T><<<grid_for(dx.numel()), kBlock, 0, st>>>(pdy, pdx, calc, dx.numel(),
-                                                                                 op == ReduceOp::mean, s.n);
-          MT_CUDA_CHECK_LAUNCH("reduce_sum_backward_kernel");
-          return;
-        }
-        MT_CHECK(s.m <= INT_MAX, name, " backward: ", s.m, " outputs exceed the CUDA grid (", x.meta(), ")");
-        const OffsetCalculator<4> outer = make_offset_calculator<4>(
-            s.outer_shape, {strides_of(x, dims, false), strides_of(dx, dims, false), strides_of(y, dims, false),
-                            strides_of(dy, dims, false)});
-        const OffsetCalculator<2> inner =
-            make_offset_calculator<2>(s.inner_shape, {strides_of(x, dims, true), strides_of(dx, dims, true)});
-        const int threads = int(std::min<int64_t>(kBlock, round_up32(std::max<int64_t>(s.n, 1))));
-        reduce_max_backward_kernel<T><<<unsigned(s.m), threads, 0, st>>>(
-            static_cast<const T*>(x.raw_data()), static_cast<const T*>(y.raw_data()), pdy, pdx, outer, inner, s.n,
-            op == ReduceOp::amax);
-        MT_CUDA_CHECK_LAUNCH("reduce_max_backward_kernel");
-      });
+  dispatch_floating(dx.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    const T* pdy = static_cast<const T*>(dy.raw_data());
+    T* pdx = static_cast<T*>(dx.raw_data());
+    if (op == ReduceOp::sum || op == ReduceOp::mean) {  // x and y are not read
+      const OffsetCalculator<2> calc = offsets_for<2>(dx.shape(), {&dx, &dy});
+      reduce_sum_backward_kernel<T>
+          <<<grid_for(dx.numel()), kBlock, 0, st>>>(pdy, pdx, calc, dx.numel(), op == ReduceOp::mean, s.n);
+      MT_CUDA_CHECK_LAUNCH("reduce_sum_backward_kernel");
+      return;
+    }
+    MT_CHECK(s.m <= INT_MAX, name, " backward: ", s.m, " outputs exceed the CUDA grid (", x.meta(), ")");
+    const OffsetCalculator<4> outer =
+        make_offset_calculator<4>(s.outer_shape, {strides_of(x, dims, false), strides_of(dx, dims, false),
+                                                  strides_of(y, dims, false), strides_of(dy, dims, false)});
+    const OffsetCalculator<2> inner =
+        make_offset_calculator<2>(s.inner_shape, {strides_of(x, dims, true), strides_of(dx, dims, true)});
+    const int threads = int(std::min<int64_t>(kBlock, round_up32(std::max<int64_t>(s.n, 1))));
+    reduce_max_backward_kernel<T><<<unsigned(s.m), threads, 0, st>>>(static_cast<const T*>(x.raw_data()),
+                                                                     static_cast<const T*>(y.raw_data()), pdy, pdx,
+                                                                     outer, inner, s.n, op == ReduceOp::amax);
+    MT_CUDA_CHECK_LAUNCH("reduce_max_backward_kernel");
+  });
 }
 
 double max_abs(const Strided& x) {
@@ -350,16 +349,14 @@ double max_abs(const Strided& x) {
   auto* pacc = static_cast<unsigned long long*>(acc.raw_data());
   MT_CUDA_CHECK(cudaMemsetAsync(pacc, 0, 2 * sizeof(unsigned long long), st));
   bool is_double = false;
-  dispatch_floating(
-      x.dtype(), "max_abs",
-      [&](auto tag) {
-        using T = decltype(tag);
-        is_double = std::is_same_v<T, double>;
-        const OffsetCalculator<1> calc = offsets_for<1>(x.shape(), {&x});
-        const unsigned blocks = std::min<unsigned>(grid_for(x.numel()), 1024u);
-        max_abs_kernel<T><<<blocks, kBlock, 0, st>>>(static_cast<const T*>(x.raw_data()), calc, x.numel(), pacc);
-        MT_CUDA_CHECK_LAUNCH("max_abs_kernel");
-      });
+  dispatch_floating(x.dtype(), "max_abs", [&](auto tag) {
+    using T = decltype(tag);
+    is_double = std::is_same_v<T, double>;
+    const OffsetCalculator<1> calc = offsets_for<1>(x.shape(), {&x});
+    const unsigned blocks = std::min<unsigned>(grid_for(x.numel()), 1024u);
+    max_abs_kernel<T><<<blocks, kBlock, 0, st>>>(static_cast<const T*>(x.raw_data()), calc, x.numel(), pacc);
+    MT_CUDA_CHECK_LAUNCH("max_abs_kernel");
+  });
   unsigned long long host[2] = {0, 0};
   copy_device_to_host(host, pacc, sizeof(host), x.device().index);
   if (host[0] != 0) return std::numeric_limits<double>::quiet_NaN();

@@ -43,8 +43,8 @@ DeviceState& state(int device) {
           return p;
         },
         [device](void* p) {
-          cudaSetDevice(device);
-          cudaFree(p);
+      cudaSetDevice(device);
+      cudaFree(p);
         });
   }
   return *s;
@@ -96,8 +96,8 @@ void* device_malloc(size_t nbytes, int device) {
     size_t free_bytes = 0, total = 0;
     DeviceGuard guard(device);
     cudaMemGetInfo(&free_bytes, &total);
-    throw Error(detail::cat("cuda:", device, ": out of memory allocating ", nbytes, " bytes (",
-                            free_bytes, " of ", total, " bytes free after emptying the cache)"));
+    throw Error(detail::cat("cuda:", device, ": out of memory allocating ", nbytes, " bytes (", free_bytes, " of ",
+                            total, " bytes free after emptying the cache)"));
   }
   return p;
 }

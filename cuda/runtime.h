@@ -29,15 +29,15 @@ bool is_available();
 
 struct DeviceInfo {
   std::string name;
-  int major = 0, minor = 0;      // compute capability
+  int major = 0, minor = 0;  // compute capability
   int multiprocessors = 0;
-  size_t global_memory = 0;      // bytes
+  size_t global_memory = 0;  // bytes
   size_t shared_per_block_optin = 0;
 };
 DeviceInfo device_info(int device);
 
-Stream stream(int device);       // the device's stream (Note [One stream per device])
-void synchronize(int device);    // waits for everything queued on stream(device)
+Stream stream(int device);     // the device's stream (Note [One stream per device])
+void synchronize(int device);  // waits for everything queued on stream(device)
 
 // Device memory through the caching allocator (Note [Caching allocator]). device_malloc throws
 // with the size and the device's free memory when even an emptied cache cannot serve it.

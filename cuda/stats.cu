@@ -60,8 +60,7 @@ __global__ void grad_stats_kernel(const T* __restrict__ g, OffsetCalculator<1> c
 // |v| rounded (RNE) to the format as its magnitude bits (sign dropped), as the CPU's
 // round_magnitude: what store would write, measured rather than stored.
 __device__ __forceinline__ uint16_t round_magnitude(float v, bool f16) {
-  return uint16_t((f16 ? __half_as_ushort(store<__half>(v)) : __bfloat16_as_ushort(store<__nv_bfloat16>(v))) &
-                  0x7FFFu);
+  return uint16_t((f16 ? __half_as_ushort(store<__half>(v)) : __bfloat16_as_ushort(store<__nv_bfloat16>(v))) & 0x7FFFu);
 }
 
 // floor(log2 a) for finite a > 0, exact for subnormals (std::ilogb on the CPU), from the bits.
@@ -192,14 +191,12 @@ void launch_moments(const char* op, const Strided& x, const Strided& out, bool l
   const unsigned blocks = stat_blocks(numel);
   Workspace partial = workspace<double>(int64_t(blocks) * 5, x.device());
   auto* pp = static_cast<double*>(partial.raw_data());
-  dispatch_floating(
-      x.dtype(), op,
-      [&](auto tag) {
-        using T = decltype(tag);
-        const OffsetCalculator<1> calc = offsets_for<1>(x.shape(), {&x});
-        moments_kernel<T><<<blocks, kBlock, 0, st>>>(static_cast<const T*>(x.raw_data()), calc, numel, log_abs, pp);
-        MT_CUDA_CHECK_LAUNCH("moments_kernel");
-      });
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const OffsetCalculator<1> calc = offsets_for<1>(x.shape(), {&x});
+    moments_kernel<T><<<blocks, kBlock, 0, st>>>(static_cast<const T*>(x.raw_data()), calc, numel, log_abs, pp);
+    MT_CUDA_CHECK_LAUNCH("moments_kernel");
+  });
   moments_total_kernel<<<1, kBlock, 0, st>>>(pp, int64_t(blocks), po);
   MT_CUDA_CHECK_LAUNCH("moments_total_kernel");
 }
@@ -213,18 +210,16 @@ void grad_stats(const Strided& g, const Strided& out) {
            out.meta());
   MT_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, 2 * dtype_size(out.dtype()), st));
   if (g.numel() == 0) return;
-  dispatch_floating(
-      g.dtype(), "grad_stats",
-      [&](auto tag) {
-        using T = decltype(tag);
-        using C = compute_t<T>;
-        MT_CHECK(out.dtype() == (std::is_same_v<C, double> ? DType::f64 : DType::f32), "grad_stats: output ",
-                 out.meta(), " does not match gradient ", g.meta());
-        const OffsetCalculator<1> calc = offsets_for<1>(g.shape(), {&g});
-        grad_stats_kernel<T><<<stat_blocks(g.numel()), kBlock, 0, st>>>(static_cast<const T*>(g.raw_data()), calc,
-                                                                         g.numel(), static_cast<C*>(out.raw_data()));
-        MT_CUDA_CHECK_LAUNCH("grad_stats_kernel");
-      });
+  dispatch_floating(g.dtype(), "grad_stats", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    MT_CHECK(out.dtype() == (std::is_same_v<C, double> ? DType::f64 : DType::f32), "grad_stats: output ", out.meta(),
+             " does not match gradient ", g.meta());
+    const OffsetCalculator<1> calc = offsets_for<1>(g.shape(), {&g});
+    grad_stats_kernel<T><<<stat_blocks(g.numel()), kBlock, 0, st>>>(static_cast<const T*>(g.raw_data()), calc,
+                                                                    g.numel(), static_cast<C*>(out.raw_data()));
+    MT_CUDA_CHECK_LAUNCH("grad_stats_kernel");
+  });
 }
 
 void grad_telemetry(const Strided& x, DType format, int64_t hist_lo, const Strided& counts, const Strided& max_abs) {
@@ -235,18 +230,16 @@ void grad_telemetry(const Strided& x, DType format, int64_t hist_lo, const Strid
   MT_CUDA_CHECK(cudaMemsetAsync(counts.raw_data(), 0, size_t(counts.numel()) * sizeof(int64_t), st));
   MT_CUDA_CHECK(cudaMemsetAsync(max_abs.raw_data(), 0, dtype_size(max_abs.dtype()), st));
   if (x.numel() == 0) return;
-  dispatch_floating(
-      x.dtype(), "grad_telemetry",
-      [&](auto tag) {
-        using T = decltype(tag);
-        using C = compute_t<T>;
-        const OffsetCalculator<1> calc = offsets_for<1>(x.shape(), {&x});
-        const size_t smem = size_t(kTelemetryCounts + nbins) * sizeof(unsigned int);
-        grad_telemetry_kernel<T><<<stat_blocks(x.numel()), kBlock, smem, st>>>(
-            static_cast<const T*>(x.raw_data()), calc, x.numel(), format == DType::f16, hist_lo, nbins,
-            static_cast<unsigned long long*>(counts.raw_data()), static_cast<C*>(max_abs.raw_data()));
-        MT_CUDA_CHECK_LAUNCH("grad_telemetry_kernel");
-      });
+  dispatch_floating(x.dtype(), "grad_telemetry", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const OffsetCalculator<1> calc = offsets_for<1>(x.shape(), {&x});
+    const size_t smem = size_t(kTelemetryCounts + nbins) * sizeof(unsigned int);
+    grad_telemetry_kernel<T><<<stat_blocks(x.numel()), kBlock, smem, st>>>(
+        static_cast<const T*>(x.raw_data()), calc, x.numel(), format == DType::f16, hist_lo, nbins,
+        static_cast<unsigned long long*>(counts.raw_data()), static_cast<C*>(max_abs.raw_data()));
+    MT_CUDA_CHECK_LAUNCH("grad_telemetry_kernel");
+  });
 }
 
 void tensor_moments(const Strided& x, const Strided& out) { launch_moments("tensor_moments", x, out, false); }

@@ -82,8 +82,8 @@ int64_t read_some(GzFile& f, uint8_t* dst, int64_t n, const std::string& path, i
   while (got < n) {
     const unsigned want = unsigned(std::min(n - got, kChunk));
     const int r = gzread(f.get(), dst + got, want);
-    MT_CHECK(r >= 0, "read_idx: '", path, "': corrupt or unreadable data near uncompressed byte ",
-             at + got, " (zlib: ", f.error(), ")");
+    MT_CHECK(r >= 0, "read_idx: '", path, "': corrupt or unreadable data near uncompressed byte ", at + got,
+             " (zlib: ", f.error(), ")");
     got += r;
     if (unsigned(r) < want) break;
   }
@@ -120,9 +120,8 @@ IdxArray read_idx(const std::string& path) {
   MT_CHECK(magic[0] == 0 && magic[1] == 0, "read_idx: '", path, "': bad magic ", hex,
            " (an IDX file starts with two zero bytes, a dtype byte and the number of dims, e.g. "
            "0x00000803 for u8 images)");
-  MT_CHECK(valid_idx_type(magic[2]), "read_idx: '", path, "': unknown dtype byte 0x", std::hex,
-           int(magic[2]), std::dec, " in magic ", hex,
-           " (expected 0x08 u8, 0x09 i8, 0x0b i16, 0x0c i32, 0x0d f32 or 0x0e f64)");
+  MT_CHECK(valid_idx_type(magic[2]), "read_idx: '", path, "': unknown dtype byte 0x", std::hex, int(magic[2]), std::dec,
+           " in magic ", hex, " (expected 0x08 u8, 0x09 i8, 0x0b i16, 0x0c i32, 0x0d f32 or 0x0e f64)");
   MT_CHECK(magic[3] >= 1, "read_idx: '", path, "': magic ", hex, " declares 0 dims");
 
   IdxArray a;
@@ -130,8 +129,8 @@ IdxArray read_idx(const std::string& path) {
   const int ndims = magic[3];
   std::vector<uint8_t> dims(size_t(ndims) * 4);
   const int64_t ndim_bytes = read_some(f, dims.data(), int64_t(dims.size()), path, 4);
-  MT_CHECK(ndim_bytes == int64_t(dims.size()), "read_idx: '", path, "': truncated header: expected ",
-           4 + dims.size(), " header bytes for ", ndims, " dims, got ", 4 + ndim_bytes);
+  MT_CHECK(ndim_bytes == int64_t(dims.size()), "read_idx: '", path, "': truncated header: expected ", 4 + dims.size(),
+           " header bytes for ", ndims, " dims, got ", 4 + ndim_bytes);
   const int64_t header_bytes = 4 + int64_t(dims.size());
 
   const size_t elem = idx_type_size(a.type);
@@ -142,8 +141,8 @@ IdxArray read_idx(const std::string& path) {
     a.shape.push_back(n);
     overflow = overflow || __builtin_mul_overflow(expected, n, &expected);
   }
-  MT_CHECK(!overflow && expected <= (int64_t(1) << 40), "read_idx: '", path, "': sizes ",
-           shape_str(a.shape), " of ", idx_type_name(a.type), " are too large to be real (corrupt header?)");
+  MT_CHECK(!overflow && expected <= (int64_t(1) << 40), "read_idx: '", path, "': sizes ", shape_str(a.shape), " of ",
+           idx_type_name(a.type), " are too large to be real (corrupt header?)");
 
   // Grow the buffer as bytes arrive, so that a corrupt size field cannot force a huge allocation
   // before the truncation is noticed.
@@ -173,8 +172,8 @@ IdxArray read_idx(const std::string& path) {
     if (r < int64_t(rest.size())) break;
   }
   MT_CHECK(trailing == 0, "read_idx: '", path, "': ", trailing, " trailing bytes after the ", expected,
-           "-byte payload of sizes ", shape_str(a.shape), " (expected end of file at byte ",
-           header_bytes + expected, ")");
+           "-byte payload of sizes ", shape_str(a.shape), " (expected end of file at byte ", header_bytes + expected,
+           ")");
 
   to_host_order(a.data, elem);
   return a;
@@ -222,9 +221,8 @@ std::string find_mnist_file(const std::string& dir, const std::string& stem) {
   std::error_code ec;
   if (fs::is_regular_file(gz, ec)) return gz.string();
   if (fs::is_regular_file(plain, ec)) return plain.string();
-  throw Error(detail::cat("load_fashion_mnist: missing file '", gz.string(), "' (nor an uncompressed '",
-                          plain.string(), "')",
-                          fs::is_directory(dir, ec) ? "" : detail::cat("; directory '", dir, "' does not exist"),
+  throw Error(detail::cat("load_fashion_mnist: missing file '", gz.string(), "' (nor an uncompressed '", plain.string(),
+                          "')", fs::is_directory(dir, ec) ? "" : detail::cat("; directory '", dir, "' does not exist"),
                           ". The default data in ", kFashionMnistDir,
                           " comes from the Debian package dataset-fashion-mnist "
                           "(apt-get install dataset-fashion-mnist); pass another directory for other "
@@ -235,18 +233,18 @@ std::string find_mnist_file(const std::string& dir, const std::string& stem) {
 
 LabeledImages load_fashion_mnist(const std::string& dir, MnistSplit split, const MnistOptions& options) {
   MT_CHECK(!options.normalize || (options.std > 0 && std::isfinite(options.std) && std::isfinite(options.mean)),
-           "load_fashion_mnist: normalization needs a finite mean and a positive std, got mean ", options.mean,
-           " std ", options.std);
+           "load_fashion_mnist: normalization needs a finite mean and a positive std, got mean ", options.mean, " std ",
+           options.std);
   const std::string prefix = split == MnistSplit::train ? "train" : "t10k";
   const std::string image_path = find_mnist_file(dir, prefix + "-images-idx3-ubyte");
   const std::string label_path = find_mnist_file(dir, prefix + "-labels-idx1-ubyte");
 
   const IdxArray images = read_idx(image_path);
-  MT_CHECK(images.type == IdxType::u8 && images.shape.size() == 3, "load_fashion_mnist: '", image_path,
-           "' holds ", idx_type_name(images.type), shape_str(images.shape), ", expected u8 images [N, H, W]");
+  MT_CHECK(images.type == IdxType::u8 && images.shape.size() == 3, "load_fashion_mnist: '", image_path, "' holds ",
+           idx_type_name(images.type), shape_str(images.shape), ", expected u8 images [N, H, W]");
   const IdxArray labels = read_idx(label_path);
-  MT_CHECK(labels.type == IdxType::u8 && labels.shape.size() == 1, "load_fashion_mnist: '", label_path,
-           "' holds ", idx_type_name(labels.type), shape_str(labels.shape), ", expected u8 labels [N]");
+  MT_CHECK(labels.type == IdxType::u8 && labels.shape.size() == 1, "load_fashion_mnist: '", label_path, "' holds ",
+           idx_type_name(labels.type), shape_str(labels.shape), ", expected u8 labels [N]");
   MT_CHECK(images.shape[0] == labels.shape[0], "load_fashion_mnist: '", image_path, "' has ", images.shape[0],
            " images but '", label_path, "' has ", labels.shape[0], " labels");
 

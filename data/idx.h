@@ -59,8 +59,7 @@ struct LabeledImages {
 // Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir`: any MNIST-format pair
 // (MNIST, Fashion-MNIST, KMNIST, ...). Images must be u8 [N, H, W] and labels u8 [N] with the
 // same N. The default directory is provided by the Debian package dataset-fashion-mnist.
-LabeledImages load_fashion_mnist(const std::string& dir = kFashionMnistDir,
-                                 MnistSplit split = MnistSplit::train,
+LabeledImages load_fashion_mnist(const std::string& dir = kFashionMnistDir, MnistSplit split = MnistSplit::train,
                                  const MnistOptions& options = {});
 
 }  // namespace mixtape::data

@@ -203,8 +203,8 @@ void write_png_grid(const std::string& path, const Tensor& images, int64_t rows,
 
   std::vector<unsigned char> png;
   const int ok = stbi_write_png_to_func(append_bytes, &png, int(gw), int(gh), int(c), grid.data(), int(gw * c));
-  MT_CHECK(ok && !png.empty(), "write_png_grid: stb_image_write could not encode a ", gw, " x ", gh, " PNG for '",
-           path, "'");
+  MT_CHECK(ok && !png.empty(), "write_png_grid: stb_image_write could not encode a ", gw, " x ", gh, " PNG for '", path,
+           "'");
   write_file_atomic(path, png, "write_png_grid");
 }
 

@@ -10,18 +10,18 @@
 namespace mixtape::data {
 
 struct ImageFolderOptions {
-  int64_t size = 64;         // output N: shorter side resized to N, then the centre N x N crop
-                             // (longer side truncated, crop offset rounded half up)
-  bool grayscale = false;    // 1 channel (stb's luma) instead of RGB
-  bool recursive = false;    // descend into sub-folders
+  int64_t size = 64;             // output N: shorter side resized to N, then the centre N x N crop
+                                 // (longer side truncated, crop offset rounded half up)
+  bool grayscale = false;        // 1 channel (stb's luma) instead of RGB
+  bool recursive = false;        // descend into sub-folders
   bool skip_unreadable = false;  // skip files stb cannot decode (counted) instead of throwing
-  int64_t limit = -1;        // keep the first `limit` images in path order (-1: all)
+  int64_t limit = -1;            // keep the first `limit` images in path order (-1: all)
 };
 
 struct ImageFolder {
-  Tensor images;                   // f32 [M, C, N, N] in [-1, 1], C = 3 (RGB) or 1
-  std::vector<std::string> paths;  // the file of each image, sorted
-  int64_t skipped = 0;             // unreadable files skipped (skip_unreadable only)
+  Tensor images;                             // f32 [M, C, N, N] in [-1, 1], C = 3 (RGB) or 1
+  std::vector<std::string> paths;            // the file of each image, sorted
+  int64_t skipped = 0;                       // unreadable files skipped (skip_unreadable only)
   std::vector<std::string> skipped_reasons;  // "path: stb's reason", one per skipped file
 };
 
@@ -36,7 +36,7 @@ ImageFolder load_image_folder(const std::string& dir, const ImageFolderOptions& 
 // NaN prints as -1) into a rows x cols grid with `padding` pixels between and around tiles,
 // filled with `pad_value`, and writes it as a PNG. M <= rows * cols; empty cells are padding.
 // The file is written atomically: a temporary file in the same folder, fsync, rename.
-void write_png_grid(const std::string& path, const Tensor& images, int64_t rows, int64_t cols,
-                    int64_t padding = 2, double pad_value = -1.0);
+void write_png_grid(const std::string& path, const Tensor& images, int64_t rows, int64_t cols, int64_t padding = 2,
+                    double pad_value = -1.0);
 
 }  // namespace mixtape::data

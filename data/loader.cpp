@@ -24,8 +24,7 @@ TensorDataset::TensorDataset(std::vector<Tensor> tensors) {
 }
 
 std::vector<Tensor> TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
-  for (int64_t i : indices)
-    MT_CHECK(i >= 0 && i < size_, "TensorDataset: row ", i, " is outside [0, ", size_, ")");
+  for (int64_t i : indices) MT_CHECK(i >= 0 && i < size_, "TensorDataset: row ", i, " is outside [0, ", size_, ")");
   const auto k = int64_t(indices.size());
   std::vector<Tensor> out;
   out.reserve(tensors_.size());
@@ -96,8 +95,7 @@ Batch DataLoader::assemble(int64_t b) const {
   batch.indices.assign(order_.begin() + lo, order_.begin() + hi);
   batch.tensors = dataset_->get_batch(batch.indices);
   for (size_t i = 0; i < batch.tensors.size(); ++i)
-    MT_CHECK(batch.tensors[i].defined() && batch.tensors[i].dim() >= 1 &&
-                 batch.tensors[i].size(0) == batch.size(),
+    MT_CHECK(batch.tensors[i].defined() && batch.tensors[i].dim() >= 1 && batch.tensors[i].size(0) == batch.size(),
              "DataLoader: the dataset returned field ", i, " as ",
              batch.tensors[i].defined() ? batch.tensors[i].meta() : std::string("undefined"), " for a batch of ",
              batch.size(), " rows");
@@ -114,9 +112,7 @@ void DataLoader::worker_main() {
     Item item;
     try {
       item.batch = assemble(b);
-    } catch (...) {
-      item.error = std::current_exception();
-    }
+    } catch (...) { item.error = std::current_exception(); }
     const bool failed = item.error != nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);

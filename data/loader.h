@@ -60,7 +60,7 @@ struct LoaderOptions {
   bool shuffle = true;     // false: rows in index order every epoch
   bool drop_last = false;  // drop a final batch smaller than batch_size
   uint64_t seed = 0;
-  int prefetch = 2;        // batches assembled ahead; 0: synchronous
+  int prefetch = 2;  // batches assembled ahead; 0: synchronous
 };
 
 struct Batch {
@@ -101,7 +101,10 @@ class DataLoader {
     explicit Iterator(DataLoader* loader) : loader_(loader) { advance(); }
     Batch& operator*() { return *current_; }
     Batch* operator->() { return &*current_; }
-    Iterator& operator++() { advance(); return *this; }
+    Iterator& operator++() {
+      advance();
+      return *this;
+    }
     bool operator==(std::default_sentinel_t) const { return !current_.has_value(); }
 
    private:
@@ -112,7 +115,10 @@ class DataLoader {
   class EpochRange {
    public:
     EpochRange(DataLoader* loader, int64_t epoch) : loader_(loader), epoch_(epoch) {}
-    Iterator begin() { loader_->start_epoch(epoch_); return Iterator(loader_); }
+    Iterator begin() {
+      loader_->start_epoch(epoch_);
+      return Iterator(loader_);
+    }
     std::default_sentinel_t end() const { return {}; }
 
    private:

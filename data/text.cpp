@@ -148,8 +148,7 @@ double unigram_entropy_bits(std::span<const int64_t> ids) {
 
 // ---- TextCorpus ------------------------------------------------------------------------------
 
-TextCorpus::TextCorpus(std::string text, double validation_fraction)
-    : text_(std::move(text)), vocab_(text_) {
+TextCorpus::TextCorpus(std::string text, double validation_fraction) : text_(std::move(text)), vocab_(text_) {
   MT_CHECK(validation_fraction >= 0.0 && validation_fraction < 1.0,
            "TextCorpus: validation_fraction must be in [0, 1), got ", validation_fraction);
   MT_CHECK(!text_.empty(), "TextCorpus: empty text");
@@ -201,8 +200,8 @@ std::vector<TextBatch> TextCorpus::eval_batches(TextSplit split, int64_t batch, 
   MT_CHECK(batch > 0 && seq_len > 0, "TextCorpus::eval_batches: batch and seq_len must be positive, got ", batch,
            " and ", seq_len);
   const int64_t stream = n > 0 ? (n - 1) / batch : 0;  // inputs per stream; targets reach one further
-  MT_CHECK(stream >= 1, "TextCorpus::eval_batches: the ", split_name(split), " split has ", n,
-           " ids, too few for ", batch, " streams");
+  MT_CHECK(stream >= 1, "TextCorpus::eval_batches: the ", split_name(split), " split has ", n, " ids, too few for ",
+           batch, " streams");
   std::vector<TextBatch> out;
   for (int64_t t0 = 0; t0 < stream; t0 += seq_len) {
     const int64_t len = std::min(seq_len, stream - t0);

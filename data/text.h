@@ -33,7 +33,7 @@ class CharVocab {
 
   int64_t size() const { return int64_t(bytes_.size()); }
   bool contains(unsigned char c) const { return id_of_[c] >= 0; }
-  int64_t id(unsigned char c) const;   // throws for a byte outside the vocabulary
+  int64_t id(unsigned char c) const;     // throws for a byte outside the vocabulary
   unsigned char byte(int64_t id) const;  // throws for an id outside [0, size())
   const std::string& bytes() const { return bytes_; }
 

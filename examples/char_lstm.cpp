@@ -87,31 +87,44 @@ struct Config {
     app.add_option("--embed", embed, "embedding size")->check(CLI::Range(1, 1 << 14))->capture_default_str();
     app.add_option("--layers", layers, "LSTM layers")->check(CLI::Range(1, 64))->capture_default_str();
     app.add_option("--seq-len", seq_len, "characters per training window and validation chunk")
-        ->check(CLI::Range(1, 1 << 16))->capture_default_str();
-    app.add_option("--dropout", dropout, "dropout between LSTM layers")->check(CLI::Range(0.0, 0.99))
+        ->check(CLI::Range(1, 1 << 16))
         ->capture_default_str();
-    app.add_option("--clip", clip, "clip gradients to this global L2 norm (0: off)")->check(CLI::NonNegativeNumber)
+    app.add_option("--dropout", dropout, "dropout between LSTM layers")
+        ->check(CLI::Range(0.0, 0.99))
+        ->capture_default_str();
+    app.add_option("--clip", clip, "clip gradients to this global L2 norm (0: off)")
+        ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--weight-decay", weight_decay, "decoupled weight decay; > 0 switches Adam to AdamW")
-        ->check(CLI::NonNegativeNumber)->capture_default_str();
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     app.add_option("--schedule", schedule, "learning-rate schedule after warm-up: cosine (to lr/10) or constant")
-        ->check(CLI::IsMember({"cosine", "constant"}))->capture_default_str();
+        ->check(CLI::IsMember({"cosine", "constant"}))
+        ->capture_default_str();
     app.add_option("--warmup", warmup, "linear warm-up steps")->check(CLI::NonNegativeNumber)->capture_default_str();
     app.add_option("--steps-per-epoch", steps_per_epoch, "training steps per epoch")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
-    app.add_option("--log-every", log_every, "write a step event every N steps")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
-    app.add_option("--val-fraction", val_fraction, "held-out tail of the corpus for validation")
-        ->check(CLI::Range(0.001, 0.5))->capture_default_str();
-    app.add_option("--eval-batch", eval_batch, "parallel validation streams")->check(CLI::Range(1, 1 << 16))
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
         ->capture_default_str();
-    app.add_option("--eval-chars", eval_chars,
-                   "validation characters scored after each epoch (0: all); the final evaluation scores all but with --smoke")
-        ->check(CLI::NonNegativeNumber)->capture_default_str();
+    app.add_option("--log-every", log_every, "write a step event every N steps")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+        ->capture_default_str();
+    app.add_option("--val-fraction", val_fraction, "held-out tail of the corpus for validation")
+        ->check(CLI::Range(0.001, 0.5))
+        ->capture_default_str();
+    app.add_option("--eval-batch", eval_batch, "parallel validation streams")
+        ->check(CLI::Range(1, 1 << 16))
+        ->capture_default_str();
+    app.add_option(
+           "--eval-chars", eval_chars,
+           "validation characters scored after each epoch (0: all); the final evaluation scores all but with --smoke")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     app.add_option("--temperature", temperature, "sampling temperature (0: always the most likely character)")
-        ->check(CLI::NonNegativeNumber)->capture_default_str();
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     app.add_option("--sample-len", sample_len, "characters to sample at the end (0: none)")
-        ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+        ->check(CLI::Range(0, 1 << 20))
+        ->capture_default_str();
     app.add_option("--prompt", prompt, "text the sample starts from (\\n and \\t escapes understood)")
         ->capture_default_str();
     app.add_flag("--smoke", smoke, "tiny fixed configuration for CI: 60 steps of a 128-unit model (a few seconds)");
@@ -159,9 +172,9 @@ std::string unescape(const std::string& s) {
 struct Text {
   data::TextCorpus corpus;
   std::vector<data::TextBatch> val_batches;  // --eval-batch streams, cut into --seq-len chunks
-  int64_t n_train, n_valid;                   // characters in each split
-  double unigram;                             // the corpus's unigram entropy, bits per character
-  Clock::time_point t_load;                   // when loading started
+  int64_t n_train, n_valid;                  // characters in each split
+  double unigram;                            // the corpus's unigram entropy, bits per character
+  Clock::time_point t_load;                  // when loading started
 };
 
 // Reads --data and checks that it is long enough and holds every character of the prompt.
@@ -173,8 +186,8 @@ Text load_text(const Config& c, const std::string& prompt) {
              " does not occur in the corpus '", c.data, "'");
   const int64_t n_train = int64_t(corpus.ids(data::TextSplit::train).size());
   const int64_t n_valid = int64_t(corpus.ids(data::TextSplit::validation).size());
-  MT_CHECK(n_train > c.seq_len, "the training split has ", n_train, " characters, too few for --seq-len ",
-           c.seq_len, " (use a larger corpus or a smaller --seq-len)");
+  MT_CHECK(n_train > c.seq_len, "the training split has ", n_train, " characters, too few for --seq-len ", c.seq_len,
+           " (use a larger corpus or a smaller --seq-len)");
   MT_CHECK(n_valid >= 2, "the validation split has ", n_valid, " characters, too few to score (raise --val-fraction)");
   std::vector<data::TextBatch> val_batches =
       corpus.eval_batches(data::TextSplit::validation, std::min<int64_t>(c.eval_batch, n_valid - 1), c.seq_len);
@@ -189,11 +202,12 @@ class CharLSTM : public nn::Module {
  public:
   CharLSTM(int64_t vocab, const Config& c, Generator& gen) : Module("CharLSTM") {
     embed = register_module("embed", std::make_shared<nn::Embedding>(vocab, c.embed, gen));
-    lstm = register_module(
-        "lstm", std::make_shared<nn::LSTM>(
-                    nn::LSTMOptions{.input_size = c.embed, .hidden_size = c.hidden, .num_layers = c.layers,
-                                    .batch_first = true, .dropout = c.dropout},
-                    gen));
+    lstm = register_module("lstm", std::make_shared<nn::LSTM>(nn::LSTMOptions{.input_size = c.embed,
+                                                                              .hidden_size = c.hidden,
+                                                                              .num_layers = c.layers,
+                                                                              .batch_first = true,
+                                                                              .dropout = c.dropout},
+                                                              gen));
     head = register_module("head", std::make_shared<nn::Linear>(c.hidden, vocab, true, gen));
   }
 
@@ -222,16 +236,16 @@ struct Plan {
 };
 
 Plan plan_run(const Config& c, const examples::CommonFlags& flags) {
-  const int64_t total_steps = flags.max_steps > 0
-                                  ? std::min<int64_t>(flags.max_steps, flags.epochs * c.steps_per_epoch)
-                                  : flags.epochs * c.steps_per_epoch;
-  return {total_steps, std::min(c.warmup, total_steps),
-          int((total_steps + c.steps_per_epoch - 1) / c.steps_per_epoch), flags.batch_size};
+  const int64_t total_steps = flags.max_steps > 0 ? std::min<int64_t>(flags.max_steps, flags.epochs * c.steps_per_epoch)
+                                                  : flags.epochs * c.steps_per_epoch;
+  return {total_steps, std::min(c.warmup, total_steps), int((total_steps + c.steps_per_epoch - 1) / c.steps_per_epoch),
+          flags.batch_size};
 }
 
 // Adam, or AdamW with --weight-decay > 0.
 OptimizerSpec optimizer_spec(const Config& c, double lr) {
-  return {.kind = c.weight_decay > 0 ? OptimizerKind::adamw : OptimizerKind::adam, .lr = lr,
+  return {.kind = c.weight_decay > 0 ? OptimizerKind::adamw : OptimizerKind::adam,
+          .lr = lr,
           .weight_decay = c.weight_decay};
 }
 
@@ -240,7 +254,8 @@ OptimizerSpec optimizer_spec(const Config& c, double lr) {
 std::unique_ptr<LRScheduler> make_schedule(Optimizer& opt, const Config& c, const Plan& plan, double lr) {
   if (c.schedule == "cosine")
     return std::make_unique<LRScheduler>(
-        opt, LinearWarmup(plan.warmup, CosineAnnealingLR(std::max<int64_t>(plan.total_steps - plan.warmup, 1), lr / 10)));
+        opt,
+        LinearWarmup(plan.warmup, CosineAnnealingLR(std::max<int64_t>(plan.total_steps - plan.warmup, 1), lr / 10)));
   if (plan.warmup > 0) return std::make_unique<LRScheduler>(opt, LinearWarmup(plan.warmup));
   return nullptr;
 }
@@ -254,14 +269,15 @@ struct Learner {
 
 void print_setup(const Config& c, const examples::CommonFlags& flags, const Text& text, const Learner& l,
                  const Plan& plan, Device device) {
-  std::printf("char_lstm: %s: %lld characters, vocabulary %lld, train %lld / validation %lld (%zu chunks of %lld x %lld)\n",
-              c.data.c_str(), (long long)text.corpus.text().size(), (long long)text.corpus.vocab().size(),
-              (long long)text.n_train, (long long)text.n_valid, text.val_batches.size(),
-              (long long)text.val_batches.front().input.size(0), (long long)c.seq_len);
+  std::printf(
+      "char_lstm: %s: %lld characters, vocabulary %lld, train %lld / validation %lld (%zu chunks of %lld x %lld)\n",
+      c.data.c_str(), (long long)text.corpus.text().size(), (long long)text.corpus.vocab().size(),
+      (long long)text.n_train, (long long)text.n_valid, text.val_batches.size(),
+      (long long)text.val_batches.front().input.size(0), (long long)c.seq_len);
   std::printf("unigram entropy %.3f bpc; loaded in %.2f s\n", text.unigram, examples::seconds_since(text.t_load));
-  std::printf("%s\n%lld parameters; %s lr %g, %s schedule, warm-up %lld, clip %g, dropout %g\n",
-              l.model.str().c_str(), (long long)l.model.num_parameters(), l.trainer.optimizer().name(), flags.lr,
-              c.schedule.c_str(), (long long)plan.warmup, c.clip, c.dropout);
+  std::printf("%s\n%lld parameters; %s lr %g, %s schedule, warm-up %lld, clip %g, dropout %g\n", l.model.str().c_str(),
+              (long long)l.model.num_parameters(), l.trainer.optimizer().name(), flags.lr, c.schedule.c_str(),
+              (long long)plan.warmup, c.clip, c.dropout);
   std::printf("device: %s\nprecision: %s\n", examples::device_description(device, flags.threads).c_str(),
               l.trainer.describe().c_str());
   std::printf("%d epochs x %lld steps, batch %d x %lld characters, %d threads%s\n", plan.epochs,
@@ -288,9 +304,9 @@ struct StepTimes {
 
 struct StepResult {
   double loss_nats;
-  float scale;  // the loss scale this step's gradients carried
-  double lr;    // the learning rate the update used
-  bool applied; // false: the loss scaler skipped the step
+  float scale;   // the loss scale this step's gradients carried
+  double lr;     // the learning rate the update used
+  bool applied;  // false: the loss scaler skipped the step
 };
 
 // One step on a batch of windows: forward in the compute dtype, backward seeded with the loss
@@ -353,10 +369,10 @@ struct RunState {
   Clock::time_point t0 = Clock::now();
   int64_t step = 0;
   double train_time = 0.0, eval_time = 0.0;
-  StepTimes times;  // parts of train_time
+  StepTimes times;          // parts of train_time
   double epoch_secs = 0.0;  // the last epoch's training steps
   double last_train_bpc = 0.0, last_val_bpc = 0.0;
-  double window_nats = 0.0;       // since the last step event
+  double window_nats = 0.0;  // since the last step event
   int64_t window_n = 0;
   int64_t skipped_in_window = 0;  // steps the loss scaler skipped since the last step event
   ProgressLine progress;
@@ -365,7 +381,7 @@ struct RunState {
 // One epoch of steps on random training windows, with their checks, step events and progress
 // line; the epoch's mean training loss goes to run.last_train_bpc.
 void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, const Plan& plan, int epoch,
-                   examples::Metrics& metrics, RunState& run) {
+                 examples::Metrics& metrics, RunState& run) {
   const auto t_epoch = Clock::now();
   double epoch_nats = 0.0;
   int64_t epoch_n = 0;
@@ -378,9 +394,8 @@ void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, 
     // A step the scaler skipped (inf/NaN gradients, as fp16 produces while a dynamic scale
     // finds its level) changed nothing; a non-finite loss whose step was applied (no loss
     // scale to skip it, or a finite gradient) means training diverged.
-    MT_CHECK(std::isfinite(r.loss_nats) || !r.applied, "the training loss became ", r.loss_nats, " at step ",
-             run.step, " under ", l.trainer.describe(), " (try a smaller --lr or a --clip",
-             examples::diverged_hint(l.trainer));
+    MT_CHECK(std::isfinite(r.loss_nats) || !r.applied, "the training loss became ", r.loss_nats, " at step ", run.step,
+             " under ", l.trainer.describe(), " (try a smaller --lr or a --clip", examples::diverged_hint(l.trainer));
     run.skipped_in_window += !r.applied;
 
     if (std::isfinite(r.loss_nats)) {
@@ -391,9 +406,16 @@ void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, 
     }
     if ((run.step % c.log_every == 0 || run.step == plan.total_steps) && run.window_n > 0) {
       const double nats = run.window_nats / double(run.window_n);
-      metrics.write({{"event", "step"}, {"step", run.step}, {"epoch", epoch}, {"loss", nats},
-                     {"bpc", nats / kLn2}, {"lr", r.lr}, {"grad_norm", l.trainer.last_grad_norm()},
-                     {"scale", r.scale}, {"skipped", !r.applied}, {"skipped_since_last", run.skipped_in_window}});
+      metrics.write({{"event", "step"},
+                     {"step", run.step},
+                     {"epoch", epoch},
+                     {"loss", nats},
+                     {"bpc", nats / kLn2},
+                     {"lr", r.lr},
+                     {"grad_norm", l.trainer.last_grad_norm()},
+                     {"scale", r.scale},
+                     {"skipped", !r.applied},
+                     {"skipped_since_last", run.skipped_in_window}});
       run.window_nats = 0.0;
       run.window_n = 0;
       run.skipped_in_window = 0;
@@ -440,8 +462,13 @@ void evaluate_epoch(Learner& l, const Text& text, const Config& c, const Plan& p
               plan.epochs, run.last_train_bpc, run.last_val_bpc, whole ? " (all of it)" : "", text.unigram,
               run.epoch_secs, examples::seconds_since(t_eval));
   std::fflush(stdout);
-  metrics.write({{"event", "eval"}, {"epoch", epoch}, {"step", run.step}, {"train_bpc", run.last_train_bpc},
-                 {"val_bpc", run.last_val_bpc}, {"val_loss", run.last_val_bpc * kLn2}, {"unigram_bpc", text.unigram}});
+  metrics.write({{"event", "eval"},
+                 {"epoch", epoch},
+                 {"step", run.step},
+                 {"train_bpc", run.last_train_bpc},
+                 {"val_bpc", run.last_val_bpc},
+                 {"val_loss", run.last_val_bpc * kLn2},
+                 {"unigram_bpc", text.unigram}});
 }
 
 // ---- checkpoint, sample and reports ----------------------------------------------------------
@@ -520,11 +547,17 @@ void print_sample(CharLSTM& model, const data::CharVocab& vocab, const std::stri
 void report_run(const Learner& l, const RunState& run, double wall, double unigram, Device device,
                 examples::Metrics& metrics) {
   const double step = double(run.step);
-  nlohmann::json summary = {{"event", "summary"}, {"device", device.str()}, {"steps", run.step},
+  nlohmann::json summary = {{"event", "summary"},
+                            {"device", device.str()},
+                            {"steps", run.step},
                             {"final_train_bpc", run.last_train_bpc},
-                            {"final_val_bpc", run.last_val_bpc}, {"unigram_bpc", unigram},
-                            {"parameters", l.model.num_parameters()}, {"wall_s", wall}, {"train_s", run.train_time},
-                            {"eval_s", run.eval_time}, {"steps_per_s", step / std::max(run.train_time, 1e-9)},
+                            {"final_val_bpc", run.last_val_bpc},
+                            {"unigram_bpc", unigram},
+                            {"parameters", l.model.num_parameters()},
+                            {"wall_s", wall},
+                            {"train_s", run.train_time},
+                            {"eval_s", run.eval_time},
+                            {"steps_per_s", step / std::max(run.train_time, 1e-9)},
                             {"forward_ms", 1e3 * run.times.forward / step},
                             {"backward_ms", 1e3 * run.times.backward / step},
                             {"update_ms", 1e3 * run.times.update / step}};

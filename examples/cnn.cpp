@@ -30,9 +30,14 @@ struct CnnFlags {
     app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
     app.add_option("--out-dir", out_dir, "where the checkpoint cnn.safetensors goes")->capture_default_str();
     app.add_option("--width", width, "channels of the first conv (the second has twice as many)")
-        ->check(CLI::Range(1, 1024))->capture_default_str();
-    app.add_option("--dropout", dropout, "dropout before the last layer")->check(CLI::Range(0.0, 0.95))->capture_default_str();
-    app.add_option("--weight-decay", weight_decay, "AdamW weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
+        ->check(CLI::Range(1, 1024))
+        ->capture_default_str();
+    app.add_option("--dropout", dropout, "dropout before the last layer")
+        ->check(CLI::Range(0.0, 0.95))
+        ->capture_default_str();
+    app.add_option("--weight-decay", weight_decay, "AdamW weight decay")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
     app.add_option("--log-every", log_every, "steps between step events in the metrics")->check(CLI::Range(1, 1000000));
     app.add_flag("--smoke", smoke, "a few steps on a subset (CI smoke run)");
@@ -69,16 +74,20 @@ void report_run(const examples::CnnRun& run, Device device, double wall, const s
   const examples::CnnEval& last = run.last;
   const double train_secs = run.train_secs;
   std::printf("%s\n", examples::precision_summary(trainer).c_str());
-  std::printf("final test accuracy %.2f%% after %lld steps on %s; wall %.1f s (training %.1f s, %.1f steps/s); "
-              "checkpoint %s\n",
-              100.0 * last.accuracy, (long long)step, device.str().c_str(), wall, train_secs,
-              double(step) / train_secs, ckpt_path.c_str());
+  std::printf(
+      "final test accuracy %.2f%% after %lld steps on %s; wall %.1f s (training %.1f s, %.1f steps/s); "
+      "checkpoint %s\n",
+      100.0 * last.accuracy, (long long)step, device.str().c_str(), wall, train_secs, double(step) / train_secs,
+      ckpt_path.c_str());
   if (run.nonfinite_losses > 0)
     std::printf("%lld training steps had an inf or NaN loss\n", (long long)run.nonfinite_losses);
-  nlohmann::json summary = {{"event", "summary"},       {"device", device.str()},
+  nlohmann::json summary = {{"event", "summary"},
+                            {"device", device.str()},
                             {"final_test_accuracy", last.accuracy},
-                            {"final_test_loss", last.loss}, {"steps", step},
-                            {"wall_s", wall},               {"steps_per_s", double(step) / train_secs},
+                            {"final_test_loss", last.loss},
+                            {"steps", step},
+                            {"wall_s", wall},
+                            {"steps_per_s", double(step) / train_secs},
                             {"nonfinite_losses", run.nonfinite_losses}};
   examples::add_precision_summary(summary, trainer);
   metrics.write(summary);
@@ -108,15 +117,22 @@ int main(int argc, char** argv) {
     const auto t_start = std::chrono::steady_clock::now();
     data::LabeledImages train =
         data::load_fashion_mnist(o.data_dir, data::MnistSplit::train, {.limit = o.limit > 0 ? o.limit : -1});
-    data::LabeledImages test = data::load_fashion_mnist(o.data_dir, data::MnistSplit::test, {.limit = o.smoke ? 1000 : -1});
+    data::LabeledImages test =
+        data::load_fashion_mnist(o.data_dir, data::MnistSplit::test, {.limit = o.smoke ? 1000 : -1});
     std::printf("cnn: %lld training and %lld test images from %s\n", (long long)train.images.size(0),
                 (long long)test.images.size(0), o.data_dir.c_str());
 
     // The model, its training loop and its evaluation: examples/cnn_train.h.
-    const examples::CnnConfig config{.width = o.width, .dropout = o.dropout, .lr = flags.lr,
-                                     .weight_decay = o.weight_decay, .epochs = flags.epochs,
-                                     .batch_size = flags.batch_size, .seed = flags.seed, .log_every = o.log_every,
-                                     .max_steps = flags.max_steps, .device = device};
+    const examples::CnnConfig config{.width = o.width,
+                                     .dropout = o.dropout,
+                                     .lr = flags.lr,
+                                     .weight_decay = o.weight_decay,
+                                     .epochs = flags.epochs,
+                                     .batch_size = flags.batch_size,
+                                     .seed = flags.seed,
+                                     .log_every = o.log_every,
+                                     .max_steps = flags.max_steps,
+                                     .device = device};
     const PrecisionOptions options = precision.options(flags.seed);
     examples::Metrics metrics(flags.metrics);
     const examples::CnnRun run = examples::train_cnn(config, options, train, test, metrics);

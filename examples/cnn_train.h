@@ -59,10 +59,11 @@ struct CnnWithDecoder : mixtape::nn::Module {
       : Module("CnnWithDecoder") {
     using namespace mixtape;
     net = register_module("net", std::move(cnn));
-    decoder = register_module("decoder", std::make_shared<nn::Sequential>(
-                                             std::make_shared<nn::ConvTranspose2d>(2 * width, width, 4, 2, 1, 0, 1, true, gen),
-                                             std::make_shared<nn::ReLU>(),
-                                             std::make_shared<nn::ConvTranspose2d>(width, 1, 4, 2, 1, 0, 1, true, gen)));
+    decoder = register_module(
+        "decoder",
+        std::make_shared<nn::Sequential>(
+            std::make_shared<nn::ConvTranspose2d>(2 * width, width, 4, 2, 1, 0, 1, true, gen),
+            std::make_shared<nn::ReLU>(), std::make_shared<nn::ConvTranspose2d>(width, 1, 4, 2, 1, 0, 1, true, gen)));
   }
   // {logits, reconstruction}
   std::pair<mixtape::Variable, mixtape::Variable> forward(const mixtape::Variable& x) {
@@ -80,7 +81,8 @@ inline double evaluate_decoder(CnnWithDecoder& m, const mixtape::PrecisionTraine
   using namespace mixtape;
   m.eval();
   NoGrad no_grad;
-  data::DataLoader loader(data::TensorDataset({test.images, test.labels}), {.batch_size = batch_size, .shuffle = false});
+  data::DataLoader loader(data::TensorDataset({test.images, test.labels}),
+                          {.batch_size = batch_size, .shuffle = false});
   double sum = 0.0;
   int64_t n = 0;
   for (data::Batch& b : loader.epoch(0)) {
@@ -96,9 +98,9 @@ struct CnnRun {
   std::shared_ptr<mixtape::nn::Sequential> model;
   std::shared_ptr<CnnWithDecoder> with_decoder;  // aux_weight > 0: model and the decoder head
   std::unique_ptr<mixtape::PrecisionTrainer> trainer;
-  CnnEval last;             // the final evaluation
+  CnnEval last;  // the final evaluation
   int64_t steps = 0;
-  double train_secs = 0.0;  // training steps only, without evaluation
+  double train_secs = 0.0;        // training steps only, without evaluation
   double final_train_loss = 0.0;  // mean over the last epoch
   int64_t nonfinite_losses = 0;   // training steps whose loss was inf or NaN
 };
@@ -121,7 +123,8 @@ inline CnnEval evaluate_cnn(mixtape::nn::Sequential& model, const mixtape::Preci
   using namespace mixtape;
   model.eval();
   NoGrad no_grad;
-  data::DataLoader loader(data::TensorDataset({test.images, test.labels}), {.batch_size = batch_size, .shuffle = false});
+  data::DataLoader loader(data::TensorDataset({test.images, test.labels}),
+                          {.batch_size = batch_size, .shuffle = false});
   double loss_sum = 0.0;
   int64_t correct = 0, n = 0;
   for (data::Batch& b : loader.epoch(0)) {
@@ -195,8 +198,9 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
       } else {
         Variable weighted = loss * c.loss_weight;
         if (recon.defined())
-          weighted = weighted + mse_loss(nn::fp32_input(OpId::mse_loss, recon), b[0].to(trainer.device()).to(DType::f32)) *
-                                    c.aux_weight;
+          weighted =
+              weighted +
+              mse_loss(nn::fp32_input(OpId::mse_loss, recon), b[0].to(trainer.device()).to(DType::f32)) * c.aux_weight;
         trainer.backward(tape, weighted);
       }
       const float scale = trainer.scale();  // the scale this step's gradients carry
@@ -215,7 +219,13 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
       }
       if (c.progress) progress.update(epoch, in_epoch, loss_sum / double(std::max<int64_t>(finite, 1)));
       if (step % c.log_every == 0)
-        metrics.write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", std::isfinite(l) ? nlohmann::json(l) : nlohmann::json(nullptr)}, {"lr", lr}, {"scale", scale}, {"skipped", !applied},
+        metrics.write({{"event", "step"},
+                       {"step", step},
+                       {"epoch", epoch},
+                       {"loss", std::isfinite(l) ? nlohmann::json(l) : nlohmann::json(nullptr)},
+                       {"lr", lr},
+                       {"scale", scale},
+                       {"skipped", !applied},
                        {"grad_norm", trainer.last_grad_norm()}});
       if (step >= total_steps) break;
     }

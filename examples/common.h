@@ -30,9 +30,7 @@ struct DeviceFlag {
           try {
             mixtape::Device::parse(s);
             return {};
-          } catch (const std::exception& e) {
-            return e.what();
-          }
+          } catch (const std::exception& e) { return e.what(); }
         })
         ->capture_default_str();
   }
@@ -45,11 +43,13 @@ struct DeviceFlag {
     if (name == "auto") return cuda::is_available() ? Device::cuda(0) : Device::cpu();
     const Device d = Device::parse(name);
     if (d.is_cpu()) return d;
-    MT_CHECK(cuda::built_with_cuda(), "--device ", name, ": this mixtape was built without CUDA (nvcc was not found "
+    MT_CHECK(cuda::built_with_cuda(), "--device ", name,
+             ": this mixtape was built without CUDA (nvcc was not found "
              "at configure time; reconfigure with -DMIXTAPE_CUDA=ON on a machine with the CUDA toolkit), so only "
              "--device cpu works");
     const int n = cuda::device_count();
-    MT_CHECK(n > 0, "--device ", name, ": no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
+    MT_CHECK(n > 0, "--device ", name,
+             ": no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
              "hides them; nvidia-smi lists what the driver sees); use --device cpu");
     MT_CHECK(d.index < n, "--device ", name, ": cuda:", d.index, " does not exist (", n, " CUDA device",
              n == 1 ? " is" : "s are", " visible: cuda:0", n > 1 ? mixtape::detail::cat("..cuda:", n - 1) : "", ")");
@@ -79,8 +79,8 @@ struct CommonFlags {
   double lr = 1e-3;
   uint64_t seed = 0;
   int threads = 2;
-  std::string metrics;      // JSON Lines file; empty = none
-  int max_steps = 0;        // stop after this many training steps (0 = no limit), for smoke runs
+  std::string metrics;  // JSON Lines file; empty = none
+  int max_steps = 0;    // stop after this many training steps (0 = no limit), for smoke runs
 
   void add_to(CLI::App& app) {
     // Every program calls this first: make stdout line-buffered so results reach log files as
@@ -93,10 +93,13 @@ struct CommonFlags {
     app.add_option("--batch-size", batch_size, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
     app.add_option("--lr", lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
     app.add_option("--seed", seed, "random seed")->capture_default_str();
-    app.add_option("--threads", threads, "CPU threads for the GEMMs")->check(CLI::Range(1, 1024))->capture_default_str();
+    app.add_option("--threads", threads, "CPU threads for the GEMMs")
+        ->check(CLI::Range(1, 1024))
+        ->capture_default_str();
     app.add_option("--metrics", metrics, "write JSON Lines metrics to this file");
     app.add_option("--max-steps", max_steps, "stop after this many steps (0: run every epoch)")
-        ->check(CLI::NonNegativeNumber)->capture_default_str();
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
   }
 };
 
@@ -112,19 +115,25 @@ struct PrecisionFlags {
 
   void add_to(CLI::App& app) {
     app.add_option("--precision", precision, "fp32, fp16 or bf16 (mixed: f32 masters), fp16-pure or bf16-pure")
-        ->check(CLI::IsMember({"fp32", "fp16", "bf16", "fp16-pure", "bf16-pure"}))->capture_default_str();
+        ->check(CLI::IsMember({"fp32", "fp16", "bf16", "fp16-pure", "bf16-pure"}))
+        ->capture_default_str();
     app.add_option("--loss-scale", loss_scale,
                    "none, static:S (S a power of two), backoff, logmax, or gradient (Zhao et al.); "
                    "default backoff for fp16 and fp16-pure, none otherwise");
     app.add_option("--update-rounding", rounding, "pure policies: nearest, stochastic or kahan")
-        ->check(CLI::IsMember({"nearest", "stochastic", "kahan"}))->capture_default_str();
+        ->check(CLI::IsMember({"nearest", "stochastic", "kahan"}))
+        ->capture_default_str();
     app.add_option("--grad-scale-gamma,--zhao-gamma", grad_scale_gamma, "gradient scaling: underflow threshold gamma'")
-        ->check(CLI::Range(1e-12, 0.5))->capture_default_str();
-    app.add_option("--grad-scale-period,--zhao-period", grad_scale_period, "gradient scaling: recompute each node's scale every K steps")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
+        ->check(CLI::Range(1e-12, 0.5))
+        ->capture_default_str();
+    app.add_option("--grad-scale-period,--zhao-period", grad_scale_period,
+                   "gradient scaling: recompute each node's scale every K steps")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+        ->capture_default_str();
     app.add_option("--telemetry-every", telemetry_every,
                    "write per-layer gradient telemetry to the metrics every N steps (0: off)")
-        ->check(CLI::NonNegativeNumber)->capture_default_str();
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     app.add_option("--telemetry-format", telemetry_format, "format telemetry measures against: f16 or bf16")
         ->check(CLI::IsMember({"f16", "bf16"}));
   }
@@ -147,10 +156,12 @@ struct PrecisionFlags {
 
 // The precision part of a "summary" event and of the closing line: skipped steps, the final loss
 // scale, and the underflow the rounding census measured (sampled steps only).
-inline void add_precision_summary(nlohmann::json& j, const mixtape::PrecisionTrainer& t, const std::string& prefix = {}) {
+inline void add_precision_summary(nlohmann::json& j, const mixtape::PrecisionTrainer& t,
+                                  const std::string& prefix = {}) {
   j[prefix + "precision"] = mixtape::nn::precision_name(t.precision());
   j[prefix + "scaling"] = t.options().loss_scale.str();
-  if (mixtape::nn::is_pure(t.precision())) j[prefix + "update_rounding"] = mixtape::update_rounding_name(t.options().rounding);
+  if (mixtape::nn::is_pure(t.precision()))
+    j[prefix + "update_rounding"] = mixtape::update_rounding_name(t.options().rounding);
   j[prefix + "skipped_steps"] = t.skipped();
   j[prefix + "final_scale"] = t.scale();
   const mixtape::RoundingCounts& r = t.total_rounding();
@@ -162,9 +173,9 @@ inline void add_precision_summary(nlohmann::json& j, const mixtape::PrecisionTra
 }
 
 inline std::string precision_summary(const mixtape::PrecisionTrainer& t) {
-  std::string s = mixtape::detail::cat(mixtape::nn::precision_name(t.precision()), ", loss scale ",
-                                       t.options().loss_scale.str(), ": ", t.skipped(), " of ", t.steps(),
-                                       " steps skipped, final scale ", t.scale());
+  std::string s =
+      mixtape::detail::cat(mixtape::nn::precision_name(t.precision()), ", loss scale ", t.options().loss_scale.str(),
+                           ": ", t.skipped(), " of ", t.steps(), " steps skipped, final scale ", t.scale());
   if (t.telemetry() && t.total_rounding().rounded > 0)
     s += mixtape::detail::cat(", backward underflow ", 100.0 * t.total_rounding().underflow_rate(),
                               "% of nonzero values rounded to 16 bits (sampled steps)");

@@ -68,22 +68,29 @@ struct DcganFlags {
   void add_to(CLI::App& app) {
     app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
     app.add_option("--images", images_dir, "train on the PNG/JPEG images of this folder (RGB) instead");
-    app.add_option("--image-size", image_size, "image side, a power of two >= 8 (default: 32 for Fashion-MNIST, "
-                                               "64 for --images; Fashion-MNIST takes 32 only)");
+    app.add_option("--image-size", image_size,
+                   "image side, a power of two >= 8 (default: 32 for Fashion-MNIST, "
+                   "64 for --images; Fashion-MNIST takes 32 only)");
     app.add_option("--nz", nz, "length of the noise vector z")->check(CLI::Range(1, 4096))->capture_default_str();
     app.add_option("--ngf", ngf, "generator width (channels of its last hidden layer)")
-        ->check(CLI::Range(1, 1024))->capture_default_str();
+        ->check(CLI::Range(1, 1024))
+        ->capture_default_str();
     app.add_option("--ndf", ndf, "discriminator width (channels of its first layer)")
-        ->check(CLI::Range(1, 1024))->capture_default_str();
+        ->check(CLI::Range(1, 1024))
+        ->capture_default_str();
     app.add_option("--beta1", beta1, "Adam beta1 of both optimizers")
-        ->check(CLI::Range(0.0, 0.999999))->capture_default_str();
+        ->check(CLI::Range(0.0, 0.999999))
+        ->capture_default_str();
     app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
     app.add_option("--log-every", log_every, "steps between step events in the metrics")
-        ->check(CLI::Range(int64_t(1), int64_t(1000000)))->capture_default_str();
+        ->check(CLI::Range(int64_t(1), int64_t(1000000)))
+        ->capture_default_str();
     app.add_option("--sample-every", sample_every, "also write a sample grid every N steps (0: only per epoch)")
-        ->check(CLI::NonNegativeNumber)->capture_default_str();
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     app.add_option("--sample-mode", sample_mode, "batch norm statistics for the sample grids")
-        ->check(CLI::IsMember({"eval", "train"}))->capture_default_str();
+        ->check(CLI::IsMember({"eval", "train"}))
+        ->capture_default_str();
     app.add_option("--out-dir", out_dir, "where the PNG grids and dcgan.safetensors go")->capture_default_str();
     app.add_flag("--smoke", smoke, "tiny networks, a few dozen steps on a subset (CI smoke run)");
   }
@@ -100,10 +107,10 @@ struct DcganFlags {
       if (app.count("--log-every") == 0) log_every = 2;  // an explicit flag wins
     }
     if (image_size == 0) image_size = folder() ? 64 : 32;
-    MT_CHECK(image_size >= 8 && (image_size & (image_size - 1)) == 0,
-             "--image-size must be a power of two >= 8, got ", image_size);
-    MT_CHECK(folder() || image_size == 32, "Fashion-MNIST trains at --image-size 32 (28x28 padded), got ",
-             image_size, "; use --images DIR for other sizes");
+    MT_CHECK(image_size >= 8 && (image_size & (image_size - 1)) == 0, "--image-size must be a power of two >= 8, got ",
+             image_size);
+    MT_CHECK(folder() || image_size == 32, "Fashion-MNIST trains at --image-size 32 (28x28 padded), got ", image_size,
+             "; use --images DIR for other sizes");
     MT_CHECK((ngf << (num_stages() - 1)) <= 8192 && (ndf << (num_stages() - 1)) <= 8192,
              "--ngf/--ndf too large for --image-size ", image_size);
   }
@@ -290,10 +297,9 @@ struct PhaseTimes {
   }
   nlohmann::json per_step(int64_t steps) const {
     const double n = double(std::max<int64_t>(steps, 1));
-    return {{"g_forward", g_fwd / n},       {"d_forward", d_fwd / n},   {"d_backward", d_bwd / n},
-            {"d_optimizer", d_opt / n},     {"d_on_fake_forward", dg_fwd / n},
-            {"d_on_fake_backward", dg_bwd / n}, {"g_backward", g_bwd / n}, {"g_optimizer", g_opt / n},
-            {"data", data / n}};
+    return {{"g_forward", g_fwd / n},   {"d_forward", d_fwd / n},          {"d_backward", d_bwd / n},
+            {"d_optimizer", d_opt / n}, {"d_on_fake_forward", dg_fwd / n}, {"d_on_fake_backward", dg_bwd / n},
+            {"g_backward", g_bwd / n},  {"g_optimizer", g_opt / n},        {"data", data / n}};
   }
 };
 
@@ -306,8 +312,8 @@ void set_requires_grad(nn::Module& m, bool on) {
 
 struct StepResult {
   double loss_d = 0, loss_g = 0;
-  double d_real = 0, d_fake = 0;   // D's mean probability that real (fake) images are real
-  float scale_d = 0, scale_g = 0;  // the loss scales this step's gradients carried
+  double d_real = 0, d_fake = 0;              // D's mean probability that real (fake) images are real
+  float scale_d = 0, scale_g = 0;             // the loss scales this step's gradients carried
   bool applied_d = false, applied_g = false;  // false: the network's loss scaler skipped the step
 
   bool finite() const { return std::isfinite(loss_d) && std::isfinite(loss_g); }
@@ -447,10 +453,18 @@ EpochStats train_epoch(Gan& gan, data::DataLoader& loader, int epoch, const Dcga
     }
     progress.update(epoch, e.steps, e.sum_d / e.n());
     if (run.step % o.log_every == 0 && r.finite())
-      metrics.write({{"event", "step"},      {"step", run.step},      {"epoch", epoch},
-                     {"loss", r.loss_d},     {"loss_d", r.loss_d},    {"loss_g", r.loss_g},
-                     {"d_real", r.d_real},   {"d_fake", r.d_fake},    {"lr", gan.d_trainer->optimizer().lr()},
-                     {"d_scale", r.scale_d}, {"d_skipped", !r.applied_d}, {"g_scale", r.scale_g},
+      metrics.write({{"event", "step"},
+                     {"step", run.step},
+                     {"epoch", epoch},
+                     {"loss", r.loss_d},
+                     {"loss_d", r.loss_d},
+                     {"loss_g", r.loss_g},
+                     {"d_real", r.d_real},
+                     {"d_fake", r.d_fake},
+                     {"lr", gan.d_trainer->optimizer().lr()},
+                     {"d_scale", r.scale_d},
+                     {"d_skipped", !r.applied_d},
+                     {"g_scale", r.scale_g},
                      {"g_skipped", !r.applied_g}});
     if (o.sample_every > 0 && run.step % o.sample_every == 0) gan.write_samples(step_png(o.out_dir, run.step));
     if (max_steps > 0 && run.step >= max_steps) {
@@ -494,17 +508,22 @@ void save_checkpoint(const std::string& path, const Gan& gan, const DcganFlags& 
 void report_epoch(int epoch, const EpochStats& e, const std::string& png, examples::Metrics& metrics) {
   const double n = e.n();
   const nlohmann::json ms = e.times.per_step(e.steps);
-  std::printf("epoch %d: loss_d %.4f  loss_g %.4f  D(x) %.3f  D(G(z)) %.3f  -> %s\n", epoch, e.sum_d / n,
-              e.sum_g / n, e.sum_real / n, e.sum_fake / n, png.c_str());
-  std::printf("  ms/step: G fwd %.1f | D fwd %.1f bwd %.1f adam %.1f | D(G(z)) fwd %.1f bwd %.1f | "
-              "G bwd %.1f adam %.1f | data %.1f\n",
-              ms["g_forward"].get<double>(), ms["d_forward"].get<double>(), ms["d_backward"].get<double>(),
-              ms["d_optimizer"].get<double>(), ms["d_on_fake_forward"].get<double>(),
-              ms["d_on_fake_backward"].get<double>(), ms["g_backward"].get<double>(),
-              ms["g_optimizer"].get<double>(), ms["data"].get<double>());
-  metrics.write({{"event", "eval"},         {"epoch", epoch},           {"loss_d", e.sum_d / n},
-                 {"loss_g", e.sum_g / n},   {"d_real", e.sum_real / n}, {"d_fake", e.sum_fake / n},
-                 {"samples", png},          {"ms_per_step", ms}});
+  std::printf("epoch %d: loss_d %.4f  loss_g %.4f  D(x) %.3f  D(G(z)) %.3f  -> %s\n", epoch, e.sum_d / n, e.sum_g / n,
+              e.sum_real / n, e.sum_fake / n, png.c_str());
+  std::printf(
+      "  ms/step: G fwd %.1f | D fwd %.1f bwd %.1f adam %.1f | D(G(z)) fwd %.1f bwd %.1f | "
+      "G bwd %.1f adam %.1f | data %.1f\n",
+      ms["g_forward"].get<double>(), ms["d_forward"].get<double>(), ms["d_backward"].get<double>(),
+      ms["d_optimizer"].get<double>(), ms["d_on_fake_forward"].get<double>(), ms["d_on_fake_backward"].get<double>(),
+      ms["g_backward"].get<double>(), ms["g_optimizer"].get<double>(), ms["data"].get<double>());
+  metrics.write({{"event", "eval"},
+                 {"epoch", epoch},
+                 {"loss_d", e.sum_d / n},
+                 {"loss_g", e.sum_g / n},
+                 {"d_real", e.sum_real / n},
+                 {"d_fake", e.sum_fake / n},
+                 {"samples", png},
+                 {"ms_per_step", ms}});
 }
 
 // The closing lines and the "summary" event.
@@ -533,8 +552,9 @@ void report_run(const Gan& gan, const RunState& run, Device device, double wall,
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train a DCGAN on Fashion-MNIST at 32x32, or on a folder of images, under any precision "
-               "policy."};
+  CLI::App app{
+      "Train a DCGAN on Fashion-MNIST at 32x32, or on a folder of images, under any precision "
+      "policy."};
   examples::CommonFlags flags;
   flags.epochs = 5;
   flags.lr = 2e-4;

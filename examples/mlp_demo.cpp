@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--metrics", metrics_path, "write JSON Lines metrics to this file");
   app.add_option("--log-every", log_every, "steps between step events and printed losses")
-      ->check(CLI::Range(1, 1000000))->capture_default_str();
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   app.add_flag("--smoke", smoke, "100 steps, a step event every 5 (CI smoke run)");
   CLI11_PARSE(app, argc, argv);
 
@@ -119,8 +120,13 @@ int main(int argc, char** argv) {
     const double secs = examples::seconds_since(t0);
     std::printf("loss %.5f -> %.5f in %.2f s (%.0f steps/s)\n%s\n", first, last, secs, double(steps) / secs,
                 examples::precision_summary(trainer).c_str());
-    nlohmann::json summary = {{"event", "summary"}, {"device", device.str()}, {"steps", steps}, {"first_loss", first}, {"final_loss", last},
-                              {"wall_s", secs}, {"steps_per_s", double(steps) / secs}};
+    nlohmann::json summary = {{"event", "summary"},
+                              {"device", device.str()},
+                              {"steps", steps},
+                              {"first_loss", first},
+                              {"final_loss", last},
+                              {"wall_s", secs},
+                              {"steps_per_s", double(steps) / secs}};
     examples::add_precision_summary(summary, trainer);
     metrics.write(summary);
     if (!(last < first)) {

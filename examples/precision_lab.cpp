@@ -106,13 +106,23 @@ std::string table(const std::vector<LabRow>& rows) {
 
 nlohmann::json row_json(const LabRow& r, const Device& device) {
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
-  nlohmann::json j = {{"config", r.config.name}, {"precision", r.config.precision}, {"loss_scale", r.config.loss_scale},
-                      {"update_rounding", r.config.rounding}, {"device", device.str()}, {"seed", r.seed},
-                      {"test_accuracy", r.accuracy}, {"test_loss", num(r.test_loss)}, {"train_loss", num(r.train_loss)},
-                      {"steps", r.steps}, {"skipped", r.skipped}, {"nonfinite_losses", r.nonfinite},
-                      {"final_scale", r.final_scale}, {"rounded_16bit", r.rounding.rounded},
-                      {"underflow_rate", r.rounding.nonzero ? nlohmann::json(r.rounding.underflow_rate()) : nlohmann::json(nullptr)},
-                      {"wall_s", r.wall}};
+  nlohmann::json j = {
+      {"config", r.config.name},
+      {"precision", r.config.precision},
+      {"loss_scale", r.config.loss_scale},
+      {"update_rounding", r.config.rounding},
+      {"device", device.str()},
+      {"seed", r.seed},
+      {"test_accuracy", r.accuracy},
+      {"test_loss", num(r.test_loss)},
+      {"train_loss", num(r.train_loss)},
+      {"steps", r.steps},
+      {"skipped", r.skipped},
+      {"nonfinite_losses", r.nonfinite},
+      {"final_scale", r.final_scale},
+      {"rounded_16bit", r.rounding.rounded},
+      {"underflow_rate", r.rounding.nonzero ? nlohmann::json(r.rounding.underflow_rate()) : nlohmann::json(nullptr)},
+      {"wall_s", r.wall}};
   if (!r.regime.empty()) j["regime"] = r.regime;
   if (std::isfinite(r.aux_mse)) j["test_aux_mse"] = r.aux_mse;
   return j;
@@ -173,15 +183,26 @@ struct Regime {
 };
 
 std::vector<Regime> stress_regimes() {
-  const std::vector<std::string> fp16 = {"fp32", "fp16-noscale", "fp16-static", "fp16-backoff", "fp16-logmax",
-                                         "fp16-gradient"};
+  const std::vector<std::string> fp16 = {"fp32",         "fp16-noscale", "fp16-static",
+                                         "fp16-backoff", "fp16-logmax",  "fp16-gradient"};
   return {
-      {.name = "underflow", .what = "cross entropy weighted 2^-14", .configs = fp16,
-       .loss_weight = std::ldexp(1.0, -14), .adam_eps = 1e-8 * std::ldexp(1.0, -14), .epochs = 1},
-      {.name = "nonuniform", .what = "classifier + decoder head whose per-pixel MSE is weighted 2^-32", .configs = fp16,
-       .aux_weight = std::ldexp(1.0, -32), .adam_eps = 1e-20, .epochs = 1},
-      {.name = "stall", .what = "lr 2e-4: updates below half a bf16 ulp", .configs = {"fp32", "bf16", "bf16-pure-nearest", "bf16-pure-sr", "bf16-pure-kahan"},
-       .lr = 2e-4, .epochs = 3},
+      {.name = "underflow",
+       .what = "cross entropy weighted 2^-14",
+       .configs = fp16,
+       .loss_weight = std::ldexp(1.0, -14),
+       .adam_eps = 1e-8 * std::ldexp(1.0, -14),
+       .epochs = 1},
+      {.name = "nonuniform",
+       .what = "classifier + decoder head whose per-pixel MSE is weighted 2^-32",
+       .configs = fp16,
+       .aux_weight = std::ldexp(1.0, -32),
+       .adam_eps = 1e-20,
+       .epochs = 1},
+      {.name = "stall",
+       .what = "lr 2e-4: updates below half a bf16 ulp",
+       .configs = {"fp32", "bf16", "bf16-pure-nearest", "bf16-pure-sr", "bf16-pure-kahan"},
+       .lr = 2e-4,
+       .epochs = 3},
   };
 }
 
@@ -207,7 +228,8 @@ std::string stress_table(const std::vector<LabRow>& rows, bool with_aux) {
     if (std::find(order.begin(), order.end(), r.config.name) == order.end()) order.push_back(r.config.name);
   std::ostringstream os;
   os << "| config | seeds | test accuracy | " << (with_aux ? "decoder test MSE | " : "")
-     << "skipped steps | backward underflow | wall s |\n|---|---:|---:|" << (with_aux ? "---:|" : "") << "---:|---:|---:|\n";
+     << "skipped steps | backward underflow | wall s |\n|---|---:|---:|" << (with_aux ? "---:|" : "")
+     << "---:|---:|---:|\n";
   for (const std::string& name : order) {
     std::vector<double> acc, mse, skipped, under;
     double wall = 0;
@@ -250,11 +272,13 @@ int main(int argc, char** argv) {
   app.add_option("--suite", suite,
                  "default: the ten configurations on the cnn; stress: three regimes built so that each technique "
                  "changes the result (underflow, nonuniform, stall; Note [Stress regimes]), each over --seeds seeds")
-      ->check(CLI::IsMember({"default", "stress"}))->capture_default_str();
+      ->check(CLI::IsMember({"default", "stress"}))
+      ->capture_default_str();
   std::string regimes;
   app.add_option("--regimes", regimes, "stress suite: comma-separated regimes to run (default: all)");
   bool plots = true;
-  app.add_flag("--plots,!--no-plots", plots, "draw each suite's figures into <out-dir>[/<regime>]/plots (python3 + matplotlib)")
+  app.add_flag("--plots,!--no-plots", plots,
+               "draw each suite's figures into <out-dir>[/<regime>]/plots (python3 + matplotlib)")
       ->capture_default_str();
   app.add_option("--seeds", seeds, "seeds per configuration (default: 1; stress: 3); reported as mean +- sd")
       ->check(CLI::Range(1, 100));
@@ -264,13 +288,23 @@ int main(int argc, char** argv) {
   app.add_option("--static-scale", static_scale, "S of the fp16-static configuration (a power of two)")
       ->capture_default_str();
   app.add_option("--width", width, "channels of the first conv")->check(CLI::Range(1, 1024))->capture_default_str();
-  app.add_option("--dropout", dropout, "dropout before the last layer")->check(CLI::Range(0.0, 0.95))->capture_default_str();
-  app.add_option("--weight-decay", weight_decay, "AdamW weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--limit", limit, "training images (0: all 60000)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--test-limit", test_limit, "test images (0: all 10000)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--dropout", dropout, "dropout before the last layer")
+      ->check(CLI::Range(0.0, 0.95))
+      ->capture_default_str();
+  app.add_option("--weight-decay", weight_decay, "AdamW weight decay")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--limit", limit, "training images (0: all 60000)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--test-limit", test_limit, "test images (0: all 10000)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--telemetry-every", telemetry_every, "telemetry and rounding census every N steps")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
-  app.add_option("--log-every", log_every, "steps between step events")->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+      ->capture_default_str();
+  app.add_option("--log-every", log_every, "steps between step events")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
       ->capture_default_str();
   app.add_flag("--smoke", smoke, "every configuration for a few steps on a subset (CI smoke run)");
   CLI11_PARSE(app, argc, argv);
@@ -309,10 +343,11 @@ int main(int argc, char** argv) {
     const data::LabeledImages test =
         data::load_fashion_mnist(data_dir, data::MnistSplit::test, {.limit = test_limit > 0 ? test_limit : -1});
     std::filesystem::create_directories(out_dir);
-    std::printf("precision lab: CNN width %lld, %lld training / %lld test images, %d epochs, batch %d, AdamW lr %g "
-                "(cosine), weight decay %g, seed %llu, %d threads\n",
-                (long long)width, (long long)train.images.size(0), (long long)test.images.size(0), flags.epochs,
-                flags.batch_size, flags.lr, weight_decay, (unsigned long long)flags.seed, flags.threads);
+    std::printf(
+        "precision lab: CNN width %lld, %lld training / %lld test images, %d epochs, batch %d, AdamW lr %g "
+        "(cosine), weight decay %g, seed %llu, %d threads\n",
+        (long long)width, (long long)train.images.size(0), (long long)test.images.size(0), flags.epochs,
+        flags.batch_size, flags.lr, weight_decay, (unsigned long long)flags.seed, flags.threads);
     std::printf("device: %s\n", examples::device_description(device, flags.threads).c_str());
     if (device.is_cuda())
       std::printf("(the backward-underflow column counts CPU roundings only: '-' on %s)\n", device.str().c_str());
@@ -346,19 +381,33 @@ int main(int argc, char** argv) {
       std::printf("   test accuracy %.2f%%%s, %s, %.0f s\n", 100.0 * row.accuracy,
                   std::isfinite(row.aux_mse) ? fmt(", decoder test MSE %.5f", row.aux_mse).c_str() : "",
                   examples::precision_summary(*run.trainer).c_str(), row.wall);
-      nlohmann::json summary = {{"event", "summary"},        {"config", lc.name}, {"device", device.str()},
-                                {"final_test_accuracy", row.accuracy}, {"final_test_loss", row.test_loss},
-                                {"final_train_loss", std::isfinite(row.train_loss) ? nlohmann::json(row.train_loss) : nlohmann::json(nullptr)},
-                                {"steps", row.steps},           {"nonfinite_losses", row.nonfinite},
-                                {"wall_s", row.wall},           {"steps_per_s", double(row.steps) / run.train_secs}};
+      nlohmann::json summary = {{"event", "summary"},
+                                {"config", lc.name},
+                                {"device", device.str()},
+                                {"final_test_accuracy", row.accuracy},
+                                {"final_test_loss", row.test_loss},
+                                {"final_train_loss", std::isfinite(row.train_loss) ? nlohmann::json(row.train_loss)
+                                                                                   : nlohmann::json(nullptr)},
+                                {"steps", row.steps},
+                                {"nonfinite_losses", row.nonfinite},
+                                {"wall_s", row.wall},
+                                {"steps_per_s", double(row.steps) / run.train_secs}};
       if (std::isfinite(row.aux_mse)) summary["final_test_aux_mse"] = row.aux_mse;
       examples::add_precision_summary(summary, *run.trainer);
       metrics.write(summary);
       return row;
     };
-    examples::CnnConfig base{.width = width, .dropout = dropout, .lr = flags.lr, .weight_decay = weight_decay,
-                             .epochs = flags.epochs, .batch_size = flags.batch_size, .seed = flags.seed,
-                             .log_every = log_every, .max_steps = flags.max_steps, .progress = true, .verbose = false,
+    examples::CnnConfig base{.width = width,
+                             .dropout = dropout,
+                             .lr = flags.lr,
+                             .weight_decay = weight_decay,
+                             .epochs = flags.epochs,
+                             .batch_size = flags.batch_size,
+                             .seed = flags.seed,
+                             .log_every = log_every,
+                             .max_steps = flags.max_steps,
+                             .progress = true,
+                             .verbose = false,
                              .device = device};
     const std::filesystem::path out(out_dir);
     std::string md;
@@ -394,7 +443,8 @@ int main(int argc, char** argv) {
             cc.lr = rg.lr;
             if (!smoke) cc.epochs = rg.epochs;
             std::printf("[%s] ", rg.name.c_str());
-            LabRow row = run_one(*it, cc, (out / rg.name / (name + "-seed" + std::to_string(cc.seed) + ".jsonl")).string());
+            LabRow row =
+                run_one(*it, cc, (out / rg.name / (name + "-seed" + std::to_string(cc.seed) + ".jsonl")).string());
             row.regime = rg.name;
             rows.push_back(row);
           }

@@ -63,8 +63,8 @@ void Conv2d::reset_parameters(Generator& gen) { default_conv_init(weight, bias, 
 Variable Conv2d::forward(const Variable& x) {
   check_input(*this, x, options_.in_channels);
   const DType dt = x.dtype();
-  return conv2d(x, cast(weight, dt), bias.defined() ? cast(bias, dt) : Variable(), options_.stride,
-                options_.padding, options_.dilation);
+  return conv2d(x, cast(weight, dt), bias.defined() ? cast(bias, dt) : Variable(), options_.stride, options_.padding,
+                options_.dilation);
 }
 
 std::string Conv2d::extra_repr() const {
@@ -89,8 +89,8 @@ ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o, Generator& gen
 
 ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride,
                                  Size2 padding, Size2 output_padding, Size2 dilation, bool bias, Generator& gen)
-    : ConvTranspose2d(ConvTranspose2dOptions{in_channels, out_channels, kernel_size, stride, padding,
-                                             output_padding, dilation, bias},
+    : ConvTranspose2d(ConvTranspose2dOptions{in_channels, out_channels, kernel_size, stride, padding, output_padding,
+                                             dilation, bias},
                       gen) {}
 
 void ConvTranspose2d::reset_parameters(Generator& gen) { default_conv_init(weight, bias, gen); }
@@ -105,8 +105,8 @@ Variable ConvTranspose2d::forward(const Variable& x) {
 
 std::string ConvTranspose2d::extra_repr() const {
   const ConvTranspose2dOptions& o = options_;
-  return conv_repr(o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, o.output_padding,
-                   o.dilation, o.bias);
+  return conv_repr(o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, o.output_padding, o.dilation,
+                   o.bias);
 }
 
 }  // namespace mixtape::nn

@@ -57,9 +57,8 @@ struct ConvTranspose2dOptions {
 class ConvTranspose2d : public UnaryModule {
  public:
   explicit ConvTranspose2d(const ConvTranspose2dOptions& options, Generator& gen = default_generator());
-  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride = 1,
-                  Size2 padding = 0, Size2 output_padding = 0, Size2 dilation = 1, bool bias = true,
-                  Generator& gen = default_generator());
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride = 1, Size2 padding = 0,
+                  Size2 output_padding = 0, Size2 dilation = 1, bool bias = true, Generator& gen = default_generator());
 
   Variable forward(const Variable& x) override;  // parameters cast to x's dtype
   std::string extra_repr() const override;

@@ -7,8 +7,10 @@
 namespace mixtape::nn {
 
 Embedding::Embedding(const EmbeddingOptions& o, Generator& gen) : Module("Embedding"), options_(o) {
-  MT_CHECK(o.num_embeddings > 0 && o.embedding_dim > 0, "Embedding: num_embeddings and embedding_dim must be "
-           "positive, got ", o.num_embeddings, " and ", o.embedding_dim);
+  MT_CHECK(o.num_embeddings > 0 && o.embedding_dim > 0,
+           "Embedding: num_embeddings and embedding_dim must be "
+           "positive, got ",
+           o.num_embeddings, " and ", o.embedding_dim);
   weight = register_parameter("weight", empty({o.num_embeddings, o.embedding_dim}));
   reset_parameters(gen);
 }
@@ -26,8 +28,6 @@ Variable Embedding::forward(const Tensor& indices) {
 
 Variable Embedding::forward(const Tensor& indices, DType dtype) { return cast(forward(indices), dtype); }
 
-std::string Embedding::extra_repr() const {
-  return detail::cat(options_.num_embeddings, ", ", options_.embedding_dim);
-}
+std::string Embedding::extra_repr() const { return detail::cat(options_.num_embeddings, ", ", options_.embedding_dim); }
 
 }  // namespace mixtape::nn

@@ -61,8 +61,8 @@ Fans calculate_fans(const Shape& shape) {
 
 Tensor uniform_(const Tensor& t, Generator& gen, double lo, double hi) {
   check_floating(t, "uniform_");
-  MT_CHECK(lo <= hi && std::isfinite(lo) && std::isfinite(hi), "nn::init::uniform_: need finite lo <= hi, got [",
-           lo, ", ", hi, ")");
+  MT_CHECK(lo <= hi && std::isfinite(lo) && std::isfinite(hi), "nn::init::uniform_: need finite lo <= hi, got [", lo,
+           ", ", hi, ")");
   return fill_from(t, uniform(t.shape(), lo, hi, gen, t.dtype()));
 }
 

@@ -10,8 +10,10 @@
 namespace mixtape::nn {
 
 Linear::Linear(const LinearOptions& options, Generator& gen) : UnaryModule("Linear"), options_(options) {
-  MT_CHECK(options.in_features > 0 && options.out_features > 0, "Linear: in_features and out_features must be "
-           "positive, got ", options.in_features, " and ", options.out_features);
+  MT_CHECK(options.in_features > 0 && options.out_features > 0,
+           "Linear: in_features and out_features must be "
+           "positive, got ",
+           options.in_features, " and ", options.out_features);
   weight = register_parameter("weight", empty({options.out_features, options.in_features}));
   if (options.bias) bias = register_parameter("bias", empty({options.out_features}));
   reset_parameters(gen);
@@ -40,7 +42,8 @@ std::string Linear::extra_repr() const {
   return detail::cat(options_.in_features, ", ", options_.out_features, options_.bias ? "" : ", bias=false");
 }
 
-Flatten::Flatten(int64_t start_dim, int64_t end_dim) : UnaryModule("Flatten"), start_dim_(start_dim), end_dim_(end_dim) {}
+Flatten::Flatten(int64_t start_dim, int64_t end_dim)
+    : UnaryModule("Flatten"), start_dim_(start_dim), end_dim_(end_dim) {}
 
 Variable Flatten::forward(const Variable& x) { return flatten(x, start_dim_, end_dim_); }
 

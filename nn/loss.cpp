@@ -17,7 +17,6 @@ std::string reduction_repr(Reduction r) { return std::string("reduction=") + red
 
 }  // namespace
 
-
 CrossEntropyLoss::CrossEntropyLoss(Reduction reduction) : Module("CrossEntropyLoss"), reduction_(reduction) {}
 
 Variable CrossEntropyLoss::forward(const Variable& logits, const Tensor& targets) {

@@ -60,8 +60,8 @@ LSTMOutput LSTM::forward(const Variable& x, const std::optional<LSTMState>& stat
   std::vector<Variable> h0(static_cast<size_t>(L)), c0(static_cast<size_t>(L));
   if (state) {
     for (const Variable* s : {&state->h, &state->c})
-      MT_CHECK(s->defined() && s->shape() == Shape({L, B, H}), str(), ": the initial state must be two [", L, ", ",
-               B, ", ", H, "] tensors (num_layers, batch, hidden), got ",
+      MT_CHECK(s->defined() && s->shape() == Shape({L, B, H}), str(), ": the initial state must be two [", L, ", ", B,
+               ", ", H, "] tensors (num_layers, batch, hidden), got ",
                s->defined() ? s->data().meta() : "an undefined Variable");
     const std::vector<Variable> hs = split(cast(state->h, dt), 1, 0), cs = split(cast(state->c, dt), 1, 0);
     for (int64_t l = 0; l < L; ++l) {

@@ -89,8 +89,7 @@ void Module::rename_parameters(const std::string& prefix) {
 
 // ---- Module: lookup ----------------------------------------------------------------------
 
-void Module::collect_parameters(const std::string& prefix,
-                                std::vector<std::pair<std::string, Variable>>& out) const {
+void Module::collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Variable>>& out) const {
   for (const auto& [n, p] : params_) out.emplace_back(prefix + n, p);
   for (const auto& [n, c] : children_) c->collect_parameters(prefix + n + ".", out);
 }
@@ -222,11 +221,11 @@ void Module::load_state_dict(const TensorDict& state, bool strict) {
       continue;
     }
     if (src->shape() != t.shape())
-      mismatched.push_back("size mismatch for '" + name + "': the state has " + src->meta() +
-                           ", the module has " + t.meta());
+      mismatched.push_back("size mismatch for '" + name + "': the state has " + src->meta() + ", the module has " +
+                           t.meta());
     else if (src->dtype() != t.dtype())
-      mismatched.push_back("dtype mismatch for '" + name + "': the state has " + src->meta() +
-                           ", the module has " + t.meta());
+      mismatched.push_back("dtype mismatch for '" + name + "': the state has " + src->meta() + ", the module has " +
+                           t.meta());
   }
   for (const auto& [name, t] : state)
     if (!own.contains(name)) unexpected.push_back(name);

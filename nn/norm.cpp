@@ -25,9 +25,7 @@ BatchNormBase::BatchNormBase(const char* type, const BatchNormOptions& o) : Unar
   reset_parameters();
 }
 
-Tensor BatchNormBase::running_mean() const {
-  return options_.track_running_stats ? buffer("running_mean") : Tensor();
-}
+Tensor BatchNormBase::running_mean() const { return options_.track_running_stats ? buffer("running_mean") : Tensor(); }
 Tensor BatchNormBase::running_var() const { return options_.track_running_stats ? buffer("running_var") : Tensor(); }
 Tensor BatchNormBase::num_batches_tracked() const {
   return options_.track_running_stats ? buffer("num_batches_tracked") : Tensor();
@@ -91,8 +89,8 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool
     : BatchNorm2d(BatchNormOptions{num_features, eps, momentum, affine, track_running_stats}) {}
 
 void BatchNorm2d::check_input(const Variable& x) const {
-  MT_CHECK(x.dim() == 4 && x.size(1) == options_.num_features, str(), ": expected input [N, ",
-           options_.num_features, ", H, W], got ", x.data().meta());
+  MT_CHECK(x.dim() == 4 && x.size(1) == options_.num_features, str(), ": expected input [N, ", options_.num_features,
+           ", H, W], got ", x.data().meta());
 }
 
 }  // namespace mixtape::nn

@@ -46,7 +46,7 @@ Precision precision_from_name(const std::string& name);
 DType compute_dtype(Precision p);  // f32, f16, bf16, f16, bf16
 DType param_dtype(Precision p);    // f32 except for the pure policies
 bool is_pure(Precision p);
-bool is_16bit(Precision p);        // every policy but fp32
+bool is_16bit(Precision p);  // every policy but fp32
 
 enum class Fp32Rule : uint8_t { cast_input, accumulate };
 struct Fp32ListEntry {
@@ -54,12 +54,18 @@ struct Fp32ListEntry {
   Fp32Rule rule;
 };
 inline constexpr Fp32ListEntry kFp32AllowList[] = {
-    {OpId::softmax, Fp32Rule::cast_input},       {OpId::log_softmax, Fp32Rule::cast_input},
-    {OpId::cross_entropy, Fp32Rule::cast_input}, {OpId::bce_with_logits, Fp32Rule::cast_input},
-    {OpId::mse_loss, Fp32Rule::cast_input},      {OpId::batch_norm, Fp32Rule::accumulate},
-    {OpId::sum, Fp32Rule::accumulate},           {OpId::mean, Fp32Rule::accumulate},
-    {OpId::matmul, Fp32Rule::accumulate},        {OpId::bmm, Fp32Rule::accumulate},
-    {OpId::linear, Fp32Rule::accumulate},        {OpId::conv2d, Fp32Rule::accumulate},
+    {OpId::softmax, Fp32Rule::cast_input},
+    {OpId::log_softmax, Fp32Rule::cast_input},
+    {OpId::cross_entropy, Fp32Rule::cast_input},
+    {OpId::bce_with_logits, Fp32Rule::cast_input},
+    {OpId::mse_loss, Fp32Rule::cast_input},
+    {OpId::batch_norm, Fp32Rule::accumulate},
+    {OpId::sum, Fp32Rule::accumulate},
+    {OpId::mean, Fp32Rule::accumulate},
+    {OpId::matmul, Fp32Rule::accumulate},
+    {OpId::bmm, Fp32Rule::accumulate},
+    {OpId::linear, Fp32Rule::accumulate},
+    {OpId::conv2d, Fp32Rule::accumulate},
     {OpId::conv_transpose2d, Fp32Rule::accumulate},
 };
 bool on_fp32_allow_list(OpId op);

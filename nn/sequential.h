@@ -23,8 +23,9 @@ class Sequential : public UnaryModule {
  public:
   Sequential() : UnaryModule("Sequential") {}
   template <class... Ms>
-    requires(sizeof...(Ms) > 0 && (std::derived_from<Ms, UnaryModule> && ...))
-  explicit Sequential(std::shared_ptr<Ms>... modules) : Sequential() {
+  requires(sizeof...(Ms) > 0 &&
+           (std::derived_from<Ms, UnaryModule> && ...)) explicit Sequential(std::shared_ptr<Ms>... modules)
+      : Sequential() {
     (push_back(std::move(modules)), ...);
   }
 
@@ -49,8 +50,7 @@ class Sequential : public UnaryModule {
   template <class M>
   std::shared_ptr<M> at(size_t i) const {
     auto m = std::dynamic_pointer_cast<M>((*this)[i]);
-    MT_CHECK(m != nullptr, "Sequential::at: module ", i, " is a ", (*this)[i]->type_name(),
-             ", not the requested type");
+    MT_CHECK(m != nullptr, "Sequential::at: module ", i, " is a ", (*this)[i]->type_name(), ", not the requested type");
     return m;
   }
   std::vector<std::shared_ptr<UnaryModule>>::const_iterator begin() const { return modules_.begin(); }

@@ -28,8 +28,8 @@ void Adam::validate(const AdamOptions& o) const {
 
 void Adam::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
                  Tensor* rounded_copy) {
-  adam_update_(param, grad, state.buffers[0], state.buffers[1], group.lr, options_.beta1, options_.beta2,
-               options_.eps, group.weight_decay, decoupled_, step, rounded_copy);
+  adam_update_(param, grad, state.buffers[0], state.buffers[1], group.lr, options_.beta1, options_.beta2, options_.eps,
+               group.weight_decay, decoupled_, step, rounded_copy);
 }
 
 void Adam::save_options(TensorDict& d) const {

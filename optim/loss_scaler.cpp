@@ -13,7 +13,7 @@ namespace mixtape {
 
 namespace {
 
-constexpr int kMaxExp = 127;   // 2^127: the largest power of two below FLT_MAX
+constexpr int kMaxExp = 127;  // 2^127: the largest power of two below FLT_MAX
 
 void check_pow2(const char* who, const char* what, double v) {
   MT_CHECK(is_power_of_two(v), who, ": ", what, " must be a power of two in [2^-126, 2^127], got ", v,
@@ -99,8 +99,8 @@ void LossScaler::load_state_dict(const TensorDict& d) {
   const int64_t steps = get_int(d, "steps", name());
   const int64_t skipped = get_int(d, "skipped", name());
   const bool last = get_bool(d, "last_skipped", name());
-  MT_CHECK(steps >= 0 && skipped >= 0 && skipped <= steps, name(), " loss scaler: inconsistent counters steps ",
-           steps, ", skipped ", skipped);
+  MT_CHECK(steps >= 0 && skipped >= 0 && skipped <= steps, name(), " loss scaler: inconsistent counters steps ", steps,
+           ", skipped ", skipped);
   load_extra(d);  // validates before it stores
   scale_ = float(s);
   steps_ = steps;
@@ -196,8 +196,7 @@ LogMaxLossScaler::LogMaxLossScaler(LogMaxOptions o) : LossScaler(o.init_scale), 
   MT_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, who, ": beta2 must be in [0, 1), got ", o.beta2);
   MT_CHECK(std::isfinite(o.overflow_std_dev) && o.overflow_std_dev >= 0.0, who,
            ": overflow_std_dev must be finite and >= 0, got ", o.overflow_std_dev);
-  MT_CHECK(std::isfinite(o.log_max) && std::abs(o.log_max) <= 1024.0, who, ": log_max must be finite, got ",
-           o.log_max);
+  MT_CHECK(std::isfinite(o.log_max) && std::abs(o.log_max) <= 1024.0, who, ": log_max must be finite, got ", o.log_max);
   check_clamps(who, o.min_scale, o.max_scale);
   check_init(who, o.init_scale, o.min_scale, o.max_scale);
 }
@@ -264,8 +263,8 @@ void LogMaxLossScaler::load_extra(const TensorDict& d) {
   const double sxh = get_double(d, "slow_x_hat", name());
   const double xsq = get_double(d, "xsquared_hat", name());
   MT_CHECK(std::isfinite(xh) && std::isfinite(sxh) && std::isfinite(xsq) && xsq >= 0.0, name(),
-           " loss scaler: running statistics must be finite (x_hat ", xh, ", slow_x_hat ", sxh, ", xsquared_hat ",
-           xsq, ")");
+           " loss scaler: running statistics must be finite (x_hat ", xh, ", slow_x_hat ", sxh, ", xsquared_hat ", xsq,
+           ")");
   const double s = get_double(d, "scale", name());
   MT_CHECK(s >= o.min_scale && s <= o.max_scale, name(), " loss scaler: saved scale ", s,
            " outside [min_scale, max_scale]");

@@ -110,8 +110,8 @@ struct BackoffOptions {
   float growth_factor = 2.0f;   // power of two >= 1
   float backoff_factor = 0.5f;  // power of two in (0, 1]
   int64_t growth_interval = 2000;
-  float min_scale = 1.0f;             // OpenSeq2Seq's clamps; powers of two,
-  float max_scale = 16777216.0f;      // max_scale may be +infinity (no upper clamp)
+  float min_scale = 1.0f;         // OpenSeq2Seq's clamps; powers of two,
+  float max_scale = 16777216.0f;  // max_scale may be +infinity (no upper clamp)
 };
 
 // Dynamic loss scaling by backoff: PyTorch GradScaler's update rule with OpenSeq2Seq's clamps.
@@ -136,11 +136,11 @@ class BackoffLossScaler : public LossScaler {
 };
 
 struct LogMaxOptions {
-  float init_scale = 1.0f;  // OpenSeq2Seq starts at 1; the statistics take over after one step
-  double beta1 = 0.99;      // running mean of x = log2(max |g|)
-  double beta2 = 0.999;     // running mean of x and x^2 for the variance
+  float init_scale = 1.0f;         // OpenSeq2Seq starts at 1; the statistics take over after one step
+  double beta1 = 0.99;             // running mean of x = log2(max |g|)
+  double beta2 = 0.999;            // running mean of x and x^2 for the variance
   double overflow_std_dev = 3.09;  // Phi^-1(0.999): P(overflow) ~ 0.001 under the log-normal model
-  double log_max = 16.0;    // log2 of the format's overflow threshold: fp16 max 65504 < 2^16
+  double log_max = 16.0;           // log2 of the format's overflow threshold: fp16 max 65504 < 2^16
   float min_scale = 1.0f;
   float max_scale = 16777216.0f;
 };
@@ -158,7 +158,7 @@ class LogMaxLossScaler : public LossScaler {
   const char* name() const override { return "logmax"; }
   const LogMaxOptions& options() const { return options_; }
   int64_t iteration() const { return iteration_; }  // steps that fed the statistics
-  double mu() const;     // bias-corrected running mean of x (0 before the first)
+  double mu() const;                                // bias-corrected running mean of x (0 before the first)
   double sigma() const;  // bias-corrected running standard deviation of x (0 before the first)
 
  protected:

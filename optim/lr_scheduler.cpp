@@ -58,7 +58,8 @@ void LRScheduler::step() {
 TensorDict LRScheduler::state_dict() const {
   TensorDict d;
   d.set_meta("last_step", state_io::format(last_step_));
-  for (size_t g = 0; g < base_lrs_.size(); ++g) d.set_meta("base_lr." + std::to_string(g), state_io::format(base_lrs_[g]));
+  for (size_t g = 0; g < base_lrs_.size(); ++g)
+    d.set_meta("base_lr." + std::to_string(g), state_io::format(base_lrs_[g]));
   return d;
 }
 

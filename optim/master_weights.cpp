@@ -46,8 +46,7 @@ MasterWeights::MasterWeights(std::vector<Variable> params, const OptimizerFactor
 }
 
 const Variable& MasterWeights::master(size_t i) const {
-  MT_CHECK(i < masters_.size(), "MasterWeights::master: index ", i, " out of range (", masters_.size(),
-           " parameters)");
+  MT_CHECK(i < masters_.size(), "MasterWeights::master: index ", i, " out of range (", masters_.size(), " parameters)");
   return masters_[i];
 }
 
@@ -97,8 +96,8 @@ void MasterWeights::load_state_dict(const TensorDict& d) {
     loaded[i] = &t;
   }
   for (size_t i = 0; i < params_.size(); ++i)
-    MT_CHECK(!copy_[i] || loaded.count(i), who, ": missing tensor 'master.", i, "' for parameter '",
-             params_[i].name(), "' ", params_[i].data().meta());
+    MT_CHECK(!copy_[i] || loaded.count(i), who, ": missing tensor 'master.", i, "' for parameter '", params_[i].name(),
+             "' ", params_[i].data().meta());
   inner_->load_state_dict(d.sub("optimizer."));  // validates before it changes anything
   NoGrad no_grad;
   for (const auto& [i, t] : loaded) {

@@ -82,9 +82,9 @@ class MasterWeights {
 
  private:
   std::vector<Variable> params_;
-  std::vector<Variable> masters_;   // masters_[i] belongs to params_[i]
-  std::vector<bool> copy_;          // 16-bit parameter with its own fp32 master
-  std::vector<size_t> slot_;        // params_[i]'s master is inner_->param(slot_[i])
+  std::vector<Variable> masters_;  // masters_[i] belongs to params_[i]
+  std::vector<bool> copy_;         // 16-bit parameter with its own fp32 master
+  std::vector<size_t> slot_;       // params_[i]'s master is inner_->param(slot_[i])
   std::unique_ptr<Optimizer> inner_;
   MasterWeightsOptions options_;
   GradCheck last_check_;

@@ -49,8 +49,7 @@ size_t Optimizer::add_param_group(std::vector<Variable> params, GroupOptions opt
 }
 
 const Variable& Optimizer::param(size_t index) const {
-  MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(),
-           " parameters)");
+  MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(), " parameters)");
   size_t first = 0;
   for (const ParamGroup& g : groups_) {
     if (index < first + g.params.size()) return g.params[index - first];
@@ -66,8 +65,7 @@ std::vector<Variable> Optimizer::params() const {
 }
 
 int64_t Optimizer::step_count(size_t index) const {
-  MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(),
-           " parameters)");
+  MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(), " parameters)");
   return state_[index].step;
 }
 
@@ -93,8 +91,7 @@ void Optimizer::set_lr(size_t group, double lr) {
 }
 
 void Optimizer::update(size_t index, Tensor& param, const Tensor& grad) {
-  MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(),
-           " parameters)");
+  MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(), " parameters)");
   ParamState& st = state_[index];
   const std::vector<std::string> names = buffer_names();
   if (st.buffers.size() != names.size()) {  // first update, or the rule now keeps other buffers

@@ -115,8 +115,8 @@ class Optimizer {
   virtual std::vector<std::string> buffer_names() const = 0;
   // Applies the rule to `param` at its `step`-th update (1-based) with the group's settings.
   // rounded_copy: nullptr, or the 16-bit tensor the rule's kernel writes round(new param) into.
-  virtual void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state,
-                     int64_t step, Tensor* rounded_copy) = 0;
+  virtual void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
+                     Tensor* rounded_copy) = 0;
   // The rule's hyper-parameters in the state dict. load_options validates everything before it
   // changes anything.
   virtual void save_options(TensorDict& dict) const = 0;
@@ -127,9 +127,9 @@ class Optimizer {
 
  private:
   std::vector<ParamGroup> groups_;
-  std::vector<size_t> group_of_;  // parameter index -> group
+  std::vector<size_t> group_of_;   // parameter index -> group
   std::vector<ParamState> state_;  // parameter index -> state
-  std::vector<Variable> copies_;    // parameter index -> rounded 16-bit copy (or undefined)
+  std::vector<Variable> copies_;   // parameter index -> rounded 16-bit copy (or undefined)
   double default_lr_;
   double default_weight_decay_;
 };

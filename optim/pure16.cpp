@@ -29,8 +29,8 @@ UpdateRounding update_rounding_from_name(const std::string& name) {
 
 DecayRate16 decay_rate_16(double rate, DType format) {
   MT_CHECK(is_16bit(format), "decay_rate_16: format must be bf16 or f16, got ", dtype_name(format));
-  const double r = format == DType::bf16 ? double(to_float(round_to_bf16_f64(rate)))
-                                         : double(to_float(round_to_half_f64(rate)));
+  const double r =
+      format == DType::bf16 ? double(to_float(round_to_bf16_f64(rate))) : double(to_float(round_to_half_f64(rate)));
   if (rate < 1.0 && r >= 1.0) {
     // The largest value below 1: 1 - 2^-(p) with p = 8 (bf16) or 11 (f16) significand bits.
     return DecayRate16{1.0 - std::ldexp(1.0, format == DType::bf16 ? -8 : -11), true};
@@ -68,15 +68,14 @@ void check_params_16bit(const Optimizer& opt) {
 }
 
 // The messages for the rates `rates` (name, value) in every format the optimizer holds.
-std::vector<std::string> rate_warnings(const Optimizer& opt,
-                                       const std::vector<std::pair<const char*, double>>& rates) {
+std::vector<std::string> rate_warnings(const Optimizer& opt, const std::vector<std::pair<const char*, double>>& rates) {
   std::vector<std::string> out;
   for (DType f : formats_of(opt))
     for (const auto& [what, v] : rates) {
       const DecayRate16 d = decay_rate_16(v, f);
       if (d.adjusted)
-        out.push_back(detail::cat(opt.name(), ": ", what, " = ", state_io::format(v), " rounds to 1 in ",
-                                  dtype_name(f), "; using ", state_io::format(d.value), ", the largest ", dtype_name(f),
+        out.push_back(detail::cat(opt.name(), ": ", what, " = ", state_io::format(v), " rounds to 1 in ", dtype_name(f),
+                                  "; using ", state_io::format(d.value), ", the largest ", dtype_name(f),
                                   " value below 1 (Note [16-bit hyper-parameters])"));
     }
   return out;
@@ -100,9 +99,7 @@ uint64_t get_u64(const TensorDict& d, const std::string& key, const char* owner)
   if (ok) {
     try {
       v = std::stoull(s);
-    } catch (const std::exception&) {
-      ok = false;
-    }
+    } catch (const std::exception&) { ok = false; }
   }
   MT_CHECK(ok, owner, " state dict: metadata '", key, "' = '", s, "' is not an unsigned 64-bit integer");
   return v;
@@ -144,9 +141,7 @@ SGD16::SGD16(std::vector<Variable> params, SGD16Options options)
   refresh_warnings();
 }
 
-void SGD16::refresh_warnings() {
-  set_warnings(rate_warnings(*this, {{"momentum", options_.momentum}}));
-}
+void SGD16::refresh_warnings() { set_warnings(rate_warnings(*this, {{"momentum", options_.momentum}})); }
 
 void SGD16::validate(const SGD16Options& o) const {
   check_lr(o.lr);
@@ -165,8 +160,7 @@ std::vector<std::string> SGD16::buffer_names() const {
 
 // A 16-bit parameter is its own weight: set_rounded_copy accepts f32 parameters only, so the
 // 16-bit rules never receive a rounded copy.
-void SGD16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t,
-                  Tensor*) {
+void SGD16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t, Tensor*) {
   Tensor none_m, none_c;
   size_t b = 0;
   Tensor& mom = options_.momentum != 0.0 ? state.buffers[b++] : none_m;

@@ -35,7 +35,7 @@
 namespace mixtape {
 
 enum class UpdateRounding : uint8_t { nearest, stochastic, kahan };
-const char* update_rounding_name(UpdateRounding r);                // "nearest", "stochastic", "kahan"
+const char* update_rounding_name(UpdateRounding r);                 // "nearest", "stochastic", "kahan"
 UpdateRounding update_rounding_from_name(const std::string& name);  // throws on an unknown name
 
 // A decay rate as a 16-bit unit holds it (Note [16-bit hyper-parameters]).

@@ -23,8 +23,8 @@ namespace mixtape {
 //              holds (the fp32 masters under MasterWeights, where it cannot underflow), and a
 //              master's update also writes its 16-bit parameter (Note [Fused master copy]);
 //   6. drop    the gradients: the next backward starts from nothing.
-StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, LossScaler& scaler,
-                       double max_grad_norm, const std::vector<size_t>& slot) {
+StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, LossScaler& scaler, double max_grad_norm,
+                       const std::vector<size_t>& slot) {
   MT_CHECK(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0,
            "scaled_step: max_grad_norm must be finite and >= 0 (0 turns clipping off), got ", max_grad_norm);
   MT_CHECK(slot.empty() || slot.size() == params.size(), "scaled_step: ", params.size(), " parameters but ",
@@ -44,7 +44,7 @@ StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, Loss
       if (g && g->defined()) grads[j] = g->unscaled();  // 3
     }
     r.grad_norm = max_grad_norm > 0.0 ? clip_grad_norm(grads, max_grad_norm) : grad_norm(grads);  // 4
-    opt.step(grads);  // 5
+    opt.step(grads);                                                                              // 5
   }
   for (Variable p : params) p.zero_grad();  // 6
   return r;

@@ -32,8 +32,8 @@ void SGD::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, Para
                 Tensor* rounded_copy) {
   Tensor none;
   Tensor& buf = state.buffers.empty() ? none : state.buffers[0];
-  sgd_update_(param, grad, buf, group.lr, options_.momentum, options_.dampening, group.weight_decay,
-              options_.nesterov, step, rounded_copy);
+  sgd_update_(param, grad, buf, group.lr, options_.momentum, options_.dampening, group.weight_decay, options_.nesterov,
+              step, rounded_copy);
 }
 
 void SGD::save_options(TensorDict& d) const {

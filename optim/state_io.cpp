@@ -41,8 +41,7 @@ int64_t get_int(const TensorDict& d, const std::string& key, const char* owner) 
 
 bool get_bool(const TensorDict& d, const std::string& key, const char* owner) {
   const std::string& s = lookup(d, key, owner);
-  MT_CHECK(s == "true" || s == "false", owner, " state dict: metadata '", key, "' = '", s,
-           "' is not true or false");
+  MT_CHECK(s == "true" || s == "false", owner, " state dict: metadata '", key, "' = '", s, "' is not true or false");
   return s == "true";
 }
 

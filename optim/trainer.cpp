@@ -29,7 +29,8 @@ std::string LossScaleSpec::str() const {
 }
 
 LossScaleSpec parse_loss_scale(const std::string& text) {
-  const char* accepted = " (accepted: none, static:S with S a power of two such as static:1024, backoff, logmax, gradient)";
+  const char* accepted =
+      " (accepted: none, static:S with S a power of two such as static:1024, backoff, logmax, gradient)";
   if (text == "none") return {};
   if (text == "backoff") return {LossScaleSpec::Kind::backoff};
   if (text == "logmax") return {LossScaleSpec::Kind::logmax};
@@ -40,9 +41,7 @@ LossScaleSpec parse_loss_scale(const std::string& text) {
     double s = 0.0;
     try {
       s = std::stod(num, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
+    } catch (const std::exception&) { used = 0; }
     MT_CHECK(used == num.size() && !num.empty(), "loss scale '", text, "': '", num, "' is not a number", accepted);
     MT_CHECK(is_power_of_two(s), "loss scale '", text,
              "': S must be a power of two in [2^-126, 2^127] so that scaling is exact", accepted);
@@ -79,14 +78,17 @@ namespace {
 std::unique_ptr<Optimizer> make_fp32_optimizer(std::vector<Variable> params, const OptimizerSpec& o) {
   switch (o.kind) {
     case OptimizerKind::sgd:
-      return std::make_unique<SGD>(std::move(params), SGDOptions{.lr = o.lr, .momentum = o.momentum,
-                                                                 .weight_decay = o.weight_decay, .nesterov = o.nesterov});
+      return std::make_unique<SGD>(
+          std::move(params),
+          SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay, .nesterov = o.nesterov});
     case OptimizerKind::adam:
-      return std::make_unique<Adam>(std::move(params), AdamOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2,
-                                                                   .eps = o.eps, .weight_decay = o.weight_decay});
+      return std::make_unique<Adam>(
+          std::move(params),
+          AdamOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
     case OptimizerKind::adamw:
-      return std::make_unique<AdamW>(std::move(params), AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2,
-                                                                     .eps = o.eps, .weight_decay = o.weight_decay});
+      return std::make_unique<AdamW>(
+          std::move(params),
+          AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
   }
   MT_ASSERT(false, "unknown optimizer kind");
 }
@@ -94,24 +96,29 @@ std::unique_ptr<Optimizer> make_fp32_optimizer(std::vector<Variable> params, con
 // Zamirai et al.'s Algorithms 2-5 are SGD (momentum, weight decay) and AdamW; Adam without
 // weight decay is AdamW with weight decay 0.
 std::unique_ptr<Pure16Optimizer> make_pure_optimizer(std::vector<Variable> params, const OptimizerSpec& o,
-                                               const PrecisionOptions& p) {
+                                                     const PrecisionOptions& p) {
   const char* who = "PrecisionTrainer";
   switch (o.kind) {
     case OptimizerKind::sgd:
       MT_CHECK(!o.nesterov, who, ": ", nn::precision_name(p.precision),
                " has no Nesterov momentum (the 16-bit SGD is Zamirai et al.'s Algorithms 2 and 3)");
-      return std::make_unique<SGD16>(std::move(params), SGD16Options{.lr = o.lr, .momentum = o.momentum,
+      return std::make_unique<SGD16>(std::move(params), SGD16Options{.lr = o.lr,
+                                                                     .momentum = o.momentum,
                                                                      .weight_decay = o.weight_decay,
-                                                                     .rounding = p.rounding, .seed = p.seed});
+                                                                     .rounding = p.rounding,
+                                                                     .seed = p.seed});
     case OptimizerKind::adam:
       MT_CHECK(o.weight_decay == 0.0, who, ": ", nn::precision_name(p.precision),
                " has no Adam with L2 weight decay (the 16-bit rules are SGD and AdamW); use AdamW");
       [[fallthrough]];
     case OptimizerKind::adamw:
-      return std::make_unique<AdamW16>(std::move(params),
-                                       AdamW16Options{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
-                                                      .weight_decay = o.weight_decay, .rounding = p.rounding,
-                                                      .seed = p.seed});
+      return std::make_unique<AdamW16>(std::move(params), AdamW16Options{.lr = o.lr,
+                                                                         .beta1 = o.beta1,
+                                                                         .beta2 = o.beta2,
+                                                                         .eps = o.eps,
+                                                                         .weight_decay = o.weight_decay,
+                                                                         .rounding = p.rounding,
+                                                                         .seed = p.seed});
   }
   MT_ASSERT(false, "unknown optimizer kind");
 }
@@ -129,7 +136,8 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
     grad_scaling_ = std::make_unique<GradientScalingRule>(options_.gradient_scaling);
   if (options_.telemetry_every > 0) {
     DType format = options_.telemetry_format.value_or(is_16bit(compute_dtype()) ? compute_dtype() : DType::f16);
-    telemetry_ = std::make_unique<Telemetry>(TelemetryOptions{.every_n_steps = options_.telemetry_every, .format = format});
+    telemetry_ =
+        std::make_unique<Telemetry>(TelemetryOptions{.every_n_steps = options_.telemetry_every, .format = format});
   }
   // A pure policy converts the model before its optimizer is built over the 16-bit parameters;
   // if the optimizer refuses (Nesterov, Adam with L2 decay, a bad hyper-parameter), the model
@@ -227,7 +235,9 @@ void PrecisionTrainer::zero_grad() {
 Optimizer& PrecisionTrainer::optimizer() { return masters_ ? masters_->optimizer() : *pure_; }
 const Optimizer& PrecisionTrainer::optimizer() const { return masters_ ? masters_->optimizer() : *pure_; }
 
-std::vector<std::string> PrecisionTrainer::warnings() const { return pure_ ? pure_->warnings() : std::vector<std::string>{}; }
+std::vector<std::string> PrecisionTrainer::warnings() const {
+  return pure_ ? pure_->warnings() : std::vector<std::string>{};
+}
 
 namespace {
 
@@ -257,8 +267,8 @@ void PrecisionTrainer::write_telemetry(const std::function<void(std::string_view
       sink(j.dump());
     }
     for (const OverflowEvent& e : last_overflows_) {
-      nlohmann::json j = {{"event", "overflow"}, {"step", step},          {"node", e.node},
-                          {"op", op_name(e.op)},  {"input", e.input},       {"log2_scale", std::log2(double(e.alpha))},
+      nlohmann::json j = {{"event", "overflow"},      {"step", step},     {"node", e.node},
+                          {"op", op_name(e.op)},      {"input", e.input}, {"log2_scale", std::log2(double(e.alpha))},
                           {"recovered", e.recovered}, {"shift", e.shift}, {"skipped", !last_applied_}};
       if (!prefix.empty()) j["network"] = prefix;
       sink(j.dump());
@@ -267,9 +277,14 @@ void PrecisionTrainer::write_telemetry(const std::function<void(std::string_view
   if (!sampled_) return;
   for (const std::string& line : telemetry_->json_lines(step, prefix)) sink(line);
   const RoundingCounts& c = last_rounding_;
-  nlohmann::json r = {{"event", "rounding"}, {"step", step},           {"rounded", c.rounded},
-                      {"nonzero", c.nonzero}, {"underflow", c.underflow}, {"subnormal", c.subnormal},
-                      {"overflow", c.overflow}, {"underflow_rate", c.underflow_rate()},
+  nlohmann::json r = {{"event", "rounding"},
+                      {"step", step},
+                      {"rounded", c.rounded},
+                      {"nonzero", c.nonzero},
+                      {"underflow", c.underflow},
+                      {"subnormal", c.subnormal},
+                      {"overflow", c.overflow},
+                      {"underflow_rate", c.underflow_rate()},
                       {"subnormal_rate", c.subnormal_rate()}};
   if (!prefix.empty()) r["network"] = prefix;
   sink(r.dump());
@@ -285,7 +300,8 @@ std::string PrecisionTrainer::describe() const {
   else s += detail::cat(" (", dtype_name(compute_dtype()), " compute, f32 parameters as masters)");
   s += ", loss scale " + options_.loss_scale.str();
   if (grad_scaling_)
-    s += detail::cat(" (Zhao et al., gamma' ", options_.gradient_scaling.underflow_threshold, ", K ", options_.gradient_scaling.update_period, ")");
+    s += detail::cat(" (Zhao et al., gamma' ", options_.gradient_scaling.underflow_threshold, ", K ",
+                     options_.gradient_scaling.update_period, ")");
   s += detail::cat(", ", optimizer().name());
   return s;
 }
@@ -301,17 +317,16 @@ TensorDict PrecisionTrainer::state_dict() const {
 
 void PrecisionTrainer::load_state_dict(const TensorDict& dict) {
   const std::string p = dict.has_meta("precision") ? dict.meta("precision") : std::string("(none)");
-  MT_CHECK(p == nn::precision_name(options_.precision), "PrecisionTrainer::load_state_dict: the state is for precision '",
-           p, "', this trainer runs '", nn::precision_name(options_.precision), "'");
+  MT_CHECK(p == nn::precision_name(options_.precision),
+           "PrecisionTrainer::load_state_dict: the state is for precision '", p, "', this trainer runs '",
+           nn::precision_name(options_.precision), "'");
   int64_t step = 0;
   if (dict.has_meta("trainer.step")) {
     const std::string& v = dict.meta("trainer.step");
     size_t used = 0;
     try {
       step = std::stoll(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
+    } catch (const std::exception&) { used = 0; }
     MT_CHECK(used == v.size() && !v.empty() && step >= 0,
              "PrecisionTrainer::load_state_dict: 'trainer.step' must be a non-negative integer, got '", v, "'");
   }

@@ -83,9 +83,9 @@ const char* optimizer_kind_name(OptimizerKind k);  // "SGD", "Adam", "AdamW"
 struct PrecisionOptions {
   nn::Precision precision = nn::Precision::fp32;
   LossScaleSpec loss_scale;
-  BackoffOptions backoff;  // used by loss_scale backoff
-  LogMaxOptions logmax;    // used by loss_scale logmax
-  GradientScalingOptions gradient_scaling;  // used by loss_scale gradient
+  BackoffOptions backoff;                                // used by loss_scale backoff
+  LogMaxOptions logmax;                                  // used by loss_scale logmax
+  GradientScalingOptions gradient_scaling;               // used by loss_scale gradient
   UpdateRounding rounding = UpdateRounding::stochastic;  // pure policies
   uint64_t seed = 0;                                     // stochastic rounding's Philox stream
   double max_grad_norm = 0.0;                            // > 0: clip unscaled gradients
@@ -133,7 +133,7 @@ class PrecisionTrainer {
   const Optimizer& optimizer() const;
   LossScaler& scaler() { return *scaler_; }
   const LossScaler& scaler() const { return *scaler_; }
-  float scale() const { return scaler_->scale(); }   // the next backward's loss scale
+  float scale() const { return scaler_->scale(); }  // the next backward's loss scale
   int64_t steps() const { return scaler_->steps(); }
   int64_t skipped() const { return scaler_->skipped(); }
   // Global L2 norm of the unscaled gradients of the last applied step (before clipping).

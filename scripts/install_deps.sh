@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config clang-format
   nlohmann-json3-dev catch2 libstb-dev zlib1g-dev libopenblas-dev libcli11-dev
   # data for the example programs: Fashion-MNIST (IDX) and the fortunes text corpus
   dataset-fashion-mnist fortunes

@@ -30,6 +30,8 @@ if [ "$(uname -m)" = x86_64 ] && cmake --preset cuda-emu >/dev/null; then
 else
   echo "cuda kernels on the emulated device: not run (needs x86-64 and the CUDA headers)"
 fi
+# Every C++ and CUDA source is formatted by .clang-format (scripts/check_format.sh --fix formats).
+./scripts/check_format.sh || status=1
 # The gradient-check suite reports how many differentiable ops it covered.
 grep -h -o 'gradcheck: .*' build/Testing/Temporary/LastTest.log 2>/dev/null | head -n 1 || true
 exit $status

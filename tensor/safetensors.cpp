@@ -90,8 +90,8 @@ void read_at(int fd, void* data, size_t n, uint64_t offset, const std::string& p
   while (n > 0) {
     ssize_t r = ::pread(fd, p, n, off_t(offset));
     if (r < 0 && errno == EINTR) continue;
-    MT_CHECK(r > 0, "load_safetensors(", path, "): reading ", what, " at byte ", offset, " failed: ",
-             r < 0 ? errno_str() : "unexpected end of file");
+    MT_CHECK(r > 0, "load_safetensors(", path, "): reading ", what, " at byte ", offset,
+             " failed: ", r < 0 ? errno_str() : "unexpected end of file");
     p += r;
     n -= size_t(r);
     offset += uint64_t(r);
@@ -158,9 +158,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   MT_CHECK(dt.is_string(), where, ": dtype must be a string, got ", dt.dump());
   try {
     e.dtype = dtype_from_safetensors(dt.get<std::string>());
-  } catch (const Error& err) {
-    throw Error(detail::cat(where, ": ", err.what()));
-  }
+  } catch (const Error& err) { throw Error(detail::cat(where, ": ", err.what())); }
   const json& sh = v.at("shape");
   MT_CHECK(sh.is_array(), where, ": shape must be an array, got ", sh.dump());
   uint64_t numel = 1;
@@ -253,8 +251,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   try {
     text = header.dump();
   } catch (const ordered_json::exception& e) {
-    throw Error(detail::cat("save_safetensors(", path, "): a tensor name or metadata entry is not valid UTF-8: ",
-                            e.what()));
+    throw Error(
+        detail::cat("save_safetensors(", path, "): a tensor name or metadata entry is not valid UTF-8: ", e.what()));
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   write_atomically(path, text, laid_out);
@@ -294,8 +292,8 @@ TensorDict load_safetensors(const std::string& path) {
       MT_CHECK(v.is_object(), "load_safetensors(", path, "): __metadata__ must be an object of strings, got ",
                v.dump());
       for (const auto& [mk, mv] : v.items()) {
-        MT_CHECK(mv.is_string(), "load_safetensors(", path, "): __metadata__ entry '", mk,
-                 "' must be a string, got ", mv.dump());
+        MT_CHECK(mv.is_string(), "load_safetensors(", path, "): __metadata__ entry '", mk, "' must be a string, got ",
+                 mv.dump());
         out.metadata[mk] = mv.get<std::string>();
       }
       continue;

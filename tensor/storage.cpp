@@ -16,15 +16,16 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   on_device(
       device,
       [&] {
-        const size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-        data_ = rounded ? std::aligned_alloc(kHostAlignment, rounded) : nullptr;
-        MT_CHECK(rounded == 0 || data_, "Storage: out of host memory allocating ", nbytes, " bytes");
+    const size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+    data_ = rounded ? std::aligned_alloc(kHostAlignment, rounded) : nullptr;
+    MT_CHECK(rounded == 0 || data_, "Storage: out of host memory allocating ", nbytes, " bytes");
       },
       [&] { data_ = cuda::device_malloc(nbytes, device.index); });
 }
 
 Storage::~Storage() {
-  on_device(device_, [&] { std::free(data_); }, [&] { cuda::device_free(data_, device_.index); });
+  on_device(
+      device_, [&] { std::free(data_); }, [&] { cuda::device_free(data_, device_.index); });
 }
 
 }  // namespace mixtape

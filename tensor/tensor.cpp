@@ -61,8 +61,8 @@ Shape infer_shape(Shape shape, int64_t numel, const Tensor& t, const char* op) {
     MT_CHECK(known > 0 && numel % known == 0, op, ": cannot reshape ", t.meta(), " to ", shape_str(shape));
     shape[size_t(infer)] = numel / known;
   }
-  MT_CHECK(numel_of(shape) == numel, op, ": cannot reshape ", t.meta(), " (", numel,
-           " elements) to ", shape_str(shape));
+  MT_CHECK(numel_of(shape) == numel, op, ": cannot reshape ", t.meta(), " (", numel, " elements) to ",
+           shape_str(shape));
   return shape;
 }
 
@@ -78,7 +78,10 @@ std::optional<Shape> view_strides(const Tensor& t, const Shape& shape) {
   // Skip size-1 dims on both sides: they take any stride.
   while (i < os.size() || j < shape.size()) {
     while (i < os.size() && os[i] == 1) ++i;
-    while (j < shape.size() && shape[j] == 1) { st[j] = 1; ++j; }
+    while (j < shape.size() && shape[j] == 1) {
+      st[j] = 1;
+      ++j;
+    }
     if (i >= os.size() && j >= shape.size()) break;
     if (i >= os.size() || j >= shape.size()) return std::nullopt;
     // Collect a group: old dims [i, i2) and new dims [j, j2) with equal products.
@@ -102,7 +105,10 @@ std::optional<Shape> view_strides(const Tensor& t, const Shape& shape) {
     }
     int64_t inner = 0;
     for (size_t k = i2; k-- > i;)
-      if (os[k] != 1) { inner = ost[k]; break; }
+      if (os[k] != 1) {
+        inner = ost[k];
+        break;
+      }
     for (size_t k = j2; k-- > j;) {
       st[k] = inner;
       inner *= shape[k];
@@ -118,8 +124,8 @@ std::optional<Shape> view_strides(const Tensor& t, const Shape& shape) {
 Tensor Tensor::view(Shape shape) const {
   shape = infer_shape(std::move(shape), numel(), *this, "view");
   auto st = view_strides(*this, shape);
-  MT_CHECK(st.has_value(), "view: cannot view ", meta(), " with strides ", shape_str(strides()),
-           " as ", shape_str(shape), " without a copy (use reshape or contiguous)");
+  MT_CHECK(st.has_value(), "view: cannot view ", meta(), " with strides ", shape_str(strides()), " as ",
+           shape_str(shape), " without a copy (use reshape or contiguous)");
   return Tensor(make_view(*this, std::move(shape), std::move(*st), offset()));
 }
 
@@ -156,8 +162,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   const int64_t n = shape()[size_t(d)];
   if (start < 0) start += n;
-  MT_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ",
-           start + length, ") is out of bounds for dim ", d, " of ", meta());
+  MT_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ", start + length,
+           ") is out of bounds for dim ", d, " of ", meta());
   Shape sh = shape();
   sh[size_t(d)] = length;
   return Tensor(make_view(*this, std::move(sh), strides(), offset() + start * strides()[size_t(d)]));
@@ -199,8 +205,8 @@ Tensor Tensor::expand(Shape shape) const {
     }
     const int64_t have = this->shape()[i - lead];
     if (shape[i] == -1) shape[i] = have;
-    MT_CHECK(have == shape[i] || have == 1, "expand: cannot expand ", meta(), " to ", shape_str(shape),
-             " (dim ", i, ": ", have, " -> ", shape[i], ")");
+    MT_CHECK(have == shape[i] || have == 1, "expand: cannot expand ", meta(), " to ", shape_str(shape), " (dim ", i,
+             ": ", have, " -> ", shape[i], ")");
     st[i] = have == shape[i] ? strides()[i - lead] : 0;
   }
   return Tensor(make_view(*this, std::move(shape), std::move(st), offset()));
@@ -241,11 +247,12 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 
 void Tensor::copy_(const Tensor& src) {
   MT_CHECK(device() == src.device(), "copy_: source on ", src.device(), ", destination on ", device());
-  MT_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "copy_: cannot broadcast source ",
-           src.meta(), " to destination ", meta());
+  MT_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "copy_: cannot broadcast source ", src.meta(),
+           " to destination ", meta());
   const Tensor s = src.expand(shape());
-  on_device(device(), [&] { cpu::copy_cast(s, *this, Rounding::nearest, 0, 0); },
-            [&] { cuda::copy_cast(s, *this, Rounding::nearest, 0, 0); });
+  on_device(
+      device(), [&] { cpu::copy_cast(s, *this, Rounding::nearest, 0, 0); },
+      [&] { cuda::copy_cast(s, *this, Rounding::nearest, 0, 0); });
 }
 
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
@@ -265,8 +272,9 @@ Tensor Tensor::to(DType dt, Rounding rounding, Generator* gen) const {
     seed = g.seed();
     offset = g.advance(uint64_t(numel()));
   }
-  on_device(device(), [&] { cpu::copy_cast(*this, out, rounding, seed, offset); },
-            [&] { cuda::copy_cast(*this, out, rounding, seed, offset); });
+  on_device(
+      device(), [&] { cpu::copy_cast(*this, out, rounding, seed, offset); },
+      [&] { cuda::copy_cast(*this, out, rounding, seed, offset); });
   return out;
 }
 
@@ -282,8 +290,8 @@ Tensor Tensor::to(Device dev) const {
   on_device(
       end, [&] { MT_ASSERT(false, "Tensor::to: a copy between ", src.device(), " and ", dev); },
       [&] {
-        if (dev.is_cpu()) cuda::copy_device_to_host(out.raw_data(), src.raw_data(), nbytes, end.index);
-        else cuda::copy_host_to_device(out.raw_data(), src.raw_data(), nbytes, end.index);
+    if (dev.is_cpu()) cuda::copy_device_to_host(out.raw_data(), src.raw_data(), nbytes, end.index);
+    else cuda::copy_host_to_device(out.raw_data(), src.raw_data(), nbytes, end.index);
       });
   return out;
 }
@@ -305,9 +313,8 @@ int64_t flat_offset(const Tensor& t, int64_t i) {
 double Tensor::flat_get(int64_t i) const {
   MT_CHECK(device().is_cpu(), "flat_get: tensor is on ", device(), "; call .to(Device::cpu()) first");
   const int64_t off = flat_offset(*this, i);
-  return dispatch_all(dtype(), "flat_get", [&]<class T>() {
-    return double(load<T>(static_cast<const T*>(storage()->data())[off]));
-  });
+  return dispatch_all(dtype(), "flat_get",
+                      [&]<class T>() { return double(load<T>(static_cast<const T*>(storage()->data())[off])); });
 }
 
 void Tensor::flat_set(int64_t i, double v) {
@@ -395,7 +402,8 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  on_device(device, [&] { cpu::fill(t, value); }, [&] { cuda::fill(t, value); });
+  on_device(
+      device, [&] { cpu::fill(t, value); }, [&] { cuda::fill(t, value); });
   return t;
 }
 void increment_(Tensor& counter, int64_t by) {
@@ -404,7 +412,8 @@ void increment_(Tensor& counter, int64_t by) {
   for (int64_t d = 0; d < counter.dim(); ++d)
     MT_CHECK(counter.shape()[size_t(d)] <= 1 || counter.strides()[size_t(d)] != 0, "increment_: counter ",
              counter.meta(), " is a broadcast view (stride 0 in dim ", d, ") and cannot be written in place");
-  on_device(counter.device(), [&] { cpu::increment(counter, by); }, [&] { cuda::increment(counter, by); });
+  on_device(
+      counter.device(), [&] { cpu::increment(counter, by); }, [&] { cuda::increment(counter, by); });
 }
 
 Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
@@ -424,8 +433,8 @@ Tensor arange(double start, double end, double step, DType dtype) {
 }
 
 Tensor from_vector(const std::vector<double>& data, const Shape& shape, DType dtype) {
-  MT_CHECK(int64_t(data.size()) == numel_of(shape), "from_vector: ", data.size(),
-           " values do not fill shape ", shape_str(shape), " (", numel_of(shape), " elements)");
+  MT_CHECK(int64_t(data.size()) == numel_of(shape), "from_vector: ", data.size(), " values do not fill shape ",
+           shape_str(shape), " (", numel_of(shape), " elements)");
   Tensor t = empty(shape, dtype);
   dispatch_all(dtype, "from_vector", [&]<class T>() {
     T* p = t.data<T>();
@@ -439,8 +448,8 @@ Tensor from_vector(const std::vector<float>& data, const Shape& shape, DType dty
 }
 
 Tensor from_vector(const std::vector<int64_t>& data, const Shape& shape) {
-  MT_CHECK(int64_t(data.size()) == numel_of(shape), "from_vector: ", data.size(),
-           " values do not fill shape ", shape_str(shape));
+  MT_CHECK(int64_t(data.size()) == numel_of(shape), "from_vector: ", data.size(), " values do not fill shape ",
+           shape_str(shape));
   Tensor t = empty(shape, DType::i64);
   std::copy(data.begin(), data.end(), t.data<int64_t>());
   return t;
@@ -455,7 +464,8 @@ Tensor random_fill(const Shape& shape, DType dtype, Generator& gen, const char* 
   const uint64_t base = gen.advance(uint64_t(t.numel()));
   dispatch_floating(dtype, op, [&]<class T>() {
     T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = store<T>(compute_t<T>(f(philox_words(gen.seed(), base + uint64_t(i)))));
+    for (int64_t i = 0; i < t.numel(); ++i)
+      p[i] = store<T>(compute_t<T>(f(philox_words(gen.seed(), base + uint64_t(i)))));
   });
   return t;
 }

@@ -50,9 +50,10 @@ class Tensor {
 
   // Pointer to element 0 (storage base + offset). data<T>() checks T against the dtype.
   void* raw_data() const;
-  template <class T> T* data() const {
-    MT_CHECK(dtype_of<T>::value == dtype(), "Tensor::data<", dtype_name(dtype_of<T>::value),
-             ">: tensor has dtype ", dtype_name(dtype()));
+  template <class T>
+  T* data() const {
+    MT_CHECK(dtype_of<T>::value == dtype(), "Tensor::data<", dtype_name(dtype_of<T>::value), ">: tensor has dtype ",
+             dtype_name(dtype()));
     return static_cast<T*>(raw_data());
   }
 
@@ -84,7 +85,8 @@ class Tensor {
   double flat_get(int64_t i) const;       // logical row-major index, honours strides
   void flat_set(int64_t i, double v);     // rounds to the dtype (RNE)
   std::vector<double> to_vector() const;  // all elements in row-major order, as double
-  template <class T> std::vector<T> values() const;  // elements converted to T
+  template <class T>
+  std::vector<T> values() const;  // elements converted to T
 
   std::string str(int64_t max_per_dim = 6) const;
 

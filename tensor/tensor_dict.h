@@ -27,16 +27,16 @@ struct TensorDict {
   StringMap metadata;
 
   bool contains(const std::string& name) const;
-  const Tensor* find(const std::string& name) const;          // nullptr when absent
-  const Tensor& at(const std::string& name) const;            // throws naming the missing tensor
+  const Tensor* find(const std::string& name) const;  // nullptr when absent
+  const Tensor& at(const std::string& name) const;    // throws naming the missing tensor
   size_t size() const { return tensors.size(); }
   bool empty() const { return tensors.empty(); }
-  std::vector<std::string> names() const;                     // in insertion order
+  std::vector<std::string> names() const;  // in insertion order
   NamedTensors::const_iterator begin() const { return tensors.begin(); }
   NamedTensors::const_iterator end() const { return tensors.end(); }
   bool has_meta(const std::string& key) const { return metadata.count(key) != 0; }
-  const std::string& meta(const std::string& key) const;      // throws naming the missing key
-  void add(std::string name, Tensor t);                       // throws on a duplicate name
+  const std::string& meta(const std::string& key) const;  // throws naming the missing key
+  void add(std::string name, Tensor t);                   // throws on a duplicate name
   void set_meta(std::string key, std::string value) { metadata[std::move(key)] = std::move(value); }
 
   // Adds every tensor and metadata entry of `other`, each name prefixed with `prefix`.

@@ -15,10 +15,10 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
   return record(OpId::batch_norm, {x, weight, bias}, r.y,
                 [xs = x.data(), w, mean = r.mean, invstd = r.invstd, training, param_dtype](
                     const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
-                  BatchNormGrads g = batch_norm_backward(dy[0], xs, w, mean, invstd, training, needs[0], needs[1],
-                                                         needs[2], param_dtype);
-                  return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
-                });
+    BatchNormGrads g =
+        batch_norm_backward(dy[0], xs, w, mean, invstd, training, needs[0], needs[1], needs[2], param_dtype);
+    return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
+  });
 }
 
 }  // namespace mixtape

@@ -4,8 +4,7 @@
 
 namespace mixtape {
 
-Variable conv2d(const Variable& x, const Variable& w, const Variable& b, Size2 stride, Size2 padding,
-                Size2 dilation) {
+Variable conv2d(const Variable& x, const Variable& w, const Variable& b, Size2 stride, Size2 padding, Size2 dilation) {
   MT_CHECK(x.defined() && w.defined(), "conv2d: got an undefined Variable");
   Tensor y = mixtape::conv2d(x.data(), w.data(), b.defined() ? b.data() : Tensor(), stride, padding, dilation);
   const Tensor sx = w.requires_grad() ? x.data() : Tensor();
@@ -45,8 +44,7 @@ Variable conv_transpose2d(const Variable& x, const Variable& w, const Variable& 
     if (needs[0]) {
       // dx = conv2d(beta dY, w): each element sums OC*KH*KW products (w is [IC, OC, KH, KW]).
       const float beta = gemm_beta(GemmGradQuery{OpId::conv_transpose2d, &dy, &sw, ws[1] * ws[2] * ws[3]});
-      g[0] = {conv_transpose2d_backward_input(rescale(dy.g, beta), sw, xs, stride, padding, dilation),
-              beta * dy.scale};
+      g[0] = {conv_transpose2d_backward_input(rescale(dy.g, beta), sw, xs, stride, padding, dilation), beta * dy.scale};
     }
     if (needs[1])
       g[1] = param_grad(OpId::conv_transpose2d, 1, dy, [&](DType t) {

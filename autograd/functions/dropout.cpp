@@ -13,8 +13,8 @@ Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
   // dx = dy * mask / (1 - p): the forward function applied to dy with the same Philox counters.
   return record(OpId::dropout, {x}, dropout_apply(x.data(), p, seed, offset),
                 [p, seed, offset](const std::vector<Tensor>& dy, const std::vector<bool>&) {
-                  return std::vector<Tensor>{dropout_apply(dy[0], p, seed, offset)};
-                });
+    return std::vector<Tensor>{dropout_apply(dy[0], p, seed, offset)};
+  });
 }
 
 }  // namespace mixtape

@@ -45,10 +45,9 @@ Variable unary(UnaryOp op, const Variable& x, double a, double b) {
   // Save only what the backward formula reads.
   Tensor sx = unary_backward_needs_input(op) ? x.data() : Tensor();
   Tensor sy = unary_backward_needs_output(op) ? y : Tensor();
-  return record(unary_op_id(op), {x}, y,
-                [op, a, b, sx, sy](const std::vector<Tensor>& dy, const std::vector<bool>&) {
-                  return std::vector<Tensor>{unary_backward(op, sx, sy, dy[0], a, b)};
-                });
+  return record(unary_op_id(op), {x}, y, [op, a, b, sx, sy](const std::vector<Tensor>& dy, const std::vector<bool>&) {
+    return std::vector<Tensor>{unary_backward(op, sx, sy, dy[0], a, b)};
+  });
 }
 
 Variable binary(BinaryOp op, const Variable& a, const Variable& b) {

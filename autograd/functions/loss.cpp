@@ -22,8 +22,8 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets, Reduction 
   // Backward recomputes the softmax from the logits (kept alive anyway) instead of saving it.
   return record(OpId::cross_entropy, {logits}, mixtape::cross_entropy(logits.data(), targets, reduction),
                 [x = logits.data(), targets, reduction](const std::vector<Tensor>& dy, const std::vector<bool>&) {
-                  return std::vector<Tensor>{cross_entropy_backward(x, targets, dy[0], reduction)};
-                });
+    return std::vector<Tensor>{cross_entropy_backward(x, targets, dy[0], reduction)};
+  });
 }
 
 Variable binary_cross_entropy_with_logits(const Variable& logits, const Variable& targets, Reduction reduction) {
@@ -31,9 +31,9 @@ Variable binary_cross_entropy_with_logits(const Variable& logits, const Variable
   return record(OpId::bce_with_logits, {logits, targets}, y,
                 [x = logits.data(), t = targets.data(), reduction](const std::vector<Tensor>& dy,
                                                                    const std::vector<bool>& needs) {
-                  LossGrads g = binary_cross_entropy_with_logits_backward(x, t, dy[0], reduction, needs[0], needs[1]);
-                  return std::vector<Tensor>{g.da, g.db};
-                });
+    LossGrads g = binary_cross_entropy_with_logits_backward(x, t, dy[0], reduction, needs[0], needs[1]);
+    return std::vector<Tensor>{g.da, g.db};
+  });
 }
 
 Variable binary_cross_entropy_with_logits(const Variable& logits, const Tensor& targets, Reduction reduction) {
@@ -42,12 +42,12 @@ Variable binary_cross_entropy_with_logits(const Variable& logits, const Tensor& 
 
 Variable mse_loss(const Variable& input, const Variable& target, Reduction reduction) {
   Tensor y = mixtape::mse_loss(input.data(), target.data(), reduction);
-  return record(OpId::mse_loss, {input, target}, y,
-                [a = input.data(), b = target.data(), reduction](const std::vector<Tensor>& dy,
-                                                                 const std::vector<bool>& needs) {
-                  LossGrads g = mse_loss_backward(a, b, dy[0], reduction, needs[0], needs[1]);
-                  return std::vector<Tensor>{g.da, g.db};
-                });
+  return record(
+      OpId::mse_loss, {input, target}, y,
+      [a = input.data(), b = target.data(), reduction](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+    LossGrads g = mse_loss_backward(a, b, dy[0], reduction, needs[0], needs[1]);
+    return std::vector<Tensor>{g.da, g.db};
+      });
 }
 
 Variable mse_loss(const Variable& input, const Tensor& target, Reduction reduction) {

@@ -21,8 +21,8 @@ Variable avg_pool2d(const Variable& x, Size2 kernel, Size2 stride, Size2 padding
   const Shape xs = x.shape();
   return record(OpId::avg_pool2d, {x}, mixtape::avg_pool2d(x.data(), kernel, stride, padding),
                 [xs, kernel, stride, padding](const std::vector<Tensor>& dy, const std::vector<bool>&) {
-                  return std::vector<Tensor>{avg_pool2d_backward(dy[0], xs, kernel, stride, padding)};
-                });
+    return std::vector<Tensor>{avg_pool2d_backward(dy[0], xs, kernel, stride, padding)};
+  });
 }
 
 Variable avg_pool2d(const Variable& x, Size2 kernel) { return avg_pool2d(x, kernel, kernel, 0); }

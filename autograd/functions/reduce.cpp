@@ -11,8 +11,10 @@ Variable reduce(ReduceOp op, const Variable& x, const std::vector<int64_t>& dims
   Tensor sx = needs_values ? x.data() : Tensor();
   Tensor sy = needs_values ? y : Tensor();
   const Shape xshape = x.shape();
-  const OpId id = op == ReduceOp::sum ? OpId::sum : op == ReduceOp::mean ? OpId::mean
-                : op == ReduceOp::max ? OpId::max : OpId::amax;
+  const OpId id = op == ReduceOp::sum    ? OpId::sum
+                  : op == ReduceOp::mean ? OpId::mean
+                  : op == ReduceOp::max  ? OpId::max
+                                         : OpId::amax;
   return record(id, {x}, y, [op, dims, sx, sy, xshape](const std::vector<Tensor>& dy, const std::vector<bool>&) {
     return std::vector<Tensor>{reduce_backward(op, xshape, sx, sy, dy[0], dims)};
   });

@@ -43,8 +43,8 @@ std::vector<Variable> split(const Variable& x, const std::vector<int64_t>& sizes
   // dys arrive at one common scale, zeros for unused pieces (Tape::backward): dX = concat(dys).
   return record_multi(OpId::split, {x}, std::move(pieces),
                       [d](const std::vector<Tensor>& dys, const std::vector<bool>&) {
-                        return std::vector<Tensor>{mixtape::concat(dys, d)};
-                      });
+    return std::vector<Tensor>{mixtape::concat(dys, d)};
+  });
 }
 
 std::vector<Variable> split(const Variable& x, int64_t chunk_size, int64_t dim) {
@@ -67,8 +67,10 @@ Variable stack(const std::vector<Variable>& xs, int64_t dim) {
 
 Variable cast(const Variable& x, DType dtype) {
   MT_CHECK(x.defined(), "cast: got an undefined Variable");
-  MT_CHECK(is_floating(x.dtype()) && is_floating(dtype), "cast: only casts between floating dtypes are "
-           "differentiable, got ", x.data().meta(), " -> ", dtype_name(dtype));
+  MT_CHECK(is_floating(x.dtype()) && is_floating(dtype),
+           "cast: only casts between floating dtypes are "
+           "differentiable, got ",
+           x.data().meta(), " -> ", dtype_name(dtype));
   if (dtype == x.dtype()) return x;
   const DType from = x.dtype();
   // The cast that Zhao's cast rule governs: a 16-bit tensor widened (before softmax / loss).

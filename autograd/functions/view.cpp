@@ -9,15 +9,15 @@ Variable reshape(const Variable& x, Shape shape) {
   const Shape xshape = x.shape();
   return record(OpId::reshape, {x}, x.data().reshape(std::move(shape)),
                 [xshape](const std::vector<Tensor>& dy, const std::vector<bool>&) {
-                  return std::vector<Tensor>{dy[0].reshape(xshape)};
-                });
+    return std::vector<Tensor>{dy[0].reshape(xshape)};
+  });
 }
 
 Variable transpose(const Variable& x, int64_t d0, int64_t d1) {
   return record(OpId::transpose, {x}, x.data().transpose(d0, d1),
                 [d0, d1](const std::vector<Tensor>& dy, const std::vector<bool>&) {
-                  return std::vector<Tensor>{dy[0].transpose(d0, d1)};
-                });
+    return std::vector<Tensor>{dy[0].transpose(d0, d1)};
+  });
 }
 
 Variable permute(const Variable& x, const std::vector<int64_t>& dims) {
@@ -34,19 +34,19 @@ Variable slice(const Variable& x, int64_t dim, int64_t start, int64_t end, int64
   const Shape xshape = x.shape();
   return record(OpId::slice, {x}, y,
                 [xshape, dim, start, end, step](const std::vector<Tensor>& dy, const std::vector<bool>&) {
-                  // Scatter dy into zeros of x's shape.
-                  Tensor dx = zeros(xshape, dy[0].dtype(), dy[0].device());
-                  dx.slice(dim, start, end, step).copy_(dy[0]);
-                  return std::vector<Tensor>{dx};
-                });
+    // Scatter dy into zeros of x's shape.
+    Tensor dx = zeros(xshape, dy[0].dtype(), dy[0].device());
+    dx.slice(dim, start, end, step).copy_(dy[0]);
+    return std::vector<Tensor>{dx};
+  });
 }
 
 Variable expand(const Variable& x, Shape shape) {
   const Shape xshape = x.shape();
   return record(OpId::expand, {x}, x.data().expand(std::move(shape)),
                 [xshape](const std::vector<Tensor>& dy, const std::vector<bool>&) {
-                  return std::vector<Tensor>{sum_to(dy[0], xshape)};
-                });
+    return std::vector<Tensor>{sum_to(dy[0], xshape)};
+  });
 }
 
 Variable contiguous(const Variable& x) {

@@ -56,37 +56,93 @@ DType dtype_from_name(const std::string& name);  // throws on an unknown name
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
 // C++ type <-> DType.
-template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<half> { static constexpr DType value = DType::f16; };
-template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<half> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
 
 // Compute type: 16-bit and f32 storage compute in float, f64 in double (numerics contract).
-template <class T> struct compute_type { using type = float; };
-template <> struct compute_type<double> { using type = double; };
-template <> struct compute_type<int64_t> { using type = int64_t; };
-template <class T> using compute_t = typename compute_type<T>::type;
+template <class T>
+struct compute_type {
+  using type = float;
+};
+template <>
+struct compute_type<double> {
+  using type = double;
+};
+template <>
+struct compute_type<int64_t> {
+  using type = int64_t;
+};
+template <class T>
+using compute_t = typename compute_type<T>::type;
 
 // Loading a stored element into its compute type, and storing a computed value back.
 // store<T> is the single round-to-16-bit (RNE) point for every CPU kernel.
-template <class T> inline compute_t<T> load(T v) { return v; }
-template <> inline float load<half>(half v) { return to_float(v); }
-template <> inline float load<bfloat16>(bfloat16 v) { return to_float(v); }
+template <class T>
+inline compute_t<T> load(T v) {
+  return v;
+}
+template <>
+inline float load<half>(half v) {
+  return to_float(v);
+}
+template <>
+inline float load<bfloat16>(bfloat16 v) {
+  return to_float(v);
+}
 
-template <class T, class C> inline T store(C v) { return static_cast<T>(v); }
+template <class T, class C>
+inline T store(C v) {
+  return static_cast<T>(v);
+}
 
 // The 16-bit stores: each value is rounded once, and counted while a RoundingCensus is open
 // (Note [Rounding census] in rounding_census.h).
-template <> inline half store<half, float>(float v) { return detail::counted(round_to_half(v), v); }
-template <> inline bfloat16 store<bfloat16, float>(float v) { return detail::counted(round_to_bf16(v), v); }
+template <>
+inline half store<half, float>(float v) {
+  return detail::counted(round_to_half(v), v);
+}
+template <>
+inline bfloat16 store<bfloat16, float>(float v) {
+  return detail::counted(round_to_bf16(v), v);
+}
 // From double and int64 the value is rounded once, not through float (Note [Rounding f64 and i64
 // to 16 bits] in half.h).
-template <> inline half store<half, double>(double v) { return detail::counted(round_to_half_f64(v), v); }
-template <> inline bfloat16 store<bfloat16, double>(double v) { return detail::counted(round_to_bf16_f64(v), v); }
-template <> inline half store<half, int64_t>(int64_t v) { return round_to_half_i64(v); }
-template <> inline bfloat16 store<bfloat16, int64_t>(int64_t v) { return round_to_bf16_i64(v); }
+template <>
+inline half store<half, double>(double v) {
+  return detail::counted(round_to_half_f64(v), v);
+}
+template <>
+inline bfloat16 store<bfloat16, double>(double v) {
+  return detail::counted(round_to_bf16_f64(v), v);
+}
+template <>
+inline half store<half, int64_t>(int64_t v) {
+  return round_to_half_i64(v);
+}
+template <>
+inline bfloat16 store<bfloat16, int64_t>(int64_t v) {
+  return round_to_bf16_i64(v);
+}
 
 // How a cast or a 16-bit weight update rounds: to nearest even, or stochastically with a Philox
 // word (Note [Stochastic rounding] in half.h).

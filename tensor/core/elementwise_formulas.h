@@ -10,7 +10,6 @@
 #include "tensor/core/host_device.h"
 #include "tensor/core/op_kinds.h"
 
-
 namespace mixtape::formulas {
 
 template <UnaryOp OP, class M, class C>
@@ -68,12 +67,14 @@ MT_HOST_DEVICE inline C binary(C a, C b) {
 template <class F>
 void dispatch_unary(UnaryOp op, F&& f) {
   switch (op) {
+    // clang-format off
 #define MT_CASE(name) case UnaryOp::name: return f.template operator()<UnaryOp::name>();
     MT_CASE(neg) MT_CASE(exp) MT_CASE(log) MT_CASE(sqrt) MT_CASE(abs) MT_CASE(relu)
     MT_CASE(sigmoid) MT_CASE(tanh) MT_CASE(leaky_relu) MT_CASE(clamp) MT_CASE(pow)
     MT_CASE(add_scalar) MT_CASE(mul_scalar) MT_CASE(div_scalar) MT_CASE(rsub_scalar)
     MT_CASE(rdiv_scalar)
 #undef MT_CASE
+    // clang-format on
   }
   throw Error(detail::cat("unary: unknown UnaryOp ", int(op)));
 }

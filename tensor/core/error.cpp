@@ -3,8 +3,7 @@
 namespace mixtape::detail {
 
 void assert_fail(const char* cond, const char* file, int line, const std::string& msg) {
-  throw Error(cat("internal error: assertion `", cond, "` failed at ", file, ":", line,
-                  msg.empty() ? "" : ": ", msg));
+  throw Error(cat("internal error: assertion `", cond, "` failed at ", file, ":", line, msg.empty() ? "" : ": ", msg));
 }
 
 }  // namespace mixtape::detail

@@ -27,14 +27,15 @@ std::string cat(const Args&... args) {
 }  // namespace mixtape
 
 // MT_CHECK(cond, parts...): user-facing validation; throws mixtape::Error(parts...).
-#define MT_CHECK(cond, ...)                                              \
-  do {                                                                   \
+#define MT_CHECK(cond, ...)                                                   \
+  do {                                                                        \
     if (!(cond)) throw ::mixtape::Error(::mixtape::detail::cat(__VA_ARGS__)); \
   } while (0)
 
 // MT_ASSERT(cond, parts...): internal invariant; the message carries file:line.
-#define MT_ASSERT(cond, ...)                                                              \
-  do {                                                                                    \
-    if (!(cond)) ::mixtape::detail::assert_fail(#cond, __FILE__, __LINE__,                \
-                                                ::mixtape::detail::cat("" __VA_OPT__(, ) __VA_ARGS__)); \
+#define MT_ASSERT(cond, ...)                                                                 \
+  do {                                                                                       \
+    if (!(cond))                                                                             \
+      ::mixtape::detail::assert_fail(#cond, __FILE__, __LINE__,                              \
+                                     ::mixtape::detail::cat("" __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)

@@ -38,7 +38,7 @@ constexpr uint16_t float_to_half_rn(float f) {
   const uint32_t ax = x & 0x7FFFFFFFu;
   if (ax >= 0x7F800000u) return ax == 0x7F800000u ? uint16_t(sign | 0x7C00u) : uint16_t(0x7FFFu);
   if (ax >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // >= 65520 = 65504 + ulp/2: inf
-  if (ax >= 0x38800000u) {                                  // >= 2^-14: normal half
+  if (ax >= 0x38800000u) {                                 // >= 2^-14: normal half
     // Rebias exponent (127 -> 15) and keep 10 mantissa bits; round on the 13 dropped bits.
     const uint32_t mant = ax & 0x7FFFFFu;
     const uint32_t exp = (ax >> 23) - 112u;
@@ -49,9 +49,9 @@ constexpr uint16_t float_to_half_rn(float f) {
   }
   if (ax < 0x33000000u) return uint16_t(sign);  // < 2^-25: rounds to zero (2^-25 itself ties to 0)
   // Subnormal half: value = m * 2^-24, m in [0, 1024]. Shift the full 24-bit significand.
-  const uint32_t e = ax >> 23;                 // biased float exponent, 102..112
+  const uint32_t e = ax >> 23;  // biased float exponent, 102..112
   const uint32_t sig = (ax & 0x7FFFFFu) | 0x800000u;
-  const uint32_t shift = 126u - e;             // (e - 127) - (-24) = value exponent offset
+  const uint32_t shift = 126u - e;  // (e - 127) - (-24) = value exponent offset
   uint32_t m = sig >> shift;
   const uint32_t rest = sig & ((1u << shift) - 1u);
   const uint32_t halfway = 1u << (shift - 1u);
@@ -132,9 +132,9 @@ constexpr bool sr_round_up(double frac, uint32_t r) {
 constexpr uint16_t float_to_bf16_sr(float f, uint32_t r) {
   const uint32_t x = f32_bits(f);
   if ((x & 0x7FFFFFFFu) >= 0x7F800000u) return float_to_bf16_rn(f);  // inf, NaN
-  const uint32_t low = x & 0xFFFFu;  // remainder in units of ulp / 2^16
-  const uint32_t t = x >> 16;        // truncated toward zero (sign-magnitude)
-  return uint16_t(((r >> 16) < low) ? t + 1u : t);  // t + 1 carries into inf past the max
+  const uint32_t low = x & 0xFFFFu;                                  // remainder in units of ulp / 2^16
+  const uint32_t t = x >> 16;                                        // truncated toward zero (sign-magnitude)
+  return uint16_t(((r >> 16) < low) ? t + 1u : t);                   // t + 1 carries into inf past the max
 }
 
 constexpr uint16_t float_to_half_sr(float f, uint32_t r) {
@@ -150,7 +150,7 @@ constexpr uint16_t float_to_half_sr(float f, uint32_t r) {
   if (ax >= 0x38800000u) {  // normal range
     t = (((ax >> 23) - 112u) << 10) | ((ax & 0x7FFFFFu) >> 13);
     ulp = double(f32_from(((ax >> 23) - 10u) << 23));  // 2^(e - 10)
-  } else {                  // subnormal range: multiples of 2^-24
+  } else {                                             // subnormal range: multiples of 2^-24
     ulp = 1.0 / 16777216.0;
     t = uint32_t(double(af) / ulp);
   }
@@ -166,7 +166,11 @@ struct half {
   uint16_t bits = 0;
   half() = default;
   explicit half(float f) : bits(bits16::float_to_half_rn(f)) {}
-  static constexpr half from_bits(uint16_t b) { half h; h.bits = b; return h; }
+  static constexpr half from_bits(uint16_t b) {
+    half h;
+    h.bits = b;
+    return h;
+  }
   explicit operator float() const { return bits16::half_to_float(bits); }
   friend bool operator==(half a, half b) { return float(a) == float(b); }
 };
@@ -175,7 +179,11 @@ struct bfloat16 {
   uint16_t bits = 0;
   bfloat16() = default;
   explicit bfloat16(float f) : bits(bits16::float_to_bf16_rn(f)) {}
-  static constexpr bfloat16 from_bits(uint16_t b) { bfloat16 h; h.bits = b; return h; }
+  static constexpr bfloat16 from_bits(uint16_t b) {
+    bfloat16 h;
+    h.bits = b;
+    return h;
+  }
   explicit operator float() const { return bits16::bf16_to_float(bits); }
   friend bool operator==(bfloat16 a, bfloat16 b) { return float(a) == float(b); }
 };
@@ -189,21 +197,18 @@ inline half round_to_half_f64(double d) { return half::from_bits(bits16::double_
 inline bfloat16 round_to_bf16_f64(double d) { return bfloat16::from_bits(bits16::double_to_bf16_rn(d)); }
 inline half round_to_half_i64(int64_t v) { return half::from_bits(bits16::i64_to_half_rn(v)); }
 inline bfloat16 round_to_bf16_i64(int64_t v) { return bfloat16::from_bits(bits16::i64_to_bf16_rn(v)); }
-inline half round_to_half_stochastic(float f, uint32_t r) {
-  return half::from_bits(bits16::float_to_half_sr(f, r));
-}
+inline half round_to_half_stochastic(float f, uint32_t r) { return half::from_bits(bits16::float_to_half_sr(f, r)); }
 inline bfloat16 round_to_bf16_stochastic(float f, uint32_t r) {
   return bfloat16::from_bits(bits16::float_to_bf16_sr(f, r));
 }
 
 // Format limits used by loss scaling and telemetry (lambda_min / lambda_max in Zhao et al.).
 struct FormatLimits {
-  double max_finite;      // lambda_max
-  double min_subnormal;   // lambda_min
+  double max_finite;     // lambda_max
+  double min_subnormal;  // lambda_min
   double min_normal;
 };
 inline constexpr FormatLimits kHalfLimits{65504.0, 5.9604644775390625e-08, 6.103515625e-05};
-inline constexpr FormatLimits kBf16Limits{3.3895313892515355e+38, 9.183549615799121e-41,
-                                          1.1754943508222875e-38};
+inline constexpr FormatLimits kBf16Limits{3.3895313892515355e+38, 9.183549615799121e-41, 1.1754943508222875e-38};
 
 }  // namespace mixtape

@@ -8,15 +8,22 @@ namespace mixtape {
 
 // y = f(x; a, b). Scalars a, b are used by the ops that name them.
 enum class UnaryOp : uint8_t {
-  neg, exp, log, sqrt, abs, relu, sigmoid, tanh,
-  leaky_relu,  // a: negative slope
-  clamp,       // a: lo, b: hi
-  pow,         // a: exponent
-  add_scalar,  // x + a
-  mul_scalar,  // x * a
-  div_scalar,  // x / a
-  rsub_scalar, // a - x
-  rdiv_scalar, // a / x
+  neg,
+  exp,
+  log,
+  sqrt,
+  abs,
+  relu,
+  sigmoid,
+  tanh,
+  leaky_relu,   // a: negative slope
+  clamp,        // a: lo, b: hi
+  pow,          // a: exponent
+  add_scalar,   // x + a
+  mul_scalar,   // x * a
+  div_scalar,   // x / a
+  rsub_scalar,  // a - x
+  rdiv_scalar,  // a / x
 };
 const char* unary_op_name(UnaryOp op);
 

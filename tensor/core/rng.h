@@ -17,8 +17,7 @@ constexpr PhiloxBlock philox4x32_10(PhiloxBlock ctr, std::array<uint32_t, 2> key
   for (int round = 0; round < 10; ++round) {
     const uint64_t p0 = uint64_t(kM0) * ctr[0];
     const uint64_t p1 = uint64_t(kM1) * ctr[2];
-    ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ key[0], uint32_t(p1), uint32_t(p0 >> 32) ^ ctr[3] ^ key[1],
-           uint32_t(p0)};
+    ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ key[0], uint32_t(p1), uint32_t(p0 >> 32) ^ ctr[3] ^ key[1], uint32_t(p0)};
     key[0] += kW0;
     key[1] += kW1;
   }
@@ -27,8 +26,7 @@ constexpr PhiloxBlock philox4x32_10(PhiloxBlock ctr, std::array<uint32_t, 2> key
 
 // Four random words for counter `index` of stream (seed, offset).
 constexpr PhiloxBlock philox_words(uint64_t seed, uint64_t index) {
-  return philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u},
-                       {uint32_t(seed), uint32_t(seed >> 32)});
+  return philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u}, {uint32_t(seed), uint32_t(seed >> 32)});
 }
 
 // Uniform in [0, 1) from 24 random bits (exact in float), or 53 bits for f64.
@@ -44,9 +42,16 @@ class Generator {
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
-  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+  void set_state(uint64_t seed, uint64_t offset) {
+    seed_ = seed;
+    offset_ = offset;
+  }
   // Reserve n counters; returns the first.
-  uint64_t advance(uint64_t n) { const uint64_t o = offset_; offset_ += n; return o; }
+  uint64_t advance(uint64_t n) {
+    const uint64_t o = offset_;
+    offset_ += n;
+    return o;
+  }
 
  private:
   uint64_t seed_;

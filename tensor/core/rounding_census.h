@@ -48,12 +48,14 @@ void count_rounding(C v, uint16_t bits, uint16_t exp_mask) {
 }
 template <class C>
 inline half counted(half h, C v) {
-  if (census_open.load(std::memory_order_relaxed)) [[unlikely]] count_rounding(v, h.bits, 0x7C00u);
+  if (census_open.load(std::memory_order_relaxed)) [[unlikely]]
+    count_rounding(v, h.bits, 0x7C00u);
   return h;
 }
 template <class C>
 inline bfloat16 counted(bfloat16 h, C v) {
-  if (census_open.load(std::memory_order_relaxed)) [[unlikely]] count_rounding(v, h.bits, 0x7F80u);
+  if (census_open.load(std::memory_order_relaxed)) [[unlikely]]
+    count_rounding(v, h.bits, 0x7F80u);
   return h;
 }
 }  // namespace detail

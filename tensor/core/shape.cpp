@@ -55,8 +55,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t d = dim < 0 ? dim + ndim : dim;
-  MT_CHECK(d >= 0 && d < ndim, op, ": dim ", dim, " is out of range for a tensor with ", ndim,
-           " dims");
+  MT_CHECK(d >= 0 && d < ndim, op, ": dim ", dim, " is out of range for a tensor with ", ndim, " dims");
   return d;
 }
 

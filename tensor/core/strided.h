@@ -29,7 +29,11 @@ class Strided {
  public:
   Strided() = default;  // absent: an optional argument that was not given
   Strided(void* data, DType dtype, Shape shape, Shape strides, Device device)
-      : data_(data), dtype_(dtype), shape_(std::move(shape)), strides_(std::move(strides)), device_(device),
+      : data_(data),
+        dtype_(dtype),
+        shape_(std::move(shape)),
+        strides_(std::move(strides)),
+        device_(device),
         defined_(true) {}
   // A contiguous operand of `shape` at `data`.
   static Strided contiguous(void* data, DType dtype, Shape shape, Device device) {
@@ -50,7 +54,8 @@ class Strided {
 
   // Address of element 0. data<T>() checks T against the dtype.
   void* raw_data() const { return data_; }
-  template <class T> T* data() const {
+  template <class T>
+  T* data() const {
     MT_CHECK(dtype_of<T>::value == dtype_, "Strided::data<", dtype_name(dtype_of<T>::value), ">: operand has dtype ",
              dtype_name(dtype_));
     return static_cast<T*>(data_);

@@ -75,8 +75,16 @@ AdamConsts<C> adam_consts(double lr, double beta1, double beta2, double eps, dou
                           int64_t step) {
   const double bias1 = 1.0 - std::pow(beta1, double(step));
   const double bias2 = 1.0 - std::pow(beta2, double(step));
-  return {C(-lr / bias1), C(std::sqrt(bias2)), C(1.0 - beta1), C(beta2), C(1.0 - beta2), C(eps), C(weight_decay),
-          C(1.0 - lr * weight_decay), !decoupled && weight_decay != 0.0, decoupled && weight_decay != 0.0};
+  return {C(-lr / bias1),
+          C(std::sqrt(bias2)),
+          C(1.0 - beta1),
+          C(beta2),
+          C(1.0 - beta2),
+          C(eps),
+          C(weight_decay),
+          C(1.0 - lr * weight_decay),
+          !decoupled && weight_decay != 0.0,
+          decoupled && weight_decay != 0.0};
 }
 
 // torch.optim.Adam / AdamW: the new parameter; m and v (the stored moments on entry) become the
@@ -108,12 +116,8 @@ template <class D, class P>
 MT_HOST_DEVICE inline void write_weight(P* p, float w, float u, WeightRule rule, P* c, uint64_t seed,
                                         uint64_t counter) {
   switch (rule) {
-    case WeightRule::nearest:
-      *p = D::nearest(w + u);
-      return;
-    case WeightRule::stochastic:
-      *p = D::stochastic(w + u, philox_words(seed, counter)[0]);
-      return;
+    case WeightRule::nearest: *p = D::nearest(w + u); return;
+    case WeightRule::stochastic: *p = D::stochastic(w + u, philox_words(seed, counter)[0]); return;
     case WeightRule::kahan: {
       // Algorithm 3 lines 7-10 (Algorithm 5 lines 13-16).
       const float y = u - D::load(*c);
@@ -161,9 +165,18 @@ struct AdamW16Consts {
 // c_{1,t} = beta1^t and c_{2,t} = beta2^t (Algorithm 4 lines 7-8) in double.
 inline AdamW16Consts adamw16_consts(double lr, double beta1, double beta2, double eps, double weight_decay,
                                     int64_t step, WeightRule rule, uint64_t seed, uint64_t offset) {
-  return {float(1.0 - std::pow(beta1, double(step))), float(1.0 - std::pow(beta2, double(step))),
-          float(beta1), float(1.0 - beta1), float(beta2), float(1.0 - beta2), float(lr), float(eps),
-          float(lr * weight_decay), rule, seed, offset};
+  return {float(1.0 - std::pow(beta1, double(step))),
+          float(1.0 - std::pow(beta2, double(step))),
+          float(beta1),
+          float(1.0 - beta1),
+          float(beta2),
+          float(1.0 - beta2),
+          float(lr),
+          float(eps),
+          float(lr * weight_decay),
+          rule,
+          seed,
+          offset};
 }
 
 // Algorithm 4 (AdamW, 16-bit state) and its Kahan variant, Algorithm 5, for the element of
@@ -175,8 +188,8 @@ MT_HOST_DEVICE inline void adamw16(P* p, float g, P* m, P* v, P* c, uint64_t i, 
   const P vv = D::nearest(k.b2 * D::load(*v) + k.w2 * (g * g));  // line 6
   *m = mv;
   *v = vv;
-  const float m_hat = D::load(mv) / k.bias1;                         // line 9
-  const float v_hat = D::sqrt(D::load(vv) / k.bias2);                // line 10
+  const float m_hat = D::load(mv) / k.bias1;                        // line 9
+  const float v_hat = D::sqrt(D::load(vv) / k.bias2);               // line 10
   const float u = -(k.lr * m_hat / (v_hat + k.eps) + k.lr_wd * w);  // line 11
   write_weight<D>(p, w, u, k.rule, c, k.seed, k.offset + i);
 }

@@ -41,9 +41,8 @@ std::vector<double> read_vec(const Strided& t) {
 
 // Element i of a 1-D tensor, rounded once from double.
 void write_at(const Strided& t, int64_t i, double value) {
-  dispatch_floating(t.dtype(), "batch_norm", [&]<class T>() {
-    static_cast<T*>(t.raw_data())[i * t.strides()[0]] = store<T>(value);
-  });
+  dispatch_floating(t.dtype(), "batch_norm",
+                    [&]<class T>() { static_cast<T*>(t.raw_data())[i * t.strides()[0]] = store<T>(value); });
 }
 
 }  // namespace
@@ -68,9 +67,8 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
       if (training) {
         // Two passes (mean, then squared deviations) in double: no cancellation in E[x^2]-E[x]^2.
         double s = 0.0;
-        for_each_offset<1>(xv.pos_shape, {xv.pos_strides}, [&](const std::array<int64_t, 1>& o) {
-          s += double(load(xc[o[0]]));
-        });
+        for_each_offset<1>(xv.pos_shape, {xv.pos_strides},
+                           [&](const std::array<int64_t, 1>& o) { s += double(load(xc[o[0]])); });
         m = s / double(n);
         double q = 0.0;
         for_each_offset<1>(xv.pos_shape, {xv.pos_strides}, [&](const std::array<int64_t, 1>& o) {
@@ -143,9 +141,8 @@ void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& wei
           dxc[o[2]] = store<T>(k * (A(load(dyc[o[1]])) - mdy - xh * mdyxh));
         });
       } else {
-        for_each_offset<2>(dyv.pos_shape, {dyv.pos_strides, dxv.pos_strides}, [&](const std::array<int64_t, 2>& o) {
-          dxc[o[1]] = store<T>(A(load(dyc[o[0]])) * k);
-        });
+        for_each_offset<2>(dyv.pos_shape, {dyv.pos_strides, dxv.pos_strides},
+                           [&](const std::array<int64_t, 2>& o) { dxc[o[1]] = store<T>(A(load(dyc[o[0]])) * k); });
       }
     }
   });

@@ -35,8 +35,8 @@ struct Geom {
   }
 };
 
-Geom make_geom(const Shape& img, const Shape& cols, const Shape& w, int64_t sh, int64_t sw, int64_t ph,
-               int64_t pw, int64_t dh, int64_t dw) {
+Geom make_geom(const Shape& img, const Shape& cols, const Shape& w, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+               int64_t dh, int64_t dw) {
   return Geom{img[0], img[1], img[2], img[3], cols[1], cols[2], cols[3], w[2], w[3], sh, sw, ph, pw, dh, dw};
 }
 

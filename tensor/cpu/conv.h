@@ -18,8 +18,8 @@
 namespace mixtape::cpu {
 
 // out [N, OC, OH, OW] = conv(x [N, C, H, W], w [OC, C, KH, KW]) + bias [OC] (bias may be undefined).
-void conv2d(const Strided& x, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w,
-            int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& out);
+void conv2d(const Strided& x, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+            int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& out);
 // dx [N, C, H, W] = col2im(W^T dy) + bias [C] (bias may be undefined), dy [N, OC, OH, OW].
 void conv2d_backward_input(const Strided& dy, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w,
                            int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dx);

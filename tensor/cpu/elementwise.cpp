@@ -26,13 +26,34 @@ inline C leaky_slope(C x, C a) {
 
 // The host's scalar math for the shared formulas (tensor/core/elementwise_formulas.h).
 struct HostMath {
-  template <class C> static C exp(C x) { return std::exp(x); }
-  template <class C> static C log(C x) { return std::log(x); }
-  template <class C> static C sqrt(C x) { return std::sqrt(x); }
-  template <class C> static C abs(C x) { return std::abs(x); }
-  template <class C> static C pow(C x, C a) { return std::pow(x, a); }
-  template <class C> static C tanh(C x) { return tanh_c(x); }  // Note [Float tanh]
-  template <class C> static C leaky_slope(C x, C a) { return cpu::leaky_slope(x, a); }
+  template <class C>
+  static C exp(C x) {
+    return std::exp(x);
+  }
+  template <class C>
+  static C log(C x) {
+    return std::log(x);
+  }
+  template <class C>
+  static C sqrt(C x) {
+    return std::sqrt(x);
+  }
+  template <class C>
+  static C abs(C x) {
+    return std::abs(x);
+  }
+  template <class C>
+  static C pow(C x, C a) {
+    return std::pow(x, a);
+  }
+  template <class C>
+  static C tanh(C x) {
+    return tanh_c(x);
+  }  // Note [Float tanh]
+  template <class C>
+  static C leaky_slope(C x, C a) {
+    return cpu::leaky_slope(x, a);
+  }
 };
 
 }  // namespace
@@ -50,8 +71,8 @@ void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b)
   });
 }
 
-void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Strided& dy, const Strided& dx,
-                    double a, double b) {
+void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Strided& dy, const Strided& dx, double a,
+                    double b) {
   dispatch_floating(dx.dtype(), unary_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
@@ -61,9 +82,9 @@ void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Stride
     formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
       for_each_offset<4>(dx.shape(), {dx.strides(), x.strides(), y.strides(), dy.strides()},
                          [&](const std::array<int64_t, 4>& o) {
-                           pdx[o[0]] = store<T>(formulas::unary_backward<OP, HostMath>(load(px[o[1]]), load(py[o[2]]),
-                                                                 load(pdy[o[3]]), C(a), C(b)));
-                         });
+        pdx[o[0]] = store<T>(
+            formulas::unary_backward<OP, HostMath>(load(px[o[1]]), load(py[o[2]]), load(pdy[o[3]]), C(a), C(b)));
+      });
     });
   });
 }
@@ -77,8 +98,8 @@ void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& out)
       for_each_offset<3>(out.shape(),
                          {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())},
                          [&](const std::array<int64_t, 3>& o) {
-                           po[o[0]] = store<T>(formulas::binary<OP>(load(pa[o[1]]), load(pb[o[2]])));
-                         });
+        po[o[0]] = store<T>(formulas::binary<OP>(load(pa[o[1]]), load(pb[o[2]])));
+      });
     });
   });
 }

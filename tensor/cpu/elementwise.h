@@ -9,8 +9,8 @@ namespace mixtape::cpu {
 
 void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b);
 // dx = dy * f'(x) using x and/or the saved output y (each op reads what it needs).
-void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Strided& dy, const Strided& dx,
-                    double a, double b);
+void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Strided& dy, const Strided& dx, double a,
+                    double b);
 void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& out);
 
 }  // namespace mixtape::cpu

@@ -64,8 +64,8 @@ bool blas_layout_ok(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_
   return blas_operand(rows, cols, row_stride, col_stride).ok;
 }
 
-void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+              int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) {  // empty sum: C = beta * C
     for (int64_t i = 0; i < M; ++i)
@@ -73,8 +73,8 @@ void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
     return;
   }
   check_blas_sizes(M, N, K, lda, ldb, ldc);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              blasint(M), blasint(N), blasint(K), 1.0f, A, blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(M),
+              blasint(N), blasint(K), 1.0f, A, blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
 }
 
 void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
@@ -86,8 +86,8 @@ void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
     return;
   }
   check_blas_sizes(M, N, K, lda, ldb, ldc);
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              blasint(M), blasint(N), blasint(K), 1.0, A, blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(M),
+              blasint(N), blasint(K), 1.0, A, blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
 }
 
 void matmul(const Strided& a, const Strided& b, const Strided& bias, const Strided& out) {

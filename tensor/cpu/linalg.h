@@ -11,8 +11,8 @@ namespace mixtape::cpu {
 
 // Row-major C[M, N] = op(A)[M, K] op(B)[K, N] + beta * C through OpenBLAS, where op(A) = A^T
 // when trans_a (A then stored as [K, M] with leading dimension lda). Sizes must fit a blasint.
-void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+              int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
               const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 

@@ -19,8 +19,7 @@ namespace mixtape::cpu {
 inline Shape broadcast_strides(const Strided& t, const Shape& out) {
   Shape st(out.size(), 0);
   const size_t lead = out.size() - size_t(t.dim());
-  for (size_t i = 0; i < size_t(t.dim()); ++i)
-    st[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+  for (size_t i = 0; i < size_t(t.dim()); ++i) st[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
   return st;
 }
 

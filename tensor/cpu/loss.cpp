@@ -25,9 +25,7 @@ void row_max_sum(const T* row, int64_t len, int64_t stride, A& mx, double& sum) 
 
 // Per-element strides of a loss output or gradient: its own strides, or zeros for the 0-dim
 // tensor of a reduced loss (every element then reads or accumulates the one value).
-Shape elem_strides(const Strided& t, bool reduce, size_t ndim) {
-  return reduce ? Shape(ndim, 0) : t.strides();
-}
+Shape elem_strides(const Strided& t, bool reduce, size_t ndim) { return reduce ? Shape(ndim, 0) : t.strides(); }
 
 // The gradient factor g of element at offset o of dy (see the header).
 template <class A, class T>
@@ -64,15 +62,15 @@ void pointwise_loss_backward(const Strided& a, const Strided& b, const Strided& 
   T* pda = da.defined() ? static_cast<T*>(da.raw_data()) : nullptr;
   T* pdb = db.defined() ? static_cast<T*>(db.raw_data()) : nullptr;
   const Shape zero(nd, 0);
-  for_each_offset<5>(a.shape(),
-                     {a.strides(), b.strides(), elem_strides(dy, reduce, nd), pda ? da.strides() : zero,
-                      pdb ? db.strides() : zero},
-                     [&](const std::array<int64_t, 5>& o) {
+  for_each_offset<5>(
+      a.shape(),
+      {a.strides(), b.strides(), elem_strides(dy, reduce, nd), pda ? da.strides() : zero, pdb ? db.strides() : zero},
+      [&](const std::array<int64_t, 5>& o) {
     const A g = grad_factor<A>(pdy, o[2], reduce, divisor);
     const auto [ga, gb] = f(A(load(pa[o[0]])), A(load(pb[o[1]])), g);
     if (pda) pda[o[3]] = store<T>(ga);
     if (pdb) pdb[o[4]] = store<T>(gb);
-  });
+      });
 }
 
 }  // namespace
@@ -174,10 +172,10 @@ void cross_entropy_backward(const Strided& logits, const Strided& targets, const
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pd = static_cast<T*>(dlogits.raw_data());
     int64_t position = 0;
-    for_each_offset<4>(lv.outer_shape,
-                       {lv.outer_strides, targets.strides(), elem_strides(dy, reduce, lv.outer_shape.size()),
-                        dv.outer_strides},
-                       [&](const std::array<int64_t, 4>& o) {
+    for_each_offset<4>(
+        lv.outer_shape,
+        {lv.outer_strides, targets.strides(), elem_strides(dy, reduce, lv.outer_shape.size()), dv.outer_strides},
+        [&](const std::array<int64_t, 4>& o) {
       const int64_t t = pt[o[1]];
       check_target(t, lv.len, position++, logits, targets);
       const T* row = px + o[0];
@@ -191,7 +189,7 @@ void cross_entropy_backward(const Strided& logits, const Strided& targets, const
         const A p = A(std::exp(A(load(row[k * lv.stride])) - mx) / sum_a);
         drow[k * dv.stride] = store<T>(A((k == t ? p - A(1) : p) * g));
       }
-    });
+        });
   });
 }
 
@@ -200,9 +198,8 @@ void cross_entropy_backward(const Strided& logits, const Strided& targets, const
 void bce_with_logits(const Strided& x, const Strided& t, bool reduce, double divisor, const Strided& out) {
   dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits", [&]<class T>() {
     using A = compute_t<T>;
-    pointwise_loss<T>(x, t, reduce, divisor, out, [](A xi, A ti) {
-      return A(std::max(xi, A(0)) - xi * ti + std::log1p(std::exp(-std::abs(xi))));
-    });
+    pointwise_loss<T>(x, t, reduce, divisor, out,
+                      [](A xi, A ti) { return A(std::max(xi, A(0)) - xi * ti + std::log1p(std::exp(-std::abs(xi)))); });
   });
 }
 

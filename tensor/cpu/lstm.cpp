@@ -24,15 +24,17 @@ namespace mixtape::cpu {
 
 namespace {
 
-template <class C> inline C sigmoid(C x) { return C(1) / (C(1) + std::exp(-x)); }
+template <class C>
+inline C sigmoid(C x) {
+  return C(1) / (C(1) + std::exp(-x));
+}
 
 // Element (b, j) of a 2-D tensor through its strides.
 template <class T>
 struct Strided2d {
   T* p;
   int64_t s0, s1;
-  explicit Strided2d(const Strided& t)
-      : p(static_cast<T*>(t.raw_data())), s0(t.strides()[0]), s1(t.strides()[1]) {}
+  explicit Strided2d(const Strided& t) : p(static_cast<T*>(t.raw_data())), s0(t.strides()[0]), s1(t.strides()[1]) {}
   T& operator()(int64_t b, int64_t j) const { return p[b * s0 + j * s1]; }
 };
 

@@ -51,8 +51,7 @@ template <class F>
 void dispatch_update(const char* op, DType param, DType state, F&& f) {
   if (param == DType::f32 && state == DType::f32) return f.template operator()<float, float>();
   if (param == DType::f64 && state == DType::f64) return f.template operator()<double, double>();
-  throw Error(detail::cat(op, ": no kernel for ", dtype_name(param), " parameters with ", dtype_name(state),
-                          " state"));
+  throw Error(detail::cat(op, ": no kernel for ", dtype_name(param), " parameters with ", dtype_name(state), " state"));
 }
 
 // The rounded 16-bit copy of an f32 master (Note [Fused master copy] in tensor/ops/optim.h):
@@ -119,22 +118,22 @@ void sgd_update(const Strided& param, const Strided& grad, const Strided& moment
       if (momentum == 0.0) {
         for_each_offset<3>(param.shape(), {param.strides(), grad.strides(), q_strides},
                            [&](const std::array<int64_t, 3>& o) {
-                             const C next = formulas::sgd(C(load(p[o[0]])), g[o[1]], k);
-                             p[o[0]] = store<P>(next);
-                             write_copy(q, o[2], next);
-                           });
+          const C next = formulas::sgd(C(load(p[o[0]])), g[o[1]], k);
+          p[o[0]] = store<P>(next);
+          write_copy(q, o[2], next);
+        });
         return;
       }
       S* b = momentum_buf.data<S>();
       for_each_offset<4>(param.shape(), {param.strides(), grad.strides(), momentum_buf.strides(), q_strides},
                          [&](const std::array<int64_t, 4>& o) {
-                           const C prev = k.first ? C(0) : C(load(b[o[2]]));  // not read at step 1
-                           C buf;
-                           const C next = formulas::sgd_momentum(C(load(p[o[0]])), g[o[1]], prev, k, buf);
-                           b[o[2]] = store<S>(buf);
-                           p[o[0]] = store<P>(next);
-                           write_copy(q, o[3], next);
-                         });
+        const C prev = k.first ? C(0) : C(load(b[o[2]]));  // not read at step 1
+        C buf;
+        const C next = formulas::sgd_momentum(C(load(p[o[0]])), g[o[1]], prev, k, buf);
+        b[o[2]] = store<S>(buf);
+        p[o[0]] = store<P>(next);
+        write_copy(q, o[3], next);
+      });
     });
   });
 }
@@ -146,24 +145,23 @@ void adam_update(const Strided& param, const Strided& grad, const Strided& exp_a
   dispatch_update(op, param.dtype(), exp_avg.dtype(), [&]<class P, class S>() {
     dispatch_copy(rounded_copy, [&]<class Q>() {
       using C = compute_t<P>;
-      const formulas::AdamConsts<C> k =
-          formulas::adam_consts<C>(lr, beta1, beta2, eps, weight_decay, decoupled, step);
+      const formulas::AdamConsts<C> k = formulas::adam_consts<C>(lr, beta1, beta2, eps, weight_decay, decoupled, step);
       P* p = param.data<P>();
       const C* g = grad.data<C>();
       S* m = exp_avg.data<S>();
       S* v = exp_avg_sq.data<S>();
       Q* q = copy_data<Q>(rounded_copy);
-      for_each_offset<5>(param.shape(),
-                         {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(),
-                          copy_strides(rounded_copy, param)},
-                         [&](const std::array<int64_t, 5>& o) {
-                           C mv = load(m[o[2]]), vv = load(v[o[3]]);
-                           const C next = formulas::adam<HostUpdate<P>>(C(load(p[o[0]])), g[o[1]], mv, vv, k);
-                           m[o[2]] = store<S>(mv);
-                           v[o[3]] = store<S>(vv);
-                           p[o[0]] = store<P>(next);
-                           write_copy(q, o[4], next);
-                         });
+      for_each_offset<5>(
+          param.shape(),
+          {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), copy_strides(rounded_copy, param)},
+          [&](const std::array<int64_t, 5>& o) {
+        C mv = load(m[o[2]]), vv = load(v[o[3]]);
+        const C next = formulas::adam<HostUpdate<P>>(C(load(p[o[0]])), g[o[1]], mv, vv, k);
+        m[o[2]] = store<S>(mv);
+        v[o[3]] = store<S>(vv);
+        p[o[0]] = store<P>(next);
+        write_copy(q, o[4], next);
+          });
     });
   });
 }
@@ -215,8 +213,8 @@ void sgd16_update(const Strided& param, const Strided& grad, const Strided& mome
     uint64_t i = 0;
     for_each_offset<4>(param.shape(), {param.strides(), grad.strides(), mt.strides(), ct.strides()},
                        [&](const std::array<int64_t, 4>& o) {
-                         formulas::sgd16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], c + o[3], i++, k);
-                       });
+      formulas::sgd16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], c + o[3], i++, k);
+    });
   });
 }
 
@@ -224,9 +222,8 @@ void adamw16_update(const Strided& param, const Strided& grad, const Strided& ex
                     const Strided& kahan_comp, double lr, double beta1, double beta2, double eps, double weight_decay,
                     int64_t step, Rounding rounding, uint64_t seed, uint64_t offset) {
   dispatch_16bit("adamw16_update", param.dtype(), [&]<class P>() {
-    const formulas::AdamW16Consts k =
-        formulas::adamw16_consts(lr, beta1, beta2, eps, weight_decay, step,
-                                 formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
+    const formulas::AdamW16Consts k = formulas::adamw16_consts(
+        lr, beta1, beta2, eps, weight_decay, step, formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
     P* p = param.data<P>();
     const float* g = grad.data<float>();
     P* m = exp_avg.data<P>();
@@ -234,11 +231,11 @@ void adamw16_update(const Strided& param, const Strided& grad, const Strided& ex
     const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     P* c = ct.data<P>();
     uint64_t i = 0;
-    for_each_offset<5>(
-        param.shape(), {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), ct.strides()},
-        [&](const std::array<int64_t, 5>& o) {
-          formulas::adamw16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], c + o[4], i++, k);
-        });
+    for_each_offset<5>(param.shape(),
+                       {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), ct.strides()},
+                       [&](const std::array<int64_t, 5>& o) {
+      formulas::adamw16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], c + o[4], i++, k);
+    });
   });
 }
 

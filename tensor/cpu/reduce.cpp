@@ -85,8 +85,7 @@ void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, con
   dispatch_floating(x.dtype(), reduce_op_name(op), [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
-    for_each_offset<2>(s.outer_shape, {s.outer_strides, kept_strides(out, dims)},
-                       [&](const std::array<int64_t, 2>& o) {
+    for_each_offset<2>(s.outer_shape, {s.outer_strides, kept_strides(out, dims)}, [&](const std::array<int64_t, 2>& o) {
       double acc = (op == ReduceOp::sum || op == ReduceOp::mean) ? 0.0 : -std::numeric_limits<double>::infinity();
       bool nan = false;
       for_each_offset<1>(s.inner_shape, {s.inner_strides}, [&](const std::array<int64_t, 1>& i) {
@@ -113,13 +112,15 @@ void reduce_backward(ReduceOp op, const Strided& x, const Strided& y, const Stri
     const T* py = static_cast<const T*>(y.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pdx = static_cast<T*>(dx.raw_data());
-    for_each_offset<4>(s.outer_shape, {s.outer_strides, sdx.outer_strides, kept_strides(y, dims), kept_strides(dy, dims)},
+    for_each_offset<4>(s.outer_shape,
+                       {s.outer_strides, sdx.outer_strides, kept_strides(y, dims), kept_strides(dy, dims)},
                        [&](const std::array<int64_t, 4>& o) {
       const C g = load(pdy[o[3]]);
       const C ymax = load(py[o[2]]);
       if (op == ReduceOp::sum || op == ReduceOp::mean) {  // x and y are not read
         const T v = store<T>(op == ReduceOp::sum ? g : C(g / C(n)));
-        for_each_offset<1>(s.inner_shape, {sdx.inner_strides}, [&](const std::array<int64_t, 1>& i) { pdx[o[1] + i[0]] = v; });
+        for_each_offset<1>(s.inner_shape, {sdx.inner_strides},
+                           [&](const std::array<int64_t, 1>& i) { pdx[o[1] + i[0]] = v; });
         return;
       }
       // max: the first maximum takes all of dy; amax: every maximum takes dy / count.

@@ -52,8 +52,7 @@ BatchNormOutput batch_norm_forward(const Tensor& x, const Tensor& weight, const 
   MT_CHECK(momentum >= 0.0 && momentum <= 1.0, "batch_norm: momentum must be in [0, 1], got ", momentum);
   if (training) {
     const int64_t per_channel = x.numel() / std::max<int64_t>(1, x.size(1));
-    MT_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, got input ",
-             x.meta());
+    MT_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, got input ", x.meta());
   }
 
   const int64_t C = x.size(1);
@@ -74,12 +73,10 @@ BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tens
                                    bool need_dbias, DType param_dtype) {
   ops::check_same("batch_norm backward", {&dy, &x});
   ops::check_same("batch_norm backward", {&mean, &invstd});
-  MT_CHECK(dy.shape() == x.shape(), "batch_norm backward: gradient ", dy.meta(), " does not match input ",
-           x.meta());
+  MT_CHECK(dy.shape() == x.shape(), "batch_norm backward: gradient ", dy.meta(), " does not match input ", x.meta());
   MT_CHECK(x.dim() >= 2 && mean.dtype() == stats_dtype(x.dtype()) && mean.shape() == Shape{x.size(1)} &&
                invstd.shape() == mean.shape(),
-           "batch_norm backward: saved statistics ", mean.meta(), " / ", invstd.meta(), " do not fit input ",
-           x.meta());
+           "batch_norm backward: saved statistics ", mean.meta(), " / ", invstd.meta(), " do not fit input ", x.meta());
   if (weight.defined()) check_channel_vec(weight, x, "weight", true);
   const int64_t C = x.size(1);
   BatchNormGrads g;
@@ -87,8 +84,7 @@ BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   if (need_dweight) g.dweight = empty({C}, param_dtype, x.device());
   if (need_dbias) g.dbias = empty({C}, param_dtype, x.device());
   on_device(
-      x.device(),
-      [&] { cpu::batch_norm_backward(dy, x, weight, mean, invstd, training, g.dx, g.dweight, g.dbias); },
+      x.device(), [&] { cpu::batch_norm_backward(dy, x, weight, mean, invstd, training, g.dx, g.dweight, g.dbias); },
       [&] { cuda::batch_norm_backward(dy, x, weight, mean, invstd, training, g.dx, g.dweight, g.dbias); });
   return g;
 }

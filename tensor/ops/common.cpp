@@ -8,11 +8,13 @@ void check_same(const char* op, std::initializer_list<const Tensor*> ts, bool sa
   const Tensor* first = nullptr;
   for (const Tensor* t : ts) {
     MT_CHECK(t->defined(), op, ": got an undefined tensor");
-    if (!first) { first = t; continue; }
-    MT_CHECK(t->device() == first->device(), op, ": tensors on different devices: ", first->meta(),
-             " and ", t->meta());
-    MT_CHECK(!same_dtype || t->dtype() == first->dtype(), op, ": dtype mismatch: ", first->meta(),
-             " and ", t->meta(), " (cast one of them with .to(dtype))");
+    if (!first) {
+      first = t;
+      continue;
+    }
+    MT_CHECK(t->device() == first->device(), op, ": tensors on different devices: ", first->meta(), " and ", t->meta());
+    MT_CHECK(!same_dtype || t->dtype() == first->dtype(), op, ": dtype mismatch: ", first->meta(), " and ", t->meta(),
+             " (cast one of them with .to(dtype))");
   }
 }
 

@@ -58,8 +58,8 @@ void check_fits(const char* op, int64_t h, int64_t w, int64_t kh, int64_t kw, Si
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, Size2 padding, Size2 dilation) {
   const char* op = "conv2d";
   check_operands(op, x, w, b, "an input [N, C, H, W]", "a weight [OC, C, KH, KW]");
-  const std::string ctx = detail::cat(" (input ", x.meta(), ", weight ", w.meta(), ", ",
-                                      params_str(stride, padding, dilation), ")");
+  const std::string ctx =
+      detail::cat(" (input ", x.meta(), ", weight ", w.meta(), ", ", params_str(stride, padding, dilation), ")");
   check_params(op, stride, padding, dilation, ctx);
   MT_CHECK(x.size(1) == w.size(1), op, ": input ", x.meta(), " has ", x.size(1), " channels but weight ", w.meta(),
            " expects ", w.size(1));
@@ -69,8 +69,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, S
   const int64_t OW = conv_out_size(x.size(3), w.size(3), stride.w, padding.w, dilation.w);
   Tensor out = empty({x.size(0), w.size(0), OH, OW}, x.dtype(), x.device());
   on_device(
-      x.device(),
-      [&] { cpu::conv2d(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out); },
+      x.device(), [&] { cpu::conv2d(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out); },
       [&] { cuda::conv2d(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out); });
   return out;
 }
@@ -79,11 +78,11 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
                              Size2 dilation) {
   const char* op = "conv2d backward (input)";
   check_operands(op, dy, w, Tensor(), "a gradient [N, OC, OH, OW]", "a weight [OC, C, KH, KW]");
-  const std::string ctx = detail::cat(" (gradient ", dy.meta(), ", weight ", w.meta(), ", input ",
-                                      shape_str(x_shape), ", ", params_str(stride, padding, dilation), ")");
+  const std::string ctx = detail::cat(" (gradient ", dy.meta(), ", weight ", w.meta(), ", input ", shape_str(x_shape),
+                                      ", ", params_str(stride, padding, dilation), ")");
   check_params(op, stride, padding, dilation, ctx);
-  MT_CHECK(x_shape.size() == 4 && x_shape[0] == dy.size(0) && x_shape[1] == w.size(1) && dy.size(1) == w.size(0),
-           op, ": shapes do not fit", ctx);
+  MT_CHECK(x_shape.size() == 4 && x_shape[0] == dy.size(0) && x_shape[1] == w.size(1) && dy.size(1) == w.size(0), op,
+           ": shapes do not fit", ctx);
   check_fits(op, x_shape[2], x_shape[3], w.size(2), w.size(3), padding, dilation, ctx);
   MT_CHECK(conv_out_size(x_shape[2], w.size(2), stride.h, padding.h, dilation.h) == dy.size(2) &&
                conv_out_size(x_shape[3], w.size(3), stride.w, padding.w, dilation.w) == dy.size(3),
@@ -93,11 +92,11 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
   on_device(
       dy.device(),
       [&] {
-        cpu::conv2d_backward_input(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx);
+    cpu::conv2d_backward_input(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx);
       },
       [&] {
-        cuda::conv2d_backward_input(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx);
-      });
+    cuda::conv2d_backward_input(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx);
+  });
   return dx;
 }
 
@@ -108,8 +107,8 @@ Tensor conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Shape& w_
   const std::string ctx = detail::cat(" (input ", x.meta(), ", gradient ", dy.meta(), ", weight ", shape_str(w_shape),
                                       ", ", params_str(stride, padding, dilation), ")");
   check_params(op, stride, padding, dilation, ctx);
-  MT_CHECK(w_shape.size() == 4 && x.size(0) == dy.size(0) && x.size(1) == w_shape[1] && dy.size(1) == w_shape[0],
-           op, ": shapes do not fit", ctx);
+  MT_CHECK(w_shape.size() == 4 && x.size(0) == dy.size(0) && x.size(1) == w_shape[1] && dy.size(1) == w_shape[0], op,
+           ": shapes do not fit", ctx);
   check_fits(op, x.size(2), x.size(3), w_shape[2], w_shape[3], padding, dilation, ctx);
   MT_CHECK(conv_out_size(x.size(2), w_shape[2], stride.h, padding.h, dilation.h) == dy.size(2) &&
                conv_out_size(x.size(3), w_shape[3], stride.w, padding.w, dilation.w) == dy.size(3),
@@ -117,11 +116,9 @@ Tensor conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Shape& w_
   Tensor dw = empty(w_shape, x.dtype(), x.device());
   on_device(
       x.device(),
+      [&] { cpu::conv2d_backward_weight(x, dy, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw); },
       [&] {
-        cpu::conv2d_backward_weight(x, dy, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw);
-      },
-      [&] {
-        cuda::conv2d_backward_weight(x, dy, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw);
+    cuda::conv2d_backward_weight(x, dy, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw);
       });
   return dw;
 }
@@ -131,7 +128,8 @@ Tensor conv2d_backward_bias(const Tensor& dy) {
   ops::check_floating("conv backward (bias)", dy);
   ops::check_dim("conv backward (bias)", dy, 4, "a gradient [N, OC, OH, OW]");
   Tensor db = empty({dy.size(1)}, dy.dtype(), dy.device());
-  on_device(dy.device(), [&] { cpu::conv2d_backward_bias(dy, db); }, [&] { cuda::conv2d_backward_bias(dy, db); });
+  on_device(
+      dy.device(), [&] { cpu::conv2d_backward_bias(dy, db); }, [&] { cuda::conv2d_backward_bias(dy, db); });
   return db;
 }
 
@@ -139,9 +137,9 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2
                         Size2 output_padding, Size2 dilation) {
   const char* op = "conv_transpose2d";
   check_operands(op, x, w, b, "an input [N, IC, H, W]", "a weight [IC, OC, KH, KW]");
-  const std::string ctx = detail::cat(" (input ", x.meta(), ", weight ", w.meta(), ", ",
-                                      params_str(stride, padding, dilation), ", output_padding ",
-                                      size2_str(output_padding), ")");
+  const std::string ctx =
+      detail::cat(" (input ", x.meta(), ", weight ", w.meta(), ", ", params_str(stride, padding, dilation),
+                  ", output_padding ", size2_str(output_padding), ")");
   check_params(op, stride, padding, dilation, ctx);
   MT_CHECK(x.size(1) == w.size(0), op, ": input ", x.meta(), " has ", x.size(1), " channels but weight ", w.meta(),
            " expects ", w.size(0));
@@ -160,11 +158,11 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2
   on_device(
       x.device(),
       [&] {
-        cpu::conv2d_backward_input(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out);
+    cpu::conv2d_backward_input(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out);
       },
       [&] {
-        cuda::conv2d_backward_input(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out);
-      });
+    cuda::conv2d_backward_input(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out);
+  });
   return out;
 }
 
@@ -172,11 +170,11 @@ Tensor conv_transpose2d_backward_input(const Tensor& dy, const Tensor& w, const 
                                        Size2 padding, Size2 dilation) {
   const char* op = "conv_transpose2d backward (input)";
   check_operands(op, dy, w, Tensor(), "a gradient [N, OC, OH, OW]", "a weight [IC, OC, KH, KW]");
-  const std::string ctx = detail::cat(" (gradient ", dy.meta(), ", weight ", w.meta(), ", input ",
-                                      shape_str(x_shape), ", ", params_str(stride, padding, dilation), ")");
+  const std::string ctx = detail::cat(" (gradient ", dy.meta(), ", weight ", w.meta(), ", input ", shape_str(x_shape),
+                                      ", ", params_str(stride, padding, dilation), ")");
   check_params(op, stride, padding, dilation, ctx);
-  MT_CHECK(x_shape.size() == 4 && x_shape[0] == dy.size(0) && x_shape[1] == w.size(0) && dy.size(1) == w.size(1),
-           op, ": shapes do not fit", ctx);
+  MT_CHECK(x_shape.size() == 4 && x_shape[0] == dy.size(0) && x_shape[1] == w.size(0) && dy.size(1) == w.size(1), op,
+           ": shapes do not fit", ctx);
   check_fits(op, dy.size(2), dy.size(3), w.size(2), w.size(3), padding, dilation, ctx);
   // dx = conv2d(dy, w) over the positions of x (output_padding can leave dy one conv step
   // longer than x needs).
@@ -196,18 +194,16 @@ Tensor conv_transpose2d_backward_weight(const Tensor& x, const Tensor& dy, const
   const std::string ctx = detail::cat(" (input ", x.meta(), ", gradient ", dy.meta(), ", weight ", shape_str(w_shape),
                                       ", ", params_str(stride, padding, dilation), ")");
   check_params(op, stride, padding, dilation, ctx);
-  MT_CHECK(w_shape.size() == 4 && x.size(0) == dy.size(0) && x.size(1) == w_shape[0] && dy.size(1) == w_shape[1],
-           op, ": shapes do not fit", ctx);
+  MT_CHECK(w_shape.size() == 4 && x.size(0) == dy.size(0) && x.size(1) == w_shape[0] && dy.size(1) == w_shape[1], op,
+           ": shapes do not fit", ctx);
   check_fits(op, dy.size(2), dy.size(3), w_shape[2], w_shape[3], padding, dilation, ctx);
   // dW = X col(dy)^T: conv2d's weight gradient with dy as the image and x as the columns.
   Tensor dw = empty(w_shape, x.dtype(), x.device());
   on_device(
       x.device(),
+      [&] { cpu::conv2d_backward_weight(dy, x, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw); },
       [&] {
-        cpu::conv2d_backward_weight(dy, x, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw);
-      },
-      [&] {
-        cuda::conv2d_backward_weight(dy, x, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw);
+    cuda::conv2d_backward_weight(dy, x, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw);
       });
   return dw;
 }

@@ -14,8 +14,8 @@ namespace mixtape {
 // Output length of a convolution along one dim: floor((in + 2p - d (k - 1) - 1) / s) + 1.
 int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation);
 // Output length of a transposed convolution: (in - 1) s - 2p + d (k - 1) + output_padding + 1.
-int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
-                                int64_t output_padding, int64_t dilation);
+int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t output_padding,
+                                int64_t dilation);
 
 // y [N, OC, OH, OW] = conv(x, w) + b.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), Size2 stride = 1, Size2 padding = 0,

@@ -19,8 +19,8 @@ Tensor dropout_apply(const Tensor& x, double p, uint64_t seed, uint64_t offset) 
   ops::check_floating("dropout", x);
   MT_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  on_device(x.device(), [&] { cpu::dropout(x, out, p, seed, offset); },
-            [&] { cuda::dropout(x, out, p, seed, offset); });
+  on_device(
+      x.device(), [&] { cpu::dropout(x, out, p, seed, offset); }, [&] { cuda::dropout(x, out, p, seed, offset); });
   return out;
 }
 

@@ -8,21 +8,25 @@ namespace mixtape {
 
 bool unary_backward_needs_input(UnaryOp op) {
   switch (op) {
-    case UnaryOp::log: case UnaryOp::abs: case UnaryOp::relu: case UnaryOp::leaky_relu:
-    case UnaryOp::clamp: case UnaryOp::pow: case UnaryOp::rdiv_scalar:
-      return true;
-    default:
-      return false;
+    case UnaryOp::log:
+    case UnaryOp::abs:
+    case UnaryOp::relu:
+    case UnaryOp::leaky_relu:
+    case UnaryOp::clamp:
+    case UnaryOp::pow:
+    case UnaryOp::rdiv_scalar: return true;
+    default: return false;
   }
 }
 
 bool unary_backward_needs_output(UnaryOp op) {
   switch (op) {
-    case UnaryOp::exp: case UnaryOp::sqrt: case UnaryOp::sigmoid: case UnaryOp::tanh:
-    case UnaryOp::rdiv_scalar:
-      return true;
-    default:
-      return false;
+    case UnaryOp::exp:
+    case UnaryOp::sqrt:
+    case UnaryOp::sigmoid:
+    case UnaryOp::tanh:
+    case UnaryOp::rdiv_scalar: return true;
+    default: return false;
   }
 }
 
@@ -32,7 +36,8 @@ Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
   ops::check_floating(name, x);
   if (op == UnaryOp::clamp) MT_CHECK(a <= b, "clamp: lo ", a, " > hi ", b);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  on_device(x.device(), [&] { cpu::unary(op, x, out, a, b); }, [&] { cuda::unary(op, x, out, a, b); });
+  on_device(
+      x.device(), [&] { cpu::unary(op, x, out, a, b); }, [&] { cuda::unary(op, x, out, a, b); });
   return out;
 }
 
@@ -42,11 +47,12 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor
   const Tensor& xx = x.defined() ? x : y.defined() ? y : dy;
   const Tensor& yy = y.defined() ? y : xx;
   ops::check_same(name, {&xx, &yy, &dy});
-  MT_CHECK(xx.shape() == dy.shape() && yy.shape() == dy.shape(), name, " backward: gradient ",
-           dy.meta(), " does not match input ", xx.meta());
+  MT_CHECK(xx.shape() == dy.shape() && yy.shape() == dy.shape(), name, " backward: gradient ", dy.meta(),
+           " does not match input ", xx.meta());
   Tensor dx = empty(dy.shape(), dy.dtype(), dy.device());
-  on_device(dy.device(), [&] { cpu::unary_backward(op, xx, yy, dy, dx, a, b); },
-            [&] { cuda::unary_backward(op, xx, yy, dy, dx, a, b); });
+  on_device(
+      dy.device(), [&] { cpu::unary_backward(op, xx, yy, dy, dx, a, b); },
+      [&] { cuda::unary_backward(op, xx, yy, dy, dx, a, b); });
   return dx;
 }
 
@@ -55,7 +61,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   ops::check_same(name, {&a, &b});
   ops::check_floating(name, a);
   Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), name), a.dtype(), a.device());
-  on_device(a.device(), [&] { cpu::binary(op, a, b, out); }, [&] { cuda::binary(op, a, b, out); });
+  on_device(
+      a.device(), [&] { cpu::binary(op, a, b, out); }, [&] { cuda::binary(op, a, b, out); });
   return out;
 }
 

@@ -10,8 +10,7 @@ namespace mixtape {
 Tensor unary(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0);
 // Gradient of a unary op. `x` and `y` (the forward output) may be undefined when the op's
 // formula does not read them (see cpu/elementwise.cpp).
-Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
-                      double a = 0.0, double b = 0.0);
+Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, double a = 0.0, double b = 0.0);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 
 // Which of x / y the backward formula of `op` reads.

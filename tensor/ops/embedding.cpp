@@ -14,8 +14,8 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   Shape os = indices.shape();
   os.push_back(weight.size(1));
   Tensor out = empty(os, weight.dtype(), weight.device());
-  on_device(weight.device(), [&] { cpu::embedding(indices, weight, out); },
-            [&] { cuda::embedding(indices, weight, out); });
+  on_device(
+      weight.device(), [&] { cpu::embedding(indices, weight, out); }, [&] { cuda::embedding(indices, weight, out); });
   return out;
 }
 
@@ -27,12 +27,12 @@ Tensor embedding_backward(const Tensor& indices, const Tensor& dy, int64_t num_r
   MT_CHECK(dy.dim() == indices.dim() + 1, "embedding backward: gradient ", dy.meta(), " does not fit indices ",
            indices.meta());
   expect.push_back(dy.size(-1));
-  MT_CHECK(dy.shape() == expect, "embedding backward: gradient ", dy.meta(), " does not fit indices ",
-           indices.meta());
+  MT_CHECK(dy.shape() == expect, "embedding backward: gradient ", dy.meta(), " does not fit indices ", indices.meta());
   MT_CHECK(num_rows >= 0, "embedding backward: bad row count ", num_rows);
   Tensor dw = empty({num_rows, dy.size(-1)}, dy.dtype(), dy.device());
-  on_device(dy.device(), [&] { cpu::embedding_backward(indices, dy, dw); },
-            [&] { cuda::embedding_backward(indices, dy, dw); });
+  on_device(
+      dy.device(), [&] { cpu::embedding_backward(indices, dy, dw); },
+      [&] { cuda::embedding_backward(indices, dy, dw); });
   return dw;
 }
 

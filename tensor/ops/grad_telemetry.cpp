@@ -11,8 +11,8 @@ GradTelemetry grad_telemetry(const Tensor& x, DType format, bool histogram, int6
   ops::check_same(op, {&x});
   ops::check_floating(op, x);
   MT_CHECK(is_16bit(format), op, ": the target format must be f16 or bf16, got ", dtype_name(format));
-  MT_CHECK(hist_lo <= hist_hi && hist_hi - hist_lo < 4096, op, ": exponent histogram range [", hist_lo, ", ",
-           hist_hi, "] must be non-empty and hold at most 4096 bins");
+  MT_CHECK(hist_lo <= hist_hi && hist_hi - hist_lo < 4096, op, ": exponent histogram range [", hist_lo, ", ", hist_hi,
+           "] must be non-empty and hold at most 4096 bins");
   const int64_t nbins = histogram ? hist_hi - hist_lo + 1 : 0;
   // counts = [nonzero, underflow, subnormal, overflow, hist...]; max_abs in x's compute dtype.
   Tensor counts = empty({cpu::kTelemetryCounts + nbins}, DType::i64, x.device());

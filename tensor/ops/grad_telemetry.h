@@ -39,7 +39,7 @@ struct GradTelemetry {
 
 // x: any floating dtype, any strides, any device. format: f16 or bf16. With histogram = false
 // the exponent histogram is skipped (hist stays empty). hist_lo <= hist_hi, at most 4096 bins.
-GradTelemetry grad_telemetry(const Tensor& x, DType format, bool histogram = true,
-                             int64_t hist_lo = kExpHistLo, int64_t hist_hi = kExpHistHi);
+GradTelemetry grad_telemetry(const Tensor& x, DType format, bool histogram = true, int64_t hist_lo = kExpHistLo,
+                             int64_t hist_hi = kExpHistHi);
 
 }  // namespace mixtape

@@ -45,7 +45,8 @@ Tensor gemm(const char* op, const Tensor& a_in, const Tensor& b_in, const Tensor
   a = a.expand(as);
   b = b.expand(bs);
   Tensor out = empty(os, a.dtype(), a.device());
-  on_device(out.device(), [&] { cpu::matmul(a, b, bias, out); }, [&] { cuda::matmul(a, b, bias, out); });
+  on_device(
+      out.device(), [&] { cpu::matmul(a, b, bias, out); }, [&] { cuda::matmul(a, b, bias, out); });
   return out;
 }
 
@@ -81,8 +82,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   ops::check_dim("bmm", a, 3, "a batch of matrices [B, M, K]");
   ops::check_dim("bmm", b, 3, "a batch of matrices [B, K, N]");
   MT_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: ", a.meta(), " x ", b.meta());
-  MT_CHECK(a.size(2) == b.size(1), "bmm: inner dimensions differ: ", a.meta(), " x ", b.meta(), " (", a.size(2),
-           " vs ", b.size(1), ")");
+  MT_CHECK(a.size(2) == b.size(1), "bmm: inner dimensions differ: ", a.meta(), " x ", b.meta(), " (", a.size(2), " vs ",
+           b.size(1), ")");
   return gemm("bmm", a, b, Tensor());
 }
 
@@ -92,8 +93,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   ops::check_floating("linear", x);
   MT_CHECK(x.dim() >= 1, "linear: expected an input [..., in_features], got ", x.meta());
   ops::check_dim("linear", w, 2, "a weight [out_features, in_features]");
-  MT_CHECK(x.size(-1) == w.size(1), "linear: input ", x.meta(), " has ", x.size(-1), " features but weight ",
-           w.meta(), " expects ", w.size(1));
+  MT_CHECK(x.size(-1) == w.size(1), "linear: input ", x.meta(), " has ", x.size(-1), " features but weight ", w.meta(),
+           " expects ", w.size(1));
   MT_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), "linear: bias ", b.defined() ? b.meta() : "",
            " does not match weight ", w.meta(), " (expected [", w.size(0), "])");
   // (rows, out) = (rows, in) (out, in)^T; w.t() reaches BLAS as CblasTrans.
@@ -104,8 +105,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 
 Tensor matmul_backward_a(const Tensor& dy, const Tensor& b, const Shape& a_shape) {
-  MT_CHECK(a_shape.size() >= 2 && b.dim() >= 2 && dy.dim() >= 2, "matmul backward: expected operands with at least "
-           "2 dims, got a ", shape_str(a_shape), ", b ", b.meta(), ", dy ", dy.meta());
+  MT_CHECK(a_shape.size() >= 2 && b.dim() >= 2 && dy.dim() >= 2,
+           "matmul backward: expected operands with at least "
+           "2 dims, got a ",
+           shape_str(a_shape), ", b ", b.meta(), ", dy ", dy.meta());
   if (a_shape.size() == 2 && dy.dim() > 2) {
     // a was shared by every batch entry: da = sum_i dy_i b_i^T as one GEMM,
     // (M, K) = (M, B*N) (K, B*N)^T with the batch moved next to N.
@@ -124,8 +127,10 @@ Tensor matmul_backward_a(const Tensor& dy, const Tensor& b, const Shape& a_shape
 }
 
 Tensor matmul_backward_b(const Tensor& dy, const Tensor& a, const Shape& b_shape) {
-  MT_CHECK(b_shape.size() >= 2 && a.dim() >= 2 && dy.dim() >= 2, "matmul backward: expected operands with at least "
-           "2 dims, got a ", a.meta(), ", b ", shape_str(b_shape), ", dy ", dy.meta());
+  MT_CHECK(b_shape.size() >= 2 && a.dim() >= 2 && dy.dim() >= 2,
+           "matmul backward: expected operands with at least "
+           "2 dims, got a ",
+           a.meta(), ", b ", shape_str(b_shape), ", dy ", dy.meta());
   if (b_shape.size() == 2 && dy.dim() > 2) {
     // b was shared by every batch entry: db = sum_i a_i^T dy_i as one GEMM over all rows,
     // (K, N) = (rows, K)^T (rows, N).

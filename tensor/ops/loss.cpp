@@ -55,8 +55,8 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log_out) {
   MT_CHECK(x.dim() >= 1, name, ": expected at least 1 dim, got ", x.meta());
   const int64_t d = wrap_dim(dim, x.dim(), name);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  on_device(x.device(), [&] { cpu::softmax(x, d, log_out, out); },
-            [&] { cuda::softmax(x, d, log_out, out); });
+  on_device(
+      x.device(), [&] { cpu::softmax(x, d, log_out, out); }, [&] { cuda::softmax(x, d, log_out, out); });
   return out;
 }
 
@@ -66,8 +66,9 @@ Tensor softmax_backward_impl(const Tensor& y, const Tensor& dy, int64_t dim, boo
   MT_CHECK(y.shape() == dy.shape(), name, ": gradient ", dy.meta(), " does not match output ", y.meta());
   const int64_t d = wrap_dim(dim, y.dim(), name);
   Tensor dx = empty(y.shape(), y.dtype(), y.device());
-  on_device(y.device(), [&] { cpu::softmax_backward(y, dy, d, log_out, dx); },
-            [&] { cuda::softmax_backward(y, dy, d, log_out, dx); });
+  on_device(
+      y.device(), [&] { cpu::softmax_backward(y, dy, d, log_out, dx); },
+      [&] { cuda::softmax_backward(y, dy, d, log_out, dx); });
   return dx;
 }
 
@@ -81,8 +82,7 @@ Shape ce_target_shape(const Tensor& logits) {
 void check_cross_entropy(const Tensor& logits, const Tensor& targets) {
   ops::check_same("cross_entropy", {&logits, &targets}, false);
   ops::check_floating("cross_entropy", logits);
-  MT_CHECK(targets.dtype() == DType::i64, "cross_entropy: targets must be i64 class indices, got ",
-           targets.meta());
+  MT_CHECK(targets.dtype() == DType::i64, "cross_entropy: targets must be i64 class indices, got ", targets.meta());
   MT_CHECK(logits.dim() >= 2, "cross_entropy: expected logits [N, C] or [N, C, d...], got ", logits.meta());
   MT_CHECK(logits.size(1) > 0, "cross_entropy: logits ", logits.meta(), " have no classes");
   MT_CHECK(targets.shape() == ce_target_shape(logits), "cross_entropy: targets ", targets.meta(),
@@ -104,8 +104,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
   check_cross_entropy(logits, targets);
   const ReduceArgs ra = reduce_args(reduction, targets.numel());
   Tensor out = empty(loss_shape(reduction, targets.shape()), logits.dtype(), logits.device());
-  on_device(logits.device(), [&] { cpu::cross_entropy(logits, targets, ra.reduce, ra.divisor, out); },
-            [&] { cuda::cross_entropy(logits, targets, ra.reduce, ra.divisor, out); });
+  on_device(
+      logits.device(), [&] { cpu::cross_entropy(logits, targets, ra.reduce, ra.divisor, out); },
+      [&] { cuda::cross_entropy(logits, targets, ra.reduce, ra.divisor, out); });
   return out;
 }
 
@@ -114,9 +115,9 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   check_loss_grad("cross_entropy", dy, reduction, targets.shape(), logits);
   const ReduceArgs ra = reduce_args(reduction, targets.numel());
   Tensor dx = empty(logits.shape(), logits.dtype(), logits.device());
-  on_device(logits.device(),
-            [&] { cpu::cross_entropy_backward(logits, targets, dy, ra.reduce, ra.divisor, dx); },
-            [&] { cuda::cross_entropy_backward(logits, targets, dy, ra.reduce, ra.divisor, dx); });
+  on_device(
+      logits.device(), [&] { cpu::cross_entropy_backward(logits, targets, dy, ra.reduce, ra.divisor, dx); },
+      [&] { cuda::cross_entropy_backward(logits, targets, dy, ra.reduce, ra.divisor, dx); });
   return dx;
 }
 
@@ -125,8 +126,9 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   check_pair(name, logits, targets, "logits", "targets");
   const ReduceArgs ra = reduce_args(reduction, logits.numel());
   Tensor out = empty(loss_shape(reduction, logits.shape()), logits.dtype(), logits.device());
-  on_device(logits.device(), [&] { cpu::bce_with_logits(logits, targets, ra.reduce, ra.divisor, out); },
-            [&] { cuda::bce_with_logits(logits, targets, ra.reduce, ra.divisor, out); });
+  on_device(
+      logits.device(), [&] { cpu::bce_with_logits(logits, targets, ra.reduce, ra.divisor, out); },
+      [&] { cuda::bce_with_logits(logits, targets, ra.reduce, ra.divisor, out); });
   return out;
 }
 
@@ -140,8 +142,7 @@ LossGrads binary_cross_entropy_with_logits_backward(const Tensor& logits, const 
   if (need_dlogits) g.da = empty(logits.shape(), logits.dtype(), logits.device());
   if (need_dtargets) g.db = empty(logits.shape(), logits.dtype(), logits.device());
   on_device(
-      logits.device(),
-      [&] { cpu::bce_with_logits_backward(logits, targets, dy, ra.reduce, ra.divisor, g.da, g.db); },
+      logits.device(), [&] { cpu::bce_with_logits_backward(logits, targets, dy, ra.reduce, ra.divisor, g.da, g.db); },
       [&] { cuda::bce_with_logits_backward(logits, targets, dy, ra.reduce, ra.divisor, g.da, g.db); });
   return g;
 }
@@ -150,8 +151,9 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
   check_pair("mse_loss", a, b, "input", "target");
   const ReduceArgs ra = reduce_args(reduction, a.numel());
   Tensor out = empty(loss_shape(reduction, a.shape()), a.dtype(), a.device());
-  on_device(a.device(), [&] { cpu::mse_loss(a, b, ra.reduce, ra.divisor, out); },
-            [&] { cuda::mse_loss(a, b, ra.reduce, ra.divisor, out); });
+  on_device(
+      a.device(), [&] { cpu::mse_loss(a, b, ra.reduce, ra.divisor, out); },
+      [&] { cuda::mse_loss(a, b, ra.reduce, ra.divisor, out); });
   return out;
 }
 
@@ -163,8 +165,9 @@ LossGrads mse_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy, 
   LossGrads g;
   if (need_da) g.da = empty(a.shape(), a.dtype(), a.device());
   if (need_db) g.db = empty(a.shape(), a.dtype(), a.device());
-  on_device(a.device(), [&] { cpu::mse_loss_backward(a, b, dy, ra.reduce, ra.divisor, g.da, g.db); },
-            [&] { cuda::mse_loss_backward(a, b, dy, ra.reduce, ra.divisor, g.da, g.db); });
+  on_device(
+      a.device(), [&] { cpu::mse_loss_backward(a, b, dy, ra.reduce, ra.divisor, g.da, g.db); },
+      [&] { cuda::mse_loss_backward(a, b, dy, ra.reduce, ra.divisor, g.da, g.db); });
   return g;
 }
 

@@ -14,12 +14,12 @@ void check_cell_inputs(const char* op, const Tensor& gates, const Tensor& c_prev
   ops::check_floating(op, gates);
   ops::check_dim(op, gates, 2, "gates [B, 4H]");
   ops::check_dim(op, c_prev, 2, "c_prev [B, H]");
-  MT_CHECK(gates.size(1) % 4 == 0, op, ": gates ", gates.meta(),
-           " must have 4H columns (the i, f, g, o chunks); ", gates.size(1), " is not divisible by 4");
-  MT_CHECK(gates.size(1) == 4 * c_prev.size(1), op, ": gates ", gates.meta(), " must have 4H = ",
-           4 * c_prev.size(1), " columns for c_prev ", c_prev.meta());
-  MT_CHECK(gates.size(0) == c_prev.size(0), op, ": batch mismatch between gates ", gates.meta(),
-           " and c_prev ", c_prev.meta());
+  MT_CHECK(gates.size(1) % 4 == 0, op, ": gates ", gates.meta(), " must have 4H columns (the i, f, g, o chunks); ",
+           gates.size(1), " is not divisible by 4");
+  MT_CHECK(gates.size(1) == 4 * c_prev.size(1), op, ": gates ", gates.meta(), " must have 4H = ", 4 * c_prev.size(1),
+           " columns for c_prev ", c_prev.meta());
+  MT_CHECK(gates.size(0) == c_prev.size(0), op, ": batch mismatch between gates ", gates.meta(), " and c_prev ",
+           c_prev.meta());
 }
 
 }  // namespace
@@ -28,8 +28,8 @@ LstmCellResult<Tensor> lstm_cell(const Tensor& gates, const Tensor& c_prev) {
   check_cell_inputs("lstm_cell", gates, c_prev);
   Tensor c = empty(c_prev.shape(), c_prev.dtype(), c_prev.device());
   Tensor h = empty(c_prev.shape(), c_prev.dtype(), c_prev.device());
-  on_device(gates.device(), [&] { cpu::lstm_cell(gates, c_prev, c, h); },
-            [&] { cuda::lstm_cell(gates, c_prev, c, h); });
+  on_device(
+      gates.device(), [&] { cpu::lstm_cell(gates, c_prev, c, h); }, [&] { cuda::lstm_cell(gates, c_prev, c, h); });
   return {c, h};
 }
 
@@ -37,12 +37,13 @@ LstmCellGrads lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, cons
   const char* op = "lstm_cell backward";
   check_cell_inputs(op, gates, c_prev);
   ops::check_same(op, {&c_prev, &dc, &dh});
-  MT_CHECK(dc.shape() == c_prev.shape() && dh.shape() == c_prev.shape(), op, ": dc ", dc.meta(), " and dh ",
-           dh.meta(), " must match c_prev ", c_prev.meta());
+  MT_CHECK(dc.shape() == c_prev.shape() && dh.shape() == c_prev.shape(), op, ": dc ", dc.meta(), " and dh ", dh.meta(),
+           " must match c_prev ", c_prev.meta());
   Tensor d_gates = empty(gates.shape(), gates.dtype(), gates.device());
   Tensor d_c_prev = empty(c_prev.shape(), c_prev.dtype(), c_prev.device());
-  on_device(gates.device(), [&] { cpu::lstm_cell_backward(gates, c_prev, dc, dh, d_gates, d_c_prev); },
-            [&] { cuda::lstm_cell_backward(gates, c_prev, dc, dh, d_gates, d_c_prev); });
+  on_device(
+      gates.device(), [&] { cpu::lstm_cell_backward(gates, c_prev, dc, dh, d_gates, d_c_prev); },
+      [&] { cuda::lstm_cell_backward(gates, c_prev, dc, dh, d_gates, d_c_prev); });
   return {d_gates, d_c_prev};
 }
 

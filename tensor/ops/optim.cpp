@@ -20,16 +20,15 @@ void check_param(const char* op, const Tensor& param, const Tensor& grad) {
            "update rule");
   MT_CHECK(grad.dtype() == grad_dtype_for(param.dtype()), op, ": gradient ", grad.meta(), " must be ",
            dtype_name(grad_dtype_for(param.dtype())), " (the unscaled gradient) for parameter ", param.meta());
-  MT_CHECK(grad.shape() == param.shape(), op, ": gradient ", grad.meta(), " does not match parameter ",
-           param.meta());
+  MT_CHECK(grad.shape() == param.shape(), op, ": gradient ", grad.meta(), " does not match parameter ", param.meta());
 }
 
 // A tensor written in place: same shape, dtype and device as the parameter, and no element
 // reachable through two indices (a broadcast view would receive racing updates).
 void check_written(const char* op, const Tensor& t, const Tensor& param, const char* what) {
   MT_CHECK(t.defined(), op, ": ", what, " is undefined (parameter ", param.meta(), ")");
-  MT_CHECK(t.device() == param.device() && t.dtype() == param.dtype() && t.shape() == param.shape(), op, ": ",
-           what, " ", t.meta(), " must match parameter ", param.meta());
+  MT_CHECK(t.device() == param.device() && t.dtype() == param.dtype() && t.shape() == param.shape(), op, ": ", what,
+           " ", t.meta(), " must match parameter ", param.meta());
   for (int64_t d = 0; d < t.dim(); ++d)
     MT_CHECK(t.shape()[size_t(d)] <= 1 || t.strides()[size_t(d)] != 0, op, ": ", what, " ", t.meta(),
              " is a broadcast view (stride 0 in dim ", d, ") and cannot be updated in place");
@@ -41,19 +40,17 @@ void check_rounded_copy(const char* op, const Tensor* copy, const Tensor& param)
   MT_CHECK(copy->defined(), op, ": the rounded copy is undefined (parameter ", param.meta(), ")");
   MT_CHECK(param.dtype() == DType::f32, op, ": a rounded copy needs an f32 master parameter, got ", param.meta());
   MT_CHECK(is_16bit(copy->dtype()), op, ": the rounded copy ", copy->meta(), " must be bf16 or f16");
-  MT_CHECK(copy->device() == param.device() && copy->shape() == param.shape(), op, ": the rounded copy ",
-           copy->meta(), " must have the shape and device of parameter ", param.meta());
+  MT_CHECK(copy->device() == param.device() && copy->shape() == param.shape(), op, ": the rounded copy ", copy->meta(),
+           " must have the shape and device of parameter ", param.meta());
   for (int64_t d = 0; d < copy->dim(); ++d)
-    MT_CHECK(copy->shape()[size_t(d)] <= 1 || copy->strides()[size_t(d)] != 0, op, ": the rounded copy ",
-             copy->meta(), " is a broadcast view (stride 0 in dim ", d, ") and cannot be written in place");
+    MT_CHECK(copy->shape()[size_t(d)] <= 1 || copy->strides()[size_t(d)] != 0, op, ": the rounded copy ", copy->meta(),
+             " is a broadcast view (stride 0 in dim ", d, ") and cannot be written in place");
 }
 
 // The optional rounded copy as the kernels take it: absent when there is none.
 Strided copy_operand(const Tensor* copy) { return copy ? Strided(*copy) : Strided(); }
 
-void check_hyper(const char* op, bool ok, const char* what, double v) {
-  MT_CHECK(ok, op, ": invalid ", what, " ", v);
-}
+void check_hyper(const char* op, bool ok, const char* what, double v) { MT_CHECK(ok, op, ": invalid ", what, " ", v); }
 
 void check_lr_and_decay(const char* op, double lr, double weight_decay) {
   check_hyper(op, std::isfinite(lr) && lr >= 0.0, "learning rate (need a finite value >= 0)", lr);
@@ -79,8 +76,7 @@ void check_param16(const char* op, const Tensor& param, const Tensor& grad, cons
            " must be bf16 or f16 (16-bit weights and state); f32 parameters use sgd_update_ / adam_update_");
   MT_CHECK(grad.dtype() == DType::f32, op, ": gradient ", grad.meta(),
            " must be f32 (the unscaled gradient) for parameter ", param.meta());
-  MT_CHECK(grad.shape() == param.shape(), op, ": gradient ", grad.meta(), " does not match parameter ",
-           param.meta());
+  MT_CHECK(grad.shape() == param.shape(), op, ": gradient ", grad.meta(), " does not match parameter ", param.meta());
   check_written(op, param, param, "parameter");
   if (kahan_comp.defined()) {
     check_written(op, kahan_comp, param, "Kahan compensation buffer");
@@ -91,8 +87,8 @@ void check_param16(const char* op, const Tensor& param, const Tensor& grad, cons
 
 }  // namespace
 
-void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
-                 double dampening, double weight_decay, bool nesterov, int64_t step, Tensor* rounded_copy) {
+void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum, double dampening,
+                 double weight_decay, bool nesterov, int64_t step, Tensor* rounded_copy) {
   const char* op = "sgd_update_";
   check_param(op, param, grad);
   check_written(op, param, param, "parameter");
@@ -108,18 +104,17 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double
   on_device(
       param.device(),
       [&] {
-        cpu::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step,
-                        copy_operand(rounded_copy));
+    cpu::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step,
+                    copy_operand(rounded_copy));
       },
       [&] {
-        cuda::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step,
-                         copy_operand(rounded_copy));
-      });
+    cuda::sgd_update(param, grad, momentum_buf, lr, momentum, dampening, weight_decay, nesterov, step,
+                     copy_operand(rounded_copy));
+  });
 }
 
-void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr,
-                  double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
-                  Tensor* rounded_copy) {
+void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, bool decoupled, int64_t step, Tensor* rounded_copy) {
   const char* op = decoupled ? "adamw_update_" : "adam_update_";
   check_param(op, param, grad);
   check_written(op, param, param, "parameter");
@@ -130,13 +125,13 @@ void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& ex
   on_device(
       param.device(),
       [&] {
-        cpu::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step,
-                         copy_operand(rounded_copy));
+    cpu::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+                     copy_operand(rounded_copy));
       },
       [&] {
-        cuda::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step,
-                          copy_operand(rounded_copy));
-      });
+    cuda::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+                      copy_operand(rounded_copy));
+  });
 }
 
 GradStats grad_stats(const Tensor& g) {
@@ -144,7 +139,8 @@ GradStats grad_stats(const Tensor& g) {
   ops::check_floating("grad_stats", g);
   // out = [any inf/NaN (0 or 1), max |g| over the finite elements], on g's device.
   Tensor out = empty({2}, g.dtype() == DType::f64 ? DType::f64 : DType::f32, g.device());
-  on_device(g.device(), [&] { cpu::grad_stats(g, out); }, [&] { cuda::grad_stats(g, out); });
+  on_device(
+      g.device(), [&] { cpu::grad_stats(g, out); }, [&] { cuda::grad_stats(g, out); });
   const std::vector<double> v = out.to_vector();
   return GradStats{v[0] != 0.0, v[1]};
 }
@@ -183,11 +179,11 @@ void sgd16_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tens
   on_device(
       param.device(),
       [&] {
-        cpu::sgd16_update(param, grad, momentum_buf, kahan_comp, lr, momentum, weight_decay, rounding, seed, offset);
+    cpu::sgd16_update(param, grad, momentum_buf, kahan_comp, lr, momentum, weight_decay, rounding, seed, offset);
       },
       [&] {
-        cuda::sgd16_update(param, grad, momentum_buf, kahan_comp, lr, momentum, weight_decay, rounding, seed, offset);
-      });
+    cuda::sgd16_update(param, grad, momentum_buf, kahan_comp, lr, momentum, weight_decay, rounding, seed, offset);
+  });
 }
 
 void adamw16_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& kahan_comp,
@@ -201,13 +197,13 @@ void adamw16_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor&
   on_device(
       param.device(),
       [&] {
-        cpu::adamw16_update(param, grad, exp_avg, exp_avg_sq, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,
-                            rounding, seed, offset);
+    cpu::adamw16_update(param, grad, exp_avg, exp_avg_sq, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,
+                        rounding, seed, offset);
       },
       [&] {
-        cuda::adamw16_update(param, grad, exp_avg, exp_avg_sq, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,
-                             rounding, seed, offset);
-      });
+    cuda::adamw16_update(param, grad, exp_avg, exp_avg_sq, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,
+                         rounding, seed, offset);
+  });
 }
 
 }  // namespace mixtape

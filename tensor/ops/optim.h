@@ -40,9 +40,8 @@ namespace mixtape {
 //   param -= lr * g
 // momentum_buf is read and written only when momentum != 0 (else it may be undefined); at
 // step 1 its old contents are ignored. nesterov needs momentum > 0 and dampening == 0.
-void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
-                 double dampening, double weight_decay, bool nesterov, int64_t step,
-                 Tensor* rounded_copy = nullptr);
+void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum, double dampening,
+                 double weight_decay, bool nesterov, int64_t step, Tensor* rounded_copy = nullptr);
 
 // torch.optim.Adam (decoupled = false) and torch.optim.AdamW (decoupled = true), for one
 // parameter at its `step`-th update (1-based, counted per parameter):
@@ -52,8 +51,8 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double
 //   exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g^2
 //   param -= (lr / (1 - beta1^step)) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps)
 // The state buffers start at zero (the optimizer allocates them with zeros).
-void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr,
-                  double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
+void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
                   Tensor* rounded_copy = nullptr);
 
 // ---- gradient statistics for loss scaling ---------------------------------------------------

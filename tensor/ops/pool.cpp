@@ -17,9 +17,8 @@ Shape pool_out_shape(const char* op, const std::string& what, const Shape& x_sha
   MT_CHECK(x_shape.size() == 4, op, ": expected an input [N, C, H, W], got ", shape_str(x_shape), ctx);
   MT_CHECK(kernel.h > 0 && kernel.w > 0, op, ": kernel size must be positive, got ", size2_str(kernel), ctx);
   MT_CHECK(stride.h > 0 && stride.w > 0, op, ": stride must be positive, got ", size2_str(stride), ctx);
-  MT_CHECK(padding.h >= 0 && padding.w >= 0 && 2 * padding.h <= kernel.h && 2 * padding.w <= kernel.w, op,
-           ": padding ", size2_str(padding), " must be non-negative and at most half the kernel ", size2_str(kernel),
-           ctx);
+  MT_CHECK(padding.h >= 0 && padding.w >= 0 && 2 * padding.h <= kernel.h && 2 * padding.w <= kernel.w, op, ": padding ",
+           size2_str(padding), " must be non-negative and at most half the kernel ", size2_str(kernel), ctx);
   const int64_t H = x_shape[2] + 2 * padding.h, W = x_shape[3] + 2 * padding.w;
   MT_CHECK(kernel.h <= H && kernel.w <= W, op, ": kernel ", size2_str(kernel), " is larger than the padded input ",
            size2_str({H, W}), ctx);
@@ -59,8 +58,8 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape&
            op, ": gradient ", dy.meta(), " and indices ", indices.meta(), " do not fit input ", shape_str(x_shape));
   const Tensor idx = indices.contiguous();
   Tensor dx = empty(x_shape, dy.dtype(), dy.device());
-  on_device(dy.device(), [&] { cpu::max_pool2d_backward(dy, idx, dx); },
-            [&] { cuda::max_pool2d_backward(dy, idx, dx); });
+  on_device(
+      dy.device(), [&] { cpu::max_pool2d_backward(dy, idx, dx); }, [&] { cuda::max_pool2d_backward(dy, idx, dx); });
   return dx;
 }
 
@@ -79,9 +78,10 @@ Tensor avg_pool2d(const Tensor& x, Size2 kernel) { return avg_pool2d(x, kernel, 
 Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, Size2 kernel, Size2 stride, Size2 padding) {
   const char* op = "avg_pool2d backward";
   check_input(op, dy);
-  const Shape os = pool_out_shape(op, "gradient " + dy.meta() + ", input " + shape_str(x_shape), x_shape, kernel, stride, padding);
-  MT_CHECK(dy.shape() == os, op, ": gradient ", dy.meta(), " does not match the output ", shape_str(os),
-           " of input ", shape_str(x_shape));
+  const Shape os =
+      pool_out_shape(op, "gradient " + dy.meta() + ", input " + shape_str(x_shape), x_shape, kernel, stride, padding);
+  MT_CHECK(dy.shape() == os, op, ": gradient ", dy.meta(), " does not match the output ", shape_str(os), " of input ",
+           shape_str(x_shape));
   Tensor dx = empty(x_shape, dy.dtype(), dy.device());
   on_device(
       dy.device(),

@@ -44,12 +44,13 @@ Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_in,
     for (int64_t d : dims)
       MT_CHECK(x.shape()[size_t(d)] > 0, name, ": cannot take the maximum over empty dim ", d, " of ", x.meta());
   Tensor out = empty(reduced_shape(x.shape(), dims), x.dtype(), x.device());
-  on_device(x.device(), [&] { cpu::reduce(op, x, dims, out); }, [&] { cuda::reduce(op, x, dims, out); });
+  on_device(
+      x.device(), [&] { cpu::reduce(op, x, dims, out); }, [&] { cuda::reduce(op, x, dims, out); });
   return keepdim ? out : out.view(drop_dims(x.shape(), dims));
 }
 
-Tensor reduce_backward(ReduceOp op, const Shape& x_shape, const Tensor& x_in, const Tensor& y_in,
-                       const Tensor& dy, const std::vector<int64_t>& dims_in) {
+Tensor reduce_backward(ReduceOp op, const Shape& x_shape, const Tensor& x_in, const Tensor& y_in, const Tensor& dy,
+                       const std::vector<int64_t>& dims_in) {
   const char* name = reduce_op_name(op);
   const std::vector<int64_t> dims = normalize_dims(dims_in, int64_t(x_shape.size()), name);
   const Shape kshape = reduced_shape(x_shape, dims);
@@ -60,8 +61,9 @@ Tensor reduce_backward(ReduceOp op, const Shape& x_shape, const Tensor& x_in, co
   const Tensor yk = y_in.defined() ? y_in.reshape(kshape) : dyk;
   MT_CHECK(x.shape() == x_shape, name, " backward: input ", x.meta(), " is not ", shape_str(x_shape));
   ops::check_same(name, {&x, &yk, &dyk, &dx});
-  on_device(x.device(), [&] { cpu::reduce_backward(op, x, yk, dyk, dims, dx); },
-            [&] { cuda::reduce_backward(op, x, yk, dyk, dims, dx); });
+  on_device(
+      x.device(), [&] { cpu::reduce_backward(op, x, yk, dyk, dims, dx); },
+      [&] { cuda::reduce_backward(op, x, yk, dyk, dims, dx); });
   return dx;
 }
 
@@ -81,7 +83,8 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
 
 double max_abs(const Tensor& x) {
   ops::check_same("max_abs", {&x});
-  return on_device(x.device(), [&] { return cpu::max_abs(x); }, [&] { return cuda::max_abs(x); });
+  return on_device(
+      x.device(), [&] { return cpu::max_abs(x); }, [&] { return cuda::max_abs(x); });
 }
 
 }  // namespace mixtape

@@ -13,8 +13,8 @@ Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims = {
 // dx for a reduction of an input of shape x_shape; y and dy have the reduced shape (keepdim or
 // not). max sends dy to the first maximum of each slice; amax splits it evenly among ties;
 // mean divides by the slice size. x and y are read only by max and amax (else may be undefined).
-Tensor reduce_backward(ReduceOp op, const Shape& x_shape, const Tensor& x, const Tensor& y,
-                       const Tensor& dy, const std::vector<int64_t>& dims);
+Tensor reduce_backward(ReduceOp op, const Shape& x_shape, const Tensor& x, const Tensor& y, const Tensor& dy,
+                       const std::vector<int64_t>& dims);
 
 inline Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false) {
   return reduce(ReduceOp::sum, x, dims, keepdim);

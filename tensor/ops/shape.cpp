@@ -16,8 +16,8 @@ void check_inputs(const char* op, const std::vector<Tensor>& xs) {
   MT_CHECK(!xs.empty(), op, ": got an empty list of tensors");
   for (size_t i = 0; i < xs.size(); ++i) {
     MT_CHECK(xs[i].defined(), op, ": input ", i, " is an undefined tensor");
-    MT_CHECK(xs[i].device() == xs[0].device(), op, ": input ", i, " ", xs[i].meta(), " is on ",
-             xs[i].device(), " but input 0 ", xs[0].meta(), " is on ", xs[0].device());
+    MT_CHECK(xs[i].device() == xs[0].device(), op, ": input ", i, " ", xs[i].meta(), " is on ", xs[i].device(),
+             " but input 0 ", xs[0].meta(), " is on ", xs[0].device());
     MT_CHECK(xs[i].dtype() == xs[0].dtype(), op, ": input ", i, " ", xs[i].meta(),
              " has a different dtype than input 0 ", xs[0].meta(), " (cast with .to(dtype))");
   }
@@ -42,7 +42,8 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   }
   Tensor out = empty(shape, first.dtype(), first.device());
   const std::vector<Strided> inputs(xs.begin(), xs.end());
-  on_device(first.device(), [&] { cpu::concat(inputs, d, out); }, [&] { cuda::concat(inputs, d, out); });
+  on_device(
+      first.device(), [&] { cpu::concat(inputs, d, out); }, [&] { cuda::concat(inputs, d, out); });
   return out;
 }
 
@@ -64,8 +65,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     MT_CHECK(sizes[i] >= 0, "split: piece ", i, " has negative size ", sizes[i], " in ", shape_str(sizes));
     total += sizes[i];
   }
-  MT_CHECK(total == x.size(d), "split: sizes ", shape_str(sizes), " sum to ", total, " but dim ", d, " of ",
-           x.meta(), " has size ", x.size(d));
+  MT_CHECK(total == x.size(d), "split: sizes ", shape_str(sizes), " sum to ", total, " but dim ", d, " of ", x.meta(),
+           " has size ", x.size(d));
   std::vector<Tensor> pieces;
   pieces.reserve(sizes.size());
   int64_t start = 0;

@@ -22,18 +22,18 @@ std::vector<double> raw_sums(const char* op, const Tensor& x, Cpu&& cpu, Cuda&& 
   return on_device(
       x.device(),
       [&] {
-        Tensor out = zeros({5}, DType::f64);
-        cpu(x, out);
-        return out.to_vector();
+    Tensor out = zeros({5}, DType::f64);
+    cpu(x, out);
+    return out.to_vector();
       },
       [&] {
-        Tensor out = zeros({5}, DType::i64, x.device());
-        cuda(x, out);
-        const Tensor host = out.to(Device::cpu());
-        std::vector<double> sums(5);
-        std::memcpy(sums.data(), host.raw_data(), sizeof(double) * 5);
-        return sums;
-      });
+    Tensor out = zeros({5}, DType::i64, x.device());
+    cuda(x, out);
+    const Tensor host = out.to(Device::cpu());
+    std::vector<double> sums(5);
+    std::memcpy(sums.data(), host.raw_data(), sizeof(double) * 5);
+    return sums;
+  });
 }
 
 // Mean and population std from a count, a sum and a sum of squares (all f64).

@@ -14,9 +14,9 @@ struct TensorMoments {
   int64_t count = 0;      // finite elements
   int64_t nonfinite = 0;  // inf or NaN elements
   double mean = 0.0;
-  double std = 0.0;       // population standard deviation (divides by count)
-  double rms = 0.0;       // sqrt(mean of x^2): the spread about zero
-  double max_abs = 0.0;   // over the finite elements
+  double std = 0.0;      // population standard deviation (divides by count)
+  double rms = 0.0;      // sqrt(mean of x^2): the spread about zero
+  double max_abs = 0.0;  // over the finite elements
 };
 TensorMoments tensor_moments(const Tensor& x);
 

@@ -8,8 +8,7 @@ using V = std::vector<Variable>;
 
 MT_OP_CASE(OpCase{"embedding with repeated indices",
                   [](DType dt) {
-                    return std::vector<Tensor>{from_vector(std::vector<int64_t>{1, 3, 1, 0, 3, 3}, {2, 3}),
-                                               rand_input({4, 3}, dt, 62)};
+  return std::vector<Tensor>{from_vector(std::vector<int64_t>{1, 3, 1, 0, 3, 3}, {2, 3}), rand_input({4, 3}, dt, 62)};
                   },
                   [](const V& v) { return embedding(v[0].data(), v[1]); }});
 

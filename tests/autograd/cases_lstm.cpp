@@ -20,9 +20,8 @@ MT_OP_CASE(OpCase{"lstm_cell, both outputs used", cell_inputs, [](const V& v) {
 // c is dropped: the tape zero-fills dc.
 MT_OP_CASE(OpCase{"lstm_cell, only h used",
                   [](DType dt) {
-                    // non-contiguous gates: the kernel reads through strides
-                    return std::vector<Tensor>{rand_noncontig({2, 12}, dt, 211, -1.5, 1.5),
-                                               rand_input({2, 3}, dt, 212)};
+  // non-contiguous gates: the kernel reads through strides
+  return std::vector<Tensor>{rand_noncontig({2, 12}, dt, 211, -1.5, 1.5), rand_input({2, 3}, dt, 212)};
                   },
                   [](const V& v) { return lstm_cell(v[0], v[1]).h; }});
 
@@ -31,21 +30,21 @@ MT_OP_CASE(OpCase{"lstm_cell, only h used",
 // Inputs: gx [3, 2, 8] (T, B, 4H with H = 2), u [8], h0 [2, 2], c0 [2, 2].
 MT_OP_CASE(OpCase{"lstm_cell unrolled over 3 steps",
                   [](DType dt) {
-                    return std::vector<Tensor>{rand_input({3, 2, 8}, dt, 221), rand_input({8}, dt, 222),
-                                               rand_input({2, 2}, dt, 223), rand_input({2, 2}, dt, 224)};
+  return std::vector<Tensor>{rand_input({3, 2, 8}, dt, 221), rand_input({8}, dt, 222), rand_input({2, 2}, dt, 223),
+                             rand_input({2, 2}, dt, 224)};
                   },
                   [](const V& v) {
-                    Variable h = v[2], c = v[3];
-                    std::vector<Variable> hs;
-                    for (int64_t t = 0; t < 3; ++t) {
-                      Variable gates = select(v[0], 0, t) + concat({h, h, h, h}, 1) * v[1];
-                      auto step = lstm_cell(gates, c);
-                      c = step.c;
-                      h = step.h;
-                      hs.push_back(h);
-                    }
-                    return stack(hs, 0) + c;  // [3, 2, 2]; the last c is used as well
-                  },
-                  /*tol16=*/8.0});
+  Variable h = v[2], c = v[3];
+  std::vector<Variable> hs;
+  for (int64_t t = 0; t < 3; ++t) {
+    Variable gates = select(v[0], 0, t) + concat({h, h, h, h}, 1) * v[1];
+    auto step = lstm_cell(gates, c);
+    c = step.c;
+    h = step.h;
+    hs.push_back(h);
+  }
+  return stack(hs, 0) + c;  // [3, 2, 2]; the last c is used as well
+},
+           /*tol16=*/8.0});
 
 }  // namespace

@@ -187,8 +187,8 @@ TEST_CASE("gradient scaling: moments and log-moments of a tensor in one pass", "
   const TensorMoments m = tensor_moments(t);
   CHECK(m.count == 4);
   CHECK(m.nonfinite == 2);
-  CHECK(m.mean == Approx(0.75));                         // (1 - 2 + 0 + 4) / 4
-  CHECK(m.rms == Approx(std::sqrt(21.0 / 4.0)));         // (1 + 4 + 0 + 16) / 4
+  CHECK(m.mean == Approx(0.75));                  // (1 - 2 + 0 + 4) / 4
+  CHECK(m.rms == Approx(std::sqrt(21.0 / 4.0)));  // (1 + 4 + 0 + 16) / 4
   CHECK(m.std == Approx(std::sqrt(21.0 / 4.0 - 0.5625)));
   CHECK(m.max_abs == 4.0);
   const LogAbsMoments l = log_abs_moments(t);
@@ -266,7 +266,8 @@ void linear_step(GradientScalingRule& rule, double seed_size) {
 }
 }  // namespace
 
-TEST_CASE("gradient scaling: update_period K reuses each node's beta until next_step() was called K times", "[gradscale]") {
+TEST_CASE("gradient scaling: update_period K reuses each node's beta until next_step() was called K times",
+          "[gradscale]") {
   // dY ~ 1e-4: sigma_dx = sqrt(4) * 1e-4 * 0.01 = 2e-6 -> bound 23.8 -> beta 32.
   GradientScalingRule rule(GradientScalingOptions{1e-3, 3});
   linear_step(rule, 1e-4);
@@ -377,7 +378,8 @@ MlpRun run_mlp(DType dtype, GradientScalingRule* rule) {
 
 }  // namespace
 
-TEST_CASE("gradient scaling: an f16 MLP with tiny gradients underflows without the rule and not with it", "[gradscale]") {
+TEST_CASE("gradient scaling: an f16 MLP with tiny gradients underflows without the rule and not with it",
+          "[gradscale]") {
   const MlpRun ref = run_mlp(DType::f64, nullptr);
   const MlpRun plain = run_mlp(DType::f16, nullptr);
   GradientScalingRule rule;
@@ -411,7 +413,8 @@ TEST_CASE("gradient scaling: an f16 MLP with tiny gradients underflows without t
   }
 }
 
-TEST_CASE("gradient scaling: a tensor used twice combines differently scaled gradients without overflow", "[gradscale]") {
+TEST_CASE("gradient scaling: a tensor used twice combines differently scaled gradients without overflow",
+          "[gradscale]") {
   // h feeds two linear paths. Path 1 has tiny dY and W (beta in the thousands), path 2 large
   // ones (beta 1, its cap is below 4): rescaling path 2's dX to path 1's scale would overflow
   // f16, so the branch rule must settle on the common scale 1.
@@ -437,7 +440,7 @@ TEST_CASE("gradient scaling: a tensor used twice combines differently scaled gra
   // sqrt(8) * 1e-5 * 1e-3 ~ 2.8e-8 -> bound ~ 1.7e3 -> 2048 or 4096 for the sampled values.
   const float beta2 = activation_records(rule.records())[0].beta, beta1 = activation_records(rule.records())[1].beta;
   INFO("beta path 1 " << beta1 << ", path 2 " << beta2 << ", caps " << activation_records(rule.records())[1].cap << ", "
-                       << activation_records(rule.records())[0].cap);
+                      << activation_records(rule.records())[0].cap);
   CHECK(beta1 >= 2048.0f);
   CHECK(beta2 == 1.0f);
   // Path 2's dX dominates h's gradient, and brought to path 1's scale it would overflow f16.
@@ -469,7 +472,7 @@ TEST_CASE("gradient scaling: a weight gradient that would overflow gets its own,
   };
   const auto [dx_ref, dw_ref] = run(DType::f64, nullptr);
   const auto [dx_plain, dw_plain] = run(DType::f16, nullptr);
-  REQUIRE(max_abs(dw_ref.g) > kF16Max);   // the premise: alpha dW does not fit f16
+  REQUIRE(max_abs(dw_ref.g) > kF16Max);    // the premise: alpha dW does not fit f16
   CHECK(std::isinf(max_abs(dw_plain.g)));  // without the rule it overflows
   GradientScalingRule rule;
   const auto [dx, dw] = run(DType::f16, &rule);
@@ -530,7 +533,8 @@ TEST_CASE("gradient scaling: a branch sum of gradients that each fit cannot over
   for (double v : g.unscaled().to_vector()) CHECK(v == 160000.0);
 }
 
-TEST_CASE("gradient scaling: the tape's guard recomputes a node whose output overflowed, and says where", "[gradscale]") {
+TEST_CASE("gradient scaling: the tape's guard recomputes a node whose output overflowed, and says where",
+          "[gradscale]") {
   // y = x * c with c = 1000: dx = dy * 1000 overflows f16 for dy ~ 100 at scale 1. The guard
   // recomputes the mul node from 2^-8 dY, so dx carries scale 2^-8, and reports the node.
   const Tensor c = full({4}, 1000.0, DType::f16);

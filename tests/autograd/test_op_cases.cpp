@@ -9,8 +9,8 @@
 #include "support/op_cases.h"
 
 using namespace mixtape;
-using mixtape::test::OpCase;
 using mixtape::test::op_cases;
+using mixtape::test::OpCase;
 using mixtape::test::run_case;
 using Run = mixtape::test::CaseRun;
 
@@ -139,8 +139,8 @@ TEST_CASE("f16 and bf16 forward and backward match the f64 reference", "[autogra
           worst = std::max(worst, std::abs(a - b) / (eps * (std::abs(b) + scale) + 1e-300));
           if (!(std::abs(a - b) <= tol)) ++bad;
         }
-        INFO(what << ": " << bad << " of " << want.numel() << " elements outside tolerance; worst error "
-                  << worst << " eps-units (allowed " << c.tol16 << ")");
+        INFO(what << ": " << bad << " of " << want.numel() << " elements outside tolerance; worst error " << worst
+                  << " eps-units (allowed " << c.tol16 << ")");
         CHECK(bad == 0);
       };
       compare(low.out, ref.out, "forward");

@@ -34,8 +34,8 @@ TEST_CASE("grad_telemetry counts f16 underflow, subnormals and overflow", "[tele
   // 4e-5 (2^-14.6) is a subnormal near the top of the subnormal range. 65519 rounds down to
   // 65504; 65520 = 65504 + ulp/2 is the first value that rounds to inf.
   const double tie = std::ldexp(1.0, -25), below_normal = std::ldexp(1.0, -14) - std::ldexp(1.0, -26);
-  const std::vector<double> v = {0, 1e-8,  tie,   3e-8,  1e-6, -1e-6, 4e-5,  below_normal, 1,
-                                 -3, 65504, 65519, 65520, 7e4, kInf,  -kInf, kNaN};
+  const std::vector<double> v = {0,  1e-8,  tie,   3e-8,  1e-6, -1e-6, 4e-5,  below_normal, 1,
+                                 -3, 65504, 65519, 65520, 7e4,  kInf,  -kInf, kNaN};
   const Tensor x = from_vector(v, {int64_t(v.size())});
   const GradTelemetry s = grad_telemetry(x, DType::f16);
   CHECK(s.numel == 17);
@@ -75,13 +75,13 @@ TEST_CASE("grad_telemetry counts bf16 underflow, subnormals and overflow", "[tel
   const GradTelemetry h = grad_telemetry(x, DType::f16);
   CHECK(h.underflow == 3);  // 1e-41, 1e-40, 1e-30
   CHECK(h.subnormal == 0);
-  CHECK(h.overflow == 2);   // 3.4e38, 3e38
+  CHECK(h.overflow == 2);  // 3.4e38, 3e38
 }
 
 TEST_CASE("grad_telemetry histogram bins: powers of two and values between", "[telemetry]") {
   const double below_one = double(std::nextafter(1.0f, 0.0f));
-  const std::vector<double> v = {1, 2, 3, 4, 0.75, below_one, -0.5, std::ldexp(1.0, -149), std::ldexp(1.0, -126),
-                                 std::ldexp(1.0, 127)};
+  const std::vector<double> v = {
+      1, 2, 3, 4, 0.75, below_one, -0.5, std::ldexp(1.0, -149), std::ldexp(1.0, -126), std::ldexp(1.0, 127)};
   const Tensor x = from_vector(v, {int64_t(v.size())});
   const GradTelemetry s = grad_telemetry(x, DType::f16);
   // Bin e holds [2^e, 2^(e+1)): 1 -> 0, 2 and 3 -> 1, 4 -> 2; 0.75, 1 - 2^-24, 0.5 -> -1;
@@ -94,9 +94,9 @@ TEST_CASE("grad_telemetry histogram bins: powers of two and values between", "[t
 
   // f64 values outside the f32 exponent range land in the default range's edge bins, and the
   // f64 path rounds once (2^-25 + 2^-60 is above the tie, so it becomes the subnormal 2^-24).
-  const Tensor d = from_vector(std::vector<double>{std::ldexp(1.0, -200), std::ldexp(1.0, 300),
-                                                   std::ldexp(1.0, -25) + std::ldexp(1.0, -60)},
-                               {3}, DType::f64);
+  const Tensor d = from_vector(
+      std::vector<double>{std::ldexp(1.0, -200), std::ldexp(1.0, 300), std::ldexp(1.0, -25) + std::ldexp(1.0, -60)},
+      {3}, DType::f64);
   const GradTelemetry sd = grad_telemetry(d, DType::f16);
   CHECK(bins(sd) == std::map<int64_t, int64_t>{{-150, 1}, {-25, 1}, {130, 1}});
   CHECK(sd.underflow == 1);

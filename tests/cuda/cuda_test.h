@@ -20,15 +20,14 @@
 #include "cuda/runtime.h"
 #include "tensor/tensor.h"
 
-#define MT_REQUIRE_GPU()                                                                      \
-  do {                                                                                        \
-    if (!::mixtape::cuda::is_available()) {                                                   \
-      std::cout << "SKIPPED: no CUDA device ("                                                \
-                << (::mixtape::cuda::built_with_cuda() ? "built with CUDA, no GPU visible"    \
-                                                       : "built without CUDA")               \
-                << "); this test did not run\n";                                              \
-      return;                                                                                 \
-    }                                                                                         \
+#define MT_REQUIRE_GPU()                                                                                           \
+  do {                                                                                                             \
+    if (!::mixtape::cuda::is_available()) {                                                                        \
+      std::cout << "SKIPPED: no CUDA device ("                                                                     \
+                << (::mixtape::cuda::built_with_cuda() ? "built with CUDA, no GPU visible" : "built without CUDA") \
+                << "); this test did not run\n";                                                                   \
+      return;                                                                                                      \
+    }                                                                                                              \
   } while (0)
 
 namespace mixtape::cuda_test {
@@ -85,9 +84,9 @@ inline void require_bit_identical(const Tensor& got, const Tensor& want, const s
   for (size_t i = 0; i < g.size(); ++i)
     if (g[i] != w[i] && mismatches++ == 0) first = i;
   if (mismatches) {
-    INFO(mismatches << " of " << g.size() << " elements differ; first at " << first << ": got "
-                    << gv[first] << " (bits 0x" << std::hex << g[first] << "), want " << std::dec
-                    << wv[first] << " (bits 0x" << std::hex << w[first] << ")");
+    INFO(mismatches << " of " << g.size() << " elements differ; first at " << first << ": got " << gv[first]
+                    << " (bits 0x" << std::hex << g[first] << "), want " << std::dec << wv[first] << " (bits 0x"
+                    << std::hex << w[first] << ")");
     CHECK(mismatches == 0);
   }
 }
@@ -104,8 +103,8 @@ inline double eps_of(DType d) {
 
 // |got - want| <= atol + |want| * rel_ulps * eps(dtype of got), elementwise; inf and NaN must
 // match. rel_ulps covers rounding the output once (1-2) plus a different summation order.
-inline void require_close(const Tensor& got, const Tensor& want, const std::string& what,
-                          double rel_ulps = 4.0, double atol = 0.0) {
+inline void require_close(const Tensor& got, const Tensor& want, const std::string& what, double rel_ulps = 4.0,
+                          double atol = 0.0) {
   INFO(what << ": got " << got.meta() << ", want " << want.meta());
   REQUIRE(got.shape() == want.shape());
   const std::vector<double> g = on_cpu(got).to_vector(), w = on_cpu(want).to_vector();
@@ -124,19 +123,16 @@ inline void require_close(const Tensor& got, const Tensor& want, const std::stri
     if (!ok && bad++ == 0) first = i;
   }
   if (bad) {
-    INFO(bad << " of " << g.size() << " elements out of tolerance (atol " << atol << ", "
-             << rel_ulps << " ulps of " << dtype_name(got.dtype()) << "); first at " << first
-             << ": got " << g[first] << ", want " << w[first]);
+    INFO(bad << " of " << g.size() << " elements out of tolerance (atol " << atol << ", " << rel_ulps << " ulps of "
+             << dtype_name(got.dtype()) << "); first at " << first << ": got " << g[first] << ", want " << w[first]);
     CHECK(bad == 0);
   }
 }
-
 
 // ---- strided layouts without a GPU copy kernel ----------------------------------------------
 // A non-contiguous layout is built on the CPU (strided_copy's layout), its whole storage is
 // copied over, and the same view is taken on the other side: so a test of, say, batch norm
 // exercises only the batch norm kernels and the runtime's copies, never the copy kernel.
-
 
 // The view v rebuilt on `dev` over a copy of its whole storage: same shape, strides, offset.
 inline Tensor same_layout_on(const Tensor& v, Device dev) {

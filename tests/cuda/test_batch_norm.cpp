@@ -26,8 +26,8 @@ void require_bn_close(const Tensor& got, const Tensor& want, const std::string& 
 }
 
 const std::vector<Shape>& bn_shapes() {
-  static const std::vector<Shape> shapes = {{33, 3, 5, 7}, {1, 17, 5, 7}, {33, 1, 1, 1}, {2, 3, 28, 28},
-                                            {1, 1, 28, 28}, {33, 17}, {4, 3, 7}};
+  static const std::vector<Shape> shapes = {{33, 3, 5, 7},  {1, 17, 5, 7}, {33, 1, 1, 1}, {2, 3, 28, 28},
+                                            {1, 1, 28, 28}, {33, 17},      {4, 3, 7}};
   return shapes;
 }
 
@@ -51,9 +51,9 @@ TEST_CASE("cuda batch_norm forward matches the CPU in training and eval", "[cuda
           const Tensor rm = random({C}, sdt, seed + 3, -0.5, 0.5), rv = random({C}, sdt, seed + 4, 0.5, 2.0);
           const bool affine = seed % 5 != 0;
           const Tensor wa = affine ? w : Tensor(), ba = affine ? b : Tensor();
-          const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape) + " " +
-                                   layout_name(strided) + (training ? " training" : " eval") +
-                                   (affine ? "" : " no affine") + ", stats " + dtype_name(sdt);
+          const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape) + " " + layout_name(strided) +
+                                   (training ? " training" : " eval") + (affine ? "" : " no affine") + ", stats " +
+                                   dtype_name(sdt);
           Tensor rm_c = rm.clone(), rv_c = rv.clone();
           const BatchNormOutput want = batch_norm_forward(x, wa, ba, rm_c, rv_c, training, 0.1, 1e-5);
           // Running statistics as strided views on the GPU: written in place through the stride.
@@ -80,8 +80,7 @@ TEST_CASE("cuda batch_norm forward without running statistics", "[cuda]") {
   for (DType dt : {DType::f32, DType::bf16}) {
     const Tensor x = random({5, 3, 4, 4}, dt, 7, -1.0, 2.0);
     const BatchNormOutput want = batch_norm_forward(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-3);
-    const BatchNormOutput got =
-        batch_norm_forward(on_gpu(x), Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-3);
+    const BatchNormOutput got = batch_norm_forward(on_gpu(x), Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-3);
     require_bn_close(got.y, want.y, std::string(dtype_name(dt)) + " y");
     require_bn_close(got.invstd, want.invstd, std::string(dtype_name(dt)) + " invstd");
   }
@@ -100,22 +99,22 @@ TEST_CASE("cuda batch_norm backward matches the CPU", "[cuda]") {
           const Tensor x = random(shape, dt, seed, -2.0, 3.0), dy = random(shape, dt, seed + 1);
           const bool affine = seed % 5 != 0;
           const Tensor w = affine ? random({C}, pdt, seed + 2, 0.5, 1.5) : Tensor();
-          const Tensor rm = random({C}, DType::f32, seed + 3, -0.5, 0.5), rv = random({C}, DType::f32, seed + 4, 0.5, 2.0);
+          const Tensor rm = random({C}, DType::f32, seed + 3, -0.5, 0.5),
+                       rv = random({C}, DType::f32, seed + 4, 0.5, 2.0);
           // The saved statistics come from the CPU forward and are shared by both backwards.
           Tensor rm_c = rm.clone(), rv_c = rv.clone();
           const BatchNormOutput fwd = batch_norm_forward(x, w, Tensor(), rm_c, rv_c, training, 0.1, 1e-5);
           // Which gradients are wanted varies: all, dx only, parameters only.
           const int want_set = int(seed % 3);
           const bool need_dx = want_set != 2, need_params = want_set != 1;
-          const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape) + " " +
-                                   layout_name(strided) + (training ? " training" : " eval") +
-                                   (affine ? "" : " no affine") + (need_dx ? " dx" : "") +
-                                   (need_params ? " dw db" : "");
-          const BatchNormGrads want = batch_norm_backward(dy, x, w, fwd.mean, fwd.invstd, training, need_dx,
-                                                          need_params, need_params, pdt);
-          const BatchNormGrads got =
-              batch_norm_backward(gpu_input(dy, strided), gpu_input(x, strided), affine ? on_gpu(w) : Tensor(),
-                                  on_gpu(fwd.mean), on_gpu(fwd.invstd), training, need_dx, need_params, need_params, pdt);
+          const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape) + " " + layout_name(strided) +
+                                   (training ? " training" : " eval") + (affine ? "" : " no affine") +
+                                   (need_dx ? " dx" : "") + (need_params ? " dw db" : "");
+          const BatchNormGrads want =
+              batch_norm_backward(dy, x, w, fwd.mean, fwd.invstd, training, need_dx, need_params, need_params, pdt);
+          const BatchNormGrads got = batch_norm_backward(
+              gpu_input(dy, strided), gpu_input(x, strided), affine ? on_gpu(w) : Tensor(), on_gpu(fwd.mean),
+              on_gpu(fwd.invstd), training, need_dx, need_params, need_params, pdt);
           REQUIRE(got.dx.defined() == need_dx);
           REQUIRE(got.dweight.defined() == need_params);
           REQUIRE(got.dbias.defined() == need_params);

@@ -24,15 +24,13 @@ struct FakeDevice {
                      return p;
                    },
                    [this](void* p) {
-                     auto it = live.find(p);
-                     REQUIRE(it != live.end());
-                     used -= it->second;
-                     live.erase(it);
-                     std::free(p);
+    auto it = live.find(p);
+    REQUIRE(it != live.end());
+    used -= it->second;
+    live.erase(it);
+    std::free(p);
                    }};
-  ~FakeDevice() {
-    cache.empty();
-  }
+  ~FakeDevice() { cache.empty(); }
 };
 
 }  // namespace
@@ -86,7 +84,7 @@ TEST_CASE("BlockCache hands distinct live blocks and rejects foreign pointers", 
   CHECK_FALSE(dev.cache.release(&not_ours));
   CHECK(dev.cache.release(nullptr));
   REQUIRE(dev.cache.release(a));
-  CHECK_FALSE(dev.cache.release(a));  // a second release of the same block is refused
+  CHECK_FALSE(dev.cache.release(a));    // a second release of the same block is refused
   CHECK(dev.cache.allocate(900) == a);  // same class: the cached block comes back
   REQUIRE(dev.cache.release(a));
   REQUIRE(dev.cache.release(b));
@@ -98,7 +96,7 @@ TEST_CASE("BlockCache empties its cache and retries when the device is full", "[
   void* a = dev.cache.allocate(4096);
   void* b = dev.cache.allocate(4096);
   REQUIRE(dev.cache.release(a));
-  REQUIRE(dev.cache.release(b));  // 8 KiB cached, 4 KiB left on the device
+  REQUIRE(dev.cache.release(b));         // 8 KiB cached, 4 KiB left on the device
   void* big = dev.cache.allocate(8192);  // a new class: fails once, empties the cache, succeeds
   REQUIRE(big != nullptr);
   const auto s = dev.cache.stats();

@@ -22,13 +22,13 @@ struct ConvCase {
 };
 
 const std::vector<ConvCase> kCases = {
-    {2, 3, 7, 9, 5, 3, 3, 1, 1, 1},                   // same-size 3x3
-    {3, 2, 17, 13, 7, 3, 2, {2, 1}, {1, 0}, 1},       // rectangular kernel, mixed stride/padding
-    {1, 4, 33, 31, 3, 3, 3, 2, 2, 2},                 // dilation 2
-    {2, 5, 8, 8, 6, 1, 1, 1, 0, 1},                   // pointwise: no im2col
-    {2, 3, 9, 11, 4, 5, 5, 3, 0, 1},                  // stride 3 leaves pixels no tap reaches
-    {1, 33, 5, 5, 17, 2, 2, 1, 1, 2},                 // more channels than pixels
-    {4, 1, 28, 28, 32, 3, 3, 1, 1, 1},                // the example CNN's first layer
+    {2, 3, 7, 9, 5, 3, 3, 1, 1, 1},              // same-size 3x3
+    {3, 2, 17, 13, 7, 3, 2, {2, 1}, {1, 0}, 1},  // rectangular kernel, mixed stride/padding
+    {1, 4, 33, 31, 3, 3, 3, 2, 2, 2},            // dilation 2
+    {2, 5, 8, 8, 6, 1, 1, 1, 0, 1},              // pointwise: no im2col
+    {2, 3, 9, 11, 4, 5, 5, 3, 0, 1},             // stride 3 leaves pixels no tap reaches
+    {1, 33, 5, 5, 17, 2, 2, 1, 1, 2},            // more channels than pixels
+    {4, 1, 28, 28, 32, 3, 3, 1, 1, 1},           // the example CNN's first layer
 };
 
 std::string case_name(const ConvCase& c, DType dt) {
@@ -98,8 +98,8 @@ TEST_CASE("cuda conv_transpose2d forward and backward match the CPU", "[cuda]") 
     Size2 stride, padding, output_padding, dilation;
   };
   const std::vector<TCase> cases = {
-      {2, 4, 7, 7, 3, 4, 4, 2, 1, 0, 1},     // the DCGAN upsampling block
-      {3, 5, 5, 6, 2, 3, 3, 2, 1, 1, 1},     // output_padding 1
+      {2, 4, 7, 7, 3, 4, 4, 2, 1, 0, 1},  // the DCGAN upsampling block
+      {3, 5, 5, 6, 2, 3, 3, 2, 1, 1, 1},  // output_padding 1
       {1, 3, 4, 9, 6, 3, 2, {3, 1}, {1, 0}, {2, 0}, {1, 2}},
   };
   for (DType dt : kDtypes)
@@ -113,17 +113,17 @@ TEST_CASE("cuda conv_transpose2d forward and backward match the CPU", "[cuda]") 
       const int64_t taps = c.KH * c.KW;
       require_gpu_fp32_accumulated(
           [&](const std::vector<Tensor>& t) {
-            return conv_transpose2d(t[0], t[1], t[2], c.stride, c.padding, c.output_padding, c.dilation);
+        return conv_transpose2d(t[0], t[1], t[2], c.stride, c.padding, c.output_padding, c.dilation);
           },
           {x, w, b}, c.IC * taps, "conv_transpose2d forward");
       require_gpu_fp32_accumulated(
           [&](const std::vector<Tensor>& t) {
-            return conv_transpose2d_backward_input(t[0], t[1], x.shape(), c.stride, c.padding, c.dilation);
+        return conv_transpose2d_backward_input(t[0], t[1], x.shape(), c.stride, c.padding, c.dilation);
           },
           {dy, w}, c.OC * taps, "conv_transpose2d backward input");
       require_gpu_fp32_accumulated(
           [&](const std::vector<Tensor>& t) {
-            return conv_transpose2d_backward_weight(t[0], t[1], w.shape(), c.stride, c.padding, c.dilation);
+        return conv_transpose2d_backward_weight(t[0], t[1], w.shape(), c.stride, c.padding, c.dilation);
           },
           {x, dy}, c.N * c.H * c.W, "conv_transpose2d backward weight");
     }

@@ -59,7 +59,8 @@ std::vector<float> rounding_cases(DType dt) {
     // (the point where overflow to inf starts at its midpoint).
     const uint16_t nb = uint16_t(p + 1);
     const double lo = x;
-    const double hi = std::isinf(decode(nb, dt)) ? lo + (lo - double(decode(uint16_t(p - 1), dt))) : double(decode(nb, dt));
+    const double hi =
+        std::isinf(decode(nb, dt)) ? lo + (lo - double(decode(uint16_t(p - 1), dt))) : double(decode(nb, dt));
     const float mid = float((lo + hi) / 2);  // exact: one bit more than the 16-bit format
     REQUIRE(double(mid) == (lo + hi) / 2);
     v.push_back(mid);
@@ -77,8 +78,8 @@ std::vector<float> rounding_cases(DType dt) {
   const size_t n = v.size();
   for (size_t i = 0; i < n; ++i) v.push_back(-v[i]);
   // NaNs: quiet and signalling, both signs, several payloads.
-  for (uint32_t nan : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0x7FA00000u, 0x7F802000u,
-                       0xFFBFFFFFu})
+  for (uint32_t nan :
+       {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0x7FA00000u, 0x7F802000u, 0xFFBFFFFFu})
     v.push_back(std::bit_cast<float>(nan));
   // Random floats across the whole range.
   std::mt19937 rng(7);
@@ -145,11 +146,25 @@ TEST_CASE("cuda i64 to 16-bit and f32 rounds once", "[cuda]") {
   MT_REQUIRE_GPU();
   // Through float these would round twice: 2^30 + 2^22 + 1 becomes the tie 2^30 + 2^22 in f32,
   // then 2^30 in bf16, where the nearest bf16 is 2^30 + 2^23.
-  std::vector<int64_t> v = {0, 1, -1, 2049, 65504, 65519, 65520, -65520, 1 << 24, (1 << 24) + 1, (1 << 24) + 3,
-                            (int64_t(1) << 30) + (1 << 22) + 1, (int64_t(1) << 30) + (1 << 22),
-                            (int64_t(1) << 30) + (1 << 22) - 1, -((int64_t(1) << 30) + (1 << 22) + 1),
-                            (int64_t(1) << 53) + 1, std::numeric_limits<int64_t>::max(),
-                            std::numeric_limits<int64_t>::min(), (int64_t(1) << 40) + (int64_t(1) << 32) + 1};
+  std::vector<int64_t> v = {0,
+                            1,
+                            -1,
+                            2049,
+                            65504,
+                            65519,
+                            65520,
+                            -65520,
+                            1 << 24,
+                            (1 << 24) + 1,
+                            (1 << 24) + 3,
+                            (int64_t(1) << 30) + (1 << 22) + 1,
+                            (int64_t(1) << 30) + (1 << 22),
+                            (int64_t(1) << 30) + (1 << 22) - 1,
+                            -((int64_t(1) << 30) + (1 << 22) + 1),
+                            (int64_t(1) << 53) + 1,
+                            std::numeric_limits<int64_t>::max(),
+                            std::numeric_limits<int64_t>::min(),
+                            (int64_t(1) << 40) + (int64_t(1) << 32) + 1};
   std::mt19937_64 rng(11);
   for (int i = 0; i < 5000; ++i) v.push_back(int64_t(rng()) >> (rng() % 63));
   const Tensor src = from_vector(v, {int64_t(v.size())});
@@ -191,7 +206,8 @@ TEST_CASE("cuda copy_cast matches the CPU for every dtype pair and layout", "[cu
 TEST_CASE("cuda float to i64 truncates toward zero like the CPU", "[cuda]") {
   MT_REQUIRE_GPU();
   // In-range values only: NaN and out-of-range are undefined behaviour in C++ (cuda/copy.cu).
-  std::vector<float> v = {0.0f, -0.0f, 0.5f, -0.5f, 1.99f, -1.99f, 2.5f, -2.5f, 7.0f, -7.0f, 1e-30f, 1234.567f, -60000.0f};
+  std::vector<float> v = {0.0f,  -0.0f, 0.5f,  -0.5f,  1.99f,     -1.99f,   2.5f,
+                          -2.5f, 7.0f,  -7.0f, 1e-30f, 1234.567f, -60000.0f};
   for (DType from : {DType::f16, DType::bf16, DType::f32}) {
     if (from == DType::f32)
       for (float big : {1e9f, -1e9f, 9.2e18f, -9.2e18f, 123456.789f}) v.push_back(big);
@@ -225,8 +241,8 @@ TEST_CASE("cuda stochastic rounding draws the CPU's stream", "[cuda]") {
         gcpu.set_state(seed, offset);
         ggpu.set_state(seed, offset);
         const Tensor want = src.to(dt, Rounding::stochastic, &gcpu);
-        const std::string what = std::string(dtype_name(from)) + " -> " + dtype_name(dt) + " stochastic, offset " +
-                                 std::to_string(offset);
+        const std::string what =
+            std::string(dtype_name(from)) + " -> " + dtype_name(dt) + " stochastic, offset " + std::to_string(offset);
         require_bit_identical(on_gpu(src).to(dt, Rounding::stochastic, &ggpu), want, what);
         CHECK(ggpu.offset() == gcpu.offset());
         // The row-major index picks the word: a strided source gives the same result.
@@ -244,9 +260,22 @@ TEST_CASE("cuda stochastic rounding draws the CPU's stream", "[cuda]") {
 
 TEST_CASE("cuda fill rounds the value once like the CPU", "[cuda]") {
   MT_REQUIRE_GPU();
-  const double values[] = {0.0, -0.0, 1.0, 0.1, 1.0 / 3.0, -2.5, 65504.0, 65519.99, 65520.0, 1e-8, 3e-8, 1e40,
-                           1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40), -7.0,
-                           std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
+  const double values[] = {0.0,
+                           -0.0,
+                           1.0,
+                           0.1,
+                           1.0 / 3.0,
+                           -2.5,
+                           65504.0,
+                           65519.99,
+                           65520.0,
+                           1e-8,
+                           3e-8,
+                           1e40,
+                           1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40),
+                           -7.0,
+                           std::numeric_limits<double>::infinity(),
+                           std::numeric_limits<double>::quiet_NaN()};
   for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::i64})
     for (double value : values) {
       if (dt == DType::i64 && !(std::fabs(value) < 1e18)) continue;  // out of range: undefined
@@ -262,8 +291,8 @@ TEST_CASE("cuda fill rounds the value once like the CPU", "[cuda]") {
 
 TEST_CASE("cuda increment_ counts on the device like the CPU", "[cuda]") {
   MT_REQUIRE_GPU();
-  const Tensor start = from_vector(std::vector<int64_t>{0, 5, -3, 7, std::numeric_limits<int64_t>::max(), 1 << 20},
-                                   {2, 3});
+  const Tensor start =
+      from_vector(std::vector<int64_t>{0, 5, -3, 7, std::numeric_limits<int64_t>::max(), 1 << 20}, {2, 3});
   for (bool strided : {false, true})
     for (int64_t by : {int64_t(1), int64_t(-4), int64_t(1) << 40}) {
       Tensor c_cpu = start.clone();

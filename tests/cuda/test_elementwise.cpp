@@ -138,8 +138,10 @@ TEST_CASE("cuda unary ops forward on a broadcast view read stride 0", "[cuda]") 
 TEST_CASE("cuda unary ops on special values match the CPU", "[cuda]") {
   MT_REQUIRE_GPU();
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
-                                1e-40f, -1e-40f, 3e-8f, -3e-8f, 65504.0f, -65504.0f, 0.75f, -0.5f, 1e30f, -1e30f};
+  const std::vector<float> v = {
+      0.0f,   -0.0f,   1.0f,  -1.0f,  inf,      -inf,      std::numeric_limits<float>::quiet_NaN(),
+      1e-40f, -1e-40f, 3e-8f, -3e-8f, 65504.0f, -65504.0f, 0.75f,
+      -0.5f,  1e30f,   -1e30f};
   Tensor base = empty({int64_t(v.size())}, DType::f32);
   std::memcpy(base.raw_data(), v.data(), v.size() * 4);
   for (DType dt : kTypes) {
@@ -178,16 +180,17 @@ TEST_CASE("cuda unary ops backward match the CPU", "[cuda]") {
   // The front-end's stand-ins: backward of ops that read neither x nor y.
   const Tensor dy = random({257}, DType::f16, 9);
   require_bit_identical(unary_backward(UnaryOp::mul_scalar, Tensor(), Tensor(), on_gpu(dy), 0.3),
-                        unary_backward(UnaryOp::mul_scalar, Tensor(), Tensor(), dy, 0.3), "mul_scalar backward, dy only");
+                        unary_backward(UnaryOp::mul_scalar, Tensor(), Tensor(), dy, 0.3),
+                        "mul_scalar backward, dy only");
 }
 
 TEST_CASE("cuda binary ops match the CPU with broadcasting and strides", "[cuda]") {
   MT_REQUIRE_GPU();
   // (a shape, b shape): equal, trailing broadcast, middle broadcast, scalar-like, rank mismatch.
   const std::vector<std::pair<Shape, Shape>> pairs = {
-      {{1}, {1}},       {{7}, {7}},          {{257}, {257}},       {{3, 5, 67}, {3, 5, 67}}, {{4, 1, 5}, {3, 5}},
-      {{33}, {1}},      {{1}, {7, 33}},      {{2, 1, 9, 4}, {9, 1}}, {{6, 1}, {1, 35}},        {{3, 5, 67}, {67}},
-      {{5, 1, 67}, {5, 3, 67}}};
+      {{1}, {1}},          {{7}, {7}},         {{257}, {257}},          {{3, 5, 67}, {3, 5, 67}},
+      {{4, 1, 5}, {3, 5}}, {{33}, {1}},        {{1}, {7, 33}},          {{2, 1, 9, 4}, {9, 1}},
+      {{6, 1}, {1, 35}},   {{3, 5, 67}, {67}}, {{5, 1, 67}, {5, 3, 67}}};
   uint64_t seed = 900;
   for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div})
     for (DType dt : kTypes)
@@ -200,7 +203,8 @@ TEST_CASE("cuda binary ops match the CPU with broadcasting and strides", "[cuda]
             std::string(binary_op_name(op)) + " " + dtype_name(dt) + " " + shape_str(sa) + " with " + shape_str(sb);
         require_bit_identical(binary(op, on_gpu(a), on_gpu(b)), want, what);
         require_bit_identical(binary(op, strided_copy(on_gpu(a)), on_gpu(b)), want, what + ", a strided");
-        require_bit_identical(binary(op, strided_copy(on_gpu(a)), strided_copy(on_gpu(b))), want, what + ", both strided");
+        require_bit_identical(binary(op, strided_copy(on_gpu(a)), strided_copy(on_gpu(b))), want,
+                              what + ", both strided");
       }
   // Exactness where 16-bit arithmetic is exact in fp32: fp16 1 + 2^-11 (a tie) rounds to even.
   const Tensor one = on_gpu(full({3}, 1.0, DType::f16)), tiny = on_gpu(full({3}, std::ldexp(1.0, -11), DType::f16));

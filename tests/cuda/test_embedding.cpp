@@ -36,9 +36,9 @@ TEST_CASE("cuda embedding rejects out-of-range indices like the CPU", "[cuda]") 
   const Tensor dy = on_gpu(random({5, 4}, DType::f32, 2));
   for (int64_t bad : {int64_t(-1), int64_t(17), int64_t(1) << 40}) {
     const Tensor indices = on_gpu(from_vector(std::vector<int64_t>{0, 16, bad, 3, bad}, {5}));
-    REQUIRE_THROWS_WITH(embedding(indices, weight),
-                        Catch::Contains("embedding: index " + std::to_string(bad) + " (at position 2) is out of range "
-                                        "for 17 rows"));
+    REQUIRE_THROWS_WITH(embedding(indices, weight), Catch::Contains("embedding: index " + std::to_string(bad) +
+                                                                    " (at position 2) is out of range "
+                                                                    "for 17 rows"));
     REQUIRE_THROWS_WITH(embedding_backward(indices, dy, 17),
                         Catch::Contains("embedding backward: index " + std::to_string(bad)) &&
                             Catch::Contains("out of range for 17 rows"));
@@ -63,15 +63,16 @@ TEST_CASE("cuda embedding backward accumulates repeated indices bit for bit", "[
           std::vector<int64_t> idx(static_cast<size_t>(n));
           Generator gen(seed);
           const std::vector<double> u = uniform({n}, 0.0, 1.0, gen, DType::f64).to_vector();
-          for (size_t i = 0; i < idx.size(); ++i) idx[i] = std::min<int64_t>(V - 3, int64_t(u[i] * u[i] * double(V - 2)));
+          for (size_t i = 0; i < idx.size(); ++i)
+            idx[i] = std::min<int64_t>(V - 3, int64_t(u[i] * u[i] * double(V - 2)));
           // 2-D indices when n factors, to exercise the leading-dims view of dy.
           const Shape is = n % 2 == 0 ? Shape{2, n / 2} : Shape{n};
           const Tensor indices = from_vector(idx, is);
           Shape dys = is;
           dys.push_back(D);
           const Tensor dy = random(dys, dt, seed, -2.0, 2.0);
-          const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(n) + " D=" +
-                                   std::to_string(D) + " " + layout_name(strided);
+          const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(n) + " D=" + std::to_string(D) +
+                                   " " + layout_name(strided);
           require_bit_identical(embedding_backward(gpu_input(indices, strided), gpu_input(dy, strided), V),
                                 embedding_backward(indices, dy, V), what);
         }

@@ -33,8 +33,8 @@ Tensor bmm_of(const std::vector<Tensor>& t) { return bmm(t[0], t[1]); }
 void check_matmul(int64_t M, int64_t N, int64_t K, bool ta, bool tb, DType dt, uint64_t seed, double extra = 0.0) {
   const Tensor a = operand(M, K, ta, dt, seed), b = operand(K, N, tb, dt, seed + 1);
   require_gpu_fp32_accumulated(
-      matmul_of, {a, b}, K, detail::cat("matmul ", dtype_name(dt), " M=", M, " N=", N, " K=", K, " ta=", ta, " tb=", tb),
-      extra);
+      matmul_of, {a, b}, K,
+      detail::cat("matmul ", dtype_name(dt), " M=", M, " N=", N, " K=", K, " ta=", ta, " tb=", tb), extra);
 }
 
 }  // namespace
@@ -43,8 +43,8 @@ TEST_CASE("cuda matmul matches the CPU for every transpose combination and odd s
   MT_REQUIRE_GPU();
   // Sizes 1, 7, 17, 33, 127, 129, 257 in M, N and K, mixed so each tile edge is ragged somewhere.
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
-      {1, 1, 1},     {7, 17, 33},   {33, 7, 1},     {127, 129, 257}, {129, 257, 127},
-      {257, 1, 129}, {1, 257, 7},   {17, 33, 129},  {64, 64, 32},    {128, 128, 64}};
+      {1, 1, 1},     {7, 17, 33}, {33, 7, 1},    {127, 129, 257}, {129, 257, 127},
+      {257, 1, 129}, {1, 257, 7}, {17, 33, 129}, {64, 64, 32},    {128, 128, 64}};
   uint64_t seed = 100;
   for (DType dt : kDtypes)
     for (const auto& [M, N, K] : shapes)
@@ -94,10 +94,11 @@ TEST_CASE("cuda linear with bias and the matmul backward helpers", "[cuda]") {
   for (DType dt : kDtypes) {
     INFO(dtype_name(dt));
     // The LSTM's gate GEMM: batch 64, hidden 256 -> 4 * 256, and odd sizes.
-    for (const auto& [rows, in, out] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{64, 256, 1024}, {7, 33, 129}}) {
+    for (const auto& [rows, in, out] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{64, 256, 1024}, {7, 33, 129}}) {
       const Tensor x = random({rows, in}, dt, seed++), w = random({out, in}, dt, seed++), b = random({out}, dt, seed++);
-      require_gpu_fp32_accumulated([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, {x, w, b},
-                                   in, "linear + bias");
+      require_gpu_fp32_accumulated([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, {x, w, b}, in,
+                                   "linear + bias");
       const Tensor dy = random({rows, out}, dt, seed++);
       require_gpu_fp32_accumulated([](const std::vector<Tensor>& t) { return linear_backward_input(t[0], t[1]); },
                                    {dy, w}, out, "linear backward input");
@@ -105,13 +106,12 @@ TEST_CASE("cuda linear with bias and the matmul backward helpers", "[cuda]") {
                                    {dy, x}, rows, "linear backward weight");
     }
     // matmul backward with a shared b: da = dy b^T summed over the batch as one GEMM.
-    const Tensor a = random({3, 9, 17}, dt, seed++), b = random({17, 5}, dt, seed++), dy = random({3, 9, 5}, dt, seed++);
-    require_gpu_fp32_accumulated(
-        [&](const std::vector<Tensor>& t) { return matmul_backward_b(t[0], t[1], b.shape()); }, {dy, a}, 27,
-        "matmul backward b");
-    require_gpu_fp32_accumulated(
-        [&](const std::vector<Tensor>& t) { return matmul_backward_a(t[0], t[1], a.shape()); }, {dy, b}, 5,
-        "matmul backward a");
+    const Tensor a = random({3, 9, 17}, dt, seed++), b = random({17, 5}, dt, seed++),
+                 dy = random({3, 9, 5}, dt, seed++);
+    require_gpu_fp32_accumulated([&](const std::vector<Tensor>& t) { return matmul_backward_b(t[0], t[1], b.shape()); },
+                                 {dy, a}, 27, "matmul backward b");
+    require_gpu_fp32_accumulated([&](const std::vector<Tensor>& t) { return matmul_backward_a(t[0], t[1], a.shape()); },
+                                 {dy, b}, 5, "matmul backward a");
   }
 }
 
@@ -128,7 +128,8 @@ TEST_CASE("cuda f32 matmul is exact fp32 unless TF32 is opted in", "[cuda]") {
     CHECK(matmul(on_gpu(a), on_gpu(one)).item() == 1.0);
     // Random shapes under TF32: 2^-9 relative error per product (Note [GEMM tolerance]).
     uint64_t seed = 600;
-    for (const auto& [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{7, 17, 33}, {129, 127, 257}, {33, 17, 4099}})
+    for (const auto& [M, N, K] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{7, 17, 33}, {129, 127, 257}, {33, 17, 4099}})
       for (int t = 0; t < 4; ++t) check_matmul(M, N, K, t & 1, t & 2, DType::f32, seed++, std::ldexp(1.0, -9));
   }
   CHECK(matmul(on_gpu(a), on_gpu(one)).item() == v);  // the scope restored exact fp32
@@ -166,7 +167,8 @@ TEST_CASE("cuda gemm epilogue: scale, beta, bias along rows or columns, ReLU, f3
         cuda::gemm(p, cuda::stream(0));
 
         // Host reference in double, rounded once to the output dtype.
-        const std::vector<double> av = a.to_vector(), bv = bt.to_vector(), biasv = bias.to_vector(), cv = c0.to_vector();
+        const std::vector<double> av = a.to_vector(), bv = bt.to_vector(), biasv = bias.to_vector(),
+                                  cv = c0.to_vector();
         std::vector<double> want(size_t(B * M * N)), bound(size_t(B * M * N));
         for (int64_t e = 0; e < B; ++e)
           for (int64_t i = 0; i < M; ++i)

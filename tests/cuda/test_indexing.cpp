@@ -24,9 +24,13 @@ int64_t reference_offset(const Tensor& t, int64_t linear) {
 
 TEST_CASE("OffsetCalculator matches tensor strides for views", "[cuda_indexing]") {
   const Tensor base = zeros({4, 6, 10});
-  const std::vector<Tensor> views = {base, base.transpose(0, 2), base.slice(2, 1, 9, 3),
-                                     base.permute({1, 2, 0}).narrow(0, 2, 3), base.select(1, 4),
-                                     base.slice(0, 1, 2).expand({1, 6, 10}), base.unsqueeze(1).expand({4, 5, 6, 10})};
+  const std::vector<Tensor> views = {base,
+                                     base.transpose(0, 2),
+                                     base.slice(2, 1, 9, 3),
+                                     base.permute({1, 2, 0}).narrow(0, 2, 3),
+                                     base.select(1, 4),
+                                     base.slice(0, 1, 2).expand({1, 6, 10}),
+                                     base.unsqueeze(1).expand({4, 5, 6, 10})};
   for (const Tensor& v : views) {
     const auto calc = cuda::make_offset_calculator<1>(v.shape(), {v.strides()});
     for (int64_t i = 0; i < v.numel(); ++i) {

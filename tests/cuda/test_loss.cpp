@@ -119,9 +119,9 @@ TEST_CASE("cuda softmax and log_softmax backward match the CPU", "[cuda]") {
         for (const auto& [layout, yg] : layouts(ys)) {
           const std::string extra = " backward along dim " + std::to_string(dim);
           check_close(softmax_backward(yg, like_layout(dy, layout), dim), ws, what("softmax", shape, dt, layout, extra),
-                        2.0, atol_s);
+                      2.0, atol_s);
           check_close(log_softmax_backward(like_layout(yl, layout), like_layout(dy, layout), dim), wl,
-                        what("log_softmax", shape, dt, layout, extra), 2.0, atol_l);
+                      what("log_softmax", shape, dt, layout, extra), 2.0, atol_l);
         }
       }
     }
@@ -156,7 +156,7 @@ TEST_CASE("cuda cross_entropy forward and backward match the CPU, reduced and no
           const Tensor tg = on_gpu(targets);
           check_close(cross_entropy(lg, tg, r), want, what("cross_entropy", shape, dt, layout, extra), 2.0, atol);
           check_close(cross_entropy_backward(lg, tg, on_gpu(dy), r), wgrad,
-                        what("cross_entropy backward", shape, dt, layout, extra), 2.0, atol_g);
+                      what("cross_entropy backward", shape, dt, layout, extra), 2.0, atol_g);
         }
       }
     }
@@ -206,7 +206,7 @@ TEST_CASE("cuda BCE with logits and MSE match the CPU, forward and backward", "[
           const Tensor tg = like_layout(t, layout);
           const Tensor dyg = r == Reduction::none ? like_layout(dy, layout) : on_gpu(dy);
           check_close(binary_cross_entropy_with_logits(xg, tg, r), wb, what("bce", shape, dt, layout, extra), 2.0,
-                        atol_bce);
+                      atol_bce);
           const LossGrads gb = binary_cross_entropy_with_logits_backward(xg, tg, dyg, r, true, true);
           // dx = (sigmoid(x) - t) g, |g| <= 1: expf's 2 ulp and the CPU's 0.5 on e <= 1, then
           // 1 + e and the division (a rounding each, both sides) keep sigmoid within 7 u; the
@@ -220,8 +220,7 @@ TEST_CASE("cuda BCE with logits and MSE match the CPU, forward and backward", "[
 
           if (r == Reduction::none)
             require_bit_identical(mse_loss(xg, tg, r), wm, what("mse", shape, dt, layout, extra));
-          else
-            check_close(mse_loss(xg, tg, r), wm, what("mse", shape, dt, layout, extra), 2.0);
+          else check_close(mse_loss(xg, tg, r), wm, what("mse", shape, dt, layout, extra), 2.0);
           const LossGrads gm = mse_loss_backward(xg, tg, dyg, r, true, true);
           require_bit_identical(gm.da, wmg.da, what("mse da", shape, dt, layout, extra));
           require_bit_identical(gm.db, wmg.db, what("mse db", shape, dt, layout, extra));

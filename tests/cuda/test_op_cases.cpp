@@ -87,16 +87,17 @@ TEST_CASE("cuda every op case's forward and gradients match the CPU", "[cuda]") 
         seed = mixtape::test::rand_input(out.shape(), out.dtype(), 77);
         return ScaledGrad{seed, 1.0f};
       });
-      const CaseRun got =
-          mixtape::test::run_case(c, gins, [&](const Tensor&) { return ScaledGrad{on_gpu(seed), 1.0f}; });
+      const CaseRun got = mixtape::test::run_case(c, gins, [&](const Tensor&) {
+        return ScaledGrad{on_gpu(seed), 1.0f};
+      });
       covered.insert(got.ops.begin(), got.ops.end());
       CHECK(got.ops == want.ops);
       REQUIRE(got.out.device() == gpu());
 
       auto compare = [&](const Tensor& g, const Tensor& w, const std::string& what) {
         const double worst = worst_error(g, w);
-        INFO(what << ": got " << g.meta() << ", want " << w.meta() << "; worst error " << worst
-                  << " (allowed " << kTol << ")");
+        INFO(what << ": got " << g.meta() << ", want " << w.meta() << "; worst error " << worst << " (allowed " << kTol
+                  << ")");
         CHECK(worst <= kTol);
         if (worst > worst_here) worst_here = worst, worst_where = c.name + ", " + what;
       };
@@ -115,9 +116,10 @@ TEST_CASE("cuda every op case's forward and gradients match the CPU", "[cuda]") 
     std::snprintf(line, sizeof line, "; %s worst %.2f (", dtype_name(dt), worst_here);
     report += line + worst_where + ")";
   }
-  std::printf("cuda op cases: %zu of %zu differentiable ops run on the device by %zu cases in f32, f16 and bf16; "
-              "errors in units of eps (|cpu| + max|cpu|), allowed %g%s\n",
-              covered.size(), kNumOps, cases, kTol, report.c_str());
+  std::printf(
+      "cuda op cases: %zu of %zu differentiable ops run on the device by %zu cases in f32, f16 and bf16; "
+      "errors in units of eps (|cpu| + max|cpu|), allowed %g%s\n",
+      covered.size(), kNumOps, cases, kTol, report.c_str());
   std::vector<std::string> missing;
   for (size_t k = 0; k < kNumOps; ++k)
     if (!covered.count(OpId(k))) missing.push_back(kOpNames[k]);

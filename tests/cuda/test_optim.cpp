@@ -29,8 +29,8 @@ TEST_CASE("cuda sgd_update is bit-identical to the CPU over several steps", "[cu
     double momentum, dampening, weight_decay;
     bool nesterov;
   };
-  const std::vector<Hyper> hypers = {{0.0, 0.0, 0.0, false}, {0.0, 0.0, 1e-2, false}, {0.9, 0.0, 0.0, false},
-                                     {0.9, 0.1, 5e-4, false}, {0.9, 0.0, 1e-2, true}, {0.5, 0.0, 0.0, true}};
+  const std::vector<Hyper> hypers = {{0.0, 0.0, 0.0, false},  {0.0, 0.0, 1e-2, false}, {0.9, 0.0, 0.0, false},
+                                     {0.9, 0.1, 5e-4, false}, {0.9, 0.0, 1e-2, true},  {0.5, 0.0, 0.0, true}};
   uint64_t seed = 1;
   for (DType dt : {DType::f32})
     for (const Shape& s : param_shapes())
@@ -67,7 +67,7 @@ TEST_CASE("cuda adam_update and adamw are bit-identical to the CPU over several 
   };
   // beta1 = 0.3 makes 1 - beta1 >= 0.5: the other branch of the lerp.
   const std::vector<Hyper> hypers = {{0.9, 0.999, 0.0, false}, {0.9, 0.999, 1e-2, false}, {0.9, 0.99, 0.0, true},
-                                     {0.9, 0.999, 1e-1, true},  {0.3, 0.9, 1e-2, false},   {0.3, 0.9, 1e-2, true}};
+                                     {0.9, 0.999, 1e-1, true}, {0.3, 0.9, 1e-2, false},   {0.3, 0.9, 1e-2, true}};
   uint64_t seed = 2000;
   for (DType dt : {DType::f32})
     for (const Shape& s : param_shapes())
@@ -82,8 +82,8 @@ TEST_CASE("cuda adam_update and adamw are bit-identical to the CPU over several 
             adam_update_(p_g, gpu_input(g, strided), m_g, v_g, 1e-2, h.beta1, h.beta2, 1e-8, h.weight_decay,
                          h.decoupled, step);
             const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + " " + layout_name(strided) +
-                                     (h.decoupled ? " adamw" : " adam") + " beta1 " + std::to_string(h.beta1) +
-                                     " wd " + std::to_string(h.weight_decay) + " step " + std::to_string(step);
+                                     (h.decoupled ? " adamw" : " adam") + " beta1 " + std::to_string(h.beta1) + " wd " +
+                                     std::to_string(h.weight_decay) + " step " + std::to_string(step);
             require_same(p_g, p_c, what + ": param");
             require_same(m_g, m_c, what + ": exp_avg");
             require_same(v_g, v_c, what + ": exp_avg_sq");
@@ -159,10 +159,9 @@ TEST_CASE("cuda sgd16_update is bit-identical to the CPU in all three rounding m
               sgd16_update_(p_c, g, mc, kc, 1e-3, momentum, wd, rounding, seed, offset);
               sgd16_update_(p_g, gpu_input(g, strided), mg, kg, 1e-3, momentum, wd, rounding, seed, offset);
               offset += uint64_t(numel_of(s));
-              const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + " " +
-                                       layout_name(strided) + " " + rule_name(rule) + " momentum " +
-                                       std::to_string(momentum) + " wd " + std::to_string(wd) + " step " +
-                                       std::to_string(step);
+              const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + " " + layout_name(strided) +
+                                       " " + rule_name(rule) + " momentum " + std::to_string(momentum) + " wd " +
+                                       std::to_string(wd) + " step " + std::to_string(step);
               require_same(p_g, p_c, what + ": param");
               if (momentum != 0.0) require_same(m_g, m_c, what + ": momentum buffer");
               if (rule == Rule::kahan) require_same(k_g, k_c, what + ": Kahan compensation");
@@ -193,9 +192,9 @@ TEST_CASE("cuda adamw16_update is bit-identical to the CPU in all three rounding
               adamw16_update_(p_g, gpu_input(g, strided), m_g, v_g, kg, 1e-3, 0.9, 0.999, 1e-8, wd, step, rounding,
                               seed, offset);
               offset += uint64_t(numel_of(s));
-              const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + " " +
-                                       layout_name(strided) + " " + rule_name(rule) + " wd " + std::to_string(wd) +
-                                       " step " + std::to_string(step);
+              const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + " " + layout_name(strided) +
+                                       " " + rule_name(rule) + " wd " + std::to_string(wd) + " step " +
+                                       std::to_string(step);
               require_same(p_g, p_c, what + ": param");
               require_same(m_g, m_c, what + ": exp_avg");
               require_same(v_g, v_c, what + ": exp_avg_sq");

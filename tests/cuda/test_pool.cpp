@@ -20,8 +20,13 @@ struct PoolCase {
 // Non-overlapping, overlapping (stride < kernel: several windows share an input), padded,
 // rectangular, and a kernel as large as the padded input.
 const std::vector<PoolCase>& pool_cases() {
-  static const std::vector<PoolCase> cases = {
-      {2, 2, 0}, {3, 2, 1}, {3, 1, 1}, {{2, 3}, {1, 2}, {1, 0}}, {1, 1, 0}, {{5, 7}, {5, 7}, 0}, {{4, 2}, {3, 1}, {2, 1}}};
+  static const std::vector<PoolCase> cases = {{2, 2, 0},
+                                              {3, 2, 1},
+                                              {3, 1, 1},
+                                              {{2, 3}, {1, 2}, {1, 0}},
+                                              {1, 1, 0},
+                                              {{5, 7}, {5, 7}, 0},
+                                              {{4, 2}, {3, 1}, {2, 1}}};
   return cases;
 }
 

@@ -21,8 +21,8 @@ const std::vector<DType> kDtypes = {DType::f32, DType::f16, DType::bf16};
 const std::vector<ReduceOp> kOps = {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::amax};
 
 // Shapes with ragged sizes: single dims of the brief's sizes, and a few multi-dim ones.
-const std::vector<Shape> kShapes = {{1},       {7},        {31},      {33},         {1000},
-                                    {4097},    {100003},   {7, 33},   {33, 1000},   {4097, 3},
+const std::vector<Shape> kShapes = {{1},        {7},          {31},        {33},         {1000},
+                                    {4097},     {100003},     {7, 33},     {33, 1000},   {4097, 3},
                                     {3, 31, 7}, {2, 3, 5, 7}, {1, 257, 1}, {1000, 1, 33}};
 
 // The dim sets to reduce over: each dim alone, all dims ({}), and for 3+ dims the first and the
@@ -168,8 +168,8 @@ TEST_CASE("cuda reduce backward matches the CPU bit for bit, ties included", "[c
           const Tensor want = reduce_backward(op, x.shape(), reads_x ? x : Tensor(), reads_x ? y : Tensor(), dy, dims);
           for (const auto& [layout, xg] : layouts(x)) {
             const Tensor dyg = std::string(layout) == "strided" ? strided_on_gpu(dy) : on_gpu(dy);
-            const Tensor got = reduce_backward(op, x.shape(), reads_x ? xg : Tensor(), reads_x ? on_gpu(y) : Tensor(),
-                                               dyg, dims);
+            const Tensor got =
+                reduce_backward(op, x.shape(), reads_x ? xg : Tensor(), reads_x ? on_gpu(y) : Tensor(), dyg, dims);
             REQUIRE(got.device() == gpu());
             require_bit_identical(got, want, describe(op, shape, dims, dt, layout) + " backward");
           }

@@ -28,8 +28,8 @@ TEST_CASE("cuda allocator reuses blocks: no real allocation after a warm-up step
   // A small CNN step (conv, batch norm, pool, linear, loss, backward, AdamW) run several times.
   Generator gen(3);
   nn::Sequential model(std::make_shared<nn::Conv2d>(1, 8, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(8),
-                       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-                       std::make_shared<nn::Linear>(8 * 14 * 14, 10, true, gen));
+                       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+                       std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(8 * 14 * 14, 10, true, gen));
   model.to(gpu());
   AdamW opt(model.parameters(), {.lr = 1e-3});
   const Tensor x = on_gpu(random({16, 1, 28, 28}, DType::f32, 5));
@@ -48,7 +48,7 @@ TEST_CASE("cuda allocator reuses blocks: no real allocation after a warm-up step
   for (int i = 0; i < 5; ++i) step();
   const cuda::AllocatorStats after = cuda::allocator_stats(0);
   INFO("real allocations after warm-up: " << warm.real_allocs << ", after 5 more steps: " << after.real_allocs
-                                           << " (cache hits " << after.cache_hits << ")");
+                                          << " (cache hits " << after.cache_hits << ")");
   CHECK(after.real_allocs == warm.real_allocs);
   CHECK(after.cache_hits > warm.cache_hits);
 }

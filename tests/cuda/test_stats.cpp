@@ -34,7 +34,7 @@ Tensor special_values(const Shape& shape, DType dt, uint64_t seed, bool clean = 
     v[size_t(i)] = std::ldexp(std::copysign(1.0 + std::fabs(w[size_t(i)]), w[size_t(i)]), int(e));
     if (i % 13 == 5) v[size_t(i)] = 0.0;
     if (i % 17 == 3) v[size_t(i)] = -0.0;
-    if (i % 29 == 7) v[size_t(i)] = std::ldexp(1.0, -149);  // f32's smallest subnormal
+    if (i % 29 == 7) v[size_t(i)] = std::ldexp(1.0, -149);   // f32's smallest subnormal
     if (i % 31 == 11) v[size_t(i)] = -std::ldexp(3.0, -24);  // an f16 subnormal
     if (i % 37 == 2) v[size_t(i)] = std::ldexp(1.5, -8);     // ordinary
     if (clean) continue;
@@ -141,12 +141,12 @@ TEST_CASE("cuda grad_telemetry counts and histograms exactly as the CPU", "[cuda
       const Tensor x = special_values(shape, dt, seed += 2);
       for (DType format : {DType::f16, DType::bf16})
         for (const auto& [lo, hi, hist] : {std::tuple<int64_t, int64_t, bool>{kExpHistLo, kExpHistHi, true},
-                                          std::tuple<int64_t, int64_t, bool>{-10, 5, true},  // clamped bins
-                                          std::tuple<int64_t, int64_t, bool>{0, 0, false}}) {
+                                           std::tuple<int64_t, int64_t, bool>{-10, 5, true},  // clamped bins
+                                           std::tuple<int64_t, int64_t, bool>{0, 0, false}}) {
           const GradTelemetry want = grad_telemetry(x, format, hist, lo, hi);
           for (const auto& [layout, xg] : layouts(x)) {
             INFO(what("grad_telemetry", shape, dt, layout) << " to " << dtype_name(format) << " bins [" << lo << ", "
-                                                             << hi << "]" << (hist ? "" : " without histogram"));
+                                                           << hi << "]" << (hist ? "" : " without histogram"));
             const GradTelemetry got = grad_telemetry(xg, format, hist, lo, hi);
             CHECK(got.numel == want.numel);
             CHECK(got.nonzero == want.nonzero);

@@ -22,10 +22,10 @@ namespace {
 // linear(64 -> 10). Built on the CPU from `seed`, so both devices start from the same weights.
 std::shared_ptr<nn::Sequential> make_small_cnn(uint64_t seed) {
   Generator gen(seed);
-  return std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Conv2d>(1, 4, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(4),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(4 * 4 * 4, 10, true, gen));
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Conv2d>(1, 4, 3, 1, 1, 1, true, gen),
+                                          std::make_shared<nn::BatchNorm2d>(4), std::make_shared<nn::ReLU>(),
+                                          std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+                                          std::make_shared<nn::Linear>(4 * 4 * 4, 10, true, gen));
 }
 
 // One batch of 32 images (uniform in [-1, 1)) with random labels, on the CPU, fed `steps` times:
@@ -38,7 +38,8 @@ Batches make_batches(int steps, uint64_t seed) {
   Generator gen(seed);
   const Tensor x = uniform({32, 1, 8, 8}, -1.0, 1.0, gen);
   std::vector<int64_t> labels;
-  for (double v : uniform({32}, 0.0, 10.0, gen, DType::f64).to_vector()) labels.push_back(std::min<int64_t>(int64_t(v), 9));
+  for (double v : uniform({32}, 0.0, 10.0, gen, DType::f64).to_vector())
+    labels.push_back(std::min<int64_t>(int64_t(v), 9));
   const Tensor y = from_vector(labels, {32});
   return Batches{std::vector<Tensor>(size_t(steps), x), std::vector<Tensor>(size_t(steps), y)};
 }
@@ -88,8 +89,8 @@ PrecisionOptions policy(nn::Precision p, const std::string& scale, UpdateRoundin
 void require_losses_close(const Run& gpu_run, const Run& cpu_run, double rel, const std::string& what) {
   REQUIRE(gpu_run.losses.size() == cpu_run.losses.size());
   for (size_t s = 0; s < cpu_run.losses.size(); ++s) {
-    INFO(what << " step " << s + 1 << ": loss on the GPU " << gpu_run.losses[s] << ", on the CPU "
-              << cpu_run.losses[s] << " (tolerance " << rel << " relative)");
+    INFO(what << " step " << s + 1 << ": loss on the GPU " << gpu_run.losses[s] << ", on the CPU " << cpu_run.losses[s]
+              << " (tolerance " << rel << " relative)");
     REQUIRE(std::isfinite(cpu_run.losses[s]));
     REQUIRE(std::isfinite(gpu_run.losses[s]));
     CHECK(std::fabs(gpu_run.losses[s] - cpu_run.losses[s]) <= rel * std::max(1.0, std::fabs(cpu_run.losses[s])));
@@ -189,7 +190,8 @@ TEST_CASE("cuda training bf16-pure with stochastic rounding: same losses, same r
 TEST_CASE("cuda PrecisionTrainer keeps masters and optimizer state on the parameters' device", "[cuda]") {
   MT_REQUIRE_GPU();
   const Batches data = make_batches(2, 24);
-  for (const auto& [p, scale] : {std::pair{nn::Precision::fp16, "backoff"}, std::pair{nn::Precision::bf16_pure, "none"}}) {
+  for (const auto& [p, scale] :
+       {std::pair{nn::Precision::fp16, "backoff"}, std::pair{nn::Precision::bf16_pure, "none"}}) {
     auto model = make_small_cnn(11);
     model->to(gpu());
     PrecisionTrainer trainer(*model, {.kind = OptimizerKind::adamw, .lr = 1e-3}, policy(p, scale));
@@ -221,8 +223,9 @@ TEST_CASE("cuda PrecisionTrainer keeps masters and optimizer state on the parame
   // A model split over two devices is refused before the trainer changes anything.
   auto split = make_small_cnn(11);
   split->children().front()->to(gpu());
-  CHECK_THROWS_WITH(PrecisionTrainer(*split, {.kind = OptimizerKind::sgd, .lr = 0.1}, policy(nn::Precision::fp32, "none")),
-                    Catch::Contains("move the whole model with Module::to(device)"));
+  CHECK_THROWS_WITH(
+      PrecisionTrainer(*split, {.kind = OptimizerKind::sgd, .lr = 0.1}, policy(nn::Precision::fp32, "none")),
+      Catch::Contains("move the whole model with Module::to(device)"));
 }
 
 TEST_CASE("cuda Module::to(cuda) and back returns every parameter and buffer bit for bit", "[cuda]") {

@@ -25,8 +25,8 @@ using namespace mixtape::data;
 using Catch::Contains;
 namespace fs = std::filesystem;
 
-using mixtape::test::TempDir;
 using mixtape::test::error_of;
+using mixtape::test::TempDir;
 
 namespace {
 
@@ -153,16 +153,14 @@ TEST_CASE("read_idx rejects corrupt files with messages that name the file", "[d
       const std::string p = dir / (gz ? "short.gz" : "short");
       write_raw(p, cat(header(0x08, {2, 5}), Bytes(7, 1)), gz);
       const std::string msg = error_of([&] { read_idx(p); });
-      CHECK_THAT(msg, Contains(p) && Contains("truncated payload") && Contains("need 10 bytes") &&
-                          Contains("got 7"));
+      CHECK_THAT(msg, Contains(p) && Contains("truncated payload") && Contains("need 10 bytes") && Contains("got 7"));
     }
   }
   SECTION("truncated header") {
     const std::string p = dir / "hdr.gz";
     write_raw(p, {0, 0, 0x08, 0x03, 0, 0, 0, 1}, true);  // 3 dims declared, 1 present
-    CHECK_THAT(error_of([&] { read_idx(p); }),
-               Contains(p) && Contains("truncated header") && Contains("expected 16 header bytes") &&
-                   Contains("got 8"));
+    CHECK_THAT(error_of([&] { read_idx(p); }), Contains(p) && Contains("truncated header") &&
+                                                   Contains("expected 16 header bytes") && Contains("got 8"));
     const std::string q = dir / "tiny";
     write_raw(q, {0, 0}, false);
     CHECK_THAT(error_of([&] { read_idx(q); }), Contains("expected 4 magic bytes, got 2"));
@@ -229,15 +227,13 @@ TEST_CASE("load_fashion_mnist on fixture files: scaling, normalization, limits",
 
   // The train split is missing: the error names the path and the Debian package.
   const std::string msg = error_of([&] { load_fashion_mnist(dir.path.string(), MnistSplit::train); });
-  CHECK_THAT(msg, Contains((dir.path / "train-images-idx3-ubyte.gz").string()) &&
-                      Contains("dataset-fashion-mnist"));
+  CHECK_THAT(msg, Contains((dir.path / "train-images-idx3-ubyte.gz").string()) && Contains("dataset-fashion-mnist"));
   CHECK_THAT(error_of([&] { load_fashion_mnist((dir.path / "absent").string()); }),
              Contains("does not exist") && Contains("dataset-fashion-mnist"));
 
   MnistOptions bad;
   bad.std = 0.0f;
-  CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string(), MnistSplit::test, bad); }),
-             Contains("positive std"));
+  CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string(), MnistSplit::test, bad); }), Contains("positive std"));
 }
 
 TEST_CASE("load_fashion_mnist rejects mismatched counts and wrong shapes", "[data]") {

@@ -23,8 +23,8 @@ using namespace mixtape::data;
 using Catch::Contains;
 namespace fs = std::filesystem;
 
-using mixtape::test::TempDir;
 using mixtape::test::error_of;
+using mixtape::test::TempDir;
 
 namespace {
 
@@ -148,8 +148,7 @@ TEST_CASE("load_image_folder reports corrupt files by name, or skips them", "[da
 
   fs::create_directory(dir.path / "empty");
   CHECK_THAT(error_of([&] { load_image_folder((dir.path / "empty").string(), opt); }), Contains("no .png"));
-  CHECK_THAT(error_of([&] { load_image_folder((dir.path / "missing").string(), opt); }),
-             Contains("not a directory"));
+  CHECK_THAT(error_of([&] { load_image_folder((dir.path / "missing").string(), opt); }), Contains("not a directory"));
 }
 
 TEST_CASE("write_png_grid tiles, pads, clamps and writes atomically", "[data]") {
@@ -157,12 +156,12 @@ TEST_CASE("write_png_grid tiles, pads, clamps and writes atomically", "[data]") 
   // 3 RGB images of 2 x 2 on a 2 x 2 grid with 1 pixel of padding: 7 x 7 pixels.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> v(3 * 3 * 2 * 2, 0.0f);
-  v[0] = -1.0f;         // image 0, R, (0, 0) -> 0
-  v[1] = 1.0f;          // image 0, R, (0, 1) -> 255
-  v[2] = 0.5f;          // image 0, R, (1, 0) -> 191
-  v[3] = 3.0f;          // image 0, R, (1, 1) clamps -> 255
-  v[4 + 0] = nan;       // image 0, G, (0, 0) -> 0
-  v[12 + 8 + 3] = -7.f; // image 1, B, (1, 1) clamps -> 0
+  v[0] = -1.0f;          // image 0, R, (0, 0) -> 0
+  v[1] = 1.0f;           // image 0, R, (0, 1) -> 255
+  v[2] = 0.5f;           // image 0, R, (1, 0) -> 191
+  v[3] = 3.0f;           // image 0, R, (1, 1) clamps -> 255
+  v[4 + 0] = nan;        // image 0, G, (0, 0) -> 0
+  v[12 + 8 + 3] = -7.f;  // image 1, B, (1, 1) clamps -> 0
   const Tensor images = from_vector(v, {3, 3, 2, 2});
   const std::string path = (dir.path / "grid.png").string();
   write_png_grid(path, images, 2, 2, 1);
@@ -205,6 +204,8 @@ TEST_CASE("write_png_grid tiles, pads, clamps and writes atomically", "[data]") 
 
   CHECK_THAT(error_of([&] { write_png_grid(path, zeros({3, 2, 2, 2}), 2, 2); }), Contains("C = 1 or 3"));
   CHECK_THAT(error_of([&] { write_png_grid(path, zeros({5, 3, 2, 2}), 2, 2); }), Contains("do not fit"));
-  CHECK_THAT(error_of([&] { write_png_grid((dir.path / "no" / "x.png").string(), zeros({1, 3, 2, 2}), 1, 1); }),
+  CHECK_THAT(error_of([&] {
+               write_png_grid((dir.path / "no" / "x.png").string(), zeros({1, 3, 2, 2}), 1, 1);
+             }),
              Contains("cannot create"));
 }

@@ -19,8 +19,8 @@ using namespace mixtape::data;
 using Catch::Contains;
 using Clock = std::chrono::steady_clock;
 
-using mixtape::test::TempDir;
 using mixtape::test::error_of;
+using mixtape::test::TempDir;
 
 namespace {
 
@@ -49,9 +49,7 @@ class ProbeDataset : public Dataset {
   int64_t throw_on_;
 };
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 
@@ -96,8 +94,7 @@ TEST_CASE("DataLoader: order depends only on (seed, epoch)", "[data]") {
   DataLoader a(rows(100), o), b(rows(100), o);
   // Epoch 5 of a fresh loader equals epoch 5 reached after other epochs.
   b.start_epoch(0);
-  while (b.next()) {
-  }
+  while (b.next()) {}
   b.start_epoch(3);
   b.next();
   std::vector<int64_t> got_a, got_b;
@@ -188,7 +185,10 @@ TEST_CASE("DataLoader shuts down promptly mid-epoch", "[data]") {
   }
   {
     const auto t0 = Clock::now();
-    { DataLoader loader(ds, o); loader.start_epoch(0); }  // destroyed before any next()
+    {
+      DataLoader loader(ds, o);
+      loader.start_epoch(0);
+    }  // destroyed before any next()
     CHECK(seconds_since(t0) < 0.3);
   }
   {
@@ -228,7 +228,9 @@ TEST_CASE("DataLoader rethrows worker errors in order, then ends the epoch", "[d
 }
 
 TEST_CASE("TensorDataset validates its tensors and rows", "[data]") {
-  CHECK_THAT(error_of([] { TensorDataset({zeros({4, 2}), zeros({5})}); }),
+  CHECK_THAT(error_of([] {
+               TensorDataset({zeros({4, 2}), zeros({5})});
+             }),
              Contains("share dim 0") && Contains("f32[5]"));
   CHECK_THAT(error_of([] { TensorDataset({scalar_tensor(1.0)}); }), Contains("dim 0"));
   CHECK_THAT(error_of([] { TensorDataset(std::vector<Tensor>{}); }), Contains("at least one"));
@@ -238,5 +240,10 @@ TEST_CASE("TensorDataset validates its tensors and rows", "[data]") {
   const Tensor t = arange(0.0, 6.0).view({2, 3}).t();  // [3, 2]: row i = {i, i + 3}
   const TensorDataset tds({t});
   CHECK(tds.get_batch({2, 0})[0].to_vector() == std::vector<double>{2, 5, 0, 3});
-  CHECK_THAT(error_of([] { LoaderOptions o; o.batch_size = 0; DataLoader(rows(3), o); }), Contains("batch_size"));
+  CHECK_THAT(error_of([] {
+               LoaderOptions o;
+               o.batch_size = 0;
+               DataLoader(rows(3), o);
+             }),
+             Contains("batch_size"));
 }

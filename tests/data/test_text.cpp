@@ -18,8 +18,8 @@ using namespace mixtape::data;
 using Catch::Contains;
 namespace fs = std::filesystem;
 
-using mixtape::test::TempDir;
 using mixtape::test::error_of;
+using mixtape::test::TempDir;
 
 namespace {
 
@@ -29,9 +29,7 @@ void write_file(const fs::path& p, const std::string& s) {
   REQUIRE(out.good());
 }
 
-std::vector<int64_t> row(const Tensor& t, int64_t r) {
-  return t.select(0, r).values<int64_t>();
-}
+std::vector<int64_t> row(const Tensor& t, int64_t r) { return t.select(0, r).values<int64_t>(); }
 
 }  // namespace
 
@@ -129,7 +127,10 @@ TEST_CASE("TextCorpus contiguous evaluation batches", "[data]") {
   CHECK(row(e[2].target, 0) == std::vector<int64_t>{11, 12});
   CHECK(row(e[2].input, 1) == std::vector<int64_t>{22, 23});
   CHECK(row(e[2].target, 1) == std::vector<int64_t>{23, 24});
-  CHECK(c.decode(e[1].target) == "gh" "ijk" "stuvw");
+  CHECK(c.decode(e[1].target) ==
+        "gh"
+        "ijk"
+        "stuvw");
 
   CHECK_THAT(error_of([&] { c.eval_batches(TextSplit::train, 26, 4); }), Contains("too few"));
   CHECK_THAT(error_of([&] { TextCorpus("abc", 1.0); }), Contains("validation_fraction"));

@@ -18,8 +18,9 @@ Tensor rand_f64(const Shape& s, uint64_t seed, double lo = -1.0, double hi = 1.0
 
 // f(leaves) returns outputs; the checked scalar is sum_k <out_k, r_k> with fixed random r_k.
 // `before_eval` runs before every evaluation (replays random state such as dropout masks).
-void gradcheck(const std::vector<Variable>& leaves, const std::function<std::vector<Variable>()>& f,
-               const std::function<void()>& before_eval = [] {}, double step = 1e-6, double tol = 1e-7) {
+void gradcheck(
+    const std::vector<Variable>& leaves, const std::function<std::vector<Variable>()>& f,
+    const std::function<void()>& before_eval = [] {}, double step = 1e-6, double tol = 1e-7) {
   std::vector<Tensor> rs;
   auto objective = [&](const std::vector<Variable>& outs) {
     if (rs.empty())
@@ -76,9 +77,10 @@ std::vector<Variable> with_params(const nn::Module& m, std::vector<Variable> ext
 
 TEST_CASE("gradcheck: Conv2d module", "[nn][gradcheck]") {
   Generator gen(1);
-  nn::Conv2d conv(nn::Conv2dOptions{.in_channels = 2, .out_channels = 3, .kernel_size = {3, 2}, .stride = 2,
-                                    .padding = 1, .dilation = {1, 2}},
-                  gen);
+  nn::Conv2d conv(
+      nn::Conv2dOptions{
+          .in_channels = 2, .out_channels = 3, .kernel_size = {3, 2}, .stride = 2, .padding = 1, .dilation = {1, 2}},
+      gen);
   conv.to(DType::f64);
   const Variable x(rand_f64({2, 2, 5, 6}, 2), true);
   gradcheck(with_params(conv, {x}), [&] { return std::vector<Variable>{conv(x)}; });
@@ -106,21 +108,21 @@ TEST_CASE("gradcheck: BatchNorm2d module in training and eval mode", "[nn][gradc
 
 TEST_CASE("gradcheck: two-layer batch-first LSTM with an initial state and dropout", "[nn][gradcheck][lstm]") {
   Generator gen(4);
-  nn::LSTM lstm(nn::LSTMOptions{.input_size = 3, .hidden_size = 2, .num_layers = 2, .batch_first = true,
-                                .dropout = 0.3},
-                gen);
+  nn::LSTM lstm(
+      nn::LSTMOptions{.input_size = 3, .hidden_size = 2, .num_layers = 2, .batch_first = true, .dropout = 0.3}, gen);
   lstm.to(DType::f64);
-  const Variable x(rand_f64({2, 3, 3}, 5), true);    // [B, T, in]
-  const Variable h0(rand_f64({2, 2, 2}, 6), true);   // [L, B, H]
+  const Variable x(rand_f64({2, 3, 3}, 5), true);   // [B, T, in]
+  const Variable h0(rand_f64({2, 2, 2}, 6), true);  // [L, B, H]
   const Variable c0(rand_f64({2, 2, 2}, 7), true);
   // Every evaluation replays the same dropout masks.
   auto replay = [&] { lstm.set_dropout_seed(1234); };
-  gradcheck(with_params(lstm, {x, h0, c0}),
-            [&] {
-              auto [out, state] = lstm(x, nn::LSTMState{h0, c0});
-              return std::vector<Variable>{out, state.h, state.c};
-            },
-            replay);
+  gradcheck(
+      with_params(lstm, {x, h0, c0}),
+      [&] {
+    auto [out, state] = lstm(x, nn::LSTMState{h0, c0});
+    return std::vector<Variable>{out, state.h, state.c};
+      },
+      replay);
 }
 
 TEST_CASE("gradcheck: Linear + Embedding + loss modules", "[nn][gradcheck]") {

@@ -47,7 +47,7 @@ TEST_CASE("gains and fans follow torch.nn.init", "[nn][init]") {
 
 TEST_CASE("kaiming and xavier initializers hit their bounds and standard deviations", "[nn][init]") {
   Generator gen(123);
-  const Tensor w = empty({256, 512});  // 131072 draws: the std estimate is good to ~0.5%
+  const Tensor w = empty({256, 512});           // 131072 draws: the std estimate is good to ~0.5%
   const double bound = std::sqrt(6.0 / 512.0);  // relu gain sqrt(2) * sqrt(3 / fan_in)
   init::kaiming_uniform_(w, gen);
   Moments m = moments(w);
@@ -118,9 +118,7 @@ TEST_CASE("default layer inits follow torch and are reproducible from a seed", "
   CHECK(moments(up.weight.data()).max_abs >= 0.98 * ub);
 
   nn::LSTM lstm(10, 25, 2, false, true, 0.0, g1);
-  for (const Variable& p : lstm.parameters()) {
-    CHECK(moments(p.data()).max_abs <= 0.2);
-  }
+  for (const Variable& p : lstm.parameters()) { CHECK(moments(p.data()).max_abs <= 0.2); }
   CHECK(moments(lstm.layers()[0].weight_hh.data()).max_abs >= 0.19);
 
   nn::BatchNorm2d bn(4);

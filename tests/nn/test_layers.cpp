@@ -28,9 +28,9 @@ TEST_CASE("every layer produces the documented output shape", "[nn][layers]") {
   Generator gen(1);
   const Variable img(randn({2, 3, 8, 8}, 1));
   CHECK(nn::Conv2d(3, 4, 3, 2, 1, 1, true, gen)(img).shape() == Shape{2, 4, 4, 4});
-  CHECK(nn::Conv2d(nn::Conv2dOptions{.in_channels = 3, .out_channels = 5, .kernel_size = {3, 1}, .dilation = 2},
-                   gen)(img)
-            .shape() == Shape{2, 5, 4, 8});
+  CHECK(
+      nn::Conv2d(nn::Conv2dOptions{.in_channels = 3, .out_channels = 5, .kernel_size = {3, 1}, .dilation = 2}, gen)(img)
+          .shape() == Shape{2, 5, 4, 8});
   CHECK(nn::ConvTranspose2d(3, 6, 4, 2, 1, 0, 1, true, gen)(img).shape() == Shape{2, 6, 16, 16});
   CHECK(nn::ConvTranspose2d(3, 6, 3, 2, 1, 1, 1, false, gen)(img).shape() == Shape{2, 6, 16, 16});
   CHECK(nn::BatchNorm2d(3)(img).shape() == Shape{2, 3, 8, 8});
@@ -52,8 +52,9 @@ TEST_CASE("every layer produces the documented output shape", "[nn][layers]") {
   CHECK(out.shape() == Shape{5, 3, 6});
   CHECK(state.h.shape() == Shape{2, 3, 6});
   CHECK(state.c.shape() == Shape{2, 3, 6});
-  CHECK(nn::CrossEntropyLoss()(Variable(randn({4, 3}, 4)), from_vector(std::vector<int64_t>{0, 1, 2, 1}, {4}))
-            .shape() == Shape{});
+  CHECK(
+      nn::CrossEntropyLoss()(Variable(randn({4, 3}, 4)), from_vector(std::vector<int64_t>{0, 1, 2, 1}, {4})).shape() ==
+      Shape{});
   CHECK(nn::MSELoss(Reduction::none)(Variable(randn({4, 3}, 4)), randn({4, 3}, 5)).shape() == Shape{4, 3});
 }
 
@@ -132,7 +133,7 @@ TEST_CASE("BatchNorm uses batch statistics in training and running statistics in
     CHECK(ye.flat_get(i) == Approx((x.flat_get(i) - rm[c]) / std::sqrt(rv[c] + 1e-5) * w + b).epsilon(1e-6));
   }
   CHECK(bn.num_batches_tracked().item() == 1.0);  // eval does not count
-  CHECK(bn.running_mean().to_vector() == rm);      // nor update
+  CHECK(bn.running_mean().to_vector() == rm);     // nor update
 
   // Without running statistics both modes normalize with the batch.
   nn::BatchNorm1d free_bn(nn::BatchNormOptions{.num_features = 2, .affine = false, .track_running_stats = false});
@@ -143,8 +144,7 @@ TEST_CASE("BatchNorm uses batch statistics in training and running statistics in
   CHECK(free_bn.str() == "BatchNorm1d(2, eps=1e-05, momentum=0.1, affine=false, track_running_stats=false)");
 }
 
-TEST_CASE("layers cast fp32 parameters to a 16-bit input and gradients reach the fp32 masters",
-          "[nn][layers][mixed]") {
+TEST_CASE("layers cast fp32 parameters to a 16-bit input and gradients reach the fp32 masters", "[nn][layers][mixed]") {
   Generator gen(3);
   for (DType dt : {DType::f16, DType::bf16}) {
     INFO(dtype_name(dt));

@@ -136,8 +136,8 @@ TEST_CASE("LSTM in 16 bits casts its parameters and state and sends fp32 gradien
   const Tensor x = randn({2, 5, 3}, 4, DType::f32);
   const Tensor ref = lstm(Variable(x)).output.data();
   Tape tape;
-  auto [out, state] = lstm(Variable(x.to(DType::bf16)), nn::LSTMState{Variable(zeros({1, 2, 4})),
-                                                                      Variable(zeros({1, 2, 4}))});
+  auto [out, state] =
+      lstm(Variable(x.to(DType::bf16)), nn::LSTMState{Variable(zeros({1, 2, 4})), Variable(zeros({1, 2, 4}))});
   CHECK(out.dtype() == DType::bf16);
   CHECK(state.c.dtype() == DType::bf16);
   CHECK(max_diff(out.data().to(DType::f32), ref) < 0.05);
@@ -153,8 +153,9 @@ TEST_CASE("LSTM validates its input and state shapes", "[nn][lstm][errors]") {
   CHECK_THROWS_WITH(lstm(Variable(zeros({2, 5, 4}))), Contains("LSTM(3, 4, num_layers=2, batch_first=true): "
                                                                "expected input [B, T, 3], got f32[2, 5, 4]"));
   CHECK_THROWS_WITH(lstm(Variable(zeros({5, 3}))), Contains("expected input [B, T, 3]"));
-  CHECK_THROWS_WITH(lstm(Variable(zeros({2, 5, 3})), nn::LSTMState{Variable(zeros({2, 5, 4})), Variable(zeros({2, 2, 4}))}),
-                    Contains("the initial state must be two [2, 2, 4] tensors") && Contains("f32[2, 5, 4]"));
+  CHECK_THROWS_WITH(
+      lstm(Variable(zeros({2, 5, 3})), nn::LSTMState{Variable(zeros({2, 5, 4})), Variable(zeros({2, 2, 4}))}),
+      Contains("the initial state must be two [2, 2, 4] tensors") && Contains("f32[2, 5, 4]"));
   CHECK_THROWS_WITH(lstm(Variable(zeros({2, 5, 3})), nn::LSTMState{Variable(zeros({2, 2, 4})), Variable()}),
                     Contains("an undefined Variable"));
 }

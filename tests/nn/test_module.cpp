@@ -11,8 +11,8 @@
 using namespace mixtape;
 using Catch::Matchers::Contains;
 
-using mixtape::test::TempDir;
 using mixtape::test::error_of;
+using mixtape::test::TempDir;
 
 namespace {
 
@@ -54,9 +54,8 @@ Tensor input_batch(uint64_t seed) {
 TEST_CASE("parameters, buffers and children get dotted names in registration order", "[nn][module]") {
   Generator gen(1);
   Net net(gen);
-  const std::vector<std::string> expected = {"scale",           "features.0.weight", "features.0.bias",
-                                             "features.1.weight", "features.1.bias", "fc.weight",
-                                             "fc.bias"};
+  const std::vector<std::string> expected = {
+      "scale", "features.0.weight", "features.0.bias", "features.1.weight", "features.1.bias", "fc.weight", "fc.bias"};
   CHECK(names_of(net.named_parameters()) == expected);
   // Each Variable carries its dotted path as its name (telemetry, messages).
   for (const auto& [n, p] : net.named_parameters()) CHECK(p.name() == n);
@@ -170,7 +169,8 @@ TEST_CASE("state_dict round trip into a fresh model gives identical outputs", "[
   CHECK(snap.item() == 1.0);
 }
 
-TEST_CASE("load_state_dict names missing, unexpected and mismatched entries and copies nothing", "[nn][module][state]") {
+TEST_CASE("load_state_dict names missing, unexpected and mismatched entries and copies nothing",
+          "[nn][module][state]") {
   Generator g1(1), g2(2);
   Net a(g1), b(g2);
   const std::vector<double> before = b.fc->weight.data().to_vector();
@@ -274,8 +274,7 @@ TEST_CASE("modules print as a tree", "[nn][module][print]") {
 
   CHECK(nn::LSTM(8, 16, 2, true, true, 0.1, gen).str() == "LSTM(8, 16, num_layers=2, batch_first=true, dropout=0.1)");
   CHECK(nn::Embedding(100, 16, gen).str() == "Embedding(100, 16)");
-  CHECK(nn::Conv2d(nn::Conv2dOptions{.in_channels = 3, .out_channels = 8, .kernel_size = {3, 5}, .dilation = 2},
-                   gen)
+  CHECK(nn::Conv2d(nn::Conv2dOptions{.in_channels = 3, .out_channels = 8, .kernel_size = {3, 5}, .dilation = 2}, gen)
             .str() == "Conv2d(3, 8, kernel=(3, 5), stride=1, padding=0, dilation=2)");
   CHECK(nn::CrossEntropyLoss().str() == "CrossEntropyLoss(reduction=mean)");
   CHECK(nn::AvgPool2d(3, 1, 1).str() == "AvgPool2d(kernel=3, stride=1, padding=1)");
@@ -293,8 +292,7 @@ TEST_CASE("Sequential chains its modules and checks indices and types", "[nn][mo
   seq.push_back(std::make_shared<nn::Sigmoid>());
   REQUIRE(seq.size() == 4);
   CHECK(seq.named_children()[3].first == "3");
-  CHECK(names_of(seq.named_parameters()) ==
-        std::vector<std::string>{"0.weight", "0.bias", "out.weight", "out.bias"});
+  CHECK(names_of(seq.named_parameters()) == std::vector<std::string>{"0.weight", "0.bias", "out.weight", "out.bias"});
   CHECK(seq.at<nn::Linear>(2) == last);
   CHECK_THROWS_WITH(seq.at<nn::Linear>(1), Contains("module 1 is a ReLU"));
   CHECK_THROWS_WITH(seq[4], Contains("index 4 is out of range for 4 modules"));

@@ -103,10 +103,10 @@ struct Gemm {
   std::vector<double> a, b;  // row-major
   explicit Gemm(DType dt) {
     const double big = std::ldexp(1.0, spacing2_exp(dt));
-    a = {big, 1, 1, 1,  //
+    a = {big, 1,     1, 1,    //
          0.5, -0.25, 3, 1.5,  //
-         1, 1, 1, big};
-    b = {1, 1,  //
+         1,   1,     1, big};
+    b = {1, 1,    //
          1, 0.5,  //
          1, 0.5,  //
          1, 0.5};
@@ -199,8 +199,8 @@ TEST_CASE("fp32_input casts 16-bit inputs of cast_input entries only", "[precisi
   // Not on the list, or on it with another rule: the cast is not what keeps them in fp32.
   for (OpId op : {OpId::relu, OpId::linear, OpId::sum, OpId::batch_norm}) {
     INFO(op_name(op));
-    CHECK_THROWS_WITH(nn::fp32_input(op, x16),
-                      Catch::Contains(std::string("'") + op_name(op) + "' is not an op whose input the fp32 allow-list casts"));
+    CHECK_THROWS_WITH(nn::fp32_input(op, x16), Catch::Contains(std::string("'") + op_name(op) +
+                                                               "' is not an op whose input the fp32 allow-list casts"));
   }
   CHECK_FALSE(nn::on_fp32_allow_list(OpId::relu));
   CHECK_THROWS_WITH(nn::fp32_input(OpId::softmax, Variable()), Catch::Contains("undefined"));
@@ -217,23 +217,28 @@ TEST_CASE("every entry of the fp32 allow-list keeps its op in fp32", "[precision
   const Tensor probs = uniform({4, 5}, 0.0, 1.0, gen);
   checks[OpId::softmax] = [&] {
     nn::Softmax m(1);
-    check_cast_input(OpId::softmax, [&](const Variable& x) { return m(x); }, logits);
+    check_cast_input(
+        OpId::softmax, [&](const Variable& x) { return m(x); }, logits);
   };
   checks[OpId::log_softmax] = [&] {
     nn::LogSoftmax m(-1);
-    check_cast_input(OpId::log_softmax, [&](const Variable& x) { return m(x); }, logits);
+    check_cast_input(
+        OpId::log_softmax, [&](const Variable& x) { return m(x); }, logits);
   };
   checks[OpId::cross_entropy] = [&] {
     nn::CrossEntropyLoss loss;
-    check_cast_input(OpId::cross_entropy, [&](const Variable& x) { return loss(x, labels); }, logits);
+    check_cast_input(
+        OpId::cross_entropy, [&](const Variable& x) { return loss(x, labels); }, logits);
   };
   checks[OpId::bce_with_logits] = [&] {
     nn::BCEWithLogitsLoss loss;
-    check_cast_input(OpId::bce_with_logits, [&](const Variable& x) { return loss(x, probs); }, logits);
+    check_cast_input(
+        OpId::bce_with_logits, [&](const Variable& x) { return loss(x, probs); }, logits);
   };
   checks[OpId::mse_loss] = [&] {
     nn::MSELoss loss;
-    check_cast_input(OpId::mse_loss, [&](const Variable& x) { return loss(x, probs); }, logits);
+    check_cast_input(
+        OpId::mse_loss, [&](const Variable& x) { return loss(x, probs); }, logits);
   };
 
   // accumulate: sum and mean of 4096 ones and the values k 2^-10, k = 1..1000 (as the format
@@ -275,7 +280,7 @@ TEST_CASE("every entry of the fp32 allow-list keeps its op in fp32", "[precision
     const int64_t N = 64, C = 3;
     std::vector<double> v(size_t(N * C));
     for (int64_t i = 0; i < N; ++i) {
-      v[size_t(i * C + 0)] = 300.0 + 0.25 * double(i);       // large mean, small spread
+      v[size_t(i * C + 0)] = 300.0 + 0.25 * double(i);             // large mean, small spread
       v[size_t(i * C + 1)] = std::ldexp(double(i % 7) - 3.0, -9);  // small values
       v[size_t(i * C + 2)] = (i % 2 ? 2000.0 : -2000.0) + double(i % 5);
     }
@@ -361,7 +366,8 @@ TEST_CASE("every entry of the fp32 allow-list keeps its op in fp32", "[precision
     for (DType dt : k16) {
       INFO("conv2d on " << dtype_name(dt));
       const Gemm g(dt);
-      Variable x(from_vector(g.a, {g.M, g.K, 1, 1}, dt), true), w(from_vector(g.b_transposed(), {g.N, g.K, 1, 1}, dt), true);
+      Variable x(from_vector(g.a, {g.M, g.K, 1, 1}, dt), true),
+          w(from_vector(g.b_transposed(), {g.N, g.K, 1, 1}, dt), true);
       Tape tape;
       const Variable y = conv2d(x, w);
       CHECK(has_node(tape, OpId::conv2d));
@@ -389,17 +395,14 @@ TEST_CASE("every entry of the fp32 allow-list keeps its op in fp32", "[precision
     const auto it = checks.find(e.op);
     REQUIRE(it != checks.end());
     // The rule decides what fp32_input does with the op.
-    if (e.rule == nn::Fp32Rule::cast_input)
-      CHECK_NOTHROW(nn::fp32_input(e.op, Variable(zeros({2}, DType::f16))));
-    else
-      CHECK_THROWS(nn::fp32_input(e.op, Variable(zeros({2}, DType::f16))));
+    if (e.rule == nn::Fp32Rule::cast_input) CHECK_NOTHROW(nn::fp32_input(e.op, Variable(zeros({2}, DType::f16))));
+    else CHECK_THROWS(nn::fp32_input(e.op, Variable(zeros({2}, DType::f16))));
     it->second();
   }
   CHECK(listed.size() == checks.size());  // no check for an op the list does not name
 }
 
-TEST_CASE("apply_precision: pure policies store parameters in 16 bits, batch-norm buffers stay f32",
-          "[precision]") {
+TEST_CASE("apply_precision: pure policies store parameters in 16 bits, batch-norm buffers stay f32", "[precision]") {
   auto make = [] {
     Generator gen(1);
     return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 6, true, gen),

@@ -64,7 +64,7 @@ TEST_CASE("scaled_step clips the unscaled gradients, each parameter by its own s
   CHECK(rel_close(-a.data().to_vector()[1], 4.0 * coef, 1e-7));
   CHECK(rel_close(-b.data().item(), 12.0 * coef, 1e-7));
   CHECK(c.data().to_vector() == std::vector<double>{0.0, 0.0});  // no gradient: untouched
-  CHECK_FALSE(a.grad().has_value());                              // gradients are dropped
+  CHECK_FALSE(a.grad().has_value());                             // gradients are dropped
   CHECK(opt.step_count(2) == 0);
 }
 

@@ -78,7 +78,7 @@ TEST_CASE("grad_stats of a list of tensors equals grad_stats of each", "[optim][
 }
 
 TEST_CASE("check_grads divides each parameter's max by its own scale", "[optim][mixed]") {
-  Variable a = param_with_grad({16.0, -48.0}, 16.0f, DType::f16);   // true max 3
+  Variable a = param_with_grad({16.0, -48.0}, 16.0f, DType::f16);       // true max 3
   Variable b = param_with_grad({1024.0, 5120.0}, 1024.0f, DType::f16);  // true max 5
   Variable none(zeros({2}), true, "no grad");
   GradCheck c = check_grads({a, b, none});
@@ -165,8 +165,10 @@ TEST_CASE("backoff never reaches inf or 0", "[optim][mixed]") {
   CHECK(s.scale() == top);
   CHECK(std::isfinite(s.scale()));
 
-  BackoffLossScaler big_growth({.init_scale = std::ldexp(1.0f, 100), .growth_factor = std::ldexp(1.0f, 40),
-                                .growth_interval = 1, .max_scale = inf});
+  BackoffLossScaler big_growth({.init_scale = std::ldexp(1.0f, 100),
+                                .growth_factor = std::ldexp(1.0f, 40),
+                                .growth_interval = 1,
+                                .max_scale = inf});
   big_growth.update(clean());  // 2^140 does not exist in fp32: growth is skipped
   CHECK(big_growth.scale() == std::ldexp(1.0f, 100));
 
@@ -212,7 +214,11 @@ TEST_CASE("LogMax follows the running log2-max statistics computed by hand", "[o
   //   5  -2.781798800484799     2.316264310028327     11.6245420824973        2^11
   LogMaxLossScaler s;
   CHECK(s.scale() == 1.0f);
-  struct Row { double max_abs; double mu, sigma; int exp; };
+  struct Row {
+    double max_abs;
+    double mu, sigma;
+    int exp;
+  };
   const std::vector<Row> rows = {{0.0625, -4.0, 0.0, 20},
                                  {0.25, -2.9949748743718576, 0.999999874874841, 15},
                                  {0.015625, -4.006733780007414, 1.633401358855166, 14},

@@ -70,11 +70,13 @@ TEST_CASE("16-bit parameters get exact fp32 masters that take the update", "[opt
 }
 
 TEST_CASE("master weights reproduce the fp32 optimizer on the masters (SGD, Adam, AdamW)", "[optim][mixed]") {
-  struct Case { const char* name; OptimizerFactory make; };
-  const std::vector<Case> cases = {
-      {"SGD", sgd({.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01})},
-      {"Adam", adam({.lr = 0.01, .weight_decay = 0.01})},
-      {"AdamW", adamw({.lr = 0.01, .weight_decay = 0.1})}};
+  struct Case {
+    const char* name;
+    OptimizerFactory make;
+  };
+  const std::vector<Case> cases = {{"SGD", sgd({.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01})},
+                                   {"Adam", adam({.lr = 0.01, .weight_decay = 0.01})},
+                                   {"AdamW", adamw({.lr = 0.01, .weight_decay = 0.1})}};
   for (DType dt : {DType::f16, DType::bf16}) {
     for (const Case& c : cases) {
       INFO(c.name << " on " << dtype_name(dt) << " parameters");
@@ -271,8 +273,8 @@ namespace {
 
 std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
   Generator gen(seed);
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 32, true, gen),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 1, true, gen));
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 32, true, gen), std::make_shared<nn::ReLU>(),
+                                          std::make_shared<nn::Linear>(32, 1, true, gen));
 }
 
 double max_abs_diff(const std::vector<Variable>& a, const std::vector<Variable>& b) {
@@ -314,7 +316,11 @@ TEST_CASE("an fp16 MLP with master weights and loss scaling tracks its fp32 twin
     ref_opt.zero_grad();
   }
 
-  struct Run { const char* name; bool params16; bool backoff; };
+  struct Run {
+    const char* name;
+    bool params16;
+    bool backoff;
+  };
   for (const Run& r : {Run{"f16 params + masters, static 1024", true, false},
                        Run{"f16 params + masters, backoff from 2^24", true, true},
                        Run{"f32 params, f16 compute, backoff from 2^24", false, true}}) {
@@ -341,8 +347,8 @@ TEST_CASE("an fp16 MLP with master weights and loss scaling tracks its fp32 twin
     for (size_t i = 0; i < mw.params().size(); ++i) masters.push_back(mw.master(i));
     const double wdiff = max_abs_diff(masters, ref->parameters());
     std::printf("[mixed] %s: %lld skipped; loss fp32 %.6f -> %.6f, fp16 %.6f -> %.6f; max |master - fp32| %.2e\n",
-                r.name, (long long)scaler->skipped(), ref_loss.front(), ref_loss.back(), losses.front(),
-                losses.back(), wdiff);
+                r.name, (long long)scaler->skipped(), ref_loss.front(), ref_loss.back(), losses.front(), losses.back(),
+                wdiff);
     CHECK(ref_loss.back() < 0.1 * ref_loss.front());  // it trains
     CHECK(std::abs(losses.back() - ref_loss.back()) <= 0.01 * ref_loss.back());
     CHECK(wdiff <= 2e-3);

@@ -173,9 +173,10 @@ TEST_CASE("Kahan summation keeps 10^6 updates that nearest rounding drops", "[op
     sgd16_update_(w_k, g, mom, c, 1.0, 0.0, 0.0, Rounding::nearest, 0, 0);
     sgd16_update_(w_n, g, mom, none, 1.0, 0.0, 0.0, Rounding::nearest, 0, 0);
   }
-  std::printf("[pure16] bf16 weight 1.0 after 1e6 updates of mean -5e-7 (|u| <= 1.005e-4): f64 sum %.6f, "
-              "Kahan %.6f (c = %.3g), nearest %.6f\n",
-              exact, w_k.item(), c.item(), w_n.item());
+  std::printf(
+      "[pure16] bf16 weight 1.0 after 1e6 updates of mean -5e-7 (|u| <= 1.005e-4): f64 sum %.6f, "
+      "Kahan %.6f (c = %.3g), nearest %.6f\n",
+      exact, w_k.item(), c.item(), w_n.item());
   CHECK(w_n.item() == 1.0);
   CHECK(std::abs(w_k.item() - exact) < 0.01);  // ~5 ulps at 0.5; nearest is off by 0.49
   CHECK(std::abs(exact - 1.0) > 0.4);
@@ -193,9 +194,10 @@ TEST_CASE("Kahan summation keeps 10^6 updates that nearest rounding drops", "[op
     exact_a += double(1e-4f);
     if (t == 10000) at_1e4 = w_a.item();
   }
-  std::printf("[pure16] bf16 weight 1.0 plus 1e-4 per step: after 1e4 steps f64 %.6f, Kahan %.6f; "
-              "after 1e6 steps f64 %.4f, Kahan %.4f (stalled)\n",
-              1.0 + 10000 * double(1e-4f), at_1e4, exact_a, w_a.item());
+  std::printf(
+      "[pure16] bf16 weight 1.0 plus 1e-4 per step: after 1e4 steps f64 %.6f, Kahan %.6f; "
+      "after 1e6 steps f64 %.4f, Kahan %.4f (stalled)\n",
+      1.0 + 10000 * double(1e-4f), at_1e4, exact_a, w_a.item());
   CHECK(std::abs(at_1e4 - (1.0 + 10000 * double(1e-4f))) < 0.07);  // 2 + a few ulps (2^-7)
   CHECK(w_a.item() < 0.5 * exact_a);
 }
@@ -221,16 +223,16 @@ TEST_CASE("nearest rounding halts SGD far from the optimum, stochastic rounding 
   const double d_near = distance(UpdateRounding::nearest);
   const double d_sr = distance(UpdateRounding::stochastic);
   const double d_kahan = distance(UpdateRounding::kahan);
-  std::printf("[pure16] mean |w - w*| after 800 bf16 SGD steps: nearest %.4f, stochastic %.4f, Kahan %.4f\n",
-              d_near, d_sr, d_kahan);
+  std::printf("[pure16] mean |w - w*| after 800 bf16 SGD steps: nearest %.4f, stochastic %.4f, Kahan %.4f\n", d_near,
+              d_sr, d_kahan);
   CHECK(d_near > 0.1);
   CHECK(d_sr < 0.02);
   CHECK(d_kahan < 0.01);
 }
 
 TEST_CASE("SGD16 and AdamW16 keep 16-bit state and resume from their state dicts", "[optim][pure16]") {
-  const std::vector<std::vector<double>> gs = {{0.5, -0.25, 1.0}, {-0.125, 0.5, 0.75}, {0.25, 0.25, -2.0},
-                                               {1.0, -1.0, 0.5}};
+  const std::vector<std::vector<double>> gs = {
+      {0.5, -0.25, 1.0}, {-0.125, 0.5, 0.75}, {0.25, 0.25, -2.0}, {1.0, -1.0, 0.5}};
   auto param = [] { return Variable(from_vector(std::vector<double>{1.0, -0.5, 0.25}, {3}, DType::bf16), true); };
   auto set = [](Variable& p, const std::vector<double>& g) {
     p.set_grad(ScaledGrad{from_vector(g, {3}, DType::bf16), 1.0f});

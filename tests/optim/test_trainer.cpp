@@ -25,8 +25,8 @@ namespace {
 // Linear(8, 32) - ReLU - Linear(32, 4), torch's default init from `seed`.
 std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
   Generator gen(seed);
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 32, true, gen),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 4, true, gen));
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 32, true, gen), std::make_shared<nn::ReLU>(),
+                                          std::make_shared<nn::Linear>(32, 4, true, gen));
 }
 
 // 64 points x ~ N(0, 1)^8 labelled by the argmax of a random teacher MLP's logits.
@@ -151,17 +151,16 @@ TEST_CASE("parse_loss_scale accepts the five kinds and says what it accepts othe
     CHECK(parse_loss_scale(text).str() == text);
   }
   const std::string accepted = "accepted: none, static:S with S a power of two";
-  CHECK_THROWS_WITH(parse_loss_scale("static:1000"),
-                    Catch::Contains("loss scale 'static:1000'") && Catch::Contains("power of two") &&
-                        Catch::Contains(accepted));
+  CHECK_THROWS_WITH(parse_loss_scale("static:1000"), Catch::Contains("loss scale 'static:1000'") &&
+                                                         Catch::Contains("power of two") && Catch::Contains(accepted));
   CHECK_THROWS_WITH(parse_loss_scale("static:"), Catch::Contains("'' is not a number") && Catch::Contains(accepted));
   CHECK_THROWS_WITH(parse_loss_scale("static:abc"),
                     Catch::Contains("'abc' is not a number") && Catch::Contains(accepted));
   CHECK_THROWS_WITH(parse_loss_scale("static:1024x"), Catch::Contains("is not a number"));
   CHECK_THROWS_WITH(parse_loss_scale("static:-1024"), Catch::Contains("power of two"));
-  CHECK_THROWS_WITH(parse_loss_scale("bogus"),
-                    Catch::Contains("unknown loss scale 'bogus'") && Catch::Contains(accepted) &&
-                        Catch::Contains("backoff, logmax, gradient"));
+  CHECK_THROWS_WITH(parse_loss_scale("bogus"), Catch::Contains("unknown loss scale 'bogus'") &&
+                                                   Catch::Contains(accepted) &&
+                                                   Catch::Contains("backoff, logmax, gradient"));
   // The scaler behind each spec.
   CHECK(std::string(make_loss_scaler(parse_loss_scale("static:1024"))->name()) == "static");
   CHECK(make_loss_scaler(parse_loss_scale("static:1024"))->scale() == 1024.0f);
@@ -180,8 +179,8 @@ TEST_CASE("each policy trains the MLP, and mixed fp16 tracks fp32", "[precision]
   };
   std::map<std::string, std::vector<double>> losses;
   std::map<std::string, std::shared_ptr<nn::Sequential>> models;
-  for (const Run& r : {Run{"fp32", "none"}, Run{"fp16", "backoff"}, Run{"bf16", "none"},
-                       Run{"fp16-pure", "backoff"}, Run{"bf16-pure", "none"}}) {
+  for (const Run& r : {Run{"fp32", "none"}, Run{"fp16", "backoff"}, Run{"bf16", "none"}, Run{"fp16-pure", "backoff"},
+                       Run{"bf16-pure", "none"}}) {
     INFO(r.precision);
     auto model = make_mlp(1);
     PrecisionTrainer tr(*model, sgd, policy(r.precision, r.loss_scale));
@@ -405,8 +404,8 @@ TEST_CASE("loss scale gradient runs Zhao's rule and the optimizer sees the fp32 
     CHECK(r.format == DType::f16);
     max_beta = std::max(max_beta, r.beta);
   }
-  std::printf("[precision] gradient scaling: %zu records (%d linear, %d cast), largest beta %g\n", recs.size(), gemm, casts,
-              double(max_beta));
+  std::printf("[precision] gradient scaling: %zu records (%d linear, %d cast), largest beta %g\n", recs.size(), gemm,
+              casts, double(max_beta));
   CHECK(gemm >= 1);   // the second Linear's dX (the first one's input needs no gradient)
   CHECK(casts >= 1);  // the f16 -> f32 cast before the loss
   CHECK(cast_beta > 1.0f);
@@ -423,8 +422,8 @@ TEST_CASE("loss scale gradient runs Zhao's rule and the optimizer sees the fp32 
   // gradients sum 64 such rows. Without the rule every gradient is zero (error 1).
   const double err_scaled = worst_relative(unscaled_grads(mz), g32);
   const double err_none = worst_relative(unscaled_grads(mn), g32);
-  std::printf("[precision] gradient scaling vs fp32 gradients: worst relative error %.2e with the rule, %.2e without\n", err_scaled,
-              err_none);
+  std::printf("[precision] gradient scaling vs fp32 gradients: worst relative error %.2e with the rule, %.2e without\n",
+              err_scaled, err_none);
   CHECK(err_scaled <= 5e-2);
   CHECK(err_none == 1.0);
   CHECK(tz->step());
@@ -512,10 +511,11 @@ TEST_CASE("the census sees f16 gradient underflow, and a static scale of 2^16 re
   };
   const RoundingCounts none = census_of("none");
   const RoundingCounts scaled = census_of("static:65536");
-  std::printf("[precision] f16 backward with tiny gradients: underflow %llu of %llu nonzero unscaled, %llu of %llu "
-              "at 2^16\n",
-              (unsigned long long)none.underflow, (unsigned long long)none.nonzero,
-              (unsigned long long)scaled.underflow, (unsigned long long)scaled.nonzero);
+  std::printf(
+      "[precision] f16 backward with tiny gradients: underflow %llu of %llu nonzero unscaled, %llu of %llu "
+      "at 2^16\n",
+      (unsigned long long)none.underflow, (unsigned long long)none.nonzero, (unsigned long long)scaled.underflow,
+      (unsigned long long)scaled.nonzero);
   CHECK(none.underflow > 0);
   CHECK(none.rounded == scaled.rounded);  // the same roundings, at another scale
   CHECK(scaled.underflow < none.underflow);
@@ -566,9 +566,8 @@ TEST_CASE("trainer state dicts resume exactly and refuse another precision", "[p
     train_step(c, *mc);
     const Snapshot c_before = snapshot(c, *mc);
     const float c_scale = c.scale();
-    CHECK_THROWS_WITH(c.load_state_dict(saved),
-                      Catch::Contains(std::string("the state is for precision '") + r.precision + "', this trainer runs '" +
-                                      other + "'"));
+    CHECK_THROWS_WITH(c.load_state_dict(saved), Catch::Contains(std::string("the state is for precision '") +
+                                                                r.precision + "', this trainer runs '" + other + "'"));
     CHECK(snapshot(c, *mc) == c_before);
     CHECK(c.scale() == c_scale);
     CHECK(c.steps() == 1);
@@ -602,12 +601,13 @@ TEST_CASE("pure policies refuse Nesterov SGD and Adam with L2 weight decay", "[p
     for (const Variable& v : model->parameters()) before.push_back(bytes_of(v.data()));
     const std::string name = pure;
     CHECK_THROWS_WITH(
-        (PrecisionTrainer(*model, {.kind = OptimizerKind::sgd, .lr = 0.1, .momentum = 0.9, .nesterov = true}, policy(pure))),
+        (PrecisionTrainer(*model, {.kind = OptimizerKind::sgd, .lr = 0.1, .momentum = 0.9, .nesterov = true},
+                          policy(pure))),
         Catch::Contains("PrecisionTrainer: " + name + " has no Nesterov momentum"));
-    CHECK_THROWS_WITH((PrecisionTrainer(*model, {.kind = OptimizerKind::adam, .lr = 1e-3, .weight_decay = 0.01},
-                                        policy(pure))),
-                      Catch::Contains("PrecisionTrainer: " + name + " has no Adam with L2 weight decay") &&
-                          Catch::Contains("use AdamW"));
+    CHECK_THROWS_WITH(
+        (PrecisionTrainer(*model, {.kind = OptimizerKind::adam, .lr = 1e-3, .weight_decay = 0.01}, policy(pure))),
+        Catch::Contains("PrecisionTrainer: " + name + " has no Adam with L2 weight decay") &&
+            Catch::Contains("use AdamW"));
     CHECK_THROWS_WITH((PrecisionTrainer(*model, {.kind = OptimizerKind::adamw, .lr = -1.0}, policy(pure))),
                       Catch::Contains("learning rate must be finite and >= 0"));
     // A refused trainer leaves the model as it was, f32 and bit for bit.
@@ -616,19 +616,19 @@ TEST_CASE("pure policies refuse Nesterov SGD and Adam with L2 weight decay", "[p
       CHECK(bytes_of(model->parameters()[i].data()) == before[i]);
     }
     // What they can do: momentum SGD, Adam without weight decay (AdamW with 0), AdamW.
-    CHECK_NOTHROW(PrecisionTrainer(*make_mlp(1), {.kind = OptimizerKind::sgd, .lr = 0.1, .momentum = 0.9}, policy(pure)));
+    CHECK_NOTHROW(
+        PrecisionTrainer(*make_mlp(1), {.kind = OptimizerKind::sgd, .lr = 0.1, .momentum = 0.9}, policy(pure)));
     CHECK_NOTHROW(PrecisionTrainer(*make_mlp(1), {.kind = OptimizerKind::adam, .lr = 1e-3}, policy(pure)));
   }
   // The mixed policies run both on fp32 masters.
   for (const char* mixed : {"fp32", "fp16", "bf16"}) {
     INFO(mixed);
-    CHECK_NOTHROW(PrecisionTrainer(*make_mlp(1), {.kind = OptimizerKind::sgd, .lr = 0.1, .momentum = 0.9, .nesterov = true},
-                                   policy(mixed)));
+    CHECK_NOTHROW(PrecisionTrainer(
+        *make_mlp(1), {.kind = OptimizerKind::sgd, .lr = 0.1, .momentum = 0.9, .nesterov = true}, policy(mixed)));
     CHECK_NOTHROW(
         PrecisionTrainer(*make_mlp(1), {.kind = OptimizerKind::adam, .lr = 1e-3, .weight_decay = 0.01}, policy(mixed)));
   }
 }
-
 
 TEST_CASE("PrecisionTrainer works on its parameters' device; input() moves data there and casts only floats",
           "[precision]") {

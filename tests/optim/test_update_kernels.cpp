@@ -62,9 +62,9 @@ TEST_CASE("sgd_update_ without momentum needs no buffer", "[optim]") {
 TEST_CASE("update kernels reject bad arguments with clear messages", "[optim]") {
   Tensor p = zeros({3}), g = zeros({3}), m = zeros({3}), v = zeros({3});
   Tensor h = zeros({3}, DType::bf16);
-  CHECK_THROWS_WITH(adam_update_(h, g, m, v, 0.1, 0.9, 0.999, 1e-8, 0.0, false, 1),
-                    Catch::Contains("adam_update_") && Catch::Contains("must be f32 or f64") &&
-                        Catch::Contains("master weights"));
+  CHECK_THROWS_WITH(
+      adam_update_(h, g, m, v, 0.1, 0.9, 0.999, 1e-8, 0.0, false, 1),
+      Catch::Contains("adam_update_") && Catch::Contains("must be f32 or f64") && Catch::Contains("master weights"));
   Tensor g16 = zeros({3}, DType::f16);
   CHECK_THROWS_WITH(sgd_update_(p, g16, m, 0.1, 0.9, 0.0, 0.0, false, 1),
                     Catch::Contains("gradient f16[3]") && Catch::Contains("must be f32"));
@@ -76,7 +76,8 @@ TEST_CASE("update kernels reject bad arguments with clear messages", "[optim]") 
   Tensor bcast = zeros({1}).expand({3});
   CHECK_THROWS_WITH(sgd_update_(bcast, g, m, 0.1, 0.0, 0.0, 0.0, false, 1), Catch::Contains("broadcast view"));
   Tensor none;
-  CHECK_THROWS_WITH(sgd_update_(p, g, none, 0.1, 0.9, 0.0, 0.0, false, 1), Catch::Contains("momentum buffer is undefined"));
+  CHECK_THROWS_WITH(sgd_update_(p, g, none, 0.1, 0.9, 0.0, 0.0, false, 1),
+                    Catch::Contains("momentum buffer is undefined"));
   CHECK_THROWS_WITH(sgd_update_(p, g, m, 0.1, 0.9, 0.0, 0.0, false, 0), Catch::Contains("step counts updates from 1"));
   CHECK_THROWS_WITH(adam_update_(p, g, m, v, 0.1, 0.9, 1.0, 1e-8, 0.0, false, 1), Catch::Contains("beta2"));
   CHECK_THROWS_WITH(sgd_update_(p, g, m, -0.1, 0.0, 0.0, 0.0, false, 1), Catch::Contains("learning rate"));

@@ -44,8 +44,7 @@ Tensor rand_away_from_zero(const Shape& shape, DType dtype, uint64_t seed, doubl
   Generator g(seed);
   Tensor mag = uniform(shape, lo, hi, g, DType::f64);
   Tensor sign = bernoulli(shape, 0.5, g, DType::f64);
-  for (int64_t i = 0; i < mag.numel(); ++i)
-    mag.flat_set(i, mag.flat_get(i) * (sign.flat_get(i) > 0 ? 1.0 : -1.0));
+  for (int64_t i = 0; i < mag.numel(); ++i) mag.flat_set(i, mag.flat_get(i) * (sign.flat_get(i) > 0 ? 1.0 : -1.0));
   return mag.to(dtype);
 }
 

@@ -32,10 +32,10 @@ struct OpCase {
   // 16-bit tolerance: |out - ref| <= tol16 * eps(dtype) * (|ref| + ref_scale), where ref_scale is
   // the largest |ref| of that output (an absolute floor, since cancellation is allowed).
   double tol16 = 4.0;
-  bool check16 = true;       // some ops (e.g. dropout masks) are compared elsewhere
-  double fd_step = 1e-6;     // central-difference step
-  double fd_tol = 1e-6;      // |analytic - numeric| <= fd_tol * (1 + |numeric|)
-  bool on_device = true;     // false: the case makes f64 tensors, which stay on the CPU (suite 4 skips it)
+  bool check16 = true;    // some ops (e.g. dropout masks) are compared elsewhere
+  double fd_step = 1e-6;  // central-difference step
+  double fd_tol = 1e-6;   // |analytic - numeric| <= fd_tol * (1 + |numeric|)
+  bool on_device = true;  // false: the case makes f64 tensors, which stay on the CPU (suite 4 skips it)
 };
 
 std::vector<OpCase>& op_cases();

@@ -98,7 +98,9 @@ TEST_CASE("batch_norm rejects bad inputs with messages naming the shapes", "[bat
              Contains("running_mean f32[2]") && Contains("f32[2, 3]"));
   CHECK_THAT(error_of([&] { batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false); }),
              Contains("running_mean is required"));
-  CHECK_THAT(error_of([&] { batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true); }),
+  CHECK_THAT(error_of([&] {
+               batch_norm(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true);
+             }),
              Contains("more than one value per channel"));
   CHECK_THAT(error_of([&] { batch_norm(zeros({3}), Tensor(), Tensor(), Tensor(), Tensor(), true); }),
              Contains("at least 2 dims"));

@@ -45,7 +45,8 @@ TEST_CASE("leaky_relu forward and backward: values, signed zeros, inf and NaN", 
 
   // 16-bit inputs: computed in fp32 and rounded once; these values are exact in fp16 and bf16.
   for (DType dt : {DType::f16, DType::bf16}) {
-    const std::vector<double> got = leaky_relu(from_vector(std::vector<double>{2.0, -2.0, -0.5}, {3}, dt), 0.5).to_vector();
+    const std::vector<double> got =
+        leaky_relu(from_vector(std::vector<double>{2.0, -2.0, -0.5}, {3}, dt), 0.5).to_vector();
     CHECK(got == std::vector<double>{2.0, -1.0, -0.25});
   }
 }

@@ -31,15 +31,17 @@ TEST_CASE("embedding gathers rows and scatter-adds gradients of repeated indices
   // would stay at 1 (each 2^-9 is below half an ulp of 1).
   std::vector<double> g(17, std::ldexp(1.0, -9));
   g[0] = 1.0;
-  Tensor dwb = embedding_backward(from_vector(std::vector<int64_t>(17, 0), {17}),
-                                  from_vector(g, {17, 1}, DType::bf16), 1);
+  Tensor dwb =
+      embedding_backward(from_vector(std::vector<int64_t>(17, 0), {17}), from_vector(g, {17, 1}, DType::bf16), 1);
   CHECK(dwb.dtype() == DType::bf16);
   CHECK(dwb.item() == 1.03125);
 }
 
 TEST_CASE("embedding rejects indices out of range, naming the index and the row count", "[embedding]") {
   Tensor w = zeros({4, 3});
-  CHECK_THAT(error_of([&] { embedding(from_vector(std::vector<int64_t>{0, 5}, {2}), w); }),
+  CHECK_THAT(error_of([&] {
+               embedding(from_vector(std::vector<int64_t>{0, 5}, {2}), w);
+             }),
              Contains("index 5") && Contains("4 rows"));
   CHECK_THAT(error_of([&] { embedding(from_vector(std::vector<int64_t>{-1}, {1}), w); }),
              Contains("index -1") && Contains("4 rows"));

@@ -234,7 +234,11 @@ TEST_CASE("float -> fp16 and bf16 on 10^7 random floats", "[half]") {
 }
 
 TEST_CASE("float -> fp16 named edge cases", "[half]") {
-  struct Case { float x; uint16_t want; const char* why; };
+  struct Case {
+    float x;
+    uint16_t want;
+    const char* why;
+  };
   const float p = std::ldexp(1.0f, -25);
   const Case cases[] = {
       {0.0f, 0x0000, "+0"},
@@ -278,7 +282,11 @@ TEST_CASE("float -> fp16 named edge cases", "[half]") {
 }
 
 TEST_CASE("float -> bf16 named edge cases", "[half]") {
-  struct Case { uint32_t x; uint16_t want; const char* why; };
+  struct Case {
+    uint32_t x;
+    uint16_t want;
+    const char* why;
+  };
   const Case cases[] = {
       {0x00000000u, 0x0000, "+0"},
       {0x80000000u, 0x8000, "-0 keeps its sign"},
@@ -355,7 +363,10 @@ TEST_CASE("double and int64 -> fp16 and bf16 round once, not through float", "[h
     const double mid = (lo + hi) / 2;
     for (int k : {30, 40, 52}) {
       const double d = mid * std::ldexp(1.0, -k);
-      for (double v : {mid, mid + d, mid - d}) { check(v); check(-v); }
+      for (double v : {mid, mid + d, mid - d}) {
+        check(v);
+        check(-v);
+      }
     }
   }
   for (uint32_t b = 0; b <= 0x7F7F; ++b) {
@@ -364,7 +375,10 @@ TEST_CASE("double and int64 -> fp16 and bf16 round once, not through float", "[h
     const double mid = lo + std::ldexp(1.0, (e == 0 ? 1 : e) - 127 - 7) / 2;
     for (int k : {30, 40, 52}) {
       const double d = mid * std::ldexp(1.0, -k);
-      for (double v : {mid, mid + d, mid - d}) { check(v); check(-v); }
+      for (double v : {mid, mid + d, mid - d}) {
+        check(v);
+        check(-v);
+      }
     }
   }
   // Random doubles with exponents around both formats' ranges (and beyond FLT_MAX / below the
@@ -441,7 +455,10 @@ namespace {
 
 // Magnitude neighbours of x for stochastic rounding: t = |x| rounded toward zero, u = t + ulp
 // (bit pattern + 1; past the largest finite value that is inf). Also P(u) = (|x| - t) / ulp.
-struct SrNeighbours { uint16_t t, u; double p; };
+struct SrNeighbours {
+  uint16_t t, u;
+  double p;
+};
 
 SrNeighbours half_neighbours(float x) {
   const float ax = std::fabs(x);
@@ -476,8 +493,7 @@ TEST_CASE("stochastic rounding picks one of the two neighbours, with P(up) = p",
       if (n.p > 0.0 && n.p < 1.0) {
         const uint64_t thr = uint64_t(std::floor(n.p * 4294967296.0));
         if (thr > 0) bad_half_threshold += round_to_half_stochastic(x, uint32_t(thr - 1)).bits != (sign | n.u);
-        if (thr <= 0xFFFFFFFFull)
-          bad_half_threshold += round_to_half_stochastic(x, uint32_t(thr)).bits != (sign | n.t);
+        if (thr <= 0xFFFFFFFFull) bad_half_threshold += round_to_half_stochastic(x, uint32_t(thr)).bits != (sign | n.t);
       }
     }
     {
@@ -529,7 +545,11 @@ TEST_CASE("stochastic rounding is unbiased: mean of many draws equals the input"
   // fp16 with 10^5 draws: the standard error is at most ulp / (2 sqrt(n)) = 1.6e-3 ulp, i.e.
   // < 2e-6 relative for these inputs (the subnormal one has ulp / x = 1.3e-3). bf16's ulp is 8x
   // coarser relative to x, so it takes 10^6 draws to keep 3e-5 beyond 8 standard errors.
-  struct Case { DType dtype; float x; int64_t n; };
+  struct Case {
+    DType dtype;
+    float x;
+    int64_t n;
+  };
   const Case cases[] = {
       {DType::f16, 1.0f + 0.3f * std::ldexp(1.0f, -10), 100'000},
       {DType::f16, 0.1f, 100'000},

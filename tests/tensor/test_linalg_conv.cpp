@@ -262,9 +262,12 @@ TEST_CASE("conv2d matches a naive loop", "[conv]") {
     bool bias;
   };
   const std::vector<P> params = {
-      {{2, 3, 6, 5}, {4, 3, 3, 3}, 1, 0, 1, true},   {{2, 3, 7, 6}, {4, 3, 3, 3}, 2, 1, 1, true},
-      {{1, 2, 9, 8}, {3, 2, 3, 2}, {1, 2}, {2, 1}, 2, false}, {{1, 2, 5, 7}, {2, 2, 1, 1}, 3, 0, 1, true},
-      {{1, 1, 4, 4}, {2, 1, 5, 5}, 1, 2, 1, false},  {{3, 2, 8, 8}, {2, 2, 2, 2}, 2, 0, 3, true},
+      {{2, 3, 6, 5}, {4, 3, 3, 3}, 1, 0, 1, true},
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, 2, 1, 1, true},
+      {{1, 2, 9, 8}, {3, 2, 3, 2}, {1, 2}, {2, 1}, 2, false},
+      {{1, 2, 5, 7}, {2, 2, 1, 1}, 3, 0, 1, true},
+      {{1, 1, 4, 4}, {2, 1, 5, 5}, 1, 2, 1, false},
+      {{3, 2, 8, 8}, {2, 2, 2, 2}, 2, 0, 3, true},
   };
   for (DType dt : {DType::f64, DType::f32}) {
     const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
@@ -287,8 +290,10 @@ TEST_CASE("conv_transpose2d matches a naive scatter and is the adjoint of conv2d
     Size2 s, p, op, d;
   };
   const std::vector<P> params = {
-      {{2, 3, 4, 5}, {3, 2, 3, 3}, 1, 0, 0, 1},          {{2, 3, 4, 5}, {3, 2, 3, 3}, 2, 1, 1, 1},
-      {{1, 2, 3, 4}, {2, 3, 2, 3}, {2, 3}, {1, 0}, {1, 2}, 1}, {{1, 2, 4, 3}, {2, 2, 3, 2}, 1, 1, 0, 2},
+      {{2, 3, 4, 5}, {3, 2, 3, 3}, 1, 0, 0, 1},
+      {{2, 3, 4, 5}, {3, 2, 3, 3}, 2, 1, 1, 1},
+      {{1, 2, 3, 4}, {2, 3, 2, 3}, {2, 3}, {1, 0}, {1, 2}, 1},
+      {{1, 2, 4, 3}, {2, 2, 3, 2}, 1, 1, 0, 2},
       {{1, 2, 3, 3}, {2, 2, 3, 3}, 2, 2, {1, 0}, {2, 1}},
   };
   for (const P& q : params) {
@@ -380,7 +385,8 @@ TEST_CASE("max_pool2d and avg_pool2d match naive loops", "[conv]") {
   CHECK(r.indices.values<int64_t>() == std::vector<int64_t>{1, 1, 6, 7});
   // A NaN in a window wins (the first one), as in PyTorch.
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const PoolWithIndices rn = max_pool2d_with_indices(from_vector(std::vector<double>{1, nan, 3, nan}, {1, 1, 2, 2}), 2, 2);
+  const PoolWithIndices rn =
+      max_pool2d_with_indices(from_vector(std::vector<double>{1, nan, 3, nan}, {1, 1, 2, 2}), 2, 2);
   CHECK(std::isnan(rn.out.item()));
   CHECK(rn.indices.values<int64_t>() == std::vector<int64_t>{1});
   // Gradients: max sends dy to the argmax (tied windows add up), avg spreads it evenly.
@@ -445,29 +451,42 @@ TEST_CASE("GEMM-like nodes scale activation gradients by gemm_beta and keep alph
     const char* name;
     std::vector<Tensor> ins;
     std::function<Variable(const std::vector<Variable>&)> f;
-    std::vector<float> scales;                       // expected scale of each input's gradient (alpha = 8)
+    std::vector<float> scales;                      // expected scale of each input's gradient (alpha = 8)
     std::vector<std::pair<OpId, int64_t>> queries;  // expected (op, reduction) in backward order
     std::vector<Shape> w_shapes;                    // expected shape of the query's `w`
   };
   const DType f = DType::f64;
   std::vector<Case> cases;
-  cases.push_back({"linear", {rand_input({2, 3, 4}, f, 1), rand_input({5, 4}, f, 2), rand_input({5}, f, 3)},
+  cases.push_back({"linear",
+                   {rand_input({2, 3, 4}, f, 1), rand_input({5, 4}, f, 2), rand_input({5}, f, 3)},
                    [](const std::vector<Variable>& v) { return linear(v[0], v[1], v[2]); },
-                   {32.0f, 8.0f, 8.0f}, {{OpId::linear, 5}}, {{5, 4}}});
-  cases.push_back({"matmul broadcast", {rand_input({2, 3, 4}, f, 4), rand_input({4, 5}, f, 5)},
+                   {32.0f, 8.0f, 8.0f},
+                   {{OpId::linear, 5}},
+                   {{5, 4}}});
+  cases.push_back({"matmul broadcast",
+                   {rand_input({2, 3, 4}, f, 4), rand_input({4, 5}, f, 5)},
                    [](const std::vector<Variable>& v) { return matmul(v[0], v[1]); },
-                   {32.0f, 32.0f}, {{OpId::matmul, 5}, {OpId::matmul, 6}}, {{4, 5}, {2, 3, 4}}});
-  cases.push_back({"bmm", {rand_input({2, 3, 4}, f, 6), rand_input({2, 4, 5}, f, 7)},
+                   {32.0f, 32.0f},
+                   {{OpId::matmul, 5}, {OpId::matmul, 6}},
+                   {{4, 5}, {2, 3, 4}}});
+  cases.push_back({"bmm",
+                   {rand_input({2, 3, 4}, f, 6), rand_input({2, 4, 5}, f, 7)},
                    [](const std::vector<Variable>& v) { return bmm(v[0], v[1]); },
-                   {32.0f, 32.0f}, {{OpId::bmm, 5}, {OpId::bmm, 3}}, {{2, 4, 5}, {2, 3, 4}}});
+                   {32.0f, 32.0f},
+                   {{OpId::bmm, 5}, {OpId::bmm, 3}},
+                   {{2, 4, 5}, {2, 3, 4}}});
   cases.push_back({"conv2d",
                    {rand_input({1, 2, 5, 5}, f, 8), rand_input({3, 2, 3, 2}, f, 9), rand_input({3}, f, 10)},
                    [](const std::vector<Variable>& v) { return conv2d(v[0], v[1], v[2], 1, 1); },
-                   {32.0f, 8.0f, 8.0f}, {{OpId::conv2d, 18}}, {{3, 2, 3, 2}}});
+                   {32.0f, 8.0f, 8.0f},
+                   {{OpId::conv2d, 18}},
+                   {{3, 2, 3, 2}}});
   cases.push_back({"conv_transpose2d",
                    {rand_input({1, 2, 3, 3}, f, 11), rand_input({2, 3, 2, 2}, f, 12), rand_input({3}, f, 13)},
                    [](const std::vector<Variable>& v) { return conv_transpose2d(v[0], v[1], v[2], 2, 0, 1); },
-                   {32.0f, 8.0f, 8.0f}, {{OpId::conv_transpose2d, 12}}, {{2, 3, 2, 2}}});
+                   {32.0f, 8.0f, 8.0f},
+                   {{OpId::conv_transpose2d, 12}},
+                   {{2, 3, 2, 2}}});
   for (Case& c : cases) {
     INFO(c.name);
     Grads plain, ruled;

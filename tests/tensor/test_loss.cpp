@@ -83,11 +83,17 @@ TEST_CASE("cross_entropy matches hand-computed values", "[loss]") {
 
 TEST_CASE("cross_entropy rejects bad targets with messages naming value, class count and shapes", "[loss]") {
   Tensor logits = zeros({2, 3});
-  CHECK_THAT(error_of([&] { cross_entropy(logits, from_vector(std::vector<int64_t>{0, 3}, {2})); }),
+  CHECK_THAT(error_of([&] {
+               cross_entropy(logits, from_vector(std::vector<int64_t>{0, 3}, {2}));
+             }),
              Contains("target 3") && Contains("3 classes"));
-  CHECK_THAT(error_of([&] { cross_entropy(logits, from_vector(std::vector<int64_t>{-1, 0}, {2})); }),
+  CHECK_THAT(error_of([&] {
+               cross_entropy(logits, from_vector(std::vector<int64_t>{-1, 0}, {2}));
+             }),
              Contains("target -1") && Contains("3 classes"));
-  CHECK_THAT(error_of([&] { cross_entropy(logits, from_vector(std::vector<int64_t>{0, 1, 2}, {3})); }),
+  CHECK_THAT(error_of([&] {
+               cross_entropy(logits, from_vector(std::vector<int64_t>{0, 1, 2}, {3}));
+             }),
              Contains("i64[3]") && Contains("f32[2, 3]"));
   CHECK_THAT(error_of([&] { cross_entropy(logits, zeros({2})); }), Contains("i64"));
 }

@@ -15,11 +15,17 @@ using namespace mixtape;
 
 namespace {
 
-struct Moments { double mean, var, min, max; };
+struct Moments {
+  double mean, var, min, max;
+};
 
 Moments moments(const std::vector<double>& v) {
   double s = 0.0, lo = v.front(), hi = v.front();
-  for (double x : v) { s += x; lo = std::min(lo, x); hi = std::max(hi, x); }
+  for (double x : v) {
+    s += x;
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
   const double mean = s / double(v.size());
   double ss = 0.0;
   for (double x : v) ss += (x - mean) * (x - mean);
@@ -31,13 +37,20 @@ Moments moments(const std::vector<double>& v) {
 TEST_CASE("Philox4x32-10 known-answer vectors", "[rng]") {
   // The three "philox4x32 10" lines of tests/kat_vectors in the Random123 distribution
   // (D. E. Shaw Research): counter (4 words), key (2 words), expected output (4 words).
-  struct Kat { PhiloxBlock ctr; std::array<uint32_t, 2> key; PhiloxBlock want; };
+  struct Kat {
+    PhiloxBlock ctr;
+    std::array<uint32_t, 2> key;
+    PhiloxBlock want;
+  };
   const Kat kats[] = {
-      {{0x00000000u, 0x00000000u, 0x00000000u, 0x00000000u}, {0x00000000u, 0x00000000u},
+      {{0x00000000u, 0x00000000u, 0x00000000u, 0x00000000u},
+       {0x00000000u, 0x00000000u},
        {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
-      {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu},
+      {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+       {0xffffffffu, 0xffffffffu},
        {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
-      {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u},
+      {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+       {0xa4093822u, 0x299f31d0u},
        {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
   };
   for (const Kat& k : kats) {
@@ -50,8 +63,7 @@ TEST_CASE("Philox4x32-10 known-answer vectors", "[rng]") {
 
 TEST_CASE("philox_words maps (seed, index) to counter and key", "[rng]") {
   const uint64_t seed = 0x0123456789ABCDEFull, index = 0xFEDCBA9876543210ull;
-  CHECK(philox_words(seed, index) ==
-        philox4x32_10({0x76543210u, 0xFEDCBA98u, 0u, 0u}, {0x89ABCDEFu, 0x01234567u}));
+  CHECK(philox_words(seed, index) == philox4x32_10({0x76543210u, 0xFEDCBA98u, 0u, 0u}, {0x89ABCDEFu, 0x01234567u}));
   // Neighbouring counters and seeds give unrelated blocks.
   std::set<uint32_t> seen;
   for (uint64_t i = 0; i < 1000; ++i) {
@@ -170,7 +182,11 @@ TEST_CASE("normal draws have the requested mean and variance", "[rng]") {
     // Shape: P(|z| < 1) = 0.6827, P(|z| < 2) = 0.9545 (standard errors 0.0015 and 0.0007);
     // fourth moment 3.
     double in1 = 0, in2 = 0, m4 = 0;
-    for (double x : v) { in1 += std::fabs(x) < 1; in2 += std::fabs(x) < 2; m4 += x * x * x * x; }
+    for (double x : v) {
+      in1 += std::fabs(x) < 1;
+      in2 += std::fabs(x) < 2;
+      m4 += x * x * x * x;
+    }
     CHECK(std::fabs(in1 / double(n) - 0.6827) < 0.0075);
     CHECK(std::fabs(in2 / double(n) - 0.9545) < 0.0035);
     CHECK(std::fabs(m4 / double(n) - 3.0) < 0.15);
@@ -195,7 +211,10 @@ TEST_CASE("bernoulli draws are 0 or 1 with the requested rate", "[rng]") {
     const auto v = bernoulli({n}, p, g).to_vector();
     double ones = 0;
     bool binary = true;
-    for (double x : v) { ones += x; binary = binary && (x == 0.0 || x == 1.0); }
+    for (double x : v) {
+      ones += x;
+      binary = binary && (x == 0.0 || x == 1.0);
+    }
     CHECK(binary);
     // Standard error at most 0.0016.
     CHECK(std::fabs(ones / double(n) - p) < 0.008);

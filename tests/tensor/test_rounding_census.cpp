@@ -38,23 +38,23 @@ void check_counts(const RoundingCounts& got, const RoundingCounts& want) {
 TEST_CASE("the census counts f32 -> f16 roundings exactly", "[census]") {
   // value                         f16 result         counted as
   const std::vector<float> v = {
-      0.0f,                    //  +0                 rounded
-      -0.0f,                   //  -0                 rounded
-      1e-9f,                   //  +0                 nonzero, underflow
-      -1e-9f,                  //  -0                 nonzero, underflow
-      std::ldexp(1.0f, -25),   //  +0 (tie to even)   nonzero, underflow
-      1e-6f,                   //  subnormal          nonzero, subnormal
-      -1e-6f,                  //  -subnormal         nonzero, subnormal
-      6e-5f,                   //  subnormal          nonzero, subnormal (just below 2^-14)
-      std::ldexp(1.0f, -14),   //  smallest normal    nonzero
-      70000.0f,                //  +inf               nonzero, overflow
-      -70000.0f,               //  -inf               nonzero, overflow
-      65520.0f,                //  +inf (tie to even) nonzero, overflow
-      65519.0f,                //  65504              nonzero
-      kInf,                    //  +inf               rounded (not finite: not an overflow)
-      -kInf,                   //  -inf               rounded
-      kNaN,                    //  NaN                rounded
-      1.0f,                    //  1                  nonzero
+      0.0f,                   //  +0                 rounded
+      -0.0f,                  //  -0                 rounded
+      1e-9f,                  //  +0                 nonzero, underflow
+      -1e-9f,                 //  -0                 nonzero, underflow
+      std::ldexp(1.0f, -25),  //  +0 (tie to even)   nonzero, underflow
+      1e-6f,                  //  subnormal          nonzero, subnormal
+      -1e-6f,                 //  -subnormal         nonzero, subnormal
+      6e-5f,                  //  subnormal          nonzero, subnormal (just below 2^-14)
+      std::ldexp(1.0f, -14),  //  smallest normal    nonzero
+      70000.0f,               //  +inf               nonzero, overflow
+      -70000.0f,              //  -inf               nonzero, overflow
+      65520.0f,               //  +inf (tie to even) nonzero, overflow
+      65519.0f,               //  65504              nonzero
+      kInf,                   //  +inf               rounded (not finite: not an overflow)
+      -kInf,                  //  -inf               rounded
+      kNaN,                   //  NaN                rounded
+      1.0f,                   //  1                  nonzero
   };
   const Tensor x = from_vector(v, {int64_t(v.size())}, DType::f32);
   Tensor h;
@@ -83,22 +83,22 @@ TEST_CASE("the census counts f32 -> f16 roundings exactly", "[census]") {
 TEST_CASE("the census counts f32 -> bf16 roundings exactly", "[census]") {
   const float flt_max = std::numeric_limits<float>::max();
   const std::vector<float> v = {
-      0.0f,                          //  +0                  rounded
-      1e-40f,                        //  subnormal (2^-133)  nonzero, subnormal (an f32 subnormal too)
-      3e-39f,                        //  subnormal           nonzero, subnormal
-      1e-45f,                        //  +0 (2^-149)         nonzero, underflow
-      -1e-45f,                       //  -0                  nonzero, underflow
-      std::ldexp(1.0f, -134),        //  +0 (tie to even)    nonzero, underflow
-      std::ldexp(1.5f, -134),        //  2^-133              nonzero, subnormal
-      std::ldexp(1.0f, -126),        //  smallest normal     nonzero
-      1e-9f,                         //  normal in bf16      nonzero
-      70000.0f,                      //  70144               nonzero (no overflow in bf16)
-      3.0e38f,                       //  normal              nonzero
-      flt_max,                       //  +inf                nonzero, overflow
-      -flt_max,                      //  -inf                nonzero, overflow
-      kInf,                          //  +inf                rounded
-      kNaN,                          //  NaN                 rounded
-      1.0f,                          //  1                   nonzero
+      0.0f,                    //  +0                  rounded
+      1e-40f,                  //  subnormal (2^-133)  nonzero, subnormal (an f32 subnormal too)
+      3e-39f,                  //  subnormal           nonzero, subnormal
+      1e-45f,                  //  +0 (2^-149)         nonzero, underflow
+      -1e-45f,                 //  -0                  nonzero, underflow
+      std::ldexp(1.0f, -134),  //  +0 (tie to even)    nonzero, underflow
+      std::ldexp(1.5f, -134),  //  2^-133              nonzero, subnormal
+      std::ldexp(1.0f, -126),  //  smallest normal     nonzero
+      1e-9f,                   //  normal in bf16      nonzero
+      70000.0f,                //  70144               nonzero (no overflow in bf16)
+      3.0e38f,                 //  normal              nonzero
+      flt_max,                 //  +inf                nonzero, overflow
+      -flt_max,                //  -inf                nonzero, overflow
+      kInf,                    //  +inf                rounded
+      kNaN,                    //  NaN                 rounded
+      1.0f,                    //  1                   nonzero
   };
   const Tensor x = from_vector(v, {int64_t(v.size())}, DType::f32);
   Tensor b;

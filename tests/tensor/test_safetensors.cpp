@@ -21,8 +21,8 @@
 using namespace mixtape;
 namespace fs = std::filesystem;
 
-using mixtape::test::TempDir;
 using mixtape::test::error_of;
+using mixtape::test::TempDir;
 
 namespace {
 
@@ -44,7 +44,9 @@ std::string u64le(uint64_t n) {
 }
 
 // A file: the header length, the header, the data.
-std::string file_bytes(const std::string& header, const std::string& data) { return u64le(header.size()) + header + data; }
+std::string file_bytes(const std::string& header, const std::string& data) {
+  return u64le(header.size()) + header + data;
+}
 
 template <class T>
 std::string le_bytes(const std::vector<T>& v) {
@@ -67,9 +69,7 @@ std::string load_error(const TempDir& d, const std::string& bytes) {
   write_bytes(path, bytes);
   try {
     load_safetensors(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
+  } catch (const Error& e) { return e.what(); }
   return "";
 }
 
@@ -80,7 +80,7 @@ TEST_CASE("safetensors round trip of every dtype, non-contiguous input and metad
   Generator gen(7);
   const Tensor base = normal({3, 4}, 0.0, 3.0, gen);
   NamedTensors in = {
-      {"w.f32.transposed", base.t()},                                    // non-contiguous
+      {"w.f32.transposed", base.t()},  // non-contiguous
       {"w.f64", normal({2, 3}, 0.0, 1.0, gen, DType::f64)},
       {"w.f16.strided", normal({4, 6}, 0.0, 1.0, gen, DType::f16).slice(1, 0, 6, 2)},
       {"w.bf16", normal({5}, 0.0, 100.0, gen, DType::bf16)},
@@ -106,8 +106,8 @@ TEST_CASE("safetensors round trip of every dtype, non-contiguous input and metad
   // File order: by descending alignment (I64, F64, F32, BF16, F16), then by name.
   std::vector<std::string> order;
   for (const auto& [n, t] : out.tensors) order.push_back(n);
-  CHECK(order == std::vector<std::string>{"labels", "w.f64", "scalar", "w.f32.transposed", "w.bf16", "empty",
-                                          "w.f16.strided"});
+  CHECK(order ==
+        std::vector<std::string>{"labels", "w.f64", "scalar", "w.f32.transposed", "w.bf16", "empty", "w.f16.strided"});
   CHECK(d.entries() == std::vector<std::string>{"ckpt.safetensors"});  // no temporary left behind
 }
 
@@ -261,9 +261,7 @@ TEST_CASE("a failed save leaves the old file intact", "[safetensors]") {
     std::string message;
     try {
       save_safetensors(path, bigger, {{"version", "new"}});
-    } catch (const Error& e) {
-      message = e.what();
-    }
+    } catch (const Error& e) { message = e.what(); }
     ::setrlimit(RLIMIT_FSIZE, &old_limit);
     std::signal(SIGXFSZ, old_handler);
     CHECK_THAT(message, Catch::Contains("writing") && Catch::Contains(".tmp."));
@@ -320,8 +318,10 @@ TEST_CASE("TensorDict prefixes put several state dicts in one checkpoint", "[saf
 TEST_CASE("damaged safetensors files throw mixtape::Error and nothing else", "[safetensors]") {
   TempDir d;
   const std::string path = d / "good.safetensors";
-  save_safetensors(path, {{"a", arange(0, 6).reshape({2, 3})}, {"b", ones({3}, DType::bf16)},
-                          {"c", from_vector(std::vector<int64_t>{1, 2}, {2})}},
+  save_safetensors(path,
+                   {{"a", arange(0, 6).reshape({2, 3})},
+                    {"b", ones({3}, DType::bf16)},
+                    {"c", from_vector(std::vector<int64_t>{1, 2}, {2})}},
                    {{"k", "v"}});
   const std::string good = read_bytes(path);
   auto outcome = [&](const std::string& bytes) {
@@ -329,9 +329,7 @@ TEST_CASE("damaged safetensors files throw mixtape::Error and nothing else", "[s
     try {
       load_safetensors(path);
       return 0;
-    } catch (const Error&) {
-      return 1;
-    } catch (...) {
+    } catch (const Error&) { return 1; } catch (...) {
       return 2;  // anything but mixtape::Error is a bug
     }
   };

@@ -42,9 +42,9 @@ struct FixedRule : ScalingRule {
 // ---- concat / split / stack --------------------------------------------------------------
 
 TEST_CASE("concat joins along any dim, with non-contiguous inputs", "[shape]") {
-  const Tensor a = seq({2, 2}, 0);                   // [[0, 1], [2, 3]]
-  const Tensor b = seq({3, 2}, 10).t();              // [2, 3] non-contiguous: [[10, 12, 14], [11, 13, 15]]
-  const Tensor c = seq({2, 1}, 20);                  // [[20], [21]]
+  const Tensor a = seq({2, 2}, 0);       // [[0, 1], [2, 3]]
+  const Tensor b = seq({3, 2}, 10).t();  // [2, 3] non-contiguous: [[10, 12, 14], [11, 13, 15]]
+  const Tensor c = seq({2, 1}, 20);      // [[20], [21]]
   REQUIRE_FALSE(b.is_contiguous());
   check_equal(concat({a, b, c}, 1), {0, 1, 10, 12, 14, 20, 2, 3, 11, 13, 15, 21}, {2, 6});
   check_equal(concat({a, b.narrow(1, 0, 2)}, -2), {0, 1, 2, 3, 10, 12, 11, 13}, {4, 2});
@@ -90,8 +90,7 @@ TEST_CASE("split returns views of the given sizes or chunks", "[shape]") {
   // split then concat is the identity
   check_equal(concat(split(x, {2, 0, 3}, 1), 1), x.to_vector(), {3, 5});
 
-  CHECK_THROWS_WITH(split(x, {2, 2}, 1),
-                    Contains("split: sizes [2, 2] sum to 4 but dim 1 of f32[3, 5] has size 5"));
+  CHECK_THROWS_WITH(split(x, {2, 2}, 1), Contains("split: sizes [2, 2] sum to 4 but dim 1 of f32[3, 5] has size 5"));
   CHECK_THROWS_WITH(split(x, {6, -1}, 1), Contains("split: piece 1 has negative size -1"));
   CHECK_THROWS_WITH(split(x, 0, 1), Contains("split: chunk size must be positive, got 0"));
   CHECK_THROWS_WITH(split(x, 2, 2), Contains("split"));
@@ -140,8 +139,8 @@ TEST_CASE("cast f16 -> f32 backward rounds the gradient to f16 (RNE)", "[shape][
   Variable x(from_vector(std::vector<double>{0.5, -1.25, 3.0, 7.0}, {4}, DType::f16), true);
   // dY in f32: two ties between f16 neighbours of 1 (spacing 2^-10), a subnormal, and a value
   // below half the smallest subnormal.
-  const Tensor dy = from_vector(std::vector<double>{1.0 + 1.0 / 2048.0, 1.0 + 3.0 / 2048.0, 1e-6, 1e-9},
-                                {4}, DType::f32);
+  const Tensor dy =
+      from_vector(std::vector<double>{1.0 + 1.0 / 2048.0, 1.0 + 3.0 / 2048.0, 1e-6, 1e-9}, {4}, DType::f32);
   {
     Tape tape;
     Variable y = cast(x, DType::f32);
@@ -154,7 +153,7 @@ TEST_CASE("cast f16 -> f32 backward rounds the gradient to f16 (RNE)", "[shape][
   const std::vector<half> got = g.g.values<half>();
   const std::vector<float> want = dy.values<float>();
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i].bits == round_to_half(want[i]).bits);
-  CHECK(to_float(got[0]) == 1.0f);                 // 1 + 2^-11 ties to even: 1
+  CHECK(to_float(got[0]) == 1.0f);                  // 1 + 2^-11 ties to even: 1
   CHECK(to_float(got[1]) == 1.0f + 1.0f / 512.0f);  // 1 + 3 * 2^-11 ties to even: 1 + 2^-9
   CHECK(to_float(got[2]) > 0.0f);
   CHECK(to_float(got[3]) == 0.0f);
@@ -271,8 +270,8 @@ TEST_CASE("split pieces whose gradients arrive at different scales meet at a com
   {
     Tape tape;
     tape.set_scaling_rule(&rule);
-    std::vector<Variable> p = split(x, 2, 1);                                      // two [1, 2] pieces
-    Variable y = concat({cast(p[0], DType::f32), cast(p[1], DType::f32)}, 1);    // [1, 4] f32
+    std::vector<Variable> p = split(x, 2, 1);                                  // two [1, 2] pieces
+    Variable y = concat({cast(p[0], DType::f32), cast(p[1], DType::f32)}, 1);  // [1, 4] f32
     tape.backward(y, ScaledGrad{dy, 1.0f});
   }
   // piece 0 arrives at 2^10, piece 1 at 2^4 with |g| up to 1600: at 2^10 it would be 102400.
@@ -327,8 +326,8 @@ TEST_CASE("lstm_cell in 16 bits computes in fp32 and rounds each output once", "
     // The backward too: fp32 throughout, one rounding per output.
     const Tensor dc = uniform({3, 2}, -1.0, 1.0, gen, dt), dh = uniform({3, 2}, -1.0, 1.0, gen, dt);
     LstmCellGrads g = lstm_cell_backward(gates, c_prev, dc, dh);
-    LstmCellGrads g32 = lstm_cell_backward(gates.to(DType::f32), c_prev.to(DType::f32), dc.to(DType::f32),
-                                           dh.to(DType::f32));
+    LstmCellGrads g32 =
+        lstm_cell_backward(gates.to(DType::f32), c_prev.to(DType::f32), dc.to(DType::f32), dh.to(DType::f32));
     CHECK(g.d_gates.to_vector() == g32.d_gates.to(dt).to_vector());
     CHECK(g.d_c_prev.to_vector() == g32.d_c_prev.to(dt).to_vector());
   }

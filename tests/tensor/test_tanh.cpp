@@ -25,8 +25,8 @@ TEST_CASE("f32 tanh is the correctly rounded tanh across magnitudes", "[tanh]") 
 
 TEST_CASE("f32 tanh keeps signed zeros, saturates, and passes NaN", "[tanh]") {
   const float inf = std::numeric_limits<float>::infinity();
-  const Tensor x = from_vector(std::vector<float>{0.0f, -0.0f, inf, -inf, 1e30f, -1e30f,
-                                                  std::numeric_limits<float>::quiet_NaN()}, {7});
+  const Tensor x = from_vector(
+      std::vector<float>{0.0f, -0.0f, inf, -inf, 1e30f, -1e30f, std::numeric_limits<float>::quiet_NaN()}, {7});
   const std::vector<float> y = tanh(x).values<float>();
   CHECK(y[0] == 0.0f);
   CHECK_FALSE(std::signbit(y[0]));

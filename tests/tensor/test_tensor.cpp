@@ -18,8 +18,8 @@
 using namespace mixtape;
 using Catch::Contains;
 
-using mixtape::test::TempDir;
 using mixtape::test::error_of;
+using mixtape::test::TempDir;
 
 namespace {
 
@@ -32,7 +32,11 @@ Tensor iota(const Shape& shape, DType dtype = DType::f32) {
 // The message of the mixtape::Error thrown by f ("" when nothing is thrown).
 // ---- reference rounding (independent of tensor/core/half.h) ------------------------------------------
 
-struct Format { int p; int emin; double max; };  // significand bits, min normal exponent, max finite
+struct Format {
+  int p;
+  int emin;
+  double max;
+};  // significand bits, min normal exponent, max finite
 constexpr Format kF32{24, -126, 3.4028234663852886e38};
 constexpr Format kF16{11, -14, 65504.0};
 constexpr Format kBf16{8, -126, 3.3895313892515355e38};
@@ -164,8 +168,8 @@ TEST_CASE("narrow, slice with step and select", "[tensor]") {
   CHECK(s.strides() == Shape{5, 2});
   CHECK(s.to_vector() == Vec{0, 2, 4, 5, 7, 9, 10, 12, 14, 15, 17, 19});
   CHECK(x.slice(0, 1, -1, 2).to_vector() == Vec{5, 6, 7, 8, 9});  // rows 1 (and 3 is excluded)
-  CHECK(x.slice(1, 3, 100).shape() == Shape{4, 2});                  // end clamps
-  CHECK(x.slice(1, 4, 2).numel() == 0);                             // empty
+  CHECK(x.slice(1, 3, 100).shape() == Shape{4, 2});               // end clamps
+  CHECK(x.slice(1, 4, 2).numel() == 0);                           // empty
   const Tensor r = x.select(0, 2);
   CHECK(r.shape() == Shape{5});
   CHECK(r.to_vector() == Vec{10, 11, 12, 13, 14});
@@ -319,15 +323,46 @@ TEST_CASE("to(dtype) rounds to nearest even for every dtype pair", "[tensor]") {
   const double t = std::ldexp(1.0, -40);  // far below every f32 ulp used here
   // Hard cases: exact ties, values a hair off a tie (which a detour through f32 would turn into
   // a tie), subnormals, overflow thresholds, signed zero.
-  const Vec vals = {
-      0.0, -0.0, 1.0, -2.5, 0.1, 1.0 / 3.0, 3.141592653589793, 1e10, -1e-3, 65504.0, 65519.0,
-      65520.0, 65520.0 - t, -65520.0 + t, 1.0 + std::ldexp(1.0, -11), 1.0 + std::ldexp(1.0, -11) + t,
-      1.0 + std::ldexp(1.0, -11) - t, 1.0 + 3 * std::ldexp(1.0, -11), 1.0 + std::ldexp(1.0, -8) + t,
-      -(1.0 + std::ldexp(1.0, -8) + t), 1.0 + std::ldexp(1.0, -24), 1.0 + std::ldexp(1.0, -24) + t * t,
-      std::ldexp(1.0, -25), std::ldexp(1.0, -25) + std::ldexp(1.0, -60), std::ldexp(3.0, -25),
-      std::ldexp(1023.5, -24), std::ldexp(1.0, -130), std::ldexp(1.5, -134), 1e-45, 3.4028235677973366e38,
-      3.4e38, 1e300, -1e300, 2049.0, 2051.0, 16777217.0, 33554432.0 + 131072.0 + 1.0, inf, -inf,
-      std::numeric_limits<double>::quiet_NaN()};
+  const Vec vals = {0.0,
+                    -0.0,
+                    1.0,
+                    -2.5,
+                    0.1,
+                    1.0 / 3.0,
+                    3.141592653589793,
+                    1e10,
+                    -1e-3,
+                    65504.0,
+                    65519.0,
+                    65520.0,
+                    65520.0 - t,
+                    -65520.0 + t,
+                    1.0 + std::ldexp(1.0, -11),
+                    1.0 + std::ldexp(1.0, -11) + t,
+                    1.0 + std::ldexp(1.0, -11) - t,
+                    1.0 + 3 * std::ldexp(1.0, -11),
+                    1.0 + std::ldexp(1.0, -8) + t,
+                    -(1.0 + std::ldexp(1.0, -8) + t),
+                    1.0 + std::ldexp(1.0, -24),
+                    1.0 + std::ldexp(1.0, -24) + t * t,
+                    std::ldexp(1.0, -25),
+                    std::ldexp(1.0, -25) + std::ldexp(1.0, -60),
+                    std::ldexp(3.0, -25),
+                    std::ldexp(1023.5, -24),
+                    std::ldexp(1.0, -130),
+                    std::ldexp(1.5, -134),
+                    1e-45,
+                    3.4028235677973366e38,
+                    3.4e38,
+                    1e300,
+                    -1e300,
+                    2049.0,
+                    2051.0,
+                    16777217.0,
+                    33554432.0 + 131072.0 + 1.0,
+                    inf,
+                    -inf,
+                    std::numeric_limits<double>::quiet_NaN()};
   const DType floats[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
   for (DType src : floats) {
     const Tensor x = from_vector(vals, {int64_t(vals.size())}, src);
@@ -357,11 +392,22 @@ TEST_CASE("to(dtype) rounds to nearest even for every dtype pair", "[tensor]") {
     }
   }
   // i64 sources: exact integers, rounded once to the target.
-  const std::vector<int64_t> ints = {0, 1, -1, 2049, 2051, -2051, 65519, 65520, 65535, 16777217, -16777219,
+  const std::vector<int64_t> ints = {0,
+                                     1,
+                                     -1,
+                                     2049,
+                                     2051,
+                                     -2051,
+                                     65519,
+                                     65520,
+                                     65535,
+                                     16777217,
+                                     -16777219,
                                      (int64_t(1) << 25) + (int64_t(1) << 17) + 1,
                                      (int64_t(1) << 60) + (int64_t(1) << 52) + 1,
                                      -((int64_t(1) << 60) + (int64_t(1) << 36) + 1),
-                                     (int64_t(1) << 53) + 1, std::numeric_limits<int64_t>::max(),
+                                     (int64_t(1) << 53) + 1,
+                                     std::numeric_limits<int64_t>::max(),
                                      std::numeric_limits<int64_t>::min()};
   const Tensor xi = from_vector(ints, {int64_t(ints.size())});
   CHECK(xi.to(DType::i64).same_storage(xi));

@@ -68,7 +68,7 @@ struct ThreadContext {
   unsigned linear;  // threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)
 };
 extern ThreadContext* current;  // the running fiber's
-extern cudaError_t last_error;   // what cudaGetLastError returns and clears
+extern cudaError_t last_error;  // what cudaGetLastError returns and clears
 
 // Barriers (runtime.cpp). Each suspends the calling fiber until every live thread of the block
 // (or of its warp) has arrived.
@@ -109,10 +109,13 @@ auto launch(const Config& cfg, Call call) {
       std::tuple<std::decay_t<decltype(args)>...> params;
     };
     Closure c{call, std::tuple<std::decay_t<decltype(args)>...>(args...)};
-    run(cfg, [](void* p) {
-          Closure& c = *static_cast<Closure*>(p);
-          std::apply(c.call, c.params);
-        }, &c);
+    run(
+        cfg,
+        [](void* p) {
+      Closure& c = *static_cast<Closure*>(p);
+      std::apply(c.call, c.params);
+        },
+        &c);
   };
 }
 
@@ -213,7 +216,7 @@ inline float max(float a, float b) { return std::fmax(a, b); }
 inline float min(float a, float b) { return std::fmin(a, b); }
 inline double max(double a, double b) { return std::fmax(a, b); }
 inline double min(double a, double b) { return std::fmin(a, b); }
-#define MT_EMU_INTEGER_MINMAX(T)                 \
+#define MT_EMU_INTEGER_MINMAX(T)                   \
   inline T max(T a, T b) { return a < b ? b : a; } \
   inline T min(T a, T b) { return b < a ? b : a; }
 MT_EMU_INTEGER_MINMAX(int)

@@ -129,7 +129,7 @@ void prepare(Fiber& f) {
   asm volatile("stmxcsr %0" : "=m"(control[0]));
   asm volatile("fnstcw %0" : "=m"(control[1]));
   std::memcpy(&words[0], control, 8);
-  for (int r = 1; r <= 6; ++r) words[r] = 0;          // r15 r14 r13 r12 rbx rbp
+  for (int r = 1; r <= 6; ++r) words[r] = 0;            // r15 r14 r13 r12 rbx rbp
   words[7] = reinterpret_cast<uint64_t>(&fiber_entry);  // at top - 16; `ret` leaves rsp = top - 8
   words[8] = 0;
   f.sp = words;
@@ -231,9 +231,9 @@ bool register_shared(void* p, size_t bytes) {
 
 void trap(const char* what) {
   Block& b = block();
-  fault = std::string(what) + " in block " + describe(dim3(current->block_idx.x, current->block_idx.y,
-                                                            current->block_idx.z)) +
-          ", thread " + describe(dim3(current->thread_idx.x, current->thread_idx.y, current->thread_idx.z));
+  fault = std::string(what) + " in block " +
+          describe(dim3(current->block_idx.x, current->block_idx.y, current->block_idx.z)) + ", thread " +
+          describe(dim3(current->thread_idx.x, current->thread_idx.y, current->thread_idx.z));
   b.running->state = State::done;
   mt_emu_switch(&b.running->sp, b.scheduler);
   std::abort();  // never resumed

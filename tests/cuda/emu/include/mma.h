@@ -26,8 +26,14 @@ struct tf32 {};
 enum layout_t { mem_row_major, mem_col_major };
 
 namespace detail {
-template <class T> struct storage { using type = T; };
-template <> struct storage<precision::tf32> { using type = float; };
+template <class T>
+struct storage {
+  using type = T;
+};
+template <>
+struct storage<precision::tf32> {
+  using type = float;
+};
 
 inline bool leader() { return (::mt_emu::current->linear & 31u) == 0; }
 inline float to_float(float v) { return v; }

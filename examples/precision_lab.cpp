@@ -14,9 +14,9 @@
 //   bf16-pure-kahan   bf16-pure   none         kahan
 //
 // Columns: final test accuracy and train loss, skipped steps, final loss scale, the backward
-// pass's measured underflow (RoundingCensus, tensor/core/rounding_census.h: the fraction of nonzero fp32 results
-// that rounded to zero when stored in 16 bits, over the telemetry-sampled steps; "-" where
-// nothing is stored in 16 bits), and wall time. Each configuration writes its own metrics file
+// pass's measured underflow (RoundingCensus, tensor/core/rounding_census.h: the fraction of
+// nonzero fp32 results that rounded to zero when stored in 16 bits, over the telemetry-sampled
+// steps; "-" where nothing is stored in 16 bits), and wall time. Each configuration writes its own metrics file
 // (<out-dir>/<config>.jsonl, with telemetry) for scripts/plot_metrics.py, and the table goes to
 // <out-dir>/lab.md and lab.json as well.
 //
@@ -250,6 +250,218 @@ std::string stress_table(const std::vector<LabRow>& rows, bool with_aux) {
   return os.str();
 }
 
+// ---- the program's steps ------------------------------------------------------------------------
+
+// precision_lab's own flags; the shared ones (--epochs, --lr, --seed, --device, ...) are in common.h.
+struct LabFlags {
+  std::string data_dir = data::kFashionMnistDir, out_dir = "precision_lab", only, static_scale = "1024";
+  std::string suite = "default", regimes;
+  int64_t width = 16, limit = 12000, test_limit = 5000, telemetry_every = 25, log_every = 10;
+  double weight_decay = 1e-4, dropout = 0.3;
+  int seeds = 0;  // 0: the suite's default
+  bool smoke = false, plots = true;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--suite", suite,
+                   "default: the ten configurations on the cnn; stress: three regimes built so that each technique "
+                   "changes the result (underflow, nonuniform, stall; Note [Stress regimes]), each over --seeds seeds")
+        ->check(CLI::IsMember({"default", "stress"}))
+        ->capture_default_str();
+    app.add_option("--regimes", regimes, "stress suite: comma-separated regimes to run (default: all)");
+    app.add_flag("--plots,!--no-plots", plots,
+                 "draw each suite's figures into <out-dir>[/<regime>]/plots (python3 + matplotlib)")
+        ->capture_default_str();
+    app.add_option("--seeds", seeds, "seeds per configuration (default: 1; stress: 3); reported as mean +- sd")
+        ->check(CLI::Range(1, 100));
+    app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
+    app.add_option("--out-dir", out_dir, "metrics per configuration, lab.md and lab.json go here")
+        ->capture_default_str();
+    app.add_option("--only", only, "comma-separated configurations to run (default: all ten)");
+    app.add_option("--static-scale", static_scale, "S of the fp16-static configuration (a power of two)")
+        ->capture_default_str();
+    app.add_option("--width", width, "channels of the first conv")->check(CLI::Range(1, 1024))->capture_default_str();
+    app.add_option("--dropout", dropout, "dropout before the last layer")
+        ->check(CLI::Range(0.0, 0.95))
+        ->capture_default_str();
+    app.add_option("--weight-decay", weight_decay, "AdamW weight decay")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--limit", limit, "training images (0: all 60000)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--test-limit", test_limit, "test images (0: all 10000)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--telemetry-every", telemetry_every, "telemetry and rounding census every N steps")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+        ->capture_default_str();
+    app.add_option("--log-every", log_every, "steps between step events")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+        ->capture_default_str();
+    app.add_flag("--smoke", smoke, "every configuration for a few steps on a subset (CI smoke run)");
+  }
+
+  // After parsing: --smoke's configuration.
+  void finish(examples::CommonFlags& flags) {
+    if (!smoke) return;
+    flags.epochs = 1;
+    limit = 1024;
+    test_limit = 500;
+    width = 4;
+    telemetry_every = 4;
+    log_every = 2;
+  }
+};
+
+// The configurations --only names (all ten without it), checked before the first run starts.
+std::vector<LabConfig> select_configs(const LabFlags& o) {
+  std::vector<LabConfig> configs = lab_configs(o.static_scale);
+  if (!o.only.empty()) {
+    std::vector<LabConfig> picked;
+    std::stringstream ss(o.only);
+    for (std::string name; std::getline(ss, name, ',');) {
+      auto it = std::find_if(configs.begin(), configs.end(), [&](const LabConfig& c) { return c.name == name; });
+      if (it == configs.end()) {
+        std::string names;
+        for (const LabConfig& c : configs) names += (names.empty() ? "" : ", ") + c.name;
+        throw Error(detail::cat("--only: unknown configuration '", name, "' (choose from ", names, ")"));
+      }
+      picked.push_back(*it);
+    }
+    configs = picked;
+  }
+  for (const LabConfig& c : configs) parse_loss_scale(c.loss_scale);
+  return configs;
+}
+
+// What every run of a suite shares: the data, the device, the base configuration of the cnn.
+struct Lab {
+  const LabFlags& o;
+  Device device;
+  data::LabeledImages train, test;
+  examples::CnnConfig base;
+  std::vector<LabConfig> configs;
+};
+
+// One training run of one configuration; its metrics (steps, telemetry, summary) go to `metrics_path`.
+LabRow run_config(const Lab& lab, const LabConfig& lc, const examples::CnnConfig& cc, const std::string& metrics_path) {
+  examples::PrecisionFlags pf;
+  pf.precision = lc.precision;
+  pf.loss_scale = lc.loss_scale;
+  if (!lc.rounding.empty()) pf.rounding = lc.rounding;
+  pf.telemetry_every = lab.o.telemetry_every;
+  const PrecisionOptions options = pf.options(cc.seed);
+  examples::Metrics metrics(metrics_path);
+  std::printf("== %s: --precision %s --loss-scale %s%s --seed %llu\n", lc.name.c_str(), lc.precision.c_str(),
+              lc.loss_scale.c_str(), lc.rounding.empty() ? "" : (" --update-rounding " + lc.rounding).c_str(),
+              (unsigned long long)cc.seed);
+  const auto t0 = std::chrono::steady_clock::now();
+  examples::CnnRun run = examples::train_cnn(cc, options, lab.train, lab.test, metrics);
+  LabRow row{.config = lc};
+  row.wall = examples::seconds_since(t0);
+  row.accuracy = run.last.accuracy;
+  row.aux_mse = run.last.aux_mse;
+  row.test_loss = run.last.loss;
+  row.train_loss = run.final_train_loss;
+  row.steps = run.steps;
+  row.skipped = run.trainer->skipped();
+  row.nonfinite = run.nonfinite_losses;
+  row.final_scale = run.trainer->scale();
+  row.rounding = run.trainer->total_rounding();
+  row.seed = cc.seed;
+  std::printf("   test accuracy %.2f%%%s, %s, %.0f s\n", 100.0 * row.accuracy,
+              std::isfinite(row.aux_mse) ? fmt(", decoder test MSE %.5f", row.aux_mse).c_str() : "",
+              examples::precision_summary(*run.trainer).c_str(), row.wall);
+  nlohmann::json summary = {
+      {"event", "summary"},
+      {"config", lc.name},
+      {"device", lab.device.str()},
+      {"final_test_accuracy", row.accuracy},
+      {"final_test_loss", row.test_loss},
+      {"final_train_loss", std::isfinite(row.train_loss) ? nlohmann::json(row.train_loss) : nlohmann::json(nullptr)},
+      {"steps", row.steps},
+      {"nonfinite_losses", row.nonfinite},
+      {"wall_s", row.wall},
+      {"steps_per_s", double(row.steps) / run.train_secs}};
+  if (std::isfinite(row.aux_mse)) summary["final_test_aux_mse"] = row.aux_mse;
+  examples::add_precision_summary(summary, *run.trainer);
+  metrics.write(summary);
+  return row;
+}
+
+// A suite's table (markdown) and its rows (lab.json).
+struct SuiteResult {
+  std::string md;
+  nlohmann::json rows = nlohmann::json::array();
+};
+
+// --suite default: every selected configuration, each over --seeds seeds (default 1).
+SuiteResult run_default_suite(const Lab& lab, const std::filesystem::path& out) {
+  const int n_seeds = lab.o.seeds > 0 ? lab.o.seeds : 1;
+  std::vector<LabRow> rows;
+  for (const LabConfig& lc : lab.configs) {
+    for (int k = 0; k < n_seeds; ++k) {
+      examples::CnnConfig cc = lab.base;
+      cc.seed = lab.base.seed + uint64_t(k);
+      const std::string stem = n_seeds > 1 ? lc.name + "-seed" + std::to_string(cc.seed) : lc.name;
+      rows.push_back(run_config(lab, lc, cc, (out / (stem + ".jsonl")).string()));
+    }
+  }
+  SuiteResult r;
+  r.md = n_seeds > 1 ? stress_table(rows, false) : table(rows);
+  for (const LabRow& row : rows) r.rows.push_back(row_json(row, lab.device));
+  return r;
+}
+
+// --suite stress: each regime of Note [Stress regimes] (or those --regimes names) over its
+// configurations, each over --seeds seeds (default 3); metrics under <out-dir>/<regime>/.
+SuiteResult run_stress_suite(const Lab& lab, const std::filesystem::path& out) {
+  const int n_seeds = lab.o.seeds > 0 ? lab.o.seeds : 3;
+  SuiteResult r;
+  for (const Regime& rg : stress_regimes()) {
+    if (!lab.o.regimes.empty() && ("," + lab.o.regimes + ",").find("," + rg.name + ",") == std::string::npos) continue;
+    std::vector<LabRow> rows;
+    std::filesystem::create_directories(out / rg.name);
+    for (const std::string& name : rg.configs) {
+      auto it =
+          std::find_if(lab.configs.begin(), lab.configs.end(), [&](const LabConfig& c) { return c.name == name; });
+      if (it == lab.configs.end()) continue;  // left out by --only
+      for (int k = 0; k < n_seeds; ++k) {
+        examples::CnnConfig cc = lab.base;
+        cc.seed = lab.base.seed + uint64_t(k);
+        cc.loss_weight = rg.loss_weight;
+        cc.aux_weight = rg.aux_weight;
+        cc.adam_eps = rg.adam_eps;
+        cc.lr = rg.lr;
+        if (!lab.o.smoke) cc.epochs = rg.epochs;
+        std::printf("[%s] ", rg.name.c_str());
+        LabRow row =
+            run_config(lab, *it, cc, (out / rg.name / (name + "-seed" + std::to_string(cc.seed) + ".jsonl")).string());
+        row.regime = rg.name;
+        rows.push_back(row);
+      }
+    }
+    r.md += "### " + rg.name + ": " + rg.what + "\n\n" + stress_table(rows, rg.aux_weight > 0.0) + "\n";
+    for (const LabRow& row : rows) r.rows.push_back(row_json(row, lab.device));
+  }
+  return r;
+}
+
+// Prints the table, writes lab.md and lab.json, and draws the figures (--plots).
+void write_results(const Lab& lab, const std::filesystem::path& out, const SuiteResult& result) {
+  std::printf("\n%s", result.md.c_str());
+  write_file(out / "lab.md", result.md);
+  write_file(out / "lab.json", result.rows.dump(2) + "\n");
+  std::printf("metrics per run, lab.md and lab.json in %s/\n", out.string().c_str());
+  if (!lab.o.plots || lab.o.smoke) return;
+  if (lab.o.suite == "default") {
+    draw_figures(out);
+    return;
+  }
+  for (const Regime& rg : stress_regimes())
+    if (std::filesystem::exists(out / rg.name)) draw_figures(out / rg.name);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -263,206 +475,43 @@ int main(int argc, char** argv) {
   flags.add_to(app);
   examples::DeviceFlag device_flag;
   device_flag.add_to(app);
-  std::string data_dir = data::kFashionMnistDir, out_dir = "precision_lab", only, static_scale = "1024";
-  int64_t width = 16, limit = 12000, test_limit = 5000, telemetry_every = 25, log_every = 10;
-  double weight_decay = 1e-4, dropout = 0.3;
-  bool smoke = false;
-  std::string suite = "default";
-  int seeds = 0;
-  app.add_option("--suite", suite,
-                 "default: the ten configurations on the cnn; stress: three regimes built so that each technique "
-                 "changes the result (underflow, nonuniform, stall; Note [Stress regimes]), each over --seeds seeds")
-      ->check(CLI::IsMember({"default", "stress"}))
-      ->capture_default_str();
-  std::string regimes;
-  app.add_option("--regimes", regimes, "stress suite: comma-separated regimes to run (default: all)");
-  bool plots = true;
-  app.add_flag("--plots,!--no-plots", plots,
-               "draw each suite's figures into <out-dir>[/<regime>]/plots (python3 + matplotlib)")
-      ->capture_default_str();
-  app.add_option("--seeds", seeds, "seeds per configuration (default: 1; stress: 3); reported as mean +- sd")
-      ->check(CLI::Range(1, 100));
-  app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
-  app.add_option("--out-dir", out_dir, "metrics per configuration, lab.md and lab.json go here")->capture_default_str();
-  app.add_option("--only", only, "comma-separated configurations to run (default: all ten)");
-  app.add_option("--static-scale", static_scale, "S of the fp16-static configuration (a power of two)")
-      ->capture_default_str();
-  app.add_option("--width", width, "channels of the first conv")->check(CLI::Range(1, 1024))->capture_default_str();
-  app.add_option("--dropout", dropout, "dropout before the last layer")
-      ->check(CLI::Range(0.0, 0.95))
-      ->capture_default_str();
-  app.add_option("--weight-decay", weight_decay, "AdamW weight decay")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--limit", limit, "training images (0: all 60000)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--test-limit", test_limit, "test images (0: all 10000)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--telemetry-every", telemetry_every, "telemetry and rounding census every N steps")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
-      ->capture_default_str();
-  app.add_option("--log-every", log_every, "steps between step events")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
-      ->capture_default_str();
-  app.add_flag("--smoke", smoke, "every configuration for a few steps on a subset (CI smoke run)");
+  LabFlags o;
+  o.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (smoke) {
-      flags.epochs = 1;
-      limit = 1024;
-      test_limit = 500;
-      width = 4;
-      telemetry_every = 4;
-      log_every = 2;
-    }
-    const Device device = device_flag.resolve();
+    o.finish(flags);
+    Lab lab{.o = o, .device = device_flag.resolve()};
     set_num_threads(flags.threads);
-    std::vector<LabConfig> configs = lab_configs(static_scale);
-    if (!only.empty()) {
-      std::vector<LabConfig> picked;
-      std::stringstream ss(only);
-      for (std::string name; std::getline(ss, name, ',');) {
-        auto it = std::find_if(configs.begin(), configs.end(), [&](const LabConfig& c) { return c.name == name; });
-        if (it == configs.end()) {
-          std::string names;
-          for (const LabConfig& c : configs) names += (names.empty() ? "" : ", ") + c.name;
-          throw Error(detail::cat("--only: unknown configuration '", name, "' (choose from ", names, ")"));
-        }
-        picked.push_back(*it);
-      }
-      configs = picked;
-    }
-    // Validate every configuration's flags before the first run starts.
-    for (const LabConfig& c : configs) parse_loss_scale(c.loss_scale);
-
-    const data::LabeledImages train =
-        data::load_fashion_mnist(data_dir, data::MnistSplit::train, {.limit = limit > 0 ? limit : -1});
-    const data::LabeledImages test =
-        data::load_fashion_mnist(data_dir, data::MnistSplit::test, {.limit = test_limit > 0 ? test_limit : -1});
-    std::filesystem::create_directories(out_dir);
+    lab.configs = select_configs(o);
+    lab.train = data::load_fashion_mnist(o.data_dir, data::MnistSplit::train, {.limit = o.limit > 0 ? o.limit : -1});
+    lab.test =
+        data::load_fashion_mnist(o.data_dir, data::MnistSplit::test, {.limit = o.test_limit > 0 ? o.test_limit : -1});
+    const std::filesystem::path out(o.out_dir);
+    std::filesystem::create_directories(out);
     std::printf(
         "precision lab: CNN width %lld, %lld training / %lld test images, %d epochs, batch %d, AdamW lr %g "
         "(cosine), weight decay %g, seed %llu, %d threads\n",
-        (long long)width, (long long)train.images.size(0), (long long)test.images.size(0), flags.epochs,
-        flags.batch_size, flags.lr, weight_decay, (unsigned long long)flags.seed, flags.threads);
-    std::printf("device: %s\n", examples::device_description(device, flags.threads).c_str());
-    if (device.is_cuda())
-      std::printf("(the backward-underflow column counts CPU roundings only: '-' on %s)\n", device.str().c_str());
+        (long long)o.width, (long long)lab.train.images.size(0), (long long)lab.test.images.size(0), flags.epochs,
+        flags.batch_size, flags.lr, o.weight_decay, (unsigned long long)flags.seed, flags.threads);
+    std::printf("device: %s\n", examples::device_description(lab.device, flags.threads).c_str());
+    if (lab.device.is_cuda())
+      std::printf("(the backward-underflow column counts CPU roundings only: '-' on %s)\n", lab.device.str().c_str());
 
-    // One training run of one configuration; its metrics go to `metrics_path`.
-    auto run_one = [&](const LabConfig& lc, examples::CnnConfig cc, const std::string& metrics_path) {
-      examples::PrecisionFlags pf;
-      pf.precision = lc.precision;
-      pf.loss_scale = lc.loss_scale;
-      if (!lc.rounding.empty()) pf.rounding = lc.rounding;
-      pf.telemetry_every = telemetry_every;
-      const PrecisionOptions options = pf.options(cc.seed);
-      examples::Metrics metrics(metrics_path);
-      std::printf("== %s: --precision %s --loss-scale %s%s --seed %llu\n", lc.name.c_str(), lc.precision.c_str(),
-                  lc.loss_scale.c_str(), lc.rounding.empty() ? "" : (" --update-rounding " + lc.rounding).c_str(),
-                  (unsigned long long)cc.seed);
-      const auto t0 = std::chrono::steady_clock::now();
-      examples::CnnRun run = examples::train_cnn(cc, options, train, test, metrics);
-      LabRow row{.config = lc};
-      row.wall = examples::seconds_since(t0);
-      row.accuracy = run.last.accuracy;
-      row.aux_mse = run.last.aux_mse;
-      row.test_loss = run.last.loss;
-      row.train_loss = run.final_train_loss;
-      row.steps = run.steps;
-      row.skipped = run.trainer->skipped();
-      row.nonfinite = run.nonfinite_losses;
-      row.final_scale = run.trainer->scale();
-      row.rounding = run.trainer->total_rounding();
-      row.seed = cc.seed;
-      std::printf("   test accuracy %.2f%%%s, %s, %.0f s\n", 100.0 * row.accuracy,
-                  std::isfinite(row.aux_mse) ? fmt(", decoder test MSE %.5f", row.aux_mse).c_str() : "",
-                  examples::precision_summary(*run.trainer).c_str(), row.wall);
-      nlohmann::json summary = {{"event", "summary"},
-                                {"config", lc.name},
-                                {"device", device.str()},
-                                {"final_test_accuracy", row.accuracy},
-                                {"final_test_loss", row.test_loss},
-                                {"final_train_loss", std::isfinite(row.train_loss) ? nlohmann::json(row.train_loss)
-                                                                                   : nlohmann::json(nullptr)},
-                                {"steps", row.steps},
-                                {"nonfinite_losses", row.nonfinite},
-                                {"wall_s", row.wall},
-                                {"steps_per_s", double(row.steps) / run.train_secs}};
-      if (std::isfinite(row.aux_mse)) summary["final_test_aux_mse"] = row.aux_mse;
-      examples::add_precision_summary(summary, *run.trainer);
-      metrics.write(summary);
-      return row;
-    };
-    examples::CnnConfig base{.width = width,
-                             .dropout = dropout,
-                             .lr = flags.lr,
-                             .weight_decay = weight_decay,
-                             .epochs = flags.epochs,
-                             .batch_size = flags.batch_size,
-                             .seed = flags.seed,
-                             .log_every = log_every,
-                             .max_steps = flags.max_steps,
-                             .progress = true,
-                             .verbose = false,
-                             .device = device};
-    const std::filesystem::path out(out_dir);
-    std::string md;
-    nlohmann::json j = nlohmann::json::array();
-    if (suite == "default") {
-      const int n_seeds = seeds > 0 ? seeds : 1;
-      std::vector<LabRow> rows;
-      for (const LabConfig& lc : configs) {
-        for (int k = 0; k < n_seeds; ++k) {
-          examples::CnnConfig cc = base;
-          cc.seed = flags.seed + uint64_t(k);
-          const std::string stem = n_seeds > 1 ? lc.name + "-seed" + std::to_string(cc.seed) : lc.name;
-          rows.push_back(run_one(lc, cc, (out / (stem + ".jsonl")).string()));
-        }
-      }
-      md = n_seeds > 1 ? stress_table(rows, false) : table(rows);
-      for (const LabRow& r : rows) j.push_back(row_json(r, device));
-    } else {
-      const int n_seeds = seeds > 0 ? seeds : 3;
-      for (const Regime& rg : stress_regimes()) {
-        if (!regimes.empty() && ("," + regimes + ",").find("," + rg.name + ",") == std::string::npos) continue;
-        std::vector<LabRow> rows;
-        std::filesystem::create_directories(out / rg.name);
-        for (const std::string& name : rg.configs) {
-          auto it = std::find_if(configs.begin(), configs.end(), [&](const LabConfig& c) { return c.name == name; });
-          if (it == configs.end()) continue;  // left out by --only
-          for (int k = 0; k < n_seeds; ++k) {
-            examples::CnnConfig cc = base;
-            cc.seed = flags.seed + uint64_t(k);
-            cc.loss_weight = rg.loss_weight;
-            cc.aux_weight = rg.aux_weight;
-            cc.adam_eps = rg.adam_eps;
-            cc.lr = rg.lr;
-            if (!smoke) cc.epochs = rg.epochs;
-            std::printf("[%s] ", rg.name.c_str());
-            LabRow row =
-                run_one(*it, cc, (out / rg.name / (name + "-seed" + std::to_string(cc.seed) + ".jsonl")).string());
-            row.regime = rg.name;
-            rows.push_back(row);
-          }
-        }
-        md += "### " + rg.name + ": " + rg.what + "\n\n" + stress_table(rows, rg.aux_weight > 0.0) + "\n";
-        for (const LabRow& r : rows) j.push_back(row_json(r, device));
-      }
-    }
-    std::printf("\n%s", md.c_str());
-    write_file(out / "lab.md", md);
-    write_file(out / "lab.json", j.dump(2) + "\n");
-    std::printf("metrics per run, lab.md and lab.json in %s/\n", out_dir.c_str());
-    if (plots && !smoke) {
-      if (suite == "default") draw_figures(out);
-      else
-        for (const Regime& rg : stress_regimes())
-          if (std::filesystem::exists(out / rg.name)) draw_figures(out / rg.name);
-    }
+    lab.base = {.width = o.width,
+                .dropout = o.dropout,
+                .lr = flags.lr,
+                .weight_decay = o.weight_decay,
+                .epochs = flags.epochs,
+                .batch_size = flags.batch_size,
+                .seed = flags.seed,
+                .log_every = o.log_every,
+                .max_steps = flags.max_steps,
+                .progress = true,
+                .verbose = false,
+                .device = lab.device};
+    const SuiteResult result = o.suite == "default" ? run_default_suite(lab, out) : run_stress_suite(lab, out);
+    write_results(lab, out, result);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "precision_lab: error: %s\n", e.what());
     return 1;

@@ -7,7 +7,7 @@
 // Every kernel and copy for device d is queued on stream(d), a non-blocking stream created on
 // first use; launchers take it as a parameter and nothing uses the legacy default stream. One
 // stream keeps the program order of ops without events, and is what makes the caching
-// allocator's immediate reuse safe (Note [Caching allocator] in block_cache.h). Reads back to
+// allocator's immediate reuse safe (Note [Caching allocator] in tensor/core/block_cache.h). Reads back to
 // the host (copy_device_to_host, Tensor::item, max_abs) wait for the stream.
 #pragma once
 
@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "cuda/block_cache.h"
+#include "tensor/core/block_cache.h"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
 

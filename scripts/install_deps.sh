@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config clang-format
   nlohmann-json3-dev catch2 libstb-dev zlib1g-dev libopenblas-dev libcli11-dev
+  # the OpenMP build of OpenBLAS: one thread pool for the GEMMs and the own kernels (Note [One thread pool])
+  libopenblas0-openmp
   # data for the example programs: Fashion-MNIST (IDX) and the fortunes text corpus
   dataset-fashion-mnist fortunes
   # plots of the training metrics

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "tensor/core/block_cache.h"
 #include "tensor/core/device.h"
 
 namespace mixtape {
@@ -24,5 +25,10 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
 };
+
+// The host side's caching allocator (Note [Host caching allocator] in storage.cpp): what it holds
+// and has handed out (buffers of 64 KiB and more), and a way to give its cached blocks back.
+AllocatorStats host_allocator_stats();
+void empty_host_cache();
 
 }  // namespace mixtape

@@ -1,6 +1,6 @@
 #include "tensor/threads.h"
 
-#include <cblas.h>
+#include <omp.h>
 
 #include "tensor/core/error.h"
 
@@ -8,9 +8,11 @@ namespace mixtape {
 
 void set_num_threads(int n) {
   MT_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got ", n);
-  openblas_set_num_threads(n);
+  // The GEMMs run on these threads too: OpenBLAS itself stays on one thread (Note [Deterministic
+  // GEMM] in tensor/cpu/linalg.cpp).
+  omp_set_num_threads(n);
 }
 
-int num_threads() { return openblas_get_num_threads(); }
+int num_threads() { return omp_get_max_threads(); }
 
 }  // namespace mixtape

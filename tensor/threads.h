@@ -1,5 +1,7 @@
-// Threads used by the CPU backend. The GEMMs run on OpenBLAS's thread pool; mixtape's own CPU
-// kernels are single-threaded, so results never depend on the thread count.
+// Threads used by the CPU backend: one OpenMP pool runs mixtape's own kernels
+// (tensor/cpu/parallel.h) and, with the OpenMP build of OpenBLAS, the GEMMs too (Note [One thread
+// pool] in CMakeLists.txt). Results never depend on the thread count (Note [Deterministic
+// threads] in tensor/cpu/parallel.h).
 #pragma once
 
 namespace mixtape {

@@ -61,40 +61,43 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
     T* py = static_cast<T*>(y.raw_data());
     A* pm = mean.data<A>();
     A* pi = invstd.data<A>();
-    for (int64_t c = 0; c < C; ++c) {
-      const T* xc = px + c * xv.channel_stride;
-      double m, var;
-      if (training) {
-        // Two passes (mean, then squared deviations) in double: no cancellation in E[x^2]-E[x]^2.
-        double s = 0.0;
-        for_each_offset<1>(xv.pos_shape, {xv.pos_strides},
-                           [&](const std::array<int64_t, 1>& o) { s += double(load(xc[o[0]])); });
-        m = s / double(n);
-        double q = 0.0;
-        for_each_offset<1>(xv.pos_shape, {xv.pos_strides}, [&](const std::array<int64_t, 1>& o) {
-          const double d = double(load(xc[o[0]])) - m;
-          q += d * d;
-        });
-        var = q / double(n);
-        if (!rm.empty()) {
-          // Running variance tracks the unbiased estimate (PyTorch semantics); n > 1 is checked.
-          write_at(running_mean, c, (1.0 - momentum) * rm[size_t(c)] + momentum * m);
-          write_at(running_var, c, (1.0 - momentum) * rv[size_t(c)] + momentum * var * double(n) / double(n - 1));
+    // Each channel's statistics and outputs are one thread's (Note [Deterministic threads]).
+    parallel_for(C, grain_for(3 * n), [&](int64_t c_begin, int64_t c_end) {
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        const T* xc = px + c * xv.channel_stride;
+        double m, var;
+        if (training) {
+          // Two passes (mean, then squared deviations) in double: no cancellation in E[x^2]-E[x]^2.
+          double s = 0.0;
+          for_each_offset<1>(xv.pos_shape, {xv.pos_strides},
+                             [&](const std::array<int64_t, 1>& o) { s += double(load(xc[o[0]])); });
+          m = s / double(n);
+          double q = 0.0;
+          for_each_offset<1>(xv.pos_shape, {xv.pos_strides}, [&](const std::array<int64_t, 1>& o) {
+            const double d = double(load(xc[o[0]])) - m;
+            q += d * d;
+          });
+          var = q / double(n);
+          if (!rm.empty()) {
+            // Running variance tracks the unbiased estimate (PyTorch semantics); n > 1 is checked.
+            write_at(running_mean, c, (1.0 - momentum) * rm[size_t(c)] + momentum * m);
+            write_at(running_var, c, (1.0 - momentum) * rv[size_t(c)] + momentum * var * double(n) / double(n - 1));
+          }
+        } else {
+          m = rm[size_t(c)];
+          var = rv[size_t(c)];
         }
-      } else {
-        m = rm[size_t(c)];
-        var = rv[size_t(c)];
+        pm[c] = A(m);
+        pi[c] = A(1.0 / std::sqrt(var + eps));
+        const A wc = w.empty() ? A(1) : A(w[size_t(c)]);
+        const A bc = b.empty() ? A(0) : A(b[size_t(c)]);
+        const A mc = pm[c], ic = pi[c];
+        T* yc = py + c * yv.channel_stride;
+        for_each_offset<2>(xv.pos_shape, {xv.pos_strides, yv.pos_strides}, [&](const std::array<int64_t, 2>& o) {
+          yc[o[1]] = store<T>((A(load(xc[o[0]])) - mc) * ic * wc + bc);
+        });
       }
-      pm[c] = A(m);
-      pi[c] = A(1.0 / std::sqrt(var + eps));
-      const A wc = w.empty() ? A(1) : A(w[size_t(c)]);
-      const A bc = b.empty() ? A(0) : A(b[size_t(c)]);
-      const A mc = pm[c], ic = pi[c];
-      T* yc = py + c * yv.channel_stride;
-      for_each_offset<2>(xv.pos_shape, {xv.pos_strides, yv.pos_strides}, [&](const std::array<int64_t, 2>& o) {
-        yc[o[1]] = store<T>((A(load(xc[o[0]])) - mc) * ic * wc + bc);
-      });
-    }
+    });
   });
 }
 
@@ -113,38 +116,41 @@ void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& wei
     T* pdx = dx.defined() ? static_cast<T*>(dx.raw_data()) : nullptr;
     const A* pm = mean.data<A>();
     const A* pi = invstd.data<A>();
-    for (int64_t c = 0; c < C; ++c) {
-      const T* xc = px + c * xv.channel_stride;
-      const T* dyc = pdy + c * dyv.channel_stride;
-      const A mc = pm[c], ic = pi[c];
-      const A wc = w.empty() ? A(1) : A(w[size_t(c)]);
-      // sum(dy) and sum(dy * xhat) over the positions of channel c, in double.
-      double sdy = 0.0, sdyxh = 0.0;
-      if (training || dweight.defined() || dbias.defined()) {
-        for_each_offset<2>(xv.pos_shape, {xv.pos_strides, dyv.pos_strides}, [&](const std::array<int64_t, 2>& o) {
-          const double g = double(load(dyc[o[1]]));
-          sdy += g;
-          sdyxh += g * double((A(load(xc[o[0]])) - mc) * ic);
-        });
+    // Each channel's sums and gradients are one thread's (Note [Deterministic threads]).
+    parallel_for(C, grain_for(3 * n), [&](int64_t c_begin, int64_t c_end) {
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        const T* xc = px + c * xv.channel_stride;
+        const T* dyc = pdy + c * dyv.channel_stride;
+        const A mc = pm[c], ic = pi[c];
+        const A wc = w.empty() ? A(1) : A(w[size_t(c)]);
+        // sum(dy) and sum(dy * xhat) over the positions of channel c, in double.
+        double sdy = 0.0, sdyxh = 0.0;
+        if (training || dweight.defined() || dbias.defined()) {
+          for_each_offset<2>(xv.pos_shape, {xv.pos_strides, dyv.pos_strides}, [&](const std::array<int64_t, 2>& o) {
+            const double g = double(load(dyc[o[1]]));
+            sdy += g;
+            sdyxh += g * double((A(load(xc[o[0]])) - mc) * ic);
+          });
+        }
+        if (dweight.defined()) write_at(dweight, c, sdyxh);
+        if (dbias.defined()) write_at(dbias, c, sdy);
+        if (!pdx) continue;
+        T* dxc = pdx + c * dxv.channel_stride;
+        const A k = wc * ic;
+        if (training) {
+          // dx = w * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)): the mean and var paths.
+          const A mdy = A(sdy / double(n)), mdyxh = A(sdyxh / double(n));
+          for_each_offset<3>(xv.pos_shape, {xv.pos_strides, dyv.pos_strides, dxv.pos_strides},
+                             [&](const std::array<int64_t, 3>& o) {
+            const A xh = (A(load(xc[o[0]])) - mc) * ic;
+            dxc[o[2]] = store<T>(k * (A(load(dyc[o[1]])) - mdy - xh * mdyxh));
+          });
+        } else {
+          for_each_offset<2>(dyv.pos_shape, {dyv.pos_strides, dxv.pos_strides},
+                             [&](const std::array<int64_t, 2>& o) { dxc[o[1]] = store<T>(A(load(dyc[o[0]])) * k); });
+        }
       }
-      if (dweight.defined()) write_at(dweight, c, sdyxh);
-      if (dbias.defined()) write_at(dbias, c, sdy);
-      if (!pdx) continue;
-      T* dxc = pdx + c * dxv.channel_stride;
-      const A k = wc * ic;
-      if (training) {
-        // dx = w * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)): the mean and var paths.
-        const A mdy = A(sdy / double(n)), mdyxh = A(sdyxh / double(n));
-        for_each_offset<3>(xv.pos_shape, {xv.pos_strides, dyv.pos_strides, dxv.pos_strides},
-                           [&](const std::array<int64_t, 3>& o) {
-          const A xh = (A(load(xc[o[0]])) - mc) * ic;
-          dxc[o[2]] = store<T>(k * (A(load(dyc[o[1]])) - mdy - xh * mdyxh));
-        });
-      } else {
-        for_each_offset<2>(dyv.pos_shape, {dyv.pos_strides, dxv.pos_strides},
-                           [&](const std::array<int64_t, 2>& o) { dxc[o[1]] = store<T>(A(load(dyc[o[0]])) * k); });
-      }
-    }
+    });
   });
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tensor/cpu/linalg.h"
+#include "tensor/cpu/parallel.h"
 
 namespace mixtape::cpu {
 
@@ -52,53 +53,59 @@ inline void valid_range(int64_t iw0, int64_t s, int64_t W, int64_t OW, int64_t& 
 template <class T, class C>
 void im2col(const T* x, const Shape& xs, const Geom& g, int64_t n0, int64_t nb, C* col) {
   const int64_t L = g.L(), cols = nb * L;
-  for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t kh = 0; kh < g.KH; ++kh)
-      for (int64_t kw = 0; kw < g.KW; ++kw) {
-        C* row = col + ((c * g.KH + kh) * g.KW + kw) * cols;
-        const int64_t iw0 = kw * g.dw - g.pw;
-        int64_t lo, hi;
-        valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
-        for (int64_t n = 0; n < nb; ++n) {
-          const T* plane = x + (n0 + n) * xs[0] + c * xs[1];
-          for (int64_t oh = 0; oh < g.OH; ++oh) {
-            C* dst = row + n * L + oh * g.OW;
-            const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
-            if (ih < 0 || ih >= g.H) {
-              std::fill(dst, dst + g.OW, C(0));
-              continue;
-            }
-            const T* src = plane + ih * xs[2];
-            std::fill(dst, dst + lo, C(0));
-            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = load(src[(iw0 + ow * g.sw) * xs[3]]);
-            std::fill(dst + hi, dst + g.OW, C(0));
+  // Each row (c, kh, kw) is one thread's (Note [Deterministic threads]).
+  parallel_for(g.rows(), grain_for(cols), [&](int64_t r_begin, int64_t r_end) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      const int64_t c = r / (g.KH * g.KW), kh = r / g.KW % g.KH, kw = r % g.KW;
+      C* row = col + r * cols;
+      const int64_t iw0 = kw * g.dw - g.pw;
+      int64_t lo, hi;
+      valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
+      for (int64_t n = 0; n < nb; ++n) {
+        const T* plane = x + (n0 + n) * xs[0] + c * xs[1];
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          C* dst = row + n * L + oh * g.OW;
+          const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+          if (ih < 0 || ih >= g.H) {
+            std::fill(dst, dst + g.OW, C(0));
+            continue;
           }
+          const T* src = plane + ih * xs[2];
+          std::fill(dst, dst + lo, C(0));
+          for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = load(src[(iw0 + ow * g.sw) * xs[3]]);
+          std::fill(dst + hi, dst + g.OW, C(0));
         }
       }
+    }
+  });
 }
 
 // img[nb, C, H, W] (contiguous, compute type) += col2im(col): the adjoint of im2col.
 template <class C>
 void col2im_add(const C* col, const Geom& g, int64_t nb, C* img) {
   const int64_t L = g.L(), cols = nb * L;
-  for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t kh = 0; kh < g.KH; ++kh)
-      for (int64_t kw = 0; kw < g.KW; ++kw) {
-        const C* row = col + ((c * g.KH + kh) * g.KW + kw) * cols;
-        const int64_t iw0 = kw * g.dw - g.pw;
-        int64_t lo, hi;
-        valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
-        for (int64_t n = 0; n < nb; ++n) {
-          C* plane = img + (n * g.C + c) * g.H * g.W;
-          for (int64_t oh = 0; oh < g.OH; ++oh) {
-            const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
-            if (ih < 0 || ih >= g.H) continue;
-            const C* src = row + n * L + oh * g.OW;
-            C* dst = plane + ih * g.W;
-            for (int64_t ow = lo; ow < hi; ++ow) dst[iw0 + ow * g.sw] += src[ow];
+  // Each channel's planes are one thread's, summed in the serial order (Note [Deterministic
+  // threads]): the rows (c, kh, kw) of one c add into the same pixels.
+  parallel_for(g.C, grain_for(g.KH * g.KW * cols), [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c)
+      for (int64_t kh = 0; kh < g.KH; ++kh)
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          const C* row = col + ((c * g.KH + kh) * g.KW + kw) * cols;
+          const int64_t iw0 = kw * g.dw - g.pw;
+          int64_t lo, hi;
+          valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
+          for (int64_t n = 0; n < nb; ++n) {
+            C* plane = img + (n * g.C + c) * g.H * g.W;
+            for (int64_t oh = 0; oh < g.OH; ++oh) {
+              const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+              if (ih < 0 || ih >= g.H) continue;
+              const C* src = row + n * L + oh * g.OW;
+              C* dst = plane + ih * g.W;
+              for (int64_t ow = lo; ow < hi; ++ow) dst[iw0 + ow * g.sw] += src[ow];
+            }
           }
         }
-      }
+  });
 }
 
 // w [OC, C, KH, KW] (any strides) as a row-major [OC, C*KH*KW] matrix in the compute type.
@@ -130,13 +137,15 @@ std::vector<C> load_bias(const Strided& b) {
 template <class T, class C>
 void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int64_t nb, C* G) {
   const int64_t L = g.L(), cols = nb * L;
-  for (int64_t oc = 0; oc < g.OC; ++oc)
-    for (int64_t n = 0; n < nb; ++n) {
-      const T* plane = dy + (n0 + n) * ds[0] + oc * ds[1];
-      C* dst = G + oc * cols + n * L;
-      for (int64_t oh = 0; oh < g.OH; ++oh)
-        for (int64_t ow = 0; ow < g.OW; ++ow) dst[oh * g.OW + ow] = load(plane[oh * ds[2] + ow * ds[3]]);
-    }
+  parallel_for(g.OC, grain_for(cols), [&](int64_t oc_begin, int64_t oc_end) {
+    for (int64_t oc = oc_begin; oc < oc_end; ++oc)
+      for (int64_t n = 0; n < nb; ++n) {
+        const T* plane = dy + (n0 + n) * ds[0] + oc * ds[1];
+        C* dst = G + oc * cols + n * L;
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) dst[oh * g.OW + ow] = load(plane[oh * ds[2] + ow * ds[3]]);
+      }
+  });
 }
 
 template <class T>
@@ -152,8 +161,9 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
     im2col(px, x.strides(), g, n0, nb, col.get());
     // Y = W col: (OC, nb*L) = (OC, C*KH*KW) (C*KH*KW, nb*L)
     gemm_raw(false, false, g.OC, cols, R, wm.data(), R, col.get(), cols, C(0), y.get(), cols);
-    for (int64_t n = 0; n < nb; ++n)
-      for (int64_t oc = 0; oc < g.OC; ++oc) {
+    parallel_for(nb * g.OC, grain_for(L), [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t n = p / g.OC, oc = p % g.OC;
         const C* src = y.get() + oc * cols + n * L;
         T* dst = po + ((n0 + n) * g.OC + oc) * L;
         if (bv.empty()) {
@@ -163,6 +173,7 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
           for (int64_t l = 0; l < L; ++l) dst[l] = store<T>(src[l] + b);
         }
       }
+    });
   }
 }
 
@@ -181,10 +192,11 @@ void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, c
     gemm_raw(true, false, R, cols, g.OC, wm.data(), R, G.get(), cols, C(0), dcol.get(), cols);
     std::fill(img.get(), img.get() + nb * g.C * HW, C(0));
     col2im_add(dcol.get(), g, nb, img.get());
-    for (int64_t n = 0; n < nb; ++n)
-      for (int64_t c = 0; c < g.C; ++c) {
-        const C* src = img.get() + (n * g.C + c) * HW;
-        T* dst = pdx + ((n0 + n) * g.C + c) * HW;
+    parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t c = p % g.C;
+        const C* src = img.get() + p * HW;
+        T* dst = pdx + (n0 * g.C + p) * HW;
         if (bv.empty()) {
           for (int64_t k = 0; k < HW; ++k) dst[k] = store<T>(src[k]);
         } else {
@@ -192,6 +204,7 @@ void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, c
           for (int64_t k = 0; k < HW; ++k) dst[k] = store<T>(src[k] + b);
         }
       }
+    });
   }
 }
 
@@ -221,18 +234,21 @@ void conv_bias_grad(const Strided& dy, const Strided& db) {
   const Shape& ds = dy.strides();
   const T* p = static_cast<const T*>(dy.raw_data());
   T* pdb = static_cast<T*>(db.raw_data());
-  for (int64_t oc = 0; oc < OC; ++oc) {
-    double acc[4] = {0.0, 0.0, 0.0, 0.0};  // independent partial sums keep the adds pipelined
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t h = 0; h < H; ++h) {
-        const T* row = p + n * ds[0] + oc * ds[1] + h * ds[2];
-        int64_t w = 0;
-        for (; w + 4 <= W; w += 4)
-          for (int k = 0; k < 4; ++k) acc[k] += double(load(row[(w + k) * ds[3]]));
-        for (; w < W; ++w) acc[0] += double(load(row[w * ds[3]]));
-      }
-    pdb[oc * db.strides()[0]] = store<T>((acc[0] + acc[1]) + (acc[2] + acc[3]));
-  }
+  // Each channel's whole sum is one thread's (Note [Deterministic threads]).
+  parallel_for(OC, grain_for(N * H * W), [&](int64_t oc_begin, int64_t oc_end) {
+    for (int64_t oc = oc_begin; oc < oc_end; ++oc) {
+      double acc[4] = {0.0, 0.0, 0.0, 0.0};  // independent partial sums keep the adds pipelined
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t h = 0; h < H; ++h) {
+          const T* row = p + n * ds[0] + oc * ds[1] + h * ds[2];
+          int64_t w = 0;
+          for (; w + 4 <= W; w += 4)
+            for (int k = 0; k < 4; ++k) acc[k] += double(load(row[(w + k) * ds[3]]));
+          for (; w < W; ++w) acc[0] += double(load(row[w * ds[3]]));
+        }
+      pdb[oc * db.strides()[0]] = store<T>((acc[0] + acc[1]) + (acc[2] + acc[3]));
+    }
+  });
 }
 
 }  // namespace

@@ -13,9 +13,9 @@ void dropout(const Strided& x, const Strided& out, double p, uint64_t seed, uint
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     // i: the row-major index that selects the element's Philox counter (Note [Dropout mask]).
-    uint64_t i = 0;
-    for_each_offset<2>(x.shape(), {x.strides(), out.strides()}, [&](const std::array<int64_t, 2>& o) {
-      const PhiloxBlock r = philox_words(seed, offset + i++);
+    parallel_for_each_offset<2>(x.shape(), {x.strides(), out.strides()},
+                                [&](const std::array<int64_t, 2>& o, int64_t i) {
+      const PhiloxBlock r = philox_words(seed, offset + uint64_t(i));
       const bool kept = uniform01_f64(r[0], r[1]) < keep;
       po[o[1]] = kept ? store<T>(A(load(px[o[0]])) * scale) : store<T>(A(0));
     });

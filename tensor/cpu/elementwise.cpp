@@ -64,7 +64,7 @@ void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b)
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
-      for_each_offset<2>(out.shape(), {out.strides(), x.strides()}, [&](const std::array<int64_t, 2>& o) {
+      parallel_for_each_offset<2>(out.shape(), {out.strides(), x.strides()}, [&](const std::array<int64_t, 2>& o) {
         po[o[0]] = store<T>(formulas::unary_forward<OP, HostMath>(load(px[o[1]]), C(a), C(b)));
       });
     });
@@ -80,8 +80,8 @@ void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Stride
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pdx = static_cast<T*>(dx.raw_data());
     formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
-      for_each_offset<4>(dx.shape(), {dx.strides(), x.strides(), y.strides(), dy.strides()},
-                         [&](const std::array<int64_t, 4>& o) {
+      parallel_for_each_offset<4>(dx.shape(), {dx.strides(), x.strides(), y.strides(), dy.strides()},
+                                  [&](const std::array<int64_t, 4>& o) {
         pdx[o[0]] = store<T>(
             formulas::unary_backward<OP, HostMath>(load(px[o[1]]), load(py[o[2]]), load(pdy[o[3]]), C(a), C(b)));
       });
@@ -95,9 +95,9 @@ void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& out)
     const T* pb = static_cast<const T*>(b.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     formulas::dispatch_binary(op, [&]<BinaryOp OP>() {
-      for_each_offset<3>(out.shape(),
-                         {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())},
-                         [&](const std::array<int64_t, 3>& o) {
+      parallel_for_each_offset<3>(out.shape(),
+                                  {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())},
+                                  [&](const std::array<int64_t, 3>& o) {
         po[o[0]] = store<T>(formulas::binary<OP>(load(pa[o[1]]), load(pb[o[2]])));
       });
     });

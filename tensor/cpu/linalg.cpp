@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/parallel.h"
 
 namespace mixtape::cpu {
 
@@ -64,6 +65,96 @@ bool blas_layout_ok(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_
   return blas_operand(rows, cols, row_stride, col_stride).ok;
 }
 
+namespace {
+
+// Note [Deterministic GEMM]
+// OpenBLAS splits a GEMM over its threads in a way that depends on the thread count, and the
+// sums it forms change with it: the same cnn run gave different weights with 1 and 2 threads.
+// So OpenBLAS always runs on one thread (OneBlasThread below), and gemm_raw splits the work
+// itself into blocks that depend only on the shapes, handed to the OpenMP threads (Note
+// [Deterministic threads] in parallel.h):
+//   - wide or tall outputs: blocks of columns (or rows) of C, each a single-threaded GEMM over
+//     all of K, so every element is summed exactly as the one-block call sums it;
+//   - small outputs with long sums (weight gradients: dW [OC, C*KH*KW] sums over N*OH*OW): K
+//     is cut into fixed chunks whose partial products are added to C in chunk order.
+// Whatever the thread count, the same blocks are computed by the same calls and combined in the
+// same order, so the result is the same bits.
+constexpr int64_t kSerialFlops = int64_t(1) << 22;  // below this one call does it all
+constexpr int64_t kMaxBlocks = 8;
+constexpr int64_t kMinBlockSide = 64;  // columns or rows of C per block
+constexpr int64_t kMinBlockK = 2048;   // length of a K chunk
+
+// OpenBLAS's OpenMP build takes its thread count from omp_get_max_threads() on every call made
+// outside a parallel region; its pthreads build (when the OpenMP one is not installed) keeps its
+// own count. Each call gemm_blocked makes runs with both set to one, so every block is computed
+// on the calling thread whatever --threads says.
+struct OneBlasThread {
+  int saved = omp_get_max_threads();
+  OneBlasThread() {
+    static const bool pinned = [] {
+      openblas_set_num_threads(1);  // the OpenMP build also sets the OpenMP count: restored below
+      return true;
+    }();
+    (void)pinned;
+    omp_set_num_threads(1);
+  }
+  ~OneBlasThread() { omp_set_num_threads(saved); }
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
+};
+
+template <class T, class Gemm>
+void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+                  int64_t ldb, T beta, T* C, int64_t ldc, Gemm gemm) {
+  // The pieces of A, B and C a block reads: row i0 of op(A), column j0 of op(B), row k0 of op(B).
+  auto a_at = [&](int64_t i0, int64_t k0) { return trans_a ? A + k0 * lda + i0 : A + i0 * lda + k0; };
+  auto b_at = [&](int64_t k0, int64_t j0) { return trans_b ? B + j0 * ldb + k0 : B + k0 * ldb + j0; };
+  // Splits [0, n) into `blocks` nearly equal pieces: piece t is [n t / blocks, n (t + 1) / blocks).
+  auto bounds = [](int64_t n, int64_t blocks, int64_t t) { return n * t / blocks; };
+  if (M * N * K < kSerialFlops) {
+    const OneBlasThread one;
+    gemm(M, N, K, A, B, beta, C, ldc);
+    return;
+  }
+  if (N >= 2 * kMinBlockSide || M >= 2 * kMinBlockSide) {
+    const bool by_columns = N >= M;
+    const int64_t side = by_columns ? N : M;
+    const int64_t blocks = std::min(kMaxBlocks, side / kMinBlockSide);
+    parallel_for(blocks, 1, [&](int64_t t0, int64_t t1) {
+      const OneBlasThread one;
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t lo = bounds(side, blocks, t), hi = bounds(side, blocks, t + 1);
+        if (by_columns) gemm(M, hi - lo, K, a_at(0, 0), b_at(0, lo), beta, C + lo, ldc);
+        else gemm(hi - lo, N, K, a_at(lo, 0), b_at(0, 0), beta, C + lo * ldc, ldc);
+      }
+    });
+    return;
+  }
+  const int64_t blocks = std::clamp<int64_t>(K / kMinBlockK, 1, kMaxBlocks);
+  if (blocks == 1) {
+    const OneBlasThread one;
+    gemm(M, N, K, A, B, beta, C, ldc);
+    return;
+  }
+  std::vector<T> partial(size_t(blocks * M * N));
+  parallel_for(blocks, 1, [&](int64_t t0, int64_t t1) {
+    const OneBlasThread one;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t lo = bounds(K, blocks, t), hi = bounds(K, blocks, t + 1);
+      T* P = partial.data() + t * M * N;
+      gemm(M, N, hi - lo, a_at(0, lo), b_at(lo, 0), T(0), P, N);
+    }
+  });
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      T c = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+      for (int64_t t = 0; t < blocks; ++t) c += partial[size_t((t * M + i) * N + j)];
+      C[i * ldc + j] = c;
+    }
+}
+
+}  // namespace
+
 void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
               int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
@@ -73,8 +164,11 @@ void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
     return;
   }
   check_blas_sizes(M, N, K, lda, ldb, ldc);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(M),
-              blasint(N), blasint(K), 1.0f, A, blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
+  gemm_blocked(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc,
+               [&](int64_t m, int64_t n, int64_t k, const float* a, const float* b, float bt, float* c, int64_t ldc_) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(m),
+                blasint(n), blasint(k), 1.0f, a, blasint(lda), b, blasint(ldb), bt, c, blasint(ldc_));
+  });
 }
 
 void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
@@ -86,8 +180,12 @@ void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
     return;
   }
   check_blas_sizes(M, N, K, lda, ldb, ldc);
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(M),
-              blasint(N), blasint(K), 1.0, A, blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
+  gemm_blocked(
+      trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc,
+      [&](int64_t m, int64_t n, int64_t k, const double* a, const double* b, double bt, double* c, int64_t ldc_) {
+    cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(m),
+                blasint(n), blasint(k), 1.0, a, blasint(lda), b, blasint(ldb), bt, c, blasint(ldc_));
+      });
 }
 
 void matmul(const Strided& a, const Strided& b, const Strided& bias, const Strided& out) {

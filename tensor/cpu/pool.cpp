@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "tensor/cpu/parallel.h"
+
 namespace mixtape::cpu {
 
 namespace {
@@ -27,10 +29,12 @@ void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
     using Cc = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
-    int64_t* pi = indices.data<int64_t>();
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c) {
-        const T* plane = px + n * xs[0] + c * xs[1];
+    // Each (n, c) plane is one thread's (Note [Deterministic threads]).
+    parallel_for(N * C, grain_for(OH * OW * kh * kw), [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const T* plane = px + (p / C) * xs[0] + (p % C) * xs[1];
+        T* po_p = po + p * OH * OW;
+        int64_t* pi_p = indices.data<int64_t>() + p * OH * OW;
         for (int64_t oh = 0; oh < OH; ++oh) {
           int64_t h_lo, h_hi;
           window_span(oh, kh, sh, ph, H, h_lo, h_hi);
@@ -64,11 +68,12 @@ void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
                   }
                 }
             }
-            *po++ = store<T>(best);
-            *pi++ = arg;
+            *po_p++ = store<T>(best);
+            *pi_p++ = arg;
           }
         }
       }
+    });
   });
 }
 
@@ -83,16 +88,19 @@ void max_pool2d_backward(const Strided& dy, const Strided& indices, const Stride
     T* pdx = static_cast<T*>(dx.raw_data());
     // Overlapping windows can send several gradients to one input: sum in the compute type,
     // round once.
-    std::vector<Cc> acc(static_cast<size_t>(HW));
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c) {
+    // Each (n, c) plane is one thread's (Note [Deterministic threads]).
+    parallel_for(N * C, grain_for(HW + OH * OW), [&](int64_t begin, int64_t end) {
+      std::vector<Cc> acc(static_cast<size_t>(HW));
+      for (int64_t p = begin; p < end; ++p) {
         std::fill(acc.begin(), acc.end(), Cc(0));
-        const T* g = pdy + n * ds[0] + c * ds[1];
+        const T* g = pdy + (p / C) * ds[0] + (p % C) * ds[1];
+        const int64_t* pi_p = pi + p * OH * OW;
         for (int64_t oh = 0; oh < OH; ++oh)
-          for (int64_t ow = 0; ow < OW; ++ow) acc[size_t(*pi++)] += load(g[oh * ds[2] + ow * ds[3]]);
-        T* d = pdx + (n * C + c) * HW;
+          for (int64_t ow = 0; ow < OW; ++ow) acc[size_t(*pi_p++)] += load(g[oh * ds[2] + ow * ds[3]]);
+        T* d = pdx + p * HW;
         for (int64_t k = 0; k < HW; ++k) d[k] = store<T>(acc[size_t(k)]);
       }
+    });
   });
 }
 
@@ -106,9 +114,11 @@ void avg_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     const Cc divisor = Cc(kh * kw);  // count_include_pad: padded zeros count
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c) {
-        const T* plane = px + n * xs[0] + c * xs[1];
+    // Each (n, c) plane is one thread's (Note [Deterministic threads]).
+    parallel_for(N * C, grain_for(OH * OW * kh * kw), [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const T* plane = px + (p / C) * xs[0] + (p % C) * xs[1];
+        T* po_p = po + p * OH * OW;
         for (int64_t oh = 0; oh < OH; ++oh) {
           int64_t h_lo, h_hi;
           window_span(oh, kh, sh, ph, H, h_lo, h_hi);
@@ -118,10 +128,11 @@ void avg_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
             Cc s = 0;
             for (int64_t h = h_lo; h < h_hi; ++h)
               for (int64_t w = w_lo; w < w_hi; ++w) s += load(plane[h * xs[2] + w * xs[3]]);
-            *po++ = store<T>(s / divisor);
+            *po_p++ = store<T>(s / divisor);
           }
         }
       }
+    });
   });
 }
 
@@ -135,11 +146,12 @@ void avg_pool2d_backward(const Strided& dy, int64_t kh, int64_t kw, int64_t sh, 
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pdx = static_cast<T*>(dx.raw_data());
     const Cc divisor = Cc(kh * kw);
-    std::vector<Cc> acc(static_cast<size_t>(H * W));
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c) {
+    // Each (n, c) plane is one thread's (Note [Deterministic threads]).
+    parallel_for(N * C, grain_for(H * W + OH * OW * kh * kw), [&](int64_t begin, int64_t end) {
+      std::vector<Cc> acc(static_cast<size_t>(H * W));
+      for (int64_t p = begin; p < end; ++p) {
         std::fill(acc.begin(), acc.end(), Cc(0));
-        const T* g = pdy + n * ds[0] + c * ds[1];
+        const T* g = pdy + (p / C) * ds[0] + (p % C) * ds[1];
         for (int64_t oh = 0; oh < OH; ++oh) {
           int64_t h_lo, h_hi;
           window_span(oh, kh, sh, ph, H, h_lo, h_hi);
@@ -151,9 +163,10 @@ void avg_pool2d_backward(const Strided& dy, int64_t kh, int64_t kw, int64_t sh, 
               for (int64_t w = w_lo; w < w_hi; ++w) acc[size_t(h * W + w)] += v;
           }
         }
-        T* d = pdx + (n * C + c) * H * W;
+        T* d = pdx + p * H * W;
         for (int64_t k = 0; k < H * W; ++k) d[k] = store<T>(acc[size_t(k)]);
       }
+    });
   });
 }
 

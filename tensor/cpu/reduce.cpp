@@ -85,7 +85,10 @@ void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, con
   dispatch_floating(x.dtype(), reduce_op_name(op), [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
-    for_each_offset<2>(s.outer_shape, {s.outer_strides, kept_strides(out, dims)}, [&](const std::array<int64_t, 2>& o) {
+    // Each output element's whole sum is one thread's (Note [Deterministic threads]).
+    parallel_for_each_offset<2>(
+        s.outer_shape, {s.outer_strides, kept_strides(out, dims)},
+        [&](const std::array<int64_t, 2>& o) {
       double acc = (op == ReduceOp::sum || op == ReduceOp::mean) ? 0.0 : -std::numeric_limits<double>::infinity();
       bool nan = false;
       for_each_offset<1>(s.inner_shape, {s.inner_strides}, [&](const std::array<int64_t, 1>& i) {
@@ -97,7 +100,8 @@ void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, con
       if (op == ReduceOp::mean) acc /= double(n);
       if (nan) acc = std::numeric_limits<double>::quiet_NaN();
       po[o[1]] = store<T>(acc);  // rounded once, from the f64 accumulator
-    });
+        },
+        grain_for(n));
   });
 }
 
@@ -112,9 +116,9 @@ void reduce_backward(ReduceOp op, const Strided& x, const Strided& y, const Stri
     const T* py = static_cast<const T*>(y.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pdx = static_cast<T*>(dx.raw_data());
-    for_each_offset<4>(s.outer_shape,
-                       {s.outer_strides, sdx.outer_strides, kept_strides(y, dims), kept_strides(dy, dims)},
-                       [&](const std::array<int64_t, 4>& o) {
+    parallel_for_each_offset<4>(
+        s.outer_shape, {s.outer_strides, sdx.outer_strides, kept_strides(y, dims), kept_strides(dy, dims)},
+        [&](const std::array<int64_t, 4>& o) {
       const C g = load(pdy[o[3]]);
       const C ymax = load(py[o[2]]);
       if (op == ReduceOp::sum || op == ReduceOp::mean) {  // x and y are not read
@@ -135,7 +139,8 @@ void reduce_backward(ReduceOp op, const Strided& x, const Strided& y, const Stri
         if (hit) given = true;
         pdx[o[1] + i[1]] = store<T>(hit ? share : C(0));
       });
-    });
+        },
+        grain_for(n));
   });
 }
 

@@ -1,4 +1,4 @@
-// The caching allocator's bookkeeping (cuda/block_cache.h) with a fake device allocator: no GPU
+// The caching allocator's bookkeeping (tensor/core/block_cache.h) with a fake device allocator: no GPU
 // needed. test_runtime.cpp checks the same counters with real device memory.
 #include <catch2/catch.hpp>
 
@@ -6,9 +6,9 @@
 #include <map>
 #include <vector>
 
-#include "cuda/block_cache.h"
+#include "tensor/core/block_cache.h"
 
-using mixtape::cuda::BlockCache;
+using mixtape::BlockCache;
 
 namespace {
 

@@ -44,9 +44,9 @@ TEST_CASE("cuda allocator reuses blocks: no real allocation after a warm-up step
   };
   step();
   step();
-  const cuda::AllocatorStats warm = cuda::allocator_stats(0);
+  const AllocatorStats warm = cuda::allocator_stats(0);
   for (int i = 0; i < 5; ++i) step();
-  const cuda::AllocatorStats after = cuda::allocator_stats(0);
+  const AllocatorStats after = cuda::allocator_stats(0);
   INFO("real allocations after warm-up: " << warm.real_allocs << ", after 5 more steps: " << after.real_allocs
                                           << " (cache hits " << after.cache_hits << ")");
   CHECK(after.real_allocs == warm.real_allocs);

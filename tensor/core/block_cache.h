@@ -1,5 +1,7 @@
-// The caching allocator's bookkeeping, in plain C++ so the CPU tests exercise it
-// (tests/cuda/test_block_cache.cpp) with a fake device allocator.
+// The caching allocator's bookkeeping, in plain C++: the CUDA runtime caches device memory with
+// it (cuda/runtime.cu) and Storage caches large host buffers (tensor/storage.cpp, Note [Host
+// caching allocator]). The CPU tests exercise it with a fake allocator
+// (tests/cuda/test_block_cache.cpp).
 //
 // Note [Caching allocator]
 // cudaMalloc and cudaFree synchronize the device and cost tens of microseconds, so a training
@@ -25,7 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace mixtape::cuda {
+namespace mixtape {
 
 struct AllocatorStats {
   uint64_t requests = 0;     // allocate() calls with nbytes > 0
@@ -131,4 +133,4 @@ class BlockCache {
   AllocatorStats stats_;
 };
 
-}  // namespace mixtape::cuda
+}  // namespace mixtape

@@ -1,0 +1,46 @@
+// Splitting a CPU kernel's work over the OpenMP threads (tensor/threads.h).
+//
+// Note [Deterministic threads]
+// A kernel's result must not depend on how many threads computed it: a run with --threads 1 and
+// one with --threads 2 give the same weights, bit for bit (tests/tensor/test_threads.cpp). So
+// work is split only where the pieces are independent: each output element, or each channel's
+// whole reduction, is computed by one thread in the same order as the serial loop. A reduction
+// is never split across threads, and no thread adds into another's result, so the static
+// partition below changes who computes a value, never how.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace mixtape::cpu {
+
+// Calls f(begin, end) over [0, n) in contiguous pieces of at least `grain` indices, on the
+// OpenMP threads; on the calling thread alone when the work is too small to share (or when
+// already inside a parallel region).
+template <class F>
+void parallel_for(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  const int64_t max_pieces = std::max<int64_t>(1, n / std::max<int64_t>(1, grain));
+  const int threads = int(std::min<int64_t>(omp_get_max_threads(), max_pieces));
+  if (threads <= 1 || omp_in_parallel()) {
+    f(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    if (begin < end) f(begin, end);
+  }
+}
+
+// Elements per thread below which a kernel stays on one thread: forking costs a few
+// microseconds, about what one thread needs for this many simple elements.
+inline constexpr int64_t kGrainElements = 32768;
+
+// The grain, in items, for items that cost about `work` simple elements each.
+inline int64_t grain_for(int64_t work) { return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, work)); }
+
+}  // namespace mixtape::cpu

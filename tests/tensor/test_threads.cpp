@@ -1,0 +1,105 @@
+// Note [Deterministic threads] (tensor/cpu/parallel.h) and Note [Deterministic GEMM]
+// (tensor/cpu/linalg.cpp): a few training steps of a CNN give the same weights, bit for bit,
+// with 1 and with 2 threads, in every precision policy. The model is sized so that every split
+// path runs: elementwise and batch-norm kernels above the grain, GEMMs split by columns and by K.
+// Also: the host caching allocator makes no new allocations once a step has run.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtape.h"
+
+using namespace mixtape;
+
+namespace {
+
+std::shared_ptr<nn::Sequential> make_model(Generator& gen) {
+  return std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(16),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(32),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(32 * 7 * 7, 64, true, gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Dropout>(0.3, gen), std::make_shared<nn::Linear>(64, 10, true, gen));
+}
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<uint8_t> b(size_t(c.numel()) * dtype_size(c.dtype()));
+  if (!b.empty()) std::memcpy(b.data(), c.raw_data(), b.size());
+  return b;
+}
+
+// Every parameter and buffer of the model after `steps` steps with `threads` threads, and the
+// losses on the way.
+struct Result {
+  std::vector<std::vector<uint8_t>> tensors;
+  std::vector<double> losses;
+};
+
+Result train(int threads, const char* precision, const char* loss_scale, int steps) {
+  set_num_threads(threads);
+  Generator gen(3);
+  auto model = make_model(gen);
+  PrecisionOptions opt;
+  opt.precision = nn::precision_from_name(precision);
+  opt.loss_scale = parse_loss_scale(loss_scale);
+  opt.seed = 11;
+  PrecisionTrainer trainer(*model, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = 1e-3, .weight_decay = 1e-4}, opt);
+  Generator data_gen(5);
+  const Tensor x = normal({64, 1, 28, 28}, 0.0, 1.0, data_gen);
+  std::vector<int64_t> labels(64);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = int64_t(i * 7 % 10);
+  const Tensor y = from_vector(labels, {64});
+  Result r;
+  for (int s = 0; s < steps; ++s) {
+    Tape tape;
+    trainer.begin_step(tape);
+    const Variable logits = (*model)(Variable(trainer.input(x)));
+    const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), y);
+    r.losses.push_back(loss.item());
+    trainer.backward(tape, loss);
+    trainer.step();
+  }
+  for (const Variable& p : model->parameters()) r.tensors.push_back(bytes_of(p.data()));
+  for (const auto& [name, b] : model->named_buffers()) r.tensors.push_back(bytes_of(b));
+  return r;
+}
+
+struct RestoreThreads {
+  int n = num_threads();
+  ~RestoreThreads() { set_num_threads(n); }
+};
+
+}  // namespace
+
+TEST_CASE("training gives the same bits with 1 and 2 threads", "[threads]") {
+  RestoreThreads restore;
+  struct Policy {
+    const char* precision;
+    const char* loss_scale;
+  };
+  const Policy policies[] = {{"fp32", "none"}, {"bf16", "none"}, {"fp16", "backoff"}, {"bf16-pure", "none"}};
+  for (const Policy& p : policies) {
+    INFO(p.precision << " loss scale " << p.loss_scale);
+    const Result one = train(1, p.precision, p.loss_scale, 3);
+    const Result two = train(2, p.precision, p.loss_scale, 3);
+    CHECK(one.losses == two.losses);
+    REQUIRE(one.tensors.size() == two.tensors.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < one.tensors.size(); ++i) differ += one.tensors[i] != two.tensors[i];
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("steady-state training allocates no new host buffers after its first step", "[threads]") {
+  train(2, "bf16", "none", 2);  // warm the cache with this model's sizes
+  const AllocatorStats before = host_allocator_stats();
+  train(2, "bf16", "none", 2);
+  const AllocatorStats after = host_allocator_stats();
+  CHECK(after.requests > before.requests);
+  CHECK(after.real_allocs == before.real_allocs);
+}

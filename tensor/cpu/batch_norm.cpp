@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
 
 namespace mixtape::cpu {
@@ -45,6 +46,26 @@ void write_at(const Strided& t, int64_t i, double value) {
                     [&]<class T>() { static_cast<T*>(t.raw_data())[i * t.strides()[0]] = store<T>(value); });
 }
 
+// Note [Batch norm sums]
+// A channel's sums are formed in double in kLanes interleaved partial sums (element i of each
+// chunk of a row goes to lane i % kLanes), added pairwise at the end: the order depends only on
+// the shape and strides, so every thread count and vector path gives the same bits, and the
+// lanes let the additions run in parallel instead of one long dependency chain.
+constexpr int kLanes = 8;
+struct LaneSum {
+  double lane[kLanes] = {};
+  template <class F>
+  void add(int64_t n, F&& term) {  // adds term(0), ..., term(n - 1)
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) lane[k] += term(i + k);
+    for (int k = 0; i < n; ++i, ++k) lane[k] += term(i);
+  }
+  double total() const {
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  }
+};
+
 }  // namespace
 
 void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& bias, const Strided& running_mean,
@@ -68,16 +89,27 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
         double m, var;
         if (training) {
           // Two passes (mean, then squared deviations) in double: no cancellation in E[x^2]-E[x]^2.
-          double s = 0.0;
-          for_each_offset<1>(xv.pos_shape, {xv.pos_strides},
-                             [&](const std::array<int64_t, 1>& o) { s += double(load(xc[o[0]])); });
-          m = s / double(n);
-          double q = 0.0;
-          for_each_offset<1>(xv.pos_shape, {xv.pos_strides}, [&](const std::array<int64_t, 1>& o) {
-            const double d = double(load(xc[o[0]])) - m;
-            q += d * d;
+          LaneSum s;
+          for_each_row<1>(xv.pos_shape, {xv.pos_strides}, [&](const RowPiece<1>& r) {
+            for_chunks(r.len, [&](int64_t j, int64_t len) {
+              A buf[kRowChunk];
+              const A* v = load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, buf);
+              s.add(len, [&](int64_t i) { return double(v[i]); });
+            });
           });
-          var = q / double(n);
+          m = s.total() / double(n);
+          LaneSum q;
+          for_each_row<1>(xv.pos_shape, {xv.pos_strides}, [&](const RowPiece<1>& r) {
+            for_chunks(r.len, [&](int64_t j, int64_t len) {
+              A buf[kRowChunk];
+              const A* v = load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, buf);
+              q.add(len, [&](int64_t i) {
+                const double d = double(v[i]) - m;
+                return d * d;
+              });
+            });
+          });
+          var = q.total() / double(n);
           if (!rm.empty()) {
             // Running variance tracks the unbiased estimate (PyTorch semantics); n > 1 is checked.
             write_at(running_mean, c, (1.0 - momentum) * rm[size_t(c)] + momentum * m);
@@ -93,8 +125,15 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
         const A bc = b.empty() ? A(0) : A(b[size_t(c)]);
         const A mc = pm[c], ic = pi[c];
         T* yc = py + c * yv.channel_stride;
-        for_each_offset<2>(xv.pos_shape, {xv.pos_strides, yv.pos_strides}, [&](const std::array<int64_t, 2>& o) {
-          yc[o[1]] = store<T>((A(load(xc[o[0]])) - mc) * ic * wc + bc);
+        for_each_row<2>(xv.pos_shape, {xv.pos_strides, yv.pos_strides}, [&](const RowPiece<2>& r) {
+          for_chunks(r.len, [&](int64_t j, int64_t len) {
+            A xb[kRowChunk], yb[kRowChunk];
+            const A* xr = load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, xb);
+            T* out = yc + r.at[1] + j * r.step[1];
+            A* yr = out_row(out, r.step[1], yb);
+            for (int64_t i = 0; i < len; ++i) yr[i] = (xr[i] - mc) * ic * wc + bc;
+            store_row(yr, out, r.step[1], len);
+          });
         });
       }
     });
@@ -126,11 +165,18 @@ void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& wei
         // sum(dy) and sum(dy * xhat) over the positions of channel c, in double.
         double sdy = 0.0, sdyxh = 0.0;
         if (training || dweight.defined() || dbias.defined()) {
-          for_each_offset<2>(xv.pos_shape, {xv.pos_strides, dyv.pos_strides}, [&](const std::array<int64_t, 2>& o) {
-            const double g = double(load(dyc[o[1]]));
-            sdy += g;
-            sdyxh += g * double((A(load(xc[o[0]])) - mc) * ic);
+          LaneSum s_dy, s_dyxh;
+          for_each_row<2>(xv.pos_shape, {xv.pos_strides, dyv.pos_strides}, [&](const RowPiece<2>& r) {
+            for_chunks(r.len, [&](int64_t j, int64_t len) {
+              A xb[kRowChunk], gb[kRowChunk];
+              const A* xr = load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, xb);
+              const A* gr = load_row(dyc + r.at[1] + j * r.step[1], r.step[1], len, gb);
+              s_dy.add(len, [&](int64_t i) { return double(gr[i]); });
+              s_dyxh.add(len, [&](int64_t i) { return double(gr[i]) * double((xr[i] - mc) * ic); });
+            });
           });
+          sdy = s_dy.total();
+          sdyxh = s_dyxh.total();
         }
         if (dweight.defined()) write_at(dweight, c, sdyxh);
         if (dbias.defined()) write_at(dbias, c, sdy);
@@ -140,14 +186,28 @@ void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& wei
         if (training) {
           // dx = w * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)): the mean and var paths.
           const A mdy = A(sdy / double(n)), mdyxh = A(sdyxh / double(n));
-          for_each_offset<3>(xv.pos_shape, {xv.pos_strides, dyv.pos_strides, dxv.pos_strides},
-                             [&](const std::array<int64_t, 3>& o) {
-            const A xh = (A(load(xc[o[0]])) - mc) * ic;
-            dxc[o[2]] = store<T>(k * (A(load(dyc[o[1]])) - mdy - xh * mdyxh));
+          for_each_row<3>(xv.pos_shape, {xv.pos_strides, dyv.pos_strides, dxv.pos_strides}, [&](const RowPiece<3>& r) {
+            for_chunks(r.len, [&](int64_t j, int64_t len) {
+              A xb[kRowChunk], gb[kRowChunk], db[kRowChunk];
+              const A* xr = load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, xb);
+              const A* gr = load_row(dyc + r.at[1] + j * r.step[1], r.step[1], len, gb);
+              T* out = dxc + r.at[2] + j * r.step[2];
+              A* dr = out_row(out, r.step[2], db);
+              for (int64_t i = 0; i < len; ++i) dr[i] = k * (gr[i] - mdy - ((xr[i] - mc) * ic) * mdyxh);
+              store_row(dr, out, r.step[2], len);
+            });
           });
         } else {
-          for_each_offset<2>(dyv.pos_shape, {dyv.pos_strides, dxv.pos_strides},
-                             [&](const std::array<int64_t, 2>& o) { dxc[o[1]] = store<T>(A(load(dyc[o[0]])) * k); });
+          for_each_row<2>(dyv.pos_shape, {dyv.pos_strides, dxv.pos_strides}, [&](const RowPiece<2>& r) {
+            for_chunks(r.len, [&](int64_t j, int64_t len) {
+              A gb[kRowChunk], db[kRowChunk];
+              const A* gr = load_row(dyc + r.at[0] + j * r.step[0], r.step[0], len, gb);
+              T* out = dxc + r.at[1] + j * r.step[1];
+              A* dr = out_row(out, r.step[1], db);
+              for (int64_t i = 0; i < len; ++i) dr[i] = gr[i] * k;
+              store_row(dr, out, r.step[1], len);
+            });
+          });
         }
       }
     });

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/linalg.h"
 #include "tensor/cpu/parallel.h"
 
@@ -49,9 +50,9 @@ inline void valid_range(int64_t iw0, int64_t s, int64_t W, int64_t OW, int64_t& 
   hi = std::clamp(hi, lo, OW);
 }
 
-// col[rows, nb*L] for images [n0, n0 + nb) of x (strides xs), in the compute type.
+// col[rows, nb*L] for the nb images starting at x (strides xs), in the compute type.
 template <class T, class C>
-void im2col(const T* x, const Shape& xs, const Geom& g, int64_t n0, int64_t nb, C* col) {
+void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, C* col) {
   const int64_t L = g.L(), cols = nb * L;
   // Each row (c, kh, kw) is one thread's (Note [Deterministic threads]).
   parallel_for(g.rows(), grain_for(cols), [&](int64_t r_begin, int64_t r_end) {
@@ -62,7 +63,7 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t n0, int64_t nb, 
       int64_t lo, hi;
       valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
       for (int64_t n = 0; n < nb; ++n) {
-        const T* plane = x + (n0 + n) * xs[0] + c * xs[1];
+        const T* plane = x + n * xs[0] + c * xs[1];
         for (int64_t oh = 0; oh < g.OH; ++oh) {
           C* dst = row + n * L + oh * g.OW;
           const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
@@ -78,6 +79,26 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t n0, int64_t nb, 
       }
     }
   });
+}
+
+// im2col of images [n0, n0 + nb) of x. A 16-bit x is first converted to the compute type,
+// once per element, into buf [nb, C, H, W]: im2col then copies each value KH*KW times without
+// converting it again.
+template <class T, class C>
+void im2col_chunk(const T* x, const Shape& xs, const Geom& g, int64_t n0, int64_t nb, C* buf, C* col) {
+  if constexpr (std::is_same_v<T, C>) {
+    (void)buf;
+    im2col(x + n0 * xs[0], xs, g, nb, col);
+  } else {
+    const int64_t HW = g.H * g.W;
+    parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const T* plane = x + (n0 + p / g.C) * xs[0] + (p % g.C) * xs[1];
+        for (int64_t h = 0; h < g.H; ++h) load_row_to(plane + h * xs[2], xs[3], g.W, buf + p * HW + h * g.W);
+      }
+    });
+    im2col(buf, Shape{g.C * HW, HW, g.W, 1}, g, nb, col);
+  }
 }
 
 // img[nb, C, H, W] (contiguous, compute type) += col2im(col): the adjoint of im2col.
@@ -133,6 +154,26 @@ std::vector<C> load_bias(const Strided& b) {
   return v;
 }
 
+// dst[l] = store<T>(src[l] + *bias) for l < len (src[l] alone when bias is null); src is
+// scratch, overwritten on the 16-bit path, which adds in place and rounds the row at once.
+template <class T, class C>
+void add_bias_and_store(C* src, const C* bias, T* dst, int64_t len) {
+  if constexpr (std::is_same_v<T, C>) {
+    if (bias) {
+      const C b = *bias;
+      for (int64_t l = 0; l < len; ++l) dst[l] = src[l] + b;
+    } else {
+      std::copy(src, src + len, dst);
+    }
+  } else {
+    if (bias) {
+      const C b = *bias;
+      for (int64_t l = 0; l < len; ++l) src[l] += b;
+    }
+    store_n(src, dst, len);
+  }
+}
+
 // G[OC, nb*L] = dy[n0 + n, oc, oh, ow] for the chunk (dy [N, OC, OH, OW], any strides).
 template <class T, class C>
 void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int64_t nb, C* G) {
@@ -142,8 +183,7 @@ void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int
       for (int64_t n = 0; n < nb; ++n) {
         const T* plane = dy + (n0 + n) * ds[0] + oc * ds[1];
         C* dst = G + oc * cols + n * L;
-        for (int64_t oh = 0; oh < g.OH; ++oh)
-          for (int64_t ow = 0; ow < g.OW; ++ow) dst[oh * g.OW + ow] = load(plane[oh * ds[2] + ow * ds[3]]);
+        for (int64_t oh = 0; oh < g.OH; ++oh) load_row_to(plane + oh * ds[2], ds[3], g.OW, dst + oh * g.OW);
       }
   });
 }
@@ -154,24 +194,20 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
   const std::vector<C> wm = load_weight<T>(w), bv = load_bias<T>(bias);
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
   const auto col = scratch<C>(R * nb_max * L), y = scratch<C>(g.OC * nb_max * L);
+  const auto xbuf = scratch<C>(std::is_same_v<T, C> ? 0 : nb_max * g.C * g.H * g.W);
   const T* px = static_cast<const T*>(x.raw_data());
   T* po = static_cast<T*>(out.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
-    im2col(px, x.strides(), g, n0, nb, col.get());
+    im2col_chunk(px, x.strides(), g, n0, nb, xbuf.get(), col.get());
     // Y = W col: (OC, nb*L) = (OC, C*KH*KW) (C*KH*KW, nb*L)
     gemm_raw(false, false, g.OC, cols, R, wm.data(), R, col.get(), cols, C(0), y.get(), cols);
     parallel_for(nb * g.OC, grain_for(L), [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
         const int64_t n = p / g.OC, oc = p % g.OC;
-        const C* src = y.get() + oc * cols + n * L;
+        C* src = y.get() + oc * cols + n * L;
         T* dst = po + ((n0 + n) * g.OC + oc) * L;
-        if (bv.empty()) {
-          for (int64_t l = 0; l < L; ++l) dst[l] = store<T>(src[l]);
-        } else {
-          const C b = bv[size_t(oc)];
-          for (int64_t l = 0; l < L; ++l) dst[l] = store<T>(src[l] + b);
-        }
+        add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(oc)], dst, L);
       }
     });
   }
@@ -195,14 +231,9 @@ void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, c
     parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
         const int64_t c = p % g.C;
-        const C* src = img.get() + p * HW;
+        C* src = img.get() + p * HW;
         T* dst = pdx + (n0 * g.C + p) * HW;
-        if (bv.empty()) {
-          for (int64_t k = 0; k < HW; ++k) dst[k] = store<T>(src[k]);
-        } else {
-          const C b = bv[size_t(c)];
-          for (int64_t k = 0; k < HW; ++k) dst[k] = store<T>(src[k] + b);
-        }
+        add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(c)], dst, HW);
       }
     });
   }
@@ -213,12 +244,13 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   using C = compute_t<T>;
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
   const auto col = scratch<C>(R * nb_max * L), G = scratch<C>(g.OC * nb_max * L);
+  const auto xbuf = scratch<C>(std::is_same_v<T, C> ? 0 : nb_max * g.C * g.H * g.W);
   std::vector<C> acc(size_t(g.OC * R), C(0));
   const T* px = static_cast<const T*>(x.raw_data());
   const T* pdy = static_cast<const T*>(dy.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
-    im2col(px, x.strides(), g, n0, nb, col.get());
+    im2col_chunk(px, x.strides(), g, n0, nb, xbuf.get(), col.get());
     gather_columns(pdy, dy.strides(), g, n0, nb, G.get());
     // dW += G col^T: (OC, C*KH*KW) = (OC, nb*L) (C*KH*KW, nb*L)^T, accumulated across chunks
     gemm_raw(false, true, g.OC, R, cols, G.get(), cols, col.get(), cols, C(1), acc.data(), R);
@@ -238,13 +270,15 @@ void conv_bias_grad(const Strided& dy, const Strided& db) {
   parallel_for(OC, grain_for(N * H * W), [&](int64_t oc_begin, int64_t oc_end) {
     for (int64_t oc = oc_begin; oc < oc_end; ++oc) {
       double acc[4] = {0.0, 0.0, 0.0, 0.0};  // independent partial sums keep the adds pipelined
+      std::vector<compute_t<T>> buf(static_cast<size_t>(W));
       for (int64_t n = 0; n < N; ++n)
         for (int64_t h = 0; h < H; ++h) {
-          const T* row = p + n * ds[0] + oc * ds[1] + h * ds[2];
+          const compute_t<T>* row = buf.data();
+          load_row_to(p + n * ds[0] + oc * ds[1] + h * ds[2], ds[3], W, buf.data());
           int64_t w = 0;
           for (; w + 4 <= W; w += 4)
-            for (int k = 0; k < 4; ++k) acc[k] += double(load(row[(w + k) * ds[3]]));
-          for (; w < W; ++w) acc[0] += double(load(row[w * ds[3]]));
+            for (int k = 0; k < 4; ++k) acc[k] += double(row[w + k]);
+          for (; w < W; ++w) acc[0] += double(row[w]);
         }
       pdb[oc * db.strides()[0]] = store<T>((acc[0] + acc[1]) + (acc[2] + acc[3]));
     }

@@ -1,6 +1,7 @@
 #include "tensor/cpu/copy.h"
 
 #include "tensor/core/rng.h"
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
 
 namespace mixtape::cpu {
@@ -23,17 +24,50 @@ D convert_stochastic(float v, uint32_t r) {
 
 }  // namespace
 
+// f32, f16 and bf16 all compute in float: a cast among them goes row by row through a float
+// chunk (convert.h), split over the threads; any other cast element by element.
+template <class T>
+constexpr bool kFloatFamily = std::is_same_v<compute_t<T>, float> && !std::is_same_v<T, double>;
+
 void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64_t seed, uint64_t offset) {
   const std::array<Shape, 2> strides{dst.strides(), broadcast_strides(src, dst.shape())};
   dispatch_all(dst.dtype(), "copy", [&]<class D>() {
     dispatch_all(src.dtype(), "copy", [&]<class S>() {
       D* d = static_cast<D*>(dst.raw_data());
       const S* s = static_cast<const S*>(src.raw_data());
-      if (rounding == Rounding::stochastic && is_16bit(dst.dtype())) {
-        // The row-major index i of each element selects its random word (thread-independent).
-        int64_t i = 0;
-        for_each_offset<2>(dst.shape(), strides, [&](const std::array<int64_t, 2>& o) {
-          const uint32_t r = philox_words(seed, offset + uint64_t(i++))[0];
+      const bool stochastic = rounding == Rounding::stochastic && is_16bit(dst.dtype());
+      if constexpr (std::is_same_v<D, S>) {
+        if (!stochastic) {  // the same type: the bits are copied (NaN payloads included)
+          parallel_for_each_offset<2>(dst.shape(), strides,
+                                      [&](const std::array<int64_t, 2>& o) { d[o[0]] = s[o[1]]; });
+          return;
+        }
+      }
+      if constexpr (kFloatFamily<D> && kFloatFamily<S>) {
+        // The row-major index of each element selects its random word (thread-independent).
+        parallel_for_each_row<2>(dst.shape(), strides, [&](const RowPiece<2>& r) {
+          for_chunks(r.len, [&](int64_t j, int64_t n) {
+            float in[kRowChunk];
+            const float* v = load_row(s + r.at[1] + j * r.step[1], r.step[1], n, in);
+            D* out = d + r.at[0] + j * r.step[0];
+            if constexpr (!std::is_same_v<D, float>) {
+              if (stochastic && r.step[0] == 1) {
+                store_stochastic_n(v, out, n, seed, offset + uint64_t(r.first + j));
+                return;
+              }
+              if (stochastic) {
+                for (int64_t i = 0; i < n; ++i)
+                  out[i * r.step[0]] =
+                      convert_stochastic<D>(v[i], philox_words(seed, offset + uint64_t(r.first + j + i))[0]);
+                return;
+              }
+            }
+            store_row(v, out, r.step[0], n);
+          });
+        });
+      } else if (stochastic) {
+        for_each_offset<2>(dst.shape(), strides, [&](const std::array<int64_t, 2>& o, int64_t i) {
+          const uint32_t r = philox_words(seed, offset + uint64_t(i))[0];
           d[o[0]] = convert_stochastic<D>(float(load<S>(s[o[1]])), r);
         });
       } else {

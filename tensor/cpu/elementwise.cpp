@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/math.h"
 #include "tensor/core/elementwise_formulas.h"
@@ -58,14 +59,25 @@ struct HostMath {
 
 }  // namespace
 
+// Each kernel walks its output in row pieces (loops.h), converts a chunk of each operand to the
+// compute type (convert.h), applies the formula to the chunk, and rounds the chunk once.
+
 void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b) {
   dispatch_floating(x.dtype(), unary_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
+    const C ca = C(a), cb = C(b);
     formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
-      parallel_for_each_offset<2>(out.shape(), {out.strides(), x.strides()}, [&](const std::array<int64_t, 2>& o) {
-        po[o[0]] = store<T>(formulas::unary_forward<OP, HostMath>(load(px[o[1]]), C(a), C(b)));
+      parallel_for_each_row<2>(out.shape(), {out.strides(), x.strides()}, [&](const RowPiece<2>& r) {
+        for_chunks(r.len, [&](int64_t j, int64_t n) {
+          C xb[kRowChunk], yb[kRowChunk];
+          const C* xv = load_row(px + r.at[1] + j * r.step[1], r.step[1], n, xb);
+          T* pout = po + r.at[0] + j * r.step[0];
+          C* yv = out_row(pout, r.step[0], yb);
+          for (int64_t i = 0; i < n; ++i) yv[i] = formulas::unary_forward<OP, HostMath>(xv[i], ca, cb);
+          store_row(yv, pout, r.step[0], n);
+        });
       });
     });
   });
@@ -79,11 +91,20 @@ void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Stride
     const T* py = static_cast<const T*>(y.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pdx = static_cast<T*>(dx.raw_data());
+    const C ca = C(a), cb = C(b);
     formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
-      parallel_for_each_offset<4>(dx.shape(), {dx.strides(), x.strides(), y.strides(), dy.strides()},
-                                  [&](const std::array<int64_t, 4>& o) {
-        pdx[o[0]] = store<T>(
-            formulas::unary_backward<OP, HostMath>(load(px[o[1]]), load(py[o[2]]), load(pdy[o[3]]), C(a), C(b)));
+      parallel_for_each_row<4>(dx.shape(), {dx.strides(), x.strides(), y.strides(), dy.strides()},
+                               [&](const RowPiece<4>& r) {
+        for_chunks(r.len, [&](int64_t j, int64_t n) {
+          C xb[kRowChunk], yb[kRowChunk], gb[kRowChunk], db[kRowChunk];
+          const C* xv = load_row(px + r.at[1] + j * r.step[1], r.step[1], n, xb);
+          const C* yv = load_row(py + r.at[2] + j * r.step[2], r.step[2], n, yb);
+          const C* gv = load_row(pdy + r.at[3] + j * r.step[3], r.step[3], n, gb);
+          T* pout = pdx + r.at[0] + j * r.step[0];
+          C* dv = out_row(pout, r.step[0], db);
+          for (int64_t i = 0; i < n; ++i) dv[i] = formulas::unary_backward<OP, HostMath>(xv[i], yv[i], gv[i], ca, cb);
+          store_row(dv, pout, r.step[0], n);
+        });
       });
     });
   });
@@ -91,14 +112,23 @@ void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Stride
 
 void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& out) {
   dispatch_floating(out.dtype(), binary_op_name(op), [&]<class T>() {
+    using C = compute_t<T>;
     const T* pa = static_cast<const T*>(a.raw_data());
     const T* pb = static_cast<const T*>(b.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     formulas::dispatch_binary(op, [&]<BinaryOp OP>() {
-      parallel_for_each_offset<3>(out.shape(),
-                                  {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())},
-                                  [&](const std::array<int64_t, 3>& o) {
-        po[o[0]] = store<T>(formulas::binary<OP>(load(pa[o[1]]), load(pb[o[2]])));
+      parallel_for_each_row<3>(out.shape(),
+                               {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())},
+                               [&](const RowPiece<3>& r) {
+        for_chunks(r.len, [&](int64_t j, int64_t n) {
+          C ab[kRowChunk], bb[kRowChunk], ob[kRowChunk];
+          const C* av = load_row(pa + r.at[1] + j * r.step[1], r.step[1], n, ab);
+          const C* bv = load_row(pb + r.at[2] + j * r.step[2], r.step[2], n, bb);
+          T* pout = po + r.at[0] + j * r.step[0];
+          C* ov = out_row(pout, r.step[0], ob);
+          for (int64_t i = 0; i < n; ++i) ov[i] = formulas::binary<OP>(av[i], bv[i]);
+          store_row(ov, pout, r.step[0], n);
+        });
       });
     });
   });

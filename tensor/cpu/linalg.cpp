@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/parallel.h"
 
@@ -39,24 +40,20 @@ void check_blas_sizes(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
     MT_CHECK(v <= INT_MAX, "gemm: size ", v, " exceeds the BLAS integer range (M=", M, ", N=", N, ", K=", K, ")");
 }
 
-// dst[r * cols + c] = src[r * rs + c * cs] in fp32; the loop order follows the contiguous side.
+// The [rows, cols] matrix src[r * rs + c * cs] in fp32, in dst, keeping the stored order of a
+// contiguous side (each stored row or column is one load_n): returns how BLAS reads dst.
 template <class T>
-void load_matrix_f32(const T* src, int64_t rows, int64_t cols, int64_t rs, int64_t cs, float* dst) {
-  if (cs == 1) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* s = src + r * rs;
-      float* d = dst + r * cols;
-      for (int64_t c = 0; c < cols; ++c) d[c] = load(s[c]);
-    }
-  } else if (rs == 1) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const T* s = src + c * cs;
-      for (int64_t r = 0; r < rows; ++r) dst[r * cols + c] = load(s[r]);
-    }
-  } else {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = load(src[r * rs + c * cs]);
+BlasOperand load_matrix_f32(const T* src, int64_t rows, int64_t cols, int64_t rs, int64_t cs, float* dst) {
+  if (cs == 1 || rows == 1) {
+    for (int64_t r = 0; r < rows; ++r) load_row_to(src + r * rs, cs, cols, dst + r * cols);
+    return {true, false, std::max<int64_t>(1, cols)};
   }
+  if (rs == 1 || cols == 1) {  // stored column by column: dst holds the transpose
+    for (int64_t c = 0; c < cols; ++c) load_row_to(src + c * cs, rs, rows, dst + c * rows);
+    return {true, true, std::max<int64_t>(1, rows)};
+  }
+  for (int64_t r = 0; r < rows; ++r) load_row_to(src + r * rs, cs, cols, dst + r * cols);
+  return {true, false, std::max<int64_t>(1, cols)};
 }
 
 }  // namespace
@@ -230,20 +227,17 @@ void matmul(const Strided& a, const Strided& b, const Strided& bias, const Strid
       // is converted once.
       std::vector<float> abuf(size_t(M * K)), bbuf(size_t(K * N)), cbuf(size_t(M * N));
       int64_t last_a = -1, last_b = -1;
+      BlasOperand la, lb;
       for (size_t i = 0; i < offs.size(); ++i) {
-        if (offs[i][0] != last_a) load_matrix_f32(pa + offs[i][0], M, K, ars, acs, abuf.data());
-        if (offs[i][1] != last_b) load_matrix_f32(pb + offs[i][1], K, N, brs, bcs, bbuf.data());
+        if (offs[i][0] != last_a) la = load_matrix_f32(pa + offs[i][0], M, K, ars, acs, abuf.data());
+        if (offs[i][1] != last_b) lb = load_matrix_f32(pb + offs[i][1], K, N, brs, bcs, bbuf.data());
         last_a = offs[i][0];
         last_b = offs[i][1];
-        gemm_raw(false, false, M, N, K, abuf.data(), std::max<int64_t>(1, K), bbuf.data(), std::max<int64_t>(1, N),
-                 0.0f, cbuf.data(), N);
-        T* c = po + int64_t(i) * M * N;
-        if (bias.defined()) {
+        gemm_raw(la.trans, lb.trans, M, N, K, abuf.data(), la.ld, bbuf.data(), lb.ld, 0.0f, cbuf.data(), N);
+        if (bias.defined())
           for (int64_t r = 0; r < M; ++r)
-            for (int64_t j = 0; j < N; ++j) c[r * N + j] = store<T>(cbuf[size_t(r * N + j)] + bias_c[size_t(j)]);
-        } else {
-          for (int64_t k = 0; k < M * N; ++k) c[k] = store<T>(cbuf[size_t(k)]);
-        }
+            for (int64_t j = 0; j < N; ++j) cbuf[size_t(r * N + j)] += bias_c[size_t(j)];
+        store_n(cbuf.data(), po + int64_t(i) * M * N, M * N);
       }
     }
   });

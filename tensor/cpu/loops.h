@@ -62,16 +62,28 @@ inline void visit_one(F& f, const std::array<int64_t, N>& o, int64_t i) {
   else f(o);
 }
 
-// Visits the elements [begin, end) of the row-major order of m (0 <= begin <= end <= m.numel).
+// A piece of an innermost row: `len` elements starting at offsets `at`, operand k advancing by
+// step[k] from one element to the next; `first` is the row-major index of the first element.
+template <size_t N>
+struct RowPiece {
+  std::array<int64_t, N> at;
+  std::array<int64_t, N> step;
+  int64_t len;
+  int64_t first;
+};
+
+// Calls f(RowPiece) for the pieces of innermost rows that make up the elements [begin, end) of
+// the row-major order of m (0 <= begin <= end <= m.numel), in order.
 template <size_t N, class F>
-void visit_range(const MergedDims<N>& m, int64_t begin, int64_t end, F&& f) {
-  std::array<int64_t, N> off{};
+void visit_rows(const MergedDims<N>& m, int64_t begin, int64_t end, F&& f) {
+  if (begin >= end) return;
   if (m.size.empty()) {  // a single element
-    if (begin < end) visit_one<N>(f, off, 0);
+    f(RowPiece<N>{{}, {}, 1, 0});
     return;
   }
   const size_t nd = m.size.size();
   // The multi-index of `begin`, and its offsets.
+  std::array<int64_t, N> off{};
   std::vector<int64_t> idx(nd, 0);
   for (int64_t rest = begin, d = int64_t(nd) - 1; d >= 0; --d) {
     idx[size_t(d)] = rest % m.size[size_t(d)];
@@ -84,11 +96,7 @@ void visit_range(const MergedDims<N>& m, int64_t begin, int64_t end, F&& f) {
   for (int64_t done = begin; done < end;) {
     // The rest of the current innermost row.
     const int64_t row = std::min(inner - idx[nd - 1], end - done);
-    std::array<int64_t, N> o = off;
-    for (int64_t i = 0; i < row; ++i) {
-      visit_one<N>(f, o, done + i);
-      for (size_t k = 0; k < N; ++k) o[k] += inner_st[k];
-    }
+    f(RowPiece<N>{off, inner_st, row, done});
     done += row;
     if (done >= end) return;
     // Start of the next row: back to column 0, advance the outer index (odometer over dims
@@ -103,6 +111,25 @@ void visit_range(const MergedDims<N>& m, int64_t begin, int64_t end, F&& f) {
       idx[d] = 0;
     }
   }
+}
+
+// Visits the elements [begin, end) of the row-major order of m one by one.
+template <size_t N, class F>
+void visit_range(const MergedDims<N>& m, int64_t begin, int64_t end, F&& f) {
+  visit_rows(m, begin, end, [&](const RowPiece<N>& r) {
+    std::array<int64_t, N> o = r.at;
+    for (int64_t i = 0; i < r.len; ++i) {
+      visit_one<N>(f, o, r.first + i);
+      for (size_t k = 0; k < N; ++k) o[k] += r.step[k];
+    }
+  });
+}
+
+// Calls f(RowPiece) for every innermost row of `shape`, in row-major order, on this thread.
+template <size_t N, class F>
+void for_each_row(const Shape& shape, const std::array<Shape, N>& strides, F&& f) {
+  const MergedDims<N> m = merge_dims(shape, strides);
+  visit_rows(m, 0, m.numel, f);
 }
 
 template <size_t N, class F>
@@ -120,6 +147,15 @@ void parallel_for_each_offset(const Shape& shape, const std::array<Shape, N>& st
                               int64_t grain = kGrainElements) {
   const MergedDims<N> m = merge_dims(shape, strides);
   parallel_for(m.numel, grain, [&](int64_t begin, int64_t end) { visit_range(m, begin, end, f); });
+}
+
+// The same split, handing f whole row pieces (RowPiece) for kernels that convert or compute a
+// row at a time (tensor/cpu/convert.h).
+template <size_t N, class F>
+void parallel_for_each_row(const Shape& shape, const std::array<Shape, N>& strides, F&& f,
+                           int64_t grain = kGrainElements) {
+  const MergedDims<N> m = merge_dims(shape, strides);
+  parallel_for(m.numel, grain, [&](int64_t begin, int64_t end) { visit_rows(m, begin, end, f); });
 }
 
 }  // namespace mixtape::cpu

@@ -1,14 +1,25 @@
 #include "tensor/cpu/convert.h"
 
+#include <atomic>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "tensor/core/dtype.h"
+#include "tensor/core/error.h"
 #include "tensor/core/rng.h"
+#include "tensor/core/rounding_census.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define MT_HAVE_X86_PATHS 1
+#endif
 
 namespace mixtape::cpu {
 
 namespace {
+
+// ---- the scalar reference: one element at a time through half.h ----------------------------
 
 template <class T>
 void load_scalar(const T* src, float* dst, int64_t n) {
@@ -29,18 +40,270 @@ void store_stochastic_scalar(const float* src, T* dst, int64_t n, uint64_t seed,
   }
 }
 
+// One path: a function per conversion.
+struct ConvertPath {
+  const char* name;
+  void (*load_half)(const half*, float*, int64_t);
+  void (*load_bf16)(const bfloat16*, float*, int64_t);
+  void (*store_half)(const float*, half*, int64_t);
+  void (*store_bf16)(const float*, bfloat16*, int64_t);
+  void (*store_half_sr)(const float*, half*, int64_t, uint64_t, uint64_t);
+  void (*store_bf16_sr)(const float*, bfloat16*, int64_t, uint64_t, uint64_t);
+};
+
+constexpr ConvertPath kScalarPath{"scalar",
+                                  load_scalar<half>,
+                                  load_scalar<bfloat16>,
+                                  store_scalar<half>,
+                                  store_scalar<bfloat16>,
+                                  store_stochastic_scalar<half>,
+                                  store_stochastic_scalar<bfloat16>};
+
+#if MT_HAVE_X86_PATHS
+
+// ---- AVX2 + F16C: eight elements at a time --------------------------------------------------
+//
+// Note [Vector conversions]
+// Each function below computes exactly what the scalar reference computes, lane by lane:
+// - f16 -> f32: vcvtph2ps is exact for every finite value and infinity, but it quiets a
+//   signalling NaN (sets the top mantissa bit) where half_to_float keeps the payload as it is,
+//   so NaN lanes are rebuilt from the bits.
+// - f32 -> f16: vcvtps2ph with round-to-nearest-even (immediate 0, not MXCSR) rounds finite
+//   values, subnormal results and overflow exactly as float_to_half_rn; it does not consult
+//   MXCSR.DAZ/FTZ. NaN lanes become the canonical 0x7FFF, as in the reference (vcvtps2ph would
+//   keep sign and payload).
+// - bf16 <-> f32 and stochastic rounding: the reference's integer formulas on eight lanes, with
+//   Philox4x32-10 computed for eight counters at once (philox8 below).
+// The tests compare every path with the scalar one on all 2^16 16-bit patterns and on tens of
+// millions of floats (ties, subnormals, overflow, NaN), bit for bit.
+#define MT_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+
+MT_TARGET_AVX2 inline __m256i nan_lanes_f32(__m256i x) {
+  return _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
+}
+
+// Eight 32-bit lanes holding values < 2^16, as eight uint16 in order.
+MT_TARGET_AVX2 inline __m128i pack_u16(__m256i v) {
+  const __m256i p = _mm256_packus_epi32(v, v);                       // per 128-bit half: lanes 0-3, 0-3
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));  // halves' first quadwords
+}
+
+MT_TARGET_AVX2 void load_half_avx2(const half* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    __m256 f = _mm256_cvtph_ps(h);
+    const __m256i h32 = _mm256_cvtepu16_epi32(h);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x7FFF)), _mm256_set1_epi32(0x7C00));
+    if (!_mm256_testz_si256(nan, nan)) {  // sign | exponent all ones | payload << 13
+      const __m256i bits =
+          _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16),
+                                          _mm256_set1_epi32(0x7F800000)),
+                          _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3FF)), 13));
+      f = _mm256_blendv_ps(f, _mm256_castsi256_ps(bits), _mm256_castsi256_ps(nan));
+    }
+    _mm256_storeu_ps(dst + i, f);
+  }
+  load_scalar(src + i, dst + i, n - i);
+}
+
+MT_TARGET_AVX2 void load_bf16_avx2(const bfloat16* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+  }
+  load_scalar(src + i, dst + i, n - i);
+}
+
+MT_TARGET_AVX2 void store_half_avx2(const float* src, half* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f = _mm256_loadu_ps(src + i);
+    __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+    const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(nan)),
+                                          _mm256_extracti128_si256(_mm256_castps_si256(nan), 1));
+    h = _mm_blendv_epi8(h, _mm_set1_epi16(0x7FFF), nan16);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  store_scalar(src + i, dst + i, n - i);
+}
+
+// float_to_bf16_rn on eight lanes: (x + 0x7FFF + lsb) >> 16, NaN -> 0x7FFF.
+MT_TARGET_AVX2 inline __m256i bf16_rn8(__m256i x) {
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FFF), nan_lanes_f32(x));
+}
+
+MT_TARGET_AVX2 void store_bf16_avx2(const float* src, bfloat16* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), pack_u16(bf16_rn8(x)));
+  }
+  store_scalar(src + i, dst + i, n - i);
+}
+
+// The high and low 32 bits of the 64-bit products a * m, lane by lane.
+MT_TARGET_AVX2 inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
+  const __m256i even = _mm256_mul_epu32(a, m);                                               // lanes 0, 2, 4, 6
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(m, 32));  // 1, 3, 5, 7
+  hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+  lo = _mm256_mullo_epi32(a, m);
+}
+
+// philox_words(seed, index + k)[0] for k = 0..7 (rng.h: Philox4x32-10, counter {index, 0, 0}).
+MT_TARGET_AVX2 inline __m256i philox8(uint64_t seed, uint64_t index) {
+  alignas(32) uint32_t lo[8], hi[8];
+  for (int k = 0; k < 8; ++k) {
+    lo[k] = uint32_t(index + uint64_t(k));
+    hi[k] = uint32_t((index + uint64_t(k)) >> 32);
+  }
+  __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
+  __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
+  __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
+  const __m256i m0 = _mm256_set1_epi32(int(0xD2511F53u)), m1 = _mm256_set1_epi32(int(0xCD9E8D57u));
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    __m256i hi0, lo0, hi1, lo1;
+    mulhilo8(c0, m0, hi0, lo0);
+    mulhilo8(c2, m1, hi1, lo1);
+    const __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(int(k0)));
+    const __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(int(k1)));
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return c0;
+}
+
+// Unsigned a < b on 32-bit lanes.
+MT_TARGET_AVX2 inline __m256i less_u32(__m256i a, __m256i b) {
+  const __m256i bias = _mm256_set1_epi32(int(0x80000000u));
+  return _mm256_cmpgt_epi32(_mm256_xor_si256(b, bias), _mm256_xor_si256(a, bias));
+}
+
+// float_to_bf16_sr on eight lanes: truncate, add one ulp when (r >> 16) < the dropped 16 bits;
+// inf and NaN round to nearest.
+MT_TARGET_AVX2 inline __m256i bf16_sr8(__m256i x, __m256i r) {
+  const __m256i low = _mm256_and_si256(x, _mm256_set1_epi32(0xFFFF));
+  const __m256i t = _mm256_srli_epi32(x, 16);
+  const __m256i up = _mm256_cmpgt_epi32(low, _mm256_srli_epi32(r, 16));
+  const __m256i sr = _mm256_sub_epi32(t, up);  // up is -1 where true
+  const __m256i special =
+      _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F7FFFFF));
+  return _mm256_blendv_epi8(sr, bf16_rn8(x), special);
+}
+
+// float_to_half_sr on eight lanes. With t the magnitude truncated toward zero, the reference
+// rounds up when r < frac * 2^32, frac = (|x| - t) / ulp in [0, 1); in integers that threshold is
+//   normal half range (|x| >= 2^-14):  the 13 dropped mantissa bits << 19;
+//   below it (ulp 2^-24), with e the float exponent and sig the 24-bit significand:
+//     |x| 2^24 = sig 2^(e-126), t = sig >> (126-e), threshold = (sig mod 2^(126-e)) 2^(e-94),
+//     which for e < 94 is sig >> (94-e) (floored, as the reference's conversion to an integer).
+// Variable shifts by 32 or more give 0 (vpsrlvd/vpsllvd), which is what each formula needs.
+MT_TARGET_AVX2 inline __m256i half_sr8(__m256i x, __m256i r) {
+  const __m256i ax = _mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000));
+  const __m256i e = _mm256_srli_epi32(ax, 23);
+  const __m256i mant = _mm256_and_si256(ax, _mm256_set1_epi32(0x7FFFFF));
+  // normal half range
+  const __m256i t_norm =
+      _mm256_or_si256(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(112)), 10), _mm256_srli_epi32(mant, 13));
+  const __m256i thr_norm = _mm256_slli_epi32(_mm256_and_si256(ax, _mm256_set1_epi32(0x1FFF)), 19);
+  // subnormal half range
+  const __m256i sig = _mm256_or_si256(mant, _mm256_set1_epi32(0x800000));
+  const __m256i sh = _mm256_sub_epi32(_mm256_set1_epi32(126), e);
+  const __m256i t_sub = _mm256_srlv_epi32(sig, sh);
+  const __m256i rem = _mm256_sub_epi32(sig, _mm256_sllv_epi32(t_sub, sh));
+  const __m256i e_ge94 = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(93));
+  const __m256i thr_sub =
+      _mm256_blendv_epi8(_mm256_srlv_epi32(sig, _mm256_sub_epi32(_mm256_set1_epi32(94), e)),
+                         _mm256_sllv_epi32(rem, _mm256_sub_epi32(e, _mm256_set1_epi32(94))), e_ge94);
+  const __m256i normal = _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(0x387FFFFF));
+  const __m256i t = _mm256_blendv_epi8(t_sub, t_norm, normal);
+  const __m256i thr = _mm256_blendv_epi8(thr_sub, thr_norm, normal);
+  const __m256i up = less_u32(r, thr);
+  __m256i h = _mm256_or_si256(sign, _mm256_sub_epi32(t, up));
+  // |x| >= 2^16: infinity; inf and NaN: round to nearest (sign | 0x7C00, or 0x7FFF).
+  const __m256i big = _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(0x477FFFFF));
+  h = _mm256_blendv_epi8(h, _mm256_or_si256(sign, _mm256_set1_epi32(0x7C00)), big);
+  return _mm256_blendv_epi8(h, _mm256_set1_epi32(0x7FFF), nan_lanes_f32(x));
+}
+
+MT_TARGET_AVX2 void store_half_sr_avx2(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i h = half_sr8(x, philox8(seed, index + uint64_t(i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), pack_u16(h));
+  }
+  store_stochastic_scalar(src + i, dst + i, n - i, seed, index + uint64_t(i));
+}
+
+MT_TARGET_AVX2 void store_bf16_sr_avx2(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i b = bf16_sr8(x, philox8(seed, index + uint64_t(i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), pack_u16(b));
+  }
+  store_stochastic_scalar(src + i, dst + i, n - i, seed, index + uint64_t(i));
+}
+
+constexpr ConvertPath kAvx2Path{"avx2",          load_half_avx2,     load_bf16_avx2,    store_half_avx2,
+                                store_bf16_avx2, store_half_sr_avx2, store_bf16_sr_avx2};
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+}
+
+#endif  // MT_HAVE_X86_PATHS
+
+// The paths this CPU can run, the reference first and the preferred one last.
+std::vector<const ConvertPath*> supported_paths() {
+  std::vector<const ConvertPath*> paths{&kScalarPath};
+#if MT_HAVE_X86_PATHS
+  if (cpu_has_avx2()) paths.push_back(&kAvx2Path);
+#endif
+  return paths;
+}
+
+std::atomic<const ConvertPath*>& active_path() {
+  static std::atomic<const ConvertPath*> active{supported_paths().back()};
+  return active;
+}
+
+const ConvertPath& path() { return *active_path().load(std::memory_order_relaxed); }
+
 }  // namespace
 
-void load_n(const half* src, float* dst, int64_t n) { load_scalar(src, dst, n); }
-void load_n(const bfloat16* src, float* dst, int64_t n) { load_scalar(src, dst, n); }
-void store_n(const float* src, half* dst, int64_t n) { store_scalar(src, dst, n); }
-void store_n(const float* src, bfloat16* dst, int64_t n) { store_scalar(src, dst, n); }
+void load_n(const half* src, float* dst, int64_t n) { path().load_half(src, dst, n); }
+void load_n(const bfloat16* src, float* dst, int64_t n) { path().load_bf16(src, dst, n); }
+
+// While a RoundingCensus is open the scalar stores count what they round (store<T>).
+void store_n(const float* src, half* dst, int64_t n) {
+  if (RoundingCensus::is_open()) [[unlikely]]
+    store_scalar(src, dst, n);
+  else path().store_half(src, dst, n);
+}
+void store_n(const float* src, bfloat16* dst, int64_t n) {
+  if (RoundingCensus::is_open()) [[unlikely]]
+    store_scalar(src, dst, n);
+  else path().store_bf16(src, dst, n);
+}
 
 void store_stochastic_n(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index) {
-  store_stochastic_scalar(src, dst, n, seed, index);
+  path().store_half_sr(src, dst, n, seed, index);
 }
 void store_stochastic_n(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index) {
-  store_stochastic_scalar(src, dst, n, seed, index);
+  path().store_bf16_sr(src, dst, n, seed, index);
 }
 
 void load_n(const float* src, float* dst, int64_t n) {
@@ -48,6 +311,25 @@ void load_n(const float* src, float* dst, int64_t n) {
 }
 void store_n(const float* src, float* dst, int64_t n) { load_n(src, dst, n); }
 
-const char* conversion_path() { return "scalar"; }
+const char* conversion_path() { return path().name; }
+
+std::vector<std::string> conversion_paths() {
+  std::vector<std::string> names;
+  for (const ConvertPath* p : supported_paths()) names.emplace_back(p->name);
+  return names;
+}
+
+void set_conversion_path(std::string_view name) {
+  std::string known;
+  for (const ConvertPath* p : supported_paths()) {
+    if (name == p->name) {
+      active_path().store(p, std::memory_order_relaxed);
+      return;
+    }
+    known += known.empty() ? p->name : std::string(", ") + p->name;
+  }
+  throw Error(
+      detail::cat("set_conversion_path: '", name, "' is not a conversion path this CPU supports (", known, ")"));
+}
 
 }  // namespace mixtape::cpu

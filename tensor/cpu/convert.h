@@ -12,6 +12,13 @@
 
 #include <cstdint>
 
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "tensor/core/dtype.h"
 #include "tensor/core/half.h"
 
 namespace mixtape::cpu {
@@ -33,7 +40,74 @@ void store_stochastic_n(const float* src, bfloat16* dst, int64_t n, uint64_t see
 void load_n(const float* src, float* dst, int64_t n);
 void store_n(const float* src, float* dst, int64_t n);
 
-// The vector path in use: "avx512", "avx2" or "scalar".
+// The vector path in use: "avx2" (AVX2 + F16C + FMA, where the CPU has them) or "scalar" (the
+// reference, and the path of every other CPU). conversion_paths() lists the paths this CPU can
+// run, the reference first; set_conversion_path selects one for the whole process (tests and
+// benchmarks compare them) and throws for a path the CPU lacks.
 const char* conversion_path();
+std::vector<std::string> conversion_paths();
+void set_conversion_path(std::string_view name);
+
+// ---- strided rows, for kernels templated on the stored type T (compute type C) ----------------
+
+// Rows are computed in pieces of at most this many elements, in stack buffers.
+inline constexpr int64_t kRowChunk = 256;
+
+// Calls f(j, n) for the chunks [j, j + n) of a row of `len` elements.
+template <class F>
+void for_chunks(int64_t len, F&& f) {
+  for (int64_t j = 0; j < len; j += kRowChunk) f(j, std::min(kRowChunk, len - j));
+}
+
+// The values p[0], p[step], ... p[(len - 1) step] as C: p itself when T is C and the row is
+// contiguous, else buf (room for len values) filled with them.
+template <class T, class C = compute_t<T>>
+const C* load_row(const T* p, int64_t step, int64_t len, C* buf) {
+  if constexpr (std::is_same_v<T, C>) {
+    if (step == 1) return p;
+    for (int64_t i = 0; i < len; ++i) buf[i] = p[i * step];
+  } else if (step == 1) {
+    load_n(p, buf, len);
+  } else if (step == 0) {
+    std::fill(buf, buf + len, load(p[0]));
+  } else {
+    for (int64_t i = 0; i < len; ++i) buf[i] = load(p[i * step]);
+  }
+  return buf;
+}
+
+// dst[i] = load(p[i step]) for i < len (dst does not overlap p).
+template <class T, class C = compute_t<T>>
+void load_row_to(const T* p, int64_t step, int64_t len, C* dst) {
+  if constexpr (!std::is_same_v<T, C>) {
+    if (step == 1) {
+      load_n(p, dst, len);
+      return;
+    }
+  }
+  for (int64_t i = 0; i < len; ++i) dst[i] = load(p[i * step]);
+}
+
+// Where to compute a row that store_row then writes to p: p itself when T is C and the row is
+// contiguous, else buf.
+template <class T, class C = compute_t<T>>
+C* out_row(T* p, int64_t step, C* buf) {
+  if constexpr (std::is_same_v<T, C>)
+    if (step == 1) return p;
+  return buf;
+}
+
+// p[i step] = store<T>(v[i]) for i < len; nothing to do when v is p (out_row returned it).
+template <class T, class C = compute_t<T>>
+void store_row(const C* v, T* p, int64_t step, int64_t len) {
+  if constexpr (std::is_same_v<T, C>) {
+    if (v == p) return;
+    for (int64_t i = 0; i < len; ++i) p[i * step] = v[i];
+  } else if (step == 1) {
+    store_n(v, p, len);
+  } else {
+    for (int64_t i = 0; i < len; ++i) p[i * step] = store<T>(v[i]);
+  }
+}
 
 }  // namespace mixtape::cpu

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# mixtape's training step against the same models in PyTorch on the CPU, side by side in one run.
+#
+#   bench/cpu_speed.sh                      # every model, 3 alternating rounds, 2 threads
+#   bench/cpu_speed.sh --models cnn --rounds 5 --threads 1
+#
+# Installs PyTorch (Debian's python3-torch, a benchmark-only dependency) when it is missing,
+# builds bench/cpu_train_step, then alternates mixtape and PyTorch for --rounds rounds (so both
+# see the same machine), and prints for each model and precision the median ms/step of each and
+# the ratios the README's Performance section quotes:
+#   mixtape / PyTorch at the same precision (fp32 and bf16; PyTorch's bf16 is CPU autocast),
+#   each 16-bit policy / mixtape's own fp32, and each pure policy / the mixed one of its dtype.
+# Check `uptime` first: the figures mean something only on a quiet machine. Results (JSON Lines,
+# every round) go to build/bench/cpu_speed.jsonl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+models=cnn,char_lstm,dcgan
+precisions=fp32,bf16,fp16,bf16-pure-sr,bf16-pure-kahan
+rounds=3
+threads=2
+steps=40
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --models) models=$2; shift 2 ;;
+    --precisions) precisions=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    *) echo "cpu_speed.sh: unknown argument '$1' (--models, --precisions, --rounds, --threads, --steps)" >&2; exit 2 ;;
+  esac
+done
+
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  echo "cpu_speed.sh: installing python3-torch (Debian) for the PyTorch side"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get install -y --no-install-recommends python3-torch >/dev/null
+fi
+./scripts/install_deps.sh >/dev/null
+cmake --preset default >/dev/null
+cmake --build --preset default -j "$(nproc)" --target bench_cpu_train_step >/dev/null
+
+out=build/bench/cpu_speed.jsonl
+: >"$out"
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq 1 "$rounds"); do
+  for m in ${models//,/ }; do
+    ./build/bench/cpu_train_step --json --models "$m" --precisions "$precisions" --threads "$threads" \
+      --steps "$steps" | sed "s/^{/{\"round\":$r,/" >>"$out"
+    /usr/bin/python3 bench/torch_cpu_reference.py --models "$m" --precisions fp32,bf16 --threads "$threads" \
+      --steps "$steps" | sed "s/^{/{\"round\": $r, /" >>"$out"
+  done
+  echo "round $r of $rounds done"
+done
+
+/usr/bin/python3 - "$out" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+med = {}
+for r in rows:
+    med.setdefault((r["impl"], r["model"], r["precision"]), []).append(r["ms_per_step"])
+med = {k: statistics.median(v) for k, v in med.items()}
+models = sorted({k[1] for k in med}, key=["cnn", "char_lstm", "dcgan"].index)
+threads = rows[0]["threads"]
+print(f"\nmedian ms/step over {max(r['round'] for r in rows)} rounds, batch {rows[0]['batch']}, {threads} threads")
+print(f"{'model':10} {'precision':16} {'mixtape':>9} {'PyTorch':>9} {'vs PyTorch':>11} {'vs own fp32':>12} {'vs mixed':>9}")
+for m in models:
+    own32 = med.get(("mixtape", m, "fp32"))
+    for p in ["fp32", "bf16", "fp16", "bf16-pure-sr", "bf16-pure-kahan"]:
+        mt = med.get(("mixtape", m, p))
+        if mt is None:
+            continue
+        pt = med.get(("pytorch", m, p))
+        mixed = med.get(("mixtape", m, p.split("-")[0])) if "pure" in p else None
+        cell = lambda x: f"{x:.2f}x" if x else "-"
+        print(f"{m:10} {p:16} {mt:9.2f} {pt if pt else float('nan'):9.2f} {cell(pt and mt / pt):>11} "
+              f"{cell(p != 'fp32' and own32 and mt / own32):>12} {cell(mixed and mt / mixed):>9}")
+EOF

@@ -1,0 +1,155 @@
+// cpu_train_step: how long one training step of each example's model takes on the CPU, in each
+// precision policy. The yardstick is bench/torch_cpu_reference.py (the same models in PyTorch);
+// bench/cpu_speed.sh runs both, alternating, and prints the ratios.
+//
+// Each (model, policy) builds the example's model exactly as the example does (the builders in
+// examples/), a PrecisionTrainer for the policy, and fixed synthetic batches of the example's
+// shapes; it runs --warmup untimed steps, then --steps timed ones, and prints a table row and,
+// with --json, one JSON object per row:
+//   {"impl":"mixtape","model":"cnn","precision":"fp16","threads":2,"batch":64,"steps":40,
+//    "ms_per_step":21.3,"steps_per_s":46.9}
+//
+//   ./build/bench/cpu_train_step --models cnn --precisions fp32,bf16,fp16 --threads 2
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../examples/cnn_train.h"
+#include "mixtape.h"
+
+using namespace mixtape;
+
+namespace {
+
+// A policy as the examples' flags name it: --precision, its default loss scale, --update-rounding.
+struct Policy {
+  std::string name;  // the row's label
+  nn::Precision precision;
+  LossScaleSpec::Kind scaling;
+  UpdateRounding rounding = UpdateRounding::stochastic;
+};
+
+const std::vector<Policy>& all_policies() {
+  static const std::vector<Policy> p = {
+      {"fp32", nn::Precision::fp32, LossScaleSpec::Kind::none},
+      {"bf16", nn::Precision::bf16, LossScaleSpec::Kind::none},
+      {"fp16", nn::Precision::fp16, LossScaleSpec::Kind::backoff},
+      {"bf16-pure-sr", nn::Precision::bf16_pure, LossScaleSpec::Kind::none, UpdateRounding::stochastic},
+      {"bf16-pure-kahan", nn::Precision::bf16_pure, LossScaleSpec::Kind::none, UpdateRounding::kahan},
+  };
+  return p;
+}
+
+PrecisionOptions options_for(const Policy& p) {
+  PrecisionOptions o;
+  o.precision = p.precision;
+  o.loss_scale.kind = p.scaling;
+  o.rounding = p.rounding;
+  return o;
+}
+
+// A model ready to train: step() runs one whole training step on its fixed batch.
+struct Bench {
+  std::function<void()> step;
+  std::vector<std::shared_ptr<void>> keep;  // what step() refers to
+};
+
+// examples/cnn: the two-block CNN, AdamW, cross entropy on a [B, 1, 28, 28] batch.
+Bench cnn_bench(const Policy& policy, int64_t batch) {
+  Generator gen(0);
+  auto model = examples::make_cnn(32, 0.3, gen);
+  auto trainer = std::make_shared<PrecisionTrainer>(
+      *model, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = 2e-3, .weight_decay = 1e-4}, options_for(policy));
+  const Tensor x = trainer->input(uniform({batch, 1, 28, 28}, 0.0, 1.0, gen));
+  std::vector<int64_t> labels(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) labels[size_t(i)] = (i * 7) % 10;
+  const Tensor y = from_vector(labels, {batch});
+  Bench b;
+  b.keep = {model, trainer};
+  b.step = [model, trainer = trainer.get(), x, y] {
+    Tape tape;
+    trainer->begin_step(tape);
+    const Variable logits = (*model)(Variable(x));
+    trainer->backward(tape, cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), y));
+    trainer->step();
+  };
+  return b;
+}
+
+Bench make_bench(const std::string& model, const Policy& policy, int64_t batch) {
+  if (model == "cnn") return cnn_bench(policy, batch);
+  throw Error(detail::cat("cpu_train_step: unknown model '", model, "' (cnn)"));
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = s.find(',', start);
+    const size_t end = comma == std::string::npos ? s.size() : comma;
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Time one training step of each example's model on the CPU, in each precision policy."};
+  std::string models = "cnn", precisions = "fp32,bf16,fp16,bf16-pure-sr,bf16-pure-kahan";
+  int threads = 2;
+  int64_t batch = 64, steps = 40, warmup = 5;
+  bool json = false;
+  app.add_option("--models", models, "comma-separated: cnn")->capture_default_str();
+  app.add_option("--precisions", precisions, "comma-separated policies")->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--batch", batch, "batch size")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  app.add_flag("--json", json, "one JSON object per row instead of the table");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    set_num_threads(threads);
+    if (!json) std::printf("%-10s %-16s %8s %10s %9s\n", "model", "precision", "threads", "ms/step", "steps/s");
+    for (const std::string& m : split(models)) {
+      for (const std::string& pname : split(precisions)) {
+        const Policy* policy = nullptr;
+        for (const Policy& p : all_policies())
+          if (p.name == pname) policy = &p;
+        MT_CHECK(policy, "cpu_train_step: unknown precision '", pname,
+                 "' (fp32, bf16, fp16, bf16-pure-sr, bf16-pure-kahan)");
+        Bench b = make_bench(m, *policy, batch);
+        for (int64_t i = 0; i < warmup; ++i) b.step();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < steps; ++i) b.step();
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double ms = 1000.0 * secs / double(steps);
+        if (json) {
+          std::printf("%s\n", nlohmann::json{{"impl", "mixtape"},
+                                             {"model", m},
+                                             {"precision", pname},
+                                             {"threads", threads},
+                                             {"batch", batch},
+                                             {"steps", steps},
+                                             {"ms_per_step", ms},
+                                             {"steps_per_s", double(steps) / secs}}
+                                  .dump()
+                                  .c_str());
+        } else {
+          std::printf("%-10s %-16s %8d %10.2f %9.2f\n", m.c_str(), pname.c_str(), threads, ms, double(steps) / secs);
+        }
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpu_train_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

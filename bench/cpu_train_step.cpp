@@ -21,6 +21,7 @@
 
 #include "../examples/cnn_train.h"
 #include "mixtape.h"
+#include "tensor/cpu/convert.h"
 
 using namespace mixtape;
 
@@ -106,16 +107,19 @@ int main(int argc, char** argv) {
   int threads = 2;
   int64_t batch = 64, steps = 40, warmup = 5;
   bool json = false;
+  std::string path;
   app.add_option("--models", models, "comma-separated: cnn")->capture_default_str();
   app.add_option("--precisions", precisions, "comma-separated policies")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--batch", batch, "batch size")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  app.add_option("--conversion-path", path, "the 16-bit conversions' vector path (default: the best this CPU has)");
   app.add_flag("--json", json, "one JSON object per row instead of the table");
   CLI11_PARSE(app, argc, argv);
   try {
     set_num_threads(threads);
+    if (!path.empty()) cpu::set_conversion_path(path);
     if (!json) std::printf("%-10s %-16s %8s %10s %9s\n", "model", "precision", "threads", "ms/step", "steps/s");
     for (const std::string& m : split(models)) {
       for (const std::string& pname : split(precisions)) {

@@ -73,124 +73,164 @@ constexpr ConvertPath kScalarPath{"scalar",
 //   MXCSR.DAZ/FTZ. NaN lanes become the canonical 0x7FFF, as in the reference (vcvtps2ph would
 //   keep sign and payload).
 // - bf16 <-> f32 and stochastic rounding: the reference's integer formulas on eight lanes, with
-//   Philox4x32-10 computed for eight counters at once (philox8 below).
+//   Philox4x32-10 computed for sixteen counters at once (philox16 below).
 // The tests compare every path with the scalar one on all 2^16 16-bit patterns and on tens of
 // millions of floats (ties, subnormals, overflow, NaN), bit for bit.
-#define MT_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+// Everything up to cpu_has_avx2 is compiled for AVX2 + F16C + FMA (lambdas included); it runs
+// only where cpu_has_avx2() said yes.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,f16c,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c,fma")
+#endif
 
-MT_TARGET_AVX2 inline __m256i nan_lanes_f32(__m256i x) {
+inline __m256i nan_lanes_f32(__m256i x) {
   return _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
 }
 
 // Eight 32-bit lanes holding values < 2^16, as eight uint16 in order.
-MT_TARGET_AVX2 inline __m128i pack_u16(__m256i v) {
+inline __m128i pack_u16(__m256i v) {
   const __m256i p = _mm256_packus_epi32(v, v);                       // per 128-bit half: lanes 0-3, 0-3
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));  // halves' first quadwords
 }
 
-MT_TARGET_AVX2 void load_half_avx2(const half* src, float* dst, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    __m256 f = _mm256_cvtph_ps(h);
-    const __m256i h32 = _mm256_cvtepu16_epi32(h);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x7FFF)), _mm256_set1_epi32(0x7C00));
-    if (!_mm256_testz_si256(nan, nan)) {  // sign | exponent all ones | payload << 13
-      const __m256i bits =
-          _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16),
-                                          _mm256_set1_epi32(0x7F800000)),
-                          _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3FF)), 13));
-      f = _mm256_blendv_ps(f, _mm256_castsi256_ps(bits), _mm256_castsi256_ps(nan));
-    }
-    _mm256_storeu_ps(dst + i, f);
+// Eight f16 -> eight f32.
+inline void load_half8(const half* src, float* dst) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  __m256 f = _mm256_cvtph_ps(h);
+  const __m256i h32 = _mm256_cvtepu16_epi32(h);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x7FFF)), _mm256_set1_epi32(0x7C00));
+  if (!_mm256_testz_si256(nan, nan)) {  // sign | exponent all ones | payload << 13
+    const __m256i bits =
+        _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16),
+                                        _mm256_set1_epi32(0x7F800000)),
+                        _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3FF)), 13));
+    f = _mm256_blendv_ps(f, _mm256_castsi256_ps(bits), _mm256_castsi256_ps(nan));
   }
-  load_scalar(src + i, dst + i, n - i);
+  _mm256_storeu_ps(dst, f);
 }
 
-MT_TARGET_AVX2 void load_bf16_avx2(const bfloat16* src, float* dst, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
-  }
-  load_scalar(src + i, dst + i, n - i);
+// Eight bf16 -> eight f32.
+inline void load_bf16_8(const bfloat16* src, float* dst) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
 }
 
-MT_TARGET_AVX2 void store_half_avx2(const float* src, half* dst, int64_t n) {
+// Eight f32 -> eight f16, nearest even.
+inline void store_half8(const float* src, half* dst) {
+  const __m256 f = _mm256_loadu_ps(src);
+  __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+  const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(nan)),
+                                        _mm256_extracti128_si256(_mm256_castps_si256(nan), 1));
+  h = _mm_blendv_epi8(h, _mm_set1_epi16(0x7FFF), nan16);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), h);
+}
+
+// Runs block(src + i, dst + i) over [0, n) in blocks of B elements; the last partial block goes
+// through a zero-padded copy, so the tail is converted by the same vector code. (A scalar tail
+// here would run SSE instructions right after 256-bit ones, which costs more than the whole
+// vector part on short rows.)
+template <int B, class S, class D, class Block>
+inline void blocks(const S* src, D* dst, int64_t n, Block&& block) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 f = _mm256_loadu_ps(src + i);
-    __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
-    const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(nan)),
-                                          _mm256_extracti128_si256(_mm256_castps_si256(nan), 1));
-    h = _mm_blendv_epi8(h, _mm_set1_epi16(0x7FFF), nan16);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  for (; i + B <= n; i += B) block(src + i, dst + i, i);
+  if (i < n) {
+    S in[B] = {};
+    D out[B];
+    std::memcpy(in, src + i, size_t(n - i) * sizeof(S));
+    block(in, out, i);
+    std::memcpy(dst + i, out, size_t(n - i) * sizeof(D));
   }
-  store_scalar(src + i, dst + i, n - i);
+}
+
+void load_half_avx2(const half* src, float* dst, int64_t n) {
+  blocks<8>(src, dst, n, [](const half* s, float* d, int64_t) { load_half8(s, d); });
+}
+
+void load_bf16_avx2(const bfloat16* src, float* dst, int64_t n) {
+  blocks<8>(src, dst, n, [](const bfloat16* s, float* d, int64_t) { load_bf16_8(s, d); });
+}
+
+void store_half_avx2(const float* src, half* dst, int64_t n) {
+  blocks<8>(src, dst, n, [](const float* s, half* d, int64_t) { store_half8(s, d); });
 }
 
 // float_to_bf16_rn on eight lanes: (x + 0x7FFF + lsb) >> 16, NaN -> 0x7FFF.
-MT_TARGET_AVX2 inline __m256i bf16_rn8(__m256i x) {
+inline __m256i bf16_rn8(__m256i x) {
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
   const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb), 16);
   return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FFF), nan_lanes_f32(x));
 }
 
-MT_TARGET_AVX2 void store_bf16_avx2(const float* src, bfloat16* dst, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), pack_u16(bf16_rn8(x)));
-  }
-  store_scalar(src + i, dst + i, n - i);
+void store_bf16_avx2(const float* src, bfloat16* dst, int64_t n) {
+  blocks<8>(src, dst, n, [](const float* s, bfloat16* d, int64_t) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d), pack_u16(bf16_rn8(x)));
+  });
 }
 
-// The high and low 32 bits of the 64-bit products a * m, lane by lane.
-MT_TARGET_AVX2 inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
-  const __m256i even = _mm256_mul_epu32(a, m);                                               // lanes 0, 2, 4, 6
-  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(m, 32));  // 1, 3, 5, 7
+// The high and low 32 bits of the 64-bit products a * m, lane by lane (m: the same 32-bit
+// multiplier in every lane).
+inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
+  const __m256i even = _mm256_mul_epu32(a, m);                        // lanes 0, 2, 4, 6
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);  // lanes 1, 3, 5, 7
   hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
-  lo = _mm256_mullo_epi32(a, m);
+  lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
 }
 
-// philox_words(seed, index + k)[0] for k = 0..7 (rng.h: Philox4x32-10, counter {index, 0, 0}).
-MT_TARGET_AVX2 inline __m256i philox8(uint64_t seed, uint64_t index) {
-  alignas(32) uint32_t lo[8], hi[8];
-  for (int k = 0; k < 8; ++k) {
-    lo[k] = uint32_t(index + uint64_t(k));
-    hi[k] = uint32_t((index + uint64_t(k)) >> 32);
-  }
-  __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
-  __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
-  __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
+// The 64-bit counters index + k, k = 0..7, as low and high words.
+inline void counters8(uint64_t index, __m256i& lo, __m256i& hi) {
+  const __m256i base = _mm256_set1_epi32(int(uint32_t(index)));
+  lo = _mm256_add_epi32(base, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  // A lane whose low word wrapped past 2^32 carries into the high word.
+  const __m256i bias = _mm256_set1_epi32(int(0x80000000u));
+  const __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(base, bias), _mm256_xor_si256(lo, bias));
+  hi = _mm256_sub_epi32(_mm256_set1_epi32(int(uint32_t(index >> 32))), wrapped);
+}
+
+// philox_words(seed, index + k)[0] for k = 0..15 (rng.h: Philox4x32-10, counter {index, 0, 0}),
+// as two vectors of eight. Two independent blocks interleaved keep the multipliers busy while
+// each round waits for the previous one.
+inline void philox16(uint64_t seed, uint64_t index, __m256i& out0, __m256i& out1) {
+  __m256i a0, a1, b0, b1;
+  counters8(index, a0, a1);
+  counters8(index + 8, b0, b1);
+  __m256i a2 = _mm256_setzero_si256(), a3 = a2, b2 = a2, b3 = a2;
   const __m256i m0 = _mm256_set1_epi32(int(0xD2511F53u)), m1 = _mm256_set1_epi32(int(0xCD9E8D57u));
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
   for (int round = 0; round < 10; ++round) {
-    __m256i hi0, lo0, hi1, lo1;
-    mulhilo8(c0, m0, hi0, lo0);
-    mulhilo8(c2, m1, hi1, lo1);
-    const __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(int(k0)));
-    const __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(int(k1)));
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
+    const __m256i key0 = _mm256_set1_epi32(int(k0)), key1 = _mm256_set1_epi32(int(k1));
+    __m256i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
+    mulhilo8(a0, m0, ahi0, alo0);
+    mulhilo8(a2, m1, ahi1, alo1);
+    mulhilo8(b0, m0, bhi0, blo0);
+    mulhilo8(b2, m1, bhi1, blo1);
+    a0 = _mm256_xor_si256(_mm256_xor_si256(ahi1, a1), key0);
+    a2 = _mm256_xor_si256(_mm256_xor_si256(ahi0, a3), key1);
+    a1 = alo1;
+    a3 = alo0;
+    b0 = _mm256_xor_si256(_mm256_xor_si256(bhi1, b1), key0);
+    b2 = _mm256_xor_si256(_mm256_xor_si256(bhi0, b3), key1);
+    b1 = blo1;
+    b3 = blo0;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  return c0;
+  out0 = a0;
+  out1 = b0;
 }
 
 // Unsigned a < b on 32-bit lanes.
-MT_TARGET_AVX2 inline __m256i less_u32(__m256i a, __m256i b) {
+inline __m256i less_u32(__m256i a, __m256i b) {
   const __m256i bias = _mm256_set1_epi32(int(0x80000000u));
   return _mm256_cmpgt_epi32(_mm256_xor_si256(b, bias), _mm256_xor_si256(a, bias));
 }
 
 // float_to_bf16_sr on eight lanes: truncate, add one ulp when (r >> 16) < the dropped 16 bits;
 // inf and NaN round to nearest.
-MT_TARGET_AVX2 inline __m256i bf16_sr8(__m256i x, __m256i r) {
+inline __m256i bf16_sr8(__m256i x, __m256i r) {
   const __m256i low = _mm256_and_si256(x, _mm256_set1_epi32(0xFFFF));
   const __m256i t = _mm256_srli_epi32(x, 16);
   const __m256i up = _mm256_cmpgt_epi32(low, _mm256_srli_epi32(r, 16));
@@ -207,7 +247,7 @@ MT_TARGET_AVX2 inline __m256i bf16_sr8(__m256i x, __m256i r) {
 //     |x| 2^24 = sig 2^(e-126), t = sig >> (126-e), threshold = (sig mod 2^(126-e)) 2^(e-94),
 //     which for e < 94 is sig >> (94-e) (floored, as the reference's conversion to an integer).
 // Variable shifts by 32 or more give 0 (vpsrlvd/vpsllvd), which is what each formula needs.
-MT_TARGET_AVX2 inline __m256i half_sr8(__m256i x, __m256i r) {
+inline __m256i half_sr8(__m256i x, __m256i r) {
   const __m256i ax = _mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF));
   const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000));
   const __m256i e = _mm256_srli_epi32(ax, 23);
@@ -236,28 +276,35 @@ MT_TARGET_AVX2 inline __m256i half_sr8(__m256i x, __m256i r) {
   return _mm256_blendv_epi8(h, _mm256_set1_epi32(0x7FFF), nan_lanes_f32(x));
 }
 
-MT_TARGET_AVX2 void store_half_sr_avx2(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    const __m256i h = half_sr8(x, philox8(seed, index + uint64_t(i)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), pack_u16(h));
+// Sixteen f32 -> sixteen f16 or bf16 rounded stochastically, element k with the word of counter
+// index + k.
+template <class D>
+inline void store_sr16(const float* src, D* dst, uint64_t seed, uint64_t index) {
+  __m256i r[2];
+  philox16(seed, index, r[0], r[1]);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 8 * h));
+    const __m256i y = std::is_same_v<D, half> ? half_sr8(x, r[h]) : bf16_sr8(x, r[h]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 8 * h), pack_u16(y));
   }
-  store_stochastic_scalar(src + i, dst + i, n - i, seed, index + uint64_t(i));
 }
 
-MT_TARGET_AVX2 void store_bf16_sr_avx2(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    const __m256i b = bf16_sr8(x, philox8(seed, index + uint64_t(i)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), pack_u16(b));
-  }
-  store_stochastic_scalar(src + i, dst + i, n - i, seed, index + uint64_t(i));
+void store_half_sr_avx2(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index) {
+  blocks<16>(src, dst, n, [&](const float* s, half* d, int64_t i) { store_sr16(s, d, seed, index + uint64_t(i)); });
+}
+
+void store_bf16_sr_avx2(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index) {
+  blocks<16>(src, dst, n, [&](const float* s, bfloat16* d, int64_t i) { store_sr16(s, d, seed, index + uint64_t(i)); });
 }
 
 constexpr ConvertPath kAvx2Path{"avx2",          load_half_avx2,     load_bf16_avx2,    store_half_avx2,
                                 store_bf16_avx2, store_half_sr_avx2, store_bf16_sr_avx2};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
 
 bool cpu_has_avx2() {
   __builtin_cpu_init();

@@ -29,9 +29,11 @@
 // kernels; CUDA kernels round on the device without counting, so on a GPU that column reads "-"
 // (per-gradient underflow is still measured by the telemetry's grad_telemetry, in the metrics).
 #include <algorithm>
-#include <cstdlib>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -150,10 +152,11 @@ void draw_figures(const std::filesystem::path& dir) {
 
 // Writes a whole file or throws naming it (a lab that could not save its table must not exit 0).
 void write_file(const std::filesystem::path& path, const std::string& text) {
+  errno = 0;
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
   f.close();
-  MT_CHECK(f.good(), "precision_lab: could not write ", path.string());
+  MT_CHECK(f.good(), "could not write ", path.string(), errno != 0 ? detail::cat(": ", std::strerror(errno)) : "");
 }
 
 // ---- the stress suite (--suite stress) ---------------------------------------------------------
@@ -473,6 +476,7 @@ int main(int argc, char** argv) {
   flags.epochs = 3;
   flags.lr = 2e-3;
   flags.add_to(app);
+  app.get_option("--metrics")->description("not used: each run writes <out-dir>/<config>.jsonl (refused if given)");
   examples::DeviceFlag device_flag;
   device_flag.add_to(app);
   LabFlags o;
@@ -481,6 +485,11 @@ int main(int argc, char** argv) {
 
   try {
     o.finish(flags);
+    // The shared --metrics names one file; the lab writes one per run (<out-dir>/<config>.jsonl).
+    MT_CHECK(app.count("--metrics") == 0,
+             "--metrics: precision_lab writes the metrics of each run to its own file, "
+             "<out-dir>/<config>.jsonl (<out-dir>/<regime>/<config>-seed<N>.jsonl with --suite stress); "
+             "choose the folder with --out-dir");
     Lab lab{.o = o, .device = device_flag.resolve()};
     set_num_threads(flags.threads);
     lab.configs = select_configs(o);

@@ -33,9 +33,11 @@ struct CnnFlags {
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
     app.add_option("--dropout", dropout, "dropout before the last layer")
+        ->check(examples::finite)
         ->check(CLI::Range(0.0, 0.95))
         ->capture_default_str();
     app.add_option("--weight-decay", weight_decay, "AdamW weight decay")
+        ->check(examples::finite)
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
@@ -43,13 +45,13 @@ struct CnnFlags {
     app.add_flag("--smoke", smoke, "a few steps on a subset (CI smoke run)");
   }
 
-  // After parsing: --smoke's configuration (an explicit --log-every wins).
+  // After parsing: --smoke's configuration for the flags not given explicitly.
   void finish(const CLI::App& app, examples::CommonFlags& flags) {
     if (!smoke) return;
-    flags.epochs = 1;
-    limit = 2048;
-    width = 8;
-    if (app.count("--log-every") == 0) log_every = 4;
+    examples::smoke_default(app, "--epochs", flags.epochs, 1);
+    examples::smoke_default(app, "--limit", limit, 2048);
+    examples::smoke_default(app, "--width", width, 8);
+    examples::smoke_default(app, "--log-every", log_every, 4);
   }
 };
 

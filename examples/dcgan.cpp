@@ -79,6 +79,7 @@ struct DcganFlags {
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
     app.add_option("--beta1", beta1, "Adam beta1 of both optimizers")
+        ->check(examples::finite)
         ->check(CLI::Range(0.0, 0.999999))
         ->capture_default_str();
     app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
@@ -98,13 +99,15 @@ struct DcganFlags {
   // After parsing: --smoke's configuration, the default image size, and the checks that involve
   // several flags.
   void finish(const CLI::App& app, examples::CommonFlags& flags) {
-    if (smoke) {
-      flags.epochs = 1;
-      flags.batch_size = 32;
-      limit = 1536;  // 48 steps
-      ngf = ndf = 8;
-      nz = 32;
-      if (app.count("--log-every") == 0) log_every = 2;  // an explicit flag wins
+    if (smoke) {  // for the flags not given explicitly
+      using examples::smoke_default;
+      smoke_default(app, "--epochs", flags.epochs, 1);
+      smoke_default(app, "--batch-size", flags.batch_size, 32);
+      smoke_default(app, "--limit", limit, 1536);  // 48 steps
+      smoke_default(app, "--ngf", ngf, 8);
+      smoke_default(app, "--ndf", ndf, 8);
+      smoke_default(app, "--nz", nz, 32);
+      smoke_default(app, "--log-every", log_every, 2);
     }
     if (image_size == 0) image_size = folder() ? 64 : 32;
     MT_CHECK(image_size >= 8 && (image_size & (image_size - 1)) == 0, "--image-size must be a power of two >= 8, got ",

@@ -284,9 +284,11 @@ struct LabFlags {
         ->capture_default_str();
     app.add_option("--width", width, "channels of the first conv")->check(CLI::Range(1, 1024))->capture_default_str();
     app.add_option("--dropout", dropout, "dropout before the last layer")
+        ->check(examples::finite)
         ->check(CLI::Range(0.0, 0.95))
         ->capture_default_str();
     app.add_option("--weight-decay", weight_decay, "AdamW weight decay")
+        ->check(examples::finite)
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--limit", limit, "training images (0: all 60000)")
@@ -304,15 +306,16 @@ struct LabFlags {
     app.add_flag("--smoke", smoke, "every configuration for a few steps on a subset (CI smoke run)");
   }
 
-  // After parsing: --smoke's configuration.
-  void finish(examples::CommonFlags& flags) {
+  // After parsing: --smoke's configuration for the flags not given explicitly.
+  void finish(const CLI::App& app, examples::CommonFlags& flags) {
     if (!smoke) return;
-    flags.epochs = 1;
-    limit = 1024;
-    test_limit = 500;
-    width = 4;
-    telemetry_every = 4;
-    log_every = 2;
+    using examples::smoke_default;
+    smoke_default(app, "--epochs", flags.epochs, 1);
+    smoke_default(app, "--limit", limit, 1024);
+    smoke_default(app, "--test-limit", test_limit, 500);
+    smoke_default(app, "--width", width, 4);
+    smoke_default(app, "--telemetry-every", telemetry_every, 4);
+    smoke_default(app, "--log-every", log_every, 2);
   }
 };
 
@@ -484,7 +487,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    o.finish(flags);
+    o.finish(app, flags);
     // The shared --metrics names one file; the lab writes one per run (<out-dir>/<config>.jsonl).
     MT_CHECK(app.count("--metrics") == 0,
              "--metrics: precision_lab writes the metrics of each run to its own file, "

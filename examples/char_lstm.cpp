@@ -597,6 +597,7 @@ int main(int argc, char** argv) {
   try {
     c.finish(app, flags);
     const Device device = device_flag.resolve();
+    examples::check_output_dir(c.out_dir);
     set_num_threads(flags.threads);
     const std::string prompt = unescape(c.prompt);
     MT_CHECK(!prompt.empty(), "--prompt must not be empty");

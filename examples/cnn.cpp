@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   try {
     o.finish(app, flags);
     const Device device = device_flag.resolve();
+    examples::check_output_dir(o.out_dir);
     set_num_threads(flags.threads);
     std::printf("cnn: device %s\n", examples::device_description(device, flags.threads).c_str());
     const auto t_start = std::chrono::steady_clock::now();

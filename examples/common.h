@@ -3,9 +3,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -36,6 +38,27 @@ inline const CLI::Validator finite(
 template <class T, class V>
 void smoke_default(const CLI::App& app, const std::string& flag, T& value, const V& smoke_value) {
   if (app.count(flag) == 0) value = T(smoke_value);
+}
+
+// Checks, before any data is read or any step is trained, that `dir` (the value of `flag`) can
+// hold the program's outputs: creates it, then writes and removes a probe file. Throws naming the
+// flag and the folder, so that an unusable --out-dir costs a second, not a training run.
+inline void check_output_dir(const std::string& dir, const char* flag = "--out-dir") {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  MT_CHECK(!ec, flag, " '", dir, "': cannot create the folder: ", ec.message());
+  MT_CHECK(fs::is_directory(dir, ec), flag, " '", dir, "' is not a folder");
+  const fs::path probe = fs::path(dir) / (".write-probe." + std::to_string(::getpid()));
+  errno = 0;
+  std::ofstream f(probe, std::ios::binary | std::ios::trunc);
+  f << "probe\n";
+  f.close();
+  const bool written = f.good();
+  const int err = errno;
+  fs::remove(probe, ec);
+  MT_CHECK(written, flag, " '", dir, "': cannot write a file in the folder",
+           err != 0 ? mixtape::detail::cat(" (", std::strerror(err), ")") : std::string());
 }
 
 // --device: where the model, its optimizer state and every batch live (data loading stays on the

@@ -573,8 +573,8 @@ int main(int argc, char** argv) {
   try {
     o.finish(app, flags);
     const Device device = device_flag.resolve();
+    examples::check_output_dir(o.out_dir);
     set_num_threads(flags.threads);
-    std::filesystem::create_directories(o.out_dir);
     const auto t_start = Clock::now();
 
     const Tensor images = load_images(o, flags.batch_size);

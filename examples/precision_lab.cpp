@@ -494,6 +494,7 @@ int main(int argc, char** argv) {
              "<out-dir>/<config>.jsonl (<out-dir>/<regime>/<config>-seed<N>.jsonl with --suite stress); "
              "choose the folder with --out-dir");
     Lab lab{.o = o, .device = device_flag.resolve()};
+    examples::check_output_dir(o.out_dir);
     set_num_threads(flags.threads);
     lab.configs = select_configs(o);
     lab.train = data::load_fashion_mnist(o.data_dir, data::MnistSplit::train, {.limit = o.limit > 0 ? o.limit : -1});

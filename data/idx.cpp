@@ -264,6 +264,12 @@ LabeledImages load_fashion_mnist(const std::string& dir, MnistSplit split, const
 
   const int64_t n = options.limit >= 0 ? std::min(options.limit, images.shape[0]) : images.shape[0];
   const int64_t h = images.shape[1], w = images.shape[2];
+  MT_CHECK(options.num_classes >= 0, "load_fashion_mnist: num_classes must be >= 0 (0: no check), got ",
+           options.num_classes);
+  for (int64_t i = 0; i < n && options.num_classes > 0; ++i)  // the labels kept, as they arrive in batches
+    MT_CHECK(labels.data[size_t(i)] < options.num_classes, "load_fashion_mnist: '", label_path, "': label ",
+             int(labels.data[size_t(i)]), " of example ", i, " is out of range for ", options.num_classes,
+             " classes (0..", options.num_classes - 1, ")");
 
   // x = b / 255, then (x - mean) / std: one table for the 256 byte values, computed in f32.
   std::array<float, 256> lut{};

@@ -119,9 +119,10 @@ int main(int argc, char** argv) {
     std::printf("cnn: device %s\n", examples::device_description(device, flags.threads).c_str());
     const auto t_start = std::chrono::steady_clock::now();
     data::LabeledImages train =
-        data::load_fashion_mnist(o.data_dir, data::MnistSplit::train, {.limit = o.limit > 0 ? o.limit : -1});
-    data::LabeledImages test =
-        data::load_fashion_mnist(o.data_dir, data::MnistSplit::test, {.limit = o.smoke ? 1000 : -1});
+        data::load_fashion_mnist(o.data_dir, data::MnistSplit::train,
+                                 {.limit = o.limit > 0 ? o.limit : -1, .num_classes = examples::kCnnClasses});
+    data::LabeledImages test = data::load_fashion_mnist(
+        o.data_dir, data::MnistSplit::test, {.limit = o.smoke ? 1000 : -1, .num_classes = examples::kCnnClasses});
     std::printf("cnn: %lld training and %lld test images from %s\n", (long long)train.images.size(0),
                 (long long)test.images.size(0), o.data_dir.c_str());
 

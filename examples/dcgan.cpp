@@ -131,8 +131,9 @@ struct DcganFlags {
 // Fashion-MNIST [N, 1, 28, 28] -> [N, 1, 32, 32] in [-1, 1]: 2 pixels of background (-1) around
 // each image, so the 4 -> 8 -> 16 -> 32 architecture applies without resampling.
 Tensor load_fashion_mnist_32(const std::string& dir, int64_t limit) {
-  const data::LabeledImages raw =
-      data::load_fashion_mnist(dir, data::MnistSplit::train, {.normalize = false, .limit = limit > 0 ? limit : -1});
+  // The GAN uses no labels, so they are not checked against a number of classes.
+  const data::LabeledImages raw = data::load_fashion_mnist(
+      dir, data::MnistSplit::train, {.normalize = false, .limit = limit > 0 ? limit : -1, .num_classes = 0});
   const Tensor& x = raw.images;  // [N, 1, 28, 28] in [0, 1]
   const int64_t N = x.size(0), H = x.size(2), W = x.size(3);
   MT_CHECK(H <= 32 && W <= 32, "images in ", dir, " are ", H, "x", W, "; at most 32x32 can be padded to 32x32");

@@ -497,9 +497,11 @@ int main(int argc, char** argv) {
     examples::check_output_dir(o.out_dir);
     set_num_threads(flags.threads);
     lab.configs = select_configs(o);
-    lab.train = data::load_fashion_mnist(o.data_dir, data::MnistSplit::train, {.limit = o.limit > 0 ? o.limit : -1});
+    lab.train = data::load_fashion_mnist(o.data_dir, data::MnistSplit::train,
+                                         {.limit = o.limit > 0 ? o.limit : -1, .num_classes = examples::kCnnClasses});
     lab.test =
-        data::load_fashion_mnist(o.data_dir, data::MnistSplit::test, {.limit = o.test_limit > 0 ? o.test_limit : -1});
+        data::load_fashion_mnist(o.data_dir, data::MnistSplit::test,
+                                 {.limit = o.test_limit > 0 ? o.test_limit : -1, .num_classes = examples::kCnnClasses});
     const std::filesystem::path out(o.out_dir);
     std::filesystem::create_directories(out);
     std::printf(

@@ -290,6 +290,27 @@ TEST_CASE("load_fashion_mnist rejects zero-sized images", "[data]") {
   }
 }
 
+TEST_CASE("load_fashion_mnist checks the labels against the number of classes when it loads", "[data]") {
+  TempDir dir;
+  write_raw(dir / "train-images-idx3-ubyte.gz", cat(header(0x08, {3, 1, 1}), {1, 2, 3}), true);
+  write_raw(dir / "train-labels-idx1-ubyte.gz", cat(header(0x08, {3}), {4, 0, 12}), true);
+  const std::string d = dir.path.string();
+  CHECK_THAT(error_of([&] { load_fashion_mnist(d, MnistSplit::train); }),
+             Contains("train-labels-idx1-ubyte.gz") && Contains("label 12 of example 2") && Contains("10 classes"));
+  MnistOptions o;
+  o.num_classes = 12;
+  CHECK_THAT(error_of([&] { load_fashion_mnist(d, MnistSplit::train, o); }), Contains("12 classes (0..11)"));
+  o.num_classes = 13;
+  CHECK(load_fashion_mnist(d, MnistSplit::train, o).labels.values<int64_t>() == std::vector<int64_t>{4, 0, 12});
+  o.num_classes = 0;  // no check
+  CHECK(load_fashion_mnist(d, MnistSplit::train, o).labels.size(0) == 3);
+  o.num_classes = 10;
+  o.limit = 2;  // the examples kept are checked
+  CHECK(load_fashion_mnist(d, MnistSplit::train, o).labels.values<int64_t>() == std::vector<int64_t>{4, 0});
+  o.num_classes = -1;
+  CHECK_THAT(error_of([&] { load_fashion_mnist(d, MnistSplit::train, o); }), Contains("num_classes"));
+}
+
 TEST_CASE("Fashion-MNIST test split from the Debian package", "[data]") {
   if (!fs::exists(std::string(kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz")) {
     WARN("skipped: " << kFashionMnistDir << " is absent (Debian package dataset-fashion-mnist)");

@@ -1,5 +1,6 @@
 #include "autograd/tape.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_set>
 
@@ -204,6 +205,16 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
   MT_CHECK(seed.g.shape() == root.shape() && seed.g.dtype() == root.dtype(), "backward: seed ", seed.g.meta(),
            " does not match the root ", root.data().meta());
   MT_CHECK(is_power_of_two(seed.scale), "backward: seed scale must be a power of two, got ", seed.scale);
+  if (ran_backward_ && !root.is_leaf()) {
+    const bool recorded = std::any_of(nodes_.begin(), nodes_.end(), [&](const std::unique_ptr<Node>& n) {
+      return std::any_of(n->outputs.begin(), n->outputs.end(),
+                         [&](const std::weak_ptr<VarImpl>& o) { return o.lock() == root.ptr(); });
+    });
+    MT_CHECK(recorded,
+             "backward: this Tape already ran backward, which frees the graph that produced the root, so a "
+             "second backward would deliver no gradient; record the forward pass again (to add the gradients of "
+             "two losses, sum the losses and run backward once)");
+  }
 
   // Every variable that receives a gradient; leaves keep theirs, the rest are cleared at the end
   // (a non-leaf recorded on another tape would otherwise hold a stale gradient).
@@ -272,6 +283,7 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
     if (observer_) observer_->on_leaf_grad(*leaf, *leaf->grad);
   }
   nodes_.clear();
+  ran_backward_ = true;
 }
 
 }  // namespace mixtape

@@ -58,7 +58,9 @@ class Tape {
   static Tape* current();  // innermost active tape of this thread, or nullptr
 
   // Reverse pass from `root`, seeded with {scale * ones, scale}. Leaves receive ScaledGrads
-  // (accumulated with the branch rule when they already hold one). Clears the tape.
+  // (accumulated with the branch rule when they already hold one). Clears the tape, so the graph
+  // runs backward once: a second backward from a root of that graph throws (ops recorded after
+  // the first backward make a new graph, which can run backward in turn).
   void backward(const Variable& root, float scale = 1.0f);
   // Reverse pass from an explicit seed gradient of root's shape.
   void backward(const Variable& root, ScaledGrad seed);
@@ -77,6 +79,7 @@ class Tape {
 
  private:
   std::vector<std::unique_ptr<Node>> nodes_;
+  bool ran_backward_ = false;  // a backward pass has run (and freed the graph it walked)
   Tape* prev_ = nullptr;
   ScalingRule* rule_ = nullptr;
   GradObserver* observer_ = nullptr;

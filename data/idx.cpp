@@ -62,6 +62,12 @@ class GzFile {
     f_ = nullptr;
     return rc;
   }
+  // zlib's last error code (Z_OK when none).
+  int error_code() const {
+    int code = Z_OK;
+    gzerror(f_, &code);
+    return code;
+  }
   // zlib's last error message, "" when none.
   std::string error() const {
     int code = Z_OK;
@@ -174,6 +180,12 @@ IdxArray read_idx(const std::string& path) {
   MT_CHECK(trailing == 0, "read_idx: '", path, "': ", trailing, " trailing bytes after the ", expected,
            "-byte payload of sizes ", shape_str(a.shape), " (expected end of file at byte ", header_bytes + expected,
            ")");
+  // gzread hands out what it could decode when the file ends inside a gzip stream and only records
+  // Z_BUF_ERROR (zlib.h, gzread): the 8-byte trailer with the CRC-32 and the length never arrived,
+  // so nothing the file held was checked.
+  MT_CHECK(f.error_code() != Z_BUF_ERROR, "read_idx: '", path,
+           "': the gzip stream ends early (the file is cut short inside its compressed data or its 8-byte CRC "
+           "trailer), so its contents cannot be checked");
 
   to_host_order(a.data, elem);
   return a;
@@ -245,11 +257,19 @@ LabeledImages load_fashion_mnist(const std::string& dir, MnistSplit split, const
   const IdxArray labels = read_idx(label_path);
   MT_CHECK(labels.type == IdxType::u8 && labels.shape.size() == 1, "load_fashion_mnist: '", label_path, "' holds ",
            idx_type_name(labels.type), shape_str(labels.shape), ", expected u8 labels [N]");
+  MT_CHECK(images.shape[1] > 0 && images.shape[2] > 0, "load_fashion_mnist: '", image_path,
+           "' holds zero-sized images: sizes ", shape_str(images.shape), " (N, H, W), H and W must be positive");
   MT_CHECK(images.shape[0] == labels.shape[0], "load_fashion_mnist: '", image_path, "' has ", images.shape[0],
            " images but '", label_path, "' has ", labels.shape[0], " labels");
 
   const int64_t n = options.limit >= 0 ? std::min(options.limit, images.shape[0]) : images.shape[0];
   const int64_t h = images.shape[1], w = images.shape[2];
+  MT_CHECK(options.num_classes >= 0, "load_fashion_mnist: num_classes must be >= 0 (0: no check), got ",
+           options.num_classes);
+  for (int64_t i = 0; i < n && options.num_classes > 0; ++i)  // the labels kept, as they arrive in batches
+    MT_CHECK(labels.data[size_t(i)] < options.num_classes, "load_fashion_mnist: '", label_path, "': label ",
+             int(labels.data[size_t(i)]), " of example ", i, " is out of range for ", options.num_classes,
+             " classes (0..", options.num_classes - 1, ")");
 
   // x = b / 255, then (x - mean) / std: one table for the 256 byte values, computed in f32.
   std::array<float, 256> lut{};

@@ -29,7 +29,8 @@ struct IdxArray {
 
 // Reads a whole IDX file (`.gz` or plain). Throws mixtape::Error naming the file on a missing
 // file, a bad magic, an unknown dtype byte, a truncated header or payload (with the expected and
-// actual byte counts), trailing bytes after the payload, or a corrupt gzip stream.
+// actual byte counts), trailing bytes after the payload, or a corrupt gzip stream (including one
+// cut short inside its CRC trailer).
 IdxArray read_idx(const std::string& path);
 
 // Writes `a` as an IDX file; gzip-compressed when `path` ends in ".gz". For tests and tools.
@@ -49,6 +50,10 @@ struct MnistOptions {
   float mean = kFashionMnistMean;
   float std = kFashionMnistStd;
   int64_t limit = -1;  // keep the first `limit` examples (-1: all)
+  // Labels must lie in [0, num_classes): checked when the files are read, so that a bad label
+  // fails the load (naming the file and the example), not the first batch that holds it.
+  // 0: no check (for consumers that ignore the labels).
+  int64_t num_classes = 10;
 };
 
 struct LabeledImages {
@@ -57,8 +62,9 @@ struct LabeledImages {
 };
 
 // Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir`: any MNIST-format pair
-// (MNIST, Fashion-MNIST, KMNIST, ...). Images must be u8 [N, H, W] and labels u8 [N] with the
-// same N. The default directory is provided by the Debian package dataset-fashion-mnist.
+// (MNIST, Fashion-MNIST, KMNIST, ...). Images must be u8 [N, H, W] with H, W > 0 and labels u8 [N]
+// with the same N, each below options.num_classes. The default directory is provided by the
+// Debian package dataset-fashion-mnist.
 LabeledImages load_fashion_mnist(const std::string& dir = kFashionMnistDir, MnistSplit split = MnistSplit::train,
                                  const MnistOptions& options = {});
 

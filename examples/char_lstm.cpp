@@ -90,12 +90,15 @@ struct Config {
         ->check(CLI::Range(1, 1 << 16))
         ->capture_default_str();
     app.add_option("--dropout", dropout, "dropout between LSTM layers")
+        ->check(examples::finite)
         ->check(CLI::Range(0.0, 0.99))
         ->capture_default_str();
     app.add_option("--clip", clip, "clip gradients to this global L2 norm (0: off)")
+        ->check(examples::finite)
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--weight-decay", weight_decay, "decoupled weight decay; > 0 switches Adam to AdamW")
+        ->check(examples::finite)
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--schedule", schedule, "learning-rate schedule after warm-up: cosine (to lr/10) or constant")
@@ -109,6 +112,7 @@ struct Config {
         ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
         ->capture_default_str();
     app.add_option("--val-fraction", val_fraction, "held-out tail of the corpus for validation")
+        ->check(examples::finite)
         ->check(CLI::Range(0.001, 0.5))
         ->capture_default_str();
     app.add_option("--eval-batch", eval_batch, "parallel validation streams")
@@ -120,6 +124,7 @@ struct Config {
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--temperature", temperature, "sampling temperature (0: always the most likely character)")
+        ->check(examples::finite)
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--sample-len", sample_len, "characters to sample at the end (0: none)")
@@ -130,22 +135,23 @@ struct Config {
     app.add_flag("--smoke", smoke, "tiny fixed configuration for CI: 60 steps of a 128-unit model (a few seconds)");
   }
 
-  // After parsing: --smoke's fixed configuration (an explicit --log-every wins).
+  // After parsing: --smoke's configuration for the flags not given explicitly.
   void finish(const CLI::App& app, examples::CommonFlags& flags) {
     if (!smoke) return;
-    hidden = 128;
-    embed = 32;
-    seq_len = 32;
-    dropout = 0.0;
-    steps_per_epoch = 30;
-    if (app.count("--log-every") == 0) log_every = 3;
-    warmup = 0;
-    schedule = "constant";
-    eval_chars = 8192;
-    sample_len = 80;
-    flags.epochs = 2;
-    flags.batch_size = 32;
-    flags.lr = 1e-2;
+    using examples::smoke_default;
+    smoke_default(app, "--hidden", hidden, 128);
+    smoke_default(app, "--embed", embed, 32);
+    smoke_default(app, "--seq-len", seq_len, 32);
+    smoke_default(app, "--dropout", dropout, 0.0);
+    smoke_default(app, "--steps-per-epoch", steps_per_epoch, 30);
+    smoke_default(app, "--log-every", log_every, 3);
+    smoke_default(app, "--warmup", warmup, 0);
+    smoke_default(app, "--schedule", schedule, "constant");
+    smoke_default(app, "--eval-chars", eval_chars, 8192);
+    smoke_default(app, "--sample-len", sample_len, 80);
+    smoke_default(app, "--epochs", flags.epochs, 2);
+    smoke_default(app, "--batch-size", flags.batch_size, 32);
+    smoke_default(app, "--lr", flags.lr, 1e-2);
   }
 };
 
@@ -591,6 +597,7 @@ int main(int argc, char** argv) {
   try {
     c.finish(app, flags);
     const Device device = device_flag.resolve();
+    examples::check_output_dir(c.out_dir);
     set_num_threads(flags.threads);
     const std::string prompt = unescape(c.prompt);
     MT_CHECK(!prompt.empty(), "--prompt must not be empty");

@@ -33,9 +33,11 @@ struct CnnFlags {
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
     app.add_option("--dropout", dropout, "dropout before the last layer")
+        ->check(examples::finite)
         ->check(CLI::Range(0.0, 0.95))
         ->capture_default_str();
     app.add_option("--weight-decay", weight_decay, "AdamW weight decay")
+        ->check(examples::finite)
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
@@ -43,13 +45,13 @@ struct CnnFlags {
     app.add_flag("--smoke", smoke, "a few steps on a subset (CI smoke run)");
   }
 
-  // After parsing: --smoke's configuration (an explicit --log-every wins).
+  // After parsing: --smoke's configuration for the flags not given explicitly.
   void finish(const CLI::App& app, examples::CommonFlags& flags) {
     if (!smoke) return;
-    flags.epochs = 1;
-    limit = 2048;
-    width = 8;
-    if (app.count("--log-every") == 0) log_every = 4;
+    examples::smoke_default(app, "--epochs", flags.epochs, 1);
+    examples::smoke_default(app, "--limit", limit, 2048);
+    examples::smoke_default(app, "--width", width, 8);
+    examples::smoke_default(app, "--log-every", log_every, 4);
   }
 };
 
@@ -112,13 +114,15 @@ int main(int argc, char** argv) {
   try {
     o.finish(app, flags);
     const Device device = device_flag.resolve();
+    examples::check_output_dir(o.out_dir);
     set_num_threads(flags.threads);
     std::printf("cnn: device %s\n", examples::device_description(device, flags.threads).c_str());
     const auto t_start = std::chrono::steady_clock::now();
     data::LabeledImages train =
-        data::load_fashion_mnist(o.data_dir, data::MnistSplit::train, {.limit = o.limit > 0 ? o.limit : -1});
-    data::LabeledImages test =
-        data::load_fashion_mnist(o.data_dir, data::MnistSplit::test, {.limit = o.smoke ? 1000 : -1});
+        data::load_fashion_mnist(o.data_dir, data::MnistSplit::train,
+                                 {.limit = o.limit > 0 ? o.limit : -1, .num_classes = examples::kCnnClasses});
+    data::LabeledImages test = data::load_fashion_mnist(
+        o.data_dir, data::MnistSplit::test, {.limit = o.smoke ? 1000 : -1, .num_classes = examples::kCnnClasses});
     std::printf("cnn: %lld training and %lld test images from %s\n", (long long)train.images.size(0),
                 (long long)test.images.size(0), o.data_dir.c_str());
 

@@ -23,6 +23,8 @@
 
 namespace examples {
 
+inline constexpr int64_t kCnnClasses = 10;  // the logits of make_cnn; the data's labels are checked against it
+
 struct CnnConfig {
   int64_t width = 32;
   double dropout = 0.3;
@@ -114,7 +116,7 @@ inline std::shared_ptr<mixtape::nn::Sequential> make_cnn(int64_t width, double d
       std::make_shared<nn::Conv2d>(w1, w2, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(w2),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
       std::make_shared<nn::Linear>(w2 * 7 * 7, 128, true, gen), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Dropout>(dropout, gen), std::make_shared<nn::Linear>(128, 10, true, gen));
+      std::make_shared<nn::Dropout>(dropout, gen), std::make_shared<nn::Linear>(128, kCnnClasses, true, gen));
 }
 
 // Test loss and accuracy, in the trainer's compute dtype (the loss in fp32).
@@ -135,8 +137,8 @@ inline CnnEval evaluate_cnn(mixtape::nn::Sequential& model, const mixtape::Preci
     const std::vector<int64_t> y = b[1].values<int64_t>();
     for (int64_t i = 0; i < b.size(); ++i) {
       int64_t best = 0;
-      for (int64_t c = 1; c < 10; ++c)
-        if (l[size_t(i * 10 + c)] > l[size_t(i * 10 + best)]) best = c;
+      for (int64_t c = 1; c < kCnnClasses; ++c)
+        if (l[size_t(i * kCnnClasses + c)] > l[size_t(i * kCnnClasses + best)]) best = c;
       correct += best == y[size_t(i)];
     }
     n += b.size();

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,6 +19,47 @@
 #include "mixtape.h"
 
 namespace examples {
+
+// ---- flag checks --------------------------------------------------------------------------------
+
+// Every floating-point flag checks this before its range: ->check(examples::finite)->check(CLI::Range(...)).
+// CLI11's range checks compare with < and >, which are false for NaN, so NaN passes CLI::Range,
+// PositiveNumber and NonNegativeNumber, and inf passes the one-sided ones; no flag of these
+// programs means anything at NaN or inf.
+inline const CLI::Validator finite(
+    [](std::string& s) -> std::string {
+      double v = 0.0;
+      if (!CLI::detail::lexical_cast(s, v)) return "'" + s + "' is not a number";
+      return std::isfinite(v) ? std::string() : "must be a finite number, got '" + s + "'";
+    },
+    "", "FINITE");
+
+// --smoke's value for a flag the user did not give: an explicit flag wins over --smoke.
+template <class T, class V>
+void smoke_default(const CLI::App& app, const std::string& flag, T& value, const V& smoke_value) {
+  if (app.count(flag) == 0) value = T(smoke_value);
+}
+
+// Checks, before any data is read or any step is trained, that `dir` (the value of `flag`) can
+// hold the program's outputs: creates it, then writes and removes a probe file. Throws naming the
+// flag and the folder, so that an unusable --out-dir costs a second, not a training run.
+inline void check_output_dir(const std::string& dir, const char* flag = "--out-dir") {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  MT_CHECK(!ec, flag, " '", dir, "': cannot create the folder: ", ec.message());
+  MT_CHECK(fs::is_directory(dir, ec), flag, " '", dir, "' is not a folder");
+  const fs::path probe = fs::path(dir) / (".write-probe." + std::to_string(::getpid()));
+  errno = 0;
+  std::ofstream f(probe, std::ios::binary | std::ios::trunc);
+  f << "probe\n";
+  f.close();
+  const bool written = f.good();
+  const int err = errno;
+  fs::remove(probe, ec);
+  MT_CHECK(written, flag, " '", dir, "': cannot write a file in the folder",
+           err != 0 ? mixtape::detail::cat(" (", std::strerror(err), ")") : std::string());
+}
 
 // --device: where the model, its optimizer state and every batch live (data loading stays on the
 // host; batches are copied over one at a time). "auto" is cuda:0 when mixtape was built with CUDA
@@ -91,7 +135,7 @@ struct CommonFlags {
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.add_option("--epochs", epochs, "training epochs")->check(CLI::Range(1, 100000))->capture_default_str();
     app.add_option("--batch-size", batch_size, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-    app.add_option("--lr", lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--lr", lr, "learning rate")->check(finite)->check(CLI::PositiveNumber)->capture_default_str();
     app.add_option("--seed", seed, "random seed")->capture_default_str();
     app.add_option("--threads", threads, "CPU threads for the GEMMs")
         ->check(CLI::Range(1, 1024))
@@ -124,6 +168,7 @@ struct PrecisionFlags {
         ->check(CLI::IsMember({"nearest", "stochastic", "kahan"}))
         ->capture_default_str();
     app.add_option("--grad-scale-gamma,--zhao-gamma", grad_scale_gamma, "gradient scaling: underflow threshold gamma'")
+        ->check(finite)
         ->check(CLI::Range(1e-12, 0.5))
         ->capture_default_str();
     app.add_option("--grad-scale-period,--zhao-period", grad_scale_period,

@@ -79,6 +79,7 @@ struct DcganFlags {
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
     app.add_option("--beta1", beta1, "Adam beta1 of both optimizers")
+        ->check(examples::finite)
         ->check(CLI::Range(0.0, 0.999999))
         ->capture_default_str();
     app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
@@ -98,13 +99,15 @@ struct DcganFlags {
   // After parsing: --smoke's configuration, the default image size, and the checks that involve
   // several flags.
   void finish(const CLI::App& app, examples::CommonFlags& flags) {
-    if (smoke) {
-      flags.epochs = 1;
-      flags.batch_size = 32;
-      limit = 1536;  // 48 steps
-      ngf = ndf = 8;
-      nz = 32;
-      if (app.count("--log-every") == 0) log_every = 2;  // an explicit flag wins
+    if (smoke) {  // for the flags not given explicitly
+      using examples::smoke_default;
+      smoke_default(app, "--epochs", flags.epochs, 1);
+      smoke_default(app, "--batch-size", flags.batch_size, 32);
+      smoke_default(app, "--limit", limit, 1536);  // 48 steps
+      smoke_default(app, "--ngf", ngf, 8);
+      smoke_default(app, "--ndf", ndf, 8);
+      smoke_default(app, "--nz", nz, 32);
+      smoke_default(app, "--log-every", log_every, 2);
     }
     if (image_size == 0) image_size = folder() ? 64 : 32;
     MT_CHECK(image_size >= 8 && (image_size & (image_size - 1)) == 0, "--image-size must be a power of two >= 8, got ",
@@ -128,8 +131,9 @@ struct DcganFlags {
 // Fashion-MNIST [N, 1, 28, 28] -> [N, 1, 32, 32] in [-1, 1]: 2 pixels of background (-1) around
 // each image, so the 4 -> 8 -> 16 -> 32 architecture applies without resampling.
 Tensor load_fashion_mnist_32(const std::string& dir, int64_t limit) {
-  const data::LabeledImages raw =
-      data::load_fashion_mnist(dir, data::MnistSplit::train, {.normalize = false, .limit = limit > 0 ? limit : -1});
+  // The GAN uses no labels, so they are not checked against a number of classes.
+  const data::LabeledImages raw = data::load_fashion_mnist(
+      dir, data::MnistSplit::train, {.normalize = false, .limit = limit > 0 ? limit : -1, .num_classes = 0});
   const Tensor& x = raw.images;  // [N, 1, 28, 28] in [0, 1]
   const int64_t N = x.size(0), H = x.size(2), W = x.size(3);
   MT_CHECK(H <= 32 && W <= 32, "images in ", dir, " are ", H, "x", W, "; at most 32x32 can be padded to 32x32");
@@ -570,8 +574,8 @@ int main(int argc, char** argv) {
   try {
     o.finish(app, flags);
     const Device device = device_flag.resolve();
+    examples::check_output_dir(o.out_dir);
     set_num_threads(flags.threads);
-    std::filesystem::create_directories(o.out_dir);
     const auto t_start = Clock::now();
 
     const Tensor images = load_images(o, flags.batch_size);

@@ -64,7 +64,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("--batch", batch, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--hidden", hidden, "hidden units")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--lr", lr, "SGD learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", lr, "SGD learning rate")
+      ->check(examples::finite)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--metrics", metrics_path, "write JSON Lines metrics to this file");
   app.add_option("--log-every", log_every, "steps between step events and printed losses")
@@ -74,9 +77,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (smoke) {
-      steps = 100;
-      log_every = 5;
+    if (smoke) {  // for the flags not given explicitly
+      examples::smoke_default(app, "--steps", steps, 100);
+      examples::smoke_default(app, "--log-every", log_every, 5);
     }
     const Device device = device_flag.resolve();
     Generator gen(seed);

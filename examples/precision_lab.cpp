@@ -29,9 +29,11 @@
 // kernels; CUDA kernels round on the device without counting, so on a GPU that column reads "-"
 // (per-gradient underflow is still measured by the telemetry's grad_telemetry, in the metrics).
 #include <algorithm>
-#include <cstdlib>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -150,10 +152,11 @@ void draw_figures(const std::filesystem::path& dir) {
 
 // Writes a whole file or throws naming it (a lab that could not save its table must not exit 0).
 void write_file(const std::filesystem::path& path, const std::string& text) {
+  errno = 0;
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
   f.close();
-  MT_CHECK(f.good(), "precision_lab: could not write ", path.string());
+  MT_CHECK(f.good(), "could not write ", path.string(), errno != 0 ? detail::cat(": ", std::strerror(errno)) : "");
 }
 
 // ---- the stress suite (--suite stress) ---------------------------------------------------------
@@ -281,9 +284,11 @@ struct LabFlags {
         ->capture_default_str();
     app.add_option("--width", width, "channels of the first conv")->check(CLI::Range(1, 1024))->capture_default_str();
     app.add_option("--dropout", dropout, "dropout before the last layer")
+        ->check(examples::finite)
         ->check(CLI::Range(0.0, 0.95))
         ->capture_default_str();
     app.add_option("--weight-decay", weight_decay, "AdamW weight decay")
+        ->check(examples::finite)
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     app.add_option("--limit", limit, "training images (0: all 60000)")
@@ -301,15 +306,16 @@ struct LabFlags {
     app.add_flag("--smoke", smoke, "every configuration for a few steps on a subset (CI smoke run)");
   }
 
-  // After parsing: --smoke's configuration.
-  void finish(examples::CommonFlags& flags) {
+  // After parsing: --smoke's configuration for the flags not given explicitly.
+  void finish(const CLI::App& app, examples::CommonFlags& flags) {
     if (!smoke) return;
-    flags.epochs = 1;
-    limit = 1024;
-    test_limit = 500;
-    width = 4;
-    telemetry_every = 4;
-    log_every = 2;
+    using examples::smoke_default;
+    smoke_default(app, "--epochs", flags.epochs, 1);
+    smoke_default(app, "--limit", limit, 1024);
+    smoke_default(app, "--test-limit", test_limit, 500);
+    smoke_default(app, "--width", width, 4);
+    smoke_default(app, "--telemetry-every", telemetry_every, 4);
+    smoke_default(app, "--log-every", log_every, 2);
   }
 };
 
@@ -473,6 +479,7 @@ int main(int argc, char** argv) {
   flags.epochs = 3;
   flags.lr = 2e-3;
   flags.add_to(app);
+  app.get_option("--metrics")->description("not used: each run writes <out-dir>/<config>.jsonl (refused if given)");
   examples::DeviceFlag device_flag;
   device_flag.add_to(app);
   LabFlags o;
@@ -480,13 +487,21 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    o.finish(flags);
+    o.finish(app, flags);
+    // The shared --metrics names one file; the lab writes one per run (<out-dir>/<config>.jsonl).
+    MT_CHECK(app.count("--metrics") == 0,
+             "--metrics: precision_lab writes the metrics of each run to its own file, "
+             "<out-dir>/<config>.jsonl (<out-dir>/<regime>/<config>-seed<N>.jsonl with --suite stress); "
+             "choose the folder with --out-dir");
     Lab lab{.o = o, .device = device_flag.resolve()};
+    examples::check_output_dir(o.out_dir);
     set_num_threads(flags.threads);
     lab.configs = select_configs(o);
-    lab.train = data::load_fashion_mnist(o.data_dir, data::MnistSplit::train, {.limit = o.limit > 0 ? o.limit : -1});
+    lab.train = data::load_fashion_mnist(o.data_dir, data::MnistSplit::train,
+                                         {.limit = o.limit > 0 ? o.limit : -1, .num_classes = examples::kCnnClasses});
     lab.test =
-        data::load_fashion_mnist(o.data_dir, data::MnistSplit::test, {.limit = o.test_limit > 0 ? o.test_limit : -1});
+        data::load_fashion_mnist(o.data_dir, data::MnistSplit::test,
+                                 {.limit = o.test_limit > 0 ? o.test_limit : -1, .num_classes = examples::kCnnClasses});
     const std::filesystem::path out(o.out_dir);
     std::filesystem::create_directories(out);
     std::printf(

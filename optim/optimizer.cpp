@@ -240,8 +240,13 @@ void Optimizer::load_state_dict(const TensorDict& d) {
         }
         MT_CHECK(it != tensors.end(), name(), "::load_state_dict: missing tensor '", k + b, "'");
         const Tensor& t = *it->second;
+        // A buffer has its parameter's shape and dtype (Optimizer::update allocates it with
+        // zeros_like); the device may differ (a loaded file is on the CPU) and is moved below.
         MT_CHECK(t.shape() == p.shape(), name(), "::load_state_dict: tensor '", k + b, "' ", t.meta(),
                  " does not match parameter ", i, " ", p.meta());
+        MT_CHECK(t.dtype() == p.dtype(), name(), "::load_state_dict: tensor '", k + b, "' ", t.meta(), " is ",
+                 dtype_name(t.dtype()), " but parameter ", i, " ", p.meta(), " keeps its state in ",
+                 dtype_name(p.dtype()));
         state[i].buffers.push_back(t.to(p.device()).clone());
         tensors.erase(it);
       }

@@ -59,6 +59,15 @@ int layout_rank(DType t) {
 // The reference implementation refuses headers above this size; so do we.
 constexpr uint64_t kMaxHeader = 100'000'000;
 
+// Note [Header nesting]
+// A valid header nests 3 levels deep (the object, a tensor entry, its shape), but a crafted one
+// can nest [ and { 100000 levels deep, and whatever walks such a value recursively (json::dump
+// quoting it in a message, a recursive parser) overflows the stack. check_nesting counts the
+// depth in one linear pass over the bytes before anything parses them; values quoted in messages
+// are cut to kMaxQuoted characters (excerpt), so a message stays readable whatever the file holds.
+constexpr int kMaxNesting = 64;
+constexpr size_t kMaxQuoted = 80;
+
 std::string errno_str() { return std::strerror(errno); }
 
 // Closes on scope exit.
@@ -132,10 +141,41 @@ void write_atomically(const std::string& path, const std::string& header, const 
            " but syncing its directory failed: ", errno_str());
 }
 
+// Rejects a header whose [ and { nest deeper than kMaxNesting (Note [Header nesting]). Brackets
+// inside strings are text; a backslash in a string escapes the next byte.
+void check_nesting(const std::string& path, const std::string& text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      MT_CHECK(++depth <= kMaxNesting, "load_safetensors(", path, "): the header is nested more than ", kMaxNesting,
+               " levels deep (at byte ", 8 + i, " of the file; a safetensors header needs 3)");
+    } else if (c == ']' || c == '}') {
+      --depth;  // unbalanced brackets are the JSON parser's to report
+    }
+  }
+}
+
+// `text` cut to `limit` characters (at a UTF-8 character boundary), for quoting in messages.
+std::string excerpt(const std::string& text, size_t limit = kMaxQuoted) {
+  if (text.size() <= limit) return text;
+  size_t cut = limit - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "...";
+}
+// A JSON value from the header as it would be written, cut short (nesting checked already).
+std::string excerpt(const json& v) { return excerpt(v.dump()); }
+
 // Checked a * b for sizes read from a file.
 uint64_t mul_checked(uint64_t a, uint64_t b, const std::string& path, const std::string& name) {
   uint64_t r = 0;
-  MT_CHECK(!__builtin_mul_overflow(a, b, &r), "load_safetensors(", path, "): tensor '", name,
+  MT_CHECK(!__builtin_mul_overflow(a, b, &r), "load_safetensors(", path, "): tensor '", excerpt(name),
            "': shape times element size overflows 64 bits");
   return r;
 }
@@ -148,35 +188,38 @@ struct Entry {
 };
 
 Entry parse_entry(const std::string& path, const std::string& name, const json& v) {
-  const std::string where = detail::cat("load_safetensors(", path, "): tensor '", name, "'");
-  MT_CHECK(v.is_object(), where, ": expected an object {dtype, shape, data_offsets}, got ", v.dump());
+  const std::string where = detail::cat("load_safetensors(", path, "): tensor '", excerpt(name), "'");
+  MT_CHECK(v.is_object(), where, ": expected an object {dtype, shape, data_offsets}, got ", excerpt(v));
   for (const char* key : {"dtype", "shape", "data_offsets"})
     MT_CHECK(v.contains(key), where, ": missing \"", key, "\"");
   Entry e;
   e.name = name;
   const json& dt = v.at("dtype");
-  MT_CHECK(dt.is_string(), where, ": dtype must be a string, got ", dt.dump());
+  MT_CHECK(dt.is_string(), where, ": dtype must be a string, got ", excerpt(dt));
   try {
     e.dtype = dtype_from_safetensors(dt.get<std::string>());
-  } catch (const Error& err) { throw Error(detail::cat(where, ": ", err.what())); }
+  } catch (const Error&) {
+    throw Error(detail::cat(where, ": unsupported safetensors dtype '", excerpt(dt.get<std::string>()),
+                            "' (mixtape reads F32, F64, F16, BF16, I64)"));
+  }
   const json& sh = v.at("shape");
-  MT_CHECK(sh.is_array(), where, ": shape must be an array, got ", sh.dump());
+  MT_CHECK(sh.is_array(), where, ": shape must be an array, got ", excerpt(sh));
   uint64_t numel = 1;
   for (const json& d : sh) {
     MT_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()), where,
-             ": shape entries must be non-negative integers, got ", sh.dump());
+             ": shape entries must be non-negative integers, got ", excerpt(sh));
     e.shape.push_back(int64_t(d.get<uint64_t>()));
     numel = mul_checked(numel, d.get<uint64_t>(), path, name);
   }
   const json& off = v.at("data_offsets");
   MT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
-           ": data_offsets must be [begin, end] with non-negative integers, got ", off.dump());
+           ": data_offsets must be [begin, end] with non-negative integers, got ", excerpt(off));
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
   MT_CHECK(e.begin <= e.end, where, ": data_offsets [", e.begin, ", ", e.end, "] end before they begin");
   const uint64_t nbytes = mul_checked(numel, dtype_size(e.dtype), path, name);
   MT_CHECK(e.end - e.begin == nbytes, where, ": data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin,
-           " bytes but ", dt.get<std::string>(), " ", shape_str(e.shape), " needs ", nbytes);
+           " bytes but ", safetensors_dtype_name(e.dtype), " ", excerpt(shape_str(e.shape)), " needs ", nbytes);
   return e;
 }
 
@@ -199,10 +242,11 @@ json parse_header(const std::string& path, const std::string& text) {
   try {
     h = json::parse(text, cb);
   } catch (const json::exception& e) {
-    throw Error(detail::cat("load_safetensors(", path, "): the header is not valid JSON: ", e.what()));
+    // (the parser's message quotes the token it stopped at, which the file chose)
+    throw Error(detail::cat("load_safetensors(", path, "): the header is not valid JSON: ", excerpt(e.what(), 240)));
   }
   MT_CHECK(duplicate.empty(), "load_safetensors(", path, "): duplicate ",
-           duplicate_depth == 1 ? "tensor name '" : "key '", duplicate, "' in the header");
+           duplicate_depth == 1 ? "tensor name '" : "key '", excerpt(duplicate), "' in the header");
   return h;
 }
 
@@ -282,6 +326,7 @@ TensorDict load_safetensors(const std::string& path) {
   std::string text(size_t(n), '\0');
   read_at(f.fd, text.data(), text.size(), 8, path, "the header");
   MT_CHECK(!text.empty() && text[0] == '{', "load_safetensors(", path, "): the header does not start with '{'");
+  check_nesting(path, text);  // before anything recurses: Note [Header nesting]
   const json h = parse_header(path, text);
   MT_CHECK(h.is_object(), "load_safetensors(", path, "): the header is not a JSON object");
 
@@ -290,10 +335,10 @@ TensorDict load_safetensors(const std::string& path) {
   for (const auto& [key, v] : h.items()) {
     if (key == "__metadata__") {
       MT_CHECK(v.is_object(), "load_safetensors(", path, "): __metadata__ must be an object of strings, got ",
-               v.dump());
+               excerpt(v));
       for (const auto& [mk, mv] : v.items()) {
-        MT_CHECK(mv.is_string(), "load_safetensors(", path, "): __metadata__ entry '", mk, "' must be a string, got ",
-                 mv.dump());
+        MT_CHECK(mv.is_string(), "load_safetensors(", path, "): __metadata__ entry '", excerpt(mk),
+                 "' must be a string, got ", excerpt(mv));
         out.metadata[mk] = mv.get<std::string>();
       }
       continue;
@@ -308,11 +353,11 @@ TensorDict load_safetensors(const std::string& path) {
   uint64_t expected = 0;
   const Entry* prev = nullptr;
   for (const Entry& e : entries) {
-    const std::string where = detail::cat("load_safetensors(", path, "): tensor '", e.name, "'");
+    const std::string where = detail::cat("load_safetensors(", path, "): tensor '", excerpt(e.name), "'");
     MT_CHECK(e.end <= data_size, where, ": data_offsets [", e.begin, ", ", e.end, "] run past the ", data_size,
              "-byte data buffer (file truncated?)");
     MT_CHECK(e.begin >= expected, where, ": data_offsets [", e.begin, ", ", e.end, "] overlap tensor '",
-             prev ? prev->name : "", "' which ends at ", expected);
+             prev ? excerpt(prev->name) : "", "' which ends at ", expected);
     MT_CHECK(e.begin == expected, where, ": data_offsets [", e.begin, ", ", e.end, "] leave a hole of ",
              e.begin - expected, " bytes after byte ", expected, " of the data buffer");
     expected = e.end;
@@ -325,7 +370,7 @@ TensorDict load_safetensors(const std::string& path) {
     Tensor t = empty(e.shape, e.dtype);
     if (e.end > e.begin)
       read_at(f.fd, t.raw_data(), size_t(e.end - e.begin), data_start + e.begin, path,
-              detail::cat("tensor '", e.name, "'"));
+              detail::cat("tensor '", excerpt(e.name), "'"));
     out.tensors.emplace_back(e.name, std::move(t));
   }
   return out;

@@ -40,9 +40,10 @@ inline void save_safetensors(const std::string& path, const TensorDict& dict) {
 // Reads and validates a whole file into CPU tensors, in the order of their data in the file.
 // Every inconsistency throws mixtape::Error naming the file and, where there is one, the tensor:
 // a file shorter than its header, a header length beyond the file, a header that is not a JSON
-// object, an unknown dtype, a malformed shape or offsets, offsets outside the data, overlapping
-// or leaving holes, a size that is not numel * element size, duplicate names, non-string
-// metadata.
+// object, JSON nested more than 64 levels deep (rejected before it is parsed), an unknown dtype, a
+// malformed shape or offsets, offsets outside the data, overlapping or leaving holes, a size that
+// is not numel * element size, duplicate names, non-string metadata. Values quoted in a message
+// are cut to 80 characters.
 TensorDict load_safetensors(const std::string& path);
 
 // The safetensors dtype string of a dtype ("F32", ...) and back (throws on an unknown string).

@@ -48,20 +48,22 @@ std::shared_ptr<TensorImpl> make_view(const Tensor& base, Shape shape, Shape str
 // Resolve one -1 in a requested shape against the element count.
 Shape infer_shape(Shape shape, int64_t numel, const Tensor& t, const char* op) {
   int64_t known = 1, infer = -1;
+  bool overflow = false;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       MT_CHECK(infer < 0, op, ": only one dimension may be -1, got ", shape_str(shape));
       infer = int64_t(i);
     } else {
       MT_CHECK(shape[i] >= 0, op, ": negative size in ", shape_str(shape));
-      known *= shape[i];
+      overflow = overflow || __builtin_mul_overflow(known, shape[i], &known);
     }
   }
+  MT_CHECK(!overflow, op, ": shape ", shape_str(shape), " overflows: its element count does not fit in 64 bits");
   if (infer >= 0) {
     MT_CHECK(known > 0 && numel % known == 0, op, ": cannot reshape ", t.meta(), " to ", shape_str(shape));
     shape[size_t(infer)] = numel / known;
   }
-  MT_CHECK(numel_of(shape) == numel, op, ": cannot reshape ", t.meta(), " (", numel, " elements) to ",
+  MT_CHECK(numel_of(shape, op) == numel, op, ": cannot reshape ", t.meta(), " (", numel, " elements) to ",
            shape_str(shape));
   return shape;
 }
@@ -390,10 +392,13 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str
 // ---- factories ---------------------------------------------------------------------------
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) MT_CHECK(d >= 0, "empty: negative size in shape ", shape_str(shape));
+  const int64_t numel = numel_of(shape, "empty");  // negative sizes and overflow throw (Note [Checked sizes])
+  int64_t nbytes = 0;
+  MT_CHECK(!__builtin_mul_overflow(numel, int64_t(dtype_size(dtype)), &nbytes), "empty: shape ", shape_str(shape),
+           " of ", dtype_name(dtype), " overflows: its size in bytes does not fit in 64 bits");
   MT_CHECK(!(dtype == DType::f64 && device.is_cuda()), "empty: f64 tensors are CPU-only (asked for ", device, ")");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(numel_of(shape)) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(size_t(nbytes), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

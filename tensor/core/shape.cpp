@@ -6,10 +6,23 @@
 
 namespace mixtape {
 
-int64_t numel_of(const Shape& s) {
+// Note [Checked sizes]
+// Sizes come from users and from files. Multiplied unchecked, {2^32, 2^32} wraps to 0 elements:
+// a 0-byte storage that the next read runs off. Every element count is therefore multiplied with
+// __builtin_mul_overflow, and so is every byte count (empty() in tensor.cpp); the nonzero sizes
+// must multiply without overflow even when another size is 0, because contiguous_strides
+// multiplies exactly those. Once a tensor exists, its numel and strides fit in int64.
+int64_t numel_of(const Shape& s, const char* op) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
+  bool empty = false;
+  for (int64_t d : s) {
+    MT_CHECK(d >= 0, op, ": negative size in shape ", shape_str(s));
+    if (d == 0) empty = true;
+    else
+      MT_CHECK(!__builtin_mul_overflow(n, d, &n), op, ": shape ", shape_str(s),
+               " overflows: its element count does not fit in 64 bits");
+  }
+  return empty ? 0 : n;
 }
 
 Shape contiguous_strides(const Shape& s) {

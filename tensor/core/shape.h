@@ -10,7 +10,10 @@ namespace mixtape {
 
 using Shape = std::vector<int64_t>;
 
-int64_t numel_of(const Shape& s);
+// The element count of a shape. Throws naming `op` on a negative size, or when the product of the
+// nonzero sizes does not fit in int64 (a shape with a zero size is empty, but its strides are
+// still that product: Note [Checked sizes] in shape.cpp).
+int64_t numel_of(const Shape& s, const char* op = "numel");
 Shape contiguous_strides(const Shape& s);
 // Whether strides (in elements) lay `shape` out row-major without gaps (size-1 dims ignored).
 bool is_contiguous_layout(const Shape& shape, const Shape& strides);

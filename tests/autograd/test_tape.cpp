@@ -92,6 +92,21 @@ TEST_CASE("backward rejects bad seeds and roots with clear messages", "[autograd
   CHECK_THROWS_WITH(tape.backward(y, ScaledGrad{ones({3}), 1.0f}), Contains("does not match"));
 }
 
+TEST_CASE("a second backward of the same graph is an error that says why", "[autograd][tape]") {
+  Variable x = leaf({1, 2}, {2});
+  Tape tape;
+  Variable y = sum(x * x);
+  tape.backward(y, 1.0f);
+  CHECK_THROWS_WITH(tape.backward(y, 1.0f),
+                    Contains("already ran backward") && Contains("record the forward pass again"));
+  CHECK(x.grad()->g.to_vector() == std::vector<double>{2, 4});  // unchanged by the failed call
+  // Ops recorded on the tape after its backward make a new graph, which runs once.
+  Variable z = sum(x * 3.0);
+  tape.backward(z, 1.0f);
+  CHECK(x.grad()->g.to_vector() == std::vector<double>{5, 7});
+  CHECK_THROWS_WITH(tape.backward(z, 1.0f), Contains("already ran backward"));
+}
+
 TEST_CASE("a non-leaf from an earlier tape does not keep a stale gradient", "[autograd][tape]") {
   Variable x = leaf({1, 2}, {2});
   Variable h;

@@ -183,6 +183,37 @@ TEST_CASE("read_idx rejects corrupt files with messages that name the file", "[d
     CHECK_THAT(msg, Contains(cut));
     CHECK_THAT(msg, Contains("truncated payload") || Contains("corrupt"));
   }
+  SECTION("gzip stream cut inside its 8-byte trailer") {
+    // Level 0 stores the bytes as they are, so a flipped byte is caught only by the trailer's CRC.
+    Bytes payload(300);
+    for (size_t i = 0; i < payload.size(); ++i) payload[i] = uint8_t(i * 7 + 3);
+    const std::string full = dir / "stored.gz";
+    gzFile out = gzopen(full.c_str(), "wb0");
+    REQUIRE(out != nullptr);
+    const Bytes file = cat(header(0x08, {300}), payload);
+    REQUIRE(gzwrite(out, file.data(), unsigned(file.size())) == int(file.size()));
+    REQUIRE(gzclose(out) == Z_OK);
+    std::ifstream in(full, std::ios::binary);
+    const Bytes gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(read_idx(full).data == payload);
+    const Bytes marker(payload.begin() + 100, payload.begin() + 116);
+    const auto at = std::search(gz.begin(), gz.end(), marker.begin(), marker.end());
+    REQUIRE(at != gz.end());
+    Bytes flipped = gz;
+    flipped[size_t(at - gz.begin())] ^= 0x40;
+    const std::string p = dir / "cut.gz";
+    auto cut_error = [&](const Bytes& src, size_t cut) {
+      write_raw(p, Bytes(src.begin(), src.end() - std::ptrdiff_t(cut)), false);
+      return error_of([&] { read_idx(p); });
+    };
+    for (size_t cut : {size_t(1), size_t(3), size_t(8)}) {
+      INFO("trailer cut by " << cut << " bytes");
+      CHECK_THAT(cut_error(gz, cut), Contains(p) && Contains("gzip stream ends early"));
+    }
+    // Without its CRC the flipped byte would load; with the CRC (cut into the length) it is caught.
+    CHECK_THAT(cut_error(flipped, 8), Contains(p) && Contains("gzip stream ends early"));
+    CHECK_THAT(cut_error(flipped, 3), Contains(p) && Contains("corrupt"));
+  }
   SECTION("missing file and directory") {
     const std::string p = dir / "nope.gz";
     CHECK_THAT(error_of([&] { read_idx(p); }), Contains(p) && Contains("does not exist"));
@@ -247,6 +278,37 @@ TEST_CASE("load_fashion_mnist rejects mismatched counts and wrong shapes", "[dat
   write_raw(dir / "t10k-labels-idx1-ubyte.gz", cat(header(0x08, {3}), {0, 1, 2}), true);
   CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string(), MnistSplit::test); }),
              Contains("t10k-images-idx3-ubyte.gz") && Contains("expected u8 images [N, H, W]"));
+}
+
+TEST_CASE("load_fashion_mnist rejects zero-sized images", "[data]") {
+  TempDir dir;
+  for (const std::vector<uint32_t>& dims : {std::vector<uint32_t>{3, 0, 28}, std::vector<uint32_t>{3, 28, 0}}) {
+    write_raw(dir / "train-images-idx3-ubyte.gz", header(0x08, dims), true);
+    write_raw(dir / "train-labels-idx1-ubyte.gz", cat(header(0x08, {3}), {0, 1, 2}), true);
+    CHECK_THAT(error_of([&] { load_fashion_mnist(dir.path.string(), MnistSplit::train); }),
+               Contains("train-images-idx3-ubyte.gz") && Contains("zero-sized images"));
+  }
+}
+
+TEST_CASE("load_fashion_mnist checks the labels against the number of classes when it loads", "[data]") {
+  TempDir dir;
+  write_raw(dir / "train-images-idx3-ubyte.gz", cat(header(0x08, {3, 1, 1}), {1, 2, 3}), true);
+  write_raw(dir / "train-labels-idx1-ubyte.gz", cat(header(0x08, {3}), {4, 0, 12}), true);
+  const std::string d = dir.path.string();
+  CHECK_THAT(error_of([&] { load_fashion_mnist(d, MnistSplit::train); }),
+             Contains("train-labels-idx1-ubyte.gz") && Contains("label 12 of example 2") && Contains("10 classes"));
+  MnistOptions o;
+  o.num_classes = 12;
+  CHECK_THAT(error_of([&] { load_fashion_mnist(d, MnistSplit::train, o); }), Contains("12 classes (0..11)"));
+  o.num_classes = 13;
+  CHECK(load_fashion_mnist(d, MnistSplit::train, o).labels.values<int64_t>() == std::vector<int64_t>{4, 0, 12});
+  o.num_classes = 0;  // no check
+  CHECK(load_fashion_mnist(d, MnistSplit::train, o).labels.size(0) == 3);
+  o.num_classes = 10;
+  o.limit = 2;  // the examples kept are checked
+  CHECK(load_fashion_mnist(d, MnistSplit::train, o).labels.values<int64_t>() == std::vector<int64_t>{4, 0});
+  o.num_classes = -1;
+  CHECK_THAT(error_of([&] { load_fashion_mnist(d, MnistSplit::train, o); }), Contains("num_classes"));
 }
 
 TEST_CASE("Fashion-MNIST test split from the Debian package", "[data]") {

@@ -281,6 +281,24 @@ TEST_CASE("optimizer load_state_dict rejects state from elsewhere", "[optim]") {
   CHECK_THROWS_WITH(two_groups.load_state_dict(saved), Catch::Contains("1 parameter groups"));
 }
 
+TEST_CASE("optimizer load_state_dict checks the dtype of every state tensor", "[optim]") {
+  Variable p = make_param(DType::f64);
+  Adam adam({p}, {.lr = 0.1});
+  set_grad(p, kG[0]);
+  adam.step();
+  const TensorDict saved = adam.state_dict();  // f64 moments
+
+  Variable q = make_param(DType::f32);
+  Adam other({q}, {.lr = 0.1});
+  CHECK_THROWS_WITH(other.load_state_dict(saved),
+                    Catch::Contains("'state.0.exp_avg'") && Catch::Contains("f64") && Catch::Contains("f32"));
+  CHECK(other.step_count(0) == 0);  // nothing changed
+  // A step still works from the old (empty) state.
+  set_grad(q, kG[0], 1.0f, DType::f32);
+  other.step();
+  CHECK(other.step_count(0) == 1);
+}
+
 TEST_CASE("optimizers validate their hyper-parameters and parameters", "[optim]") {
   CHECK_THROWS_WITH(Adam({make_param()}, {.beta1 = 1.0}), Catch::Contains("beta1 must be in [0, 1)"));
   CHECK_THROWS_WITH(Adam({make_param()}, {.eps = -1.0}), Catch::Contains("eps"));

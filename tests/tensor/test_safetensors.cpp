@@ -229,6 +229,40 @@ TEST_CASE("corrupt and truncated safetensors files raise clear errors", "[safete
   CHECK_THROWS_WITH(load_safetensors(d.path.string()), Catch::Contains("not a regular file"));
 }
 
+TEST_CASE("a deeply nested safetensors header is rejected before anything recurses", "[safetensors]") {
+  // Parsing such a header, or quoting it in a message, would recurse once per level.
+  TempDir d;
+  const size_t depth = 100000;
+  const std::string open(depth, '['), close(depth, ']');
+  for (const std::string& header : {"{\"w\":" + open + close + "}", "{\"__metadata__\":{\"k\":" + open + close + "}}",
+                                    R"({"w":{"dtype":"F32","shape":)" + open + close + R"(,"data_offsets":[0,0]}})",
+                                    "{\"w\":" + std::string(depth, '{'), "{\"w\":" + open}) {
+    const std::string msg = load_error(d, file_bytes(header, ""));
+    CHECK_THAT(msg, Catch::Contains("bad.safetensors") && Catch::Contains("nested more than 64 levels deep"));
+    CHECK(msg.size() < 400);
+  }
+  // Brackets inside strings are text, not nesting.
+  const std::string data = f32_bytes({1});
+  CHECK(load_error(d, file_bytes(R"({"__metadata__":{"k":")" + open +
+                                     R"("},)"
+                                     R"("w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                                 data))
+            .empty());
+  // 64 levels load; the value quoted in a message is cut short.
+  std::string nested64 = "{\"__metadata__\":{\"k\":" + std::string(62, '[') + std::string(62, ']') + "}}";
+  CHECK_THAT(load_error(d, file_bytes(nested64, "")), Catch::Contains("__metadata__ entry 'k' must be a string"));
+  std::string long_array = "[";
+  for (int i = 0; i < 1000; ++i) long_array += (i ? ",1" : "1");
+  long_array += "]";
+  const std::string msg = load_error(d, file_bytes("{\"w\":" + long_array + "}", ""));
+  CHECK_THAT(msg, Catch::Contains("tensor 'w'") && Catch::Contains("expected an object") && Catch::Contains("..."));
+  CHECK(msg.size() < 400);
+  // The parser's own message quotes the token it stopped at: an unterminated 10000-byte string.
+  const std::string unterminated = load_error(d, file_bytes("{\"w\":\"" + std::string(10000, 'a'), ""));
+  CHECK_THAT(unterminated, Catch::Contains("not valid JSON"));
+  CHECK(unterminated.size() < 400);
+}
+
 TEST_CASE("save_safetensors rejects bad input before touching the file system", "[safetensors]") {
   TempDir d;
   const std::string path = d / "x.safetensors";

@@ -318,6 +318,28 @@ TEST_CASE("factories", "[tensor]") {
 
 // ---- casts ---------------------------------------------------------------------------------------
 
+TEST_CASE("shapes whose element count or byte size overflows are rejected", "[tensor]") {
+  const int64_t big = int64_t(1) << 32;
+  // 2^32 * 2^32 wraps to 0 in 64 bits: a 0-byte storage that a later read would run off.
+  CHECK_THAT(error_of([&] { zeros({big, big}); }), Contains("[4294967296, 4294967296]") && Contains("overflows"));
+  CHECK_THAT(error_of([&] { empty({big, big, 2}); }), Contains("overflows"));
+  // The element count fits, the byte count does not: 2^62 f32 elements are 2^64 bytes.
+  CHECK_THAT(error_of([&] { empty({int64_t(1) << 62}, DType::f32); }),
+             Contains("empty") && Contains("[4611686018427387904]") && Contains("bytes") && Contains("overflows"));
+  CHECK_THAT(error_of([&] { empty({3, -2}); }), Contains("negative") && Contains("[3, -2]"));
+  CHECK_THAT(error_of([&] { numel_of({2, -1}); }), Contains("negative") && Contains("[2, -1]"));
+  CHECK_THAT(error_of([&] { numel_of({big, big}); }), Contains("overflows"));
+  // A zero dim makes an empty tensor, but the other dims must still multiply without overflow
+  // (their strides are that product).
+  CHECK(empty({big, 0, 2}).numel() == 0);
+  CHECK_THAT(error_of([&] { empty({big, big, 0}); }), Contains("overflows"));
+  CHECK_THAT(error_of([&] { empty({big, 0, big}); }), Contains("overflows"));
+  CHECK_THAT(error_of([&] { zeros({0}).reshape({big, big, 0}); }), Contains("overflows"));
+  CHECK_THAT(error_of([&] { zeros({4}).reshape({-1, big, big}); }), Contains("reshape"));
+  CHECK(numel_of({}) == 1);
+  CHECK(numel_of({big, big / 2 - 1}) == big * (big / 2 - 1));
+}
+
 TEST_CASE("to(dtype) rounds to nearest even for every dtype pair", "[tensor]") {
   const double inf = std::numeric_limits<double>::infinity();
   const double t = std::ldexp(1.0, -40);  // far below every f32 ulp used here

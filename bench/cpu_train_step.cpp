@@ -19,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "../examples/char_lstm_model.h"
 #include "../examples/cnn_train.h"
+#include "../examples/dcgan_model.h"
 #include "mixtape.h"
 #include "tensor/cpu/convert.h"
 
@@ -82,9 +84,66 @@ Bench cnn_bench(const Policy& policy, int64_t batch) {
   return b;
 }
 
+// examples/char_lstm: Embedding -> 2-layer LSTM -> Linear over a vocabulary of 96, Adam, clip 1,
+// cross entropy over B x 100 characters.
+Bench char_lstm_bench(const Policy& policy, int64_t batch) {
+  constexpr int64_t kVocab = 96, kSeqLen = 100;
+  Generator gen(0);
+  auto model = std::make_shared<examples::CharLSTM>(kVocab, examples::CharLSTMSize{}, gen);
+  PrecisionOptions o = options_for(policy);
+  o.max_grad_norm = 1.0;
+  auto trainer = std::make_shared<PrecisionTrainer>(*model, OptimizerSpec{.kind = OptimizerKind::adam, .lr = 2e-3}, o);
+  std::vector<int64_t> ids(static_cast<size_t>(batch * kSeqLen)), next(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = int64_t((i * 37 + 11) % kVocab);
+    next[i] = int64_t((i * 37 + 48) % kVocab);
+  }
+  const Tensor x = from_vector(ids, {batch, kSeqLen}), y = from_vector(next, {batch, kSeqLen});
+  Bench b;
+  b.keep = {model, trainer};
+  b.step = [model, trainer = trainer.get(), x, y] {
+    Tape tape;
+    trainer->begin_step(tape);
+    const Variable logits = model->forward(x, std::nullopt, trainer->compute_dtype()).logits;
+    trainer->backward(tape, examples::sequence_loss(logits, y));
+    trainer->step();
+  };
+  return b;
+}
+
+// examples/dcgan: G and D for 32x32 grayscale images (nz 100, widths 32, three stages), each with
+// Adam(2e-4, beta1 0.5); one step is examples::gan_step (D on a real and a fake batch, then G
+// through the updated D).
+Bench dcgan_bench(const Policy& policy, int64_t batch) {
+  constexpr int64_t kNz = 100, kWidth = 32, kStages = 3;
+  Generator gen(0);
+  auto G = examples::make_generator(kNz, kWidth, 1, kStages);
+  auto D = examples::make_discriminator(kWidth, 1, kStages);
+  nn::init::dcgan_init(*G, gen);
+  nn::init::dcgan_init(*D, gen);
+  const OptimizerSpec adam{.kind = OptimizerKind::adam, .lr = 2e-4, .beta1 = 0.5};
+  auto g_trainer = std::make_shared<PrecisionTrainer>(*G, adam, options_for(policy));
+  auto d_trainer = std::make_shared<PrecisionTrainer>(*D, adam, options_for(policy));
+  auto d_params = std::make_shared<std::vector<Variable>>(D->parameters());
+  auto labels = std::make_shared<std::vector<Tensor>>(
+      std::vector<Tensor>{ones({batch, 1}, DType::f32), zeros({batch, 1}, DType::f32)});
+  const Tensor real = uniform({batch, 1, 32, 32}, -1.0, 1.0, gen);
+  auto noise = std::make_shared<Generator>(1);
+  Bench b;
+  b.keep = {G, D, g_trainer, d_trainer, d_params, labels, noise};
+  b.step = [=] {
+    const examples::GanNets nets{*G, *D, *g_trainer, *d_trainer, (*labels)[0], (*labels)[1], *d_params};
+    const Tensor z = g_trainer->input(normal({batch, kNz, 1, 1}, 0.0, 1.0, *noise));
+    examples::gan_step(nets, real, z, [](examples::GanPhase) {});
+  };
+  return b;
+}
+
 Bench make_bench(const std::string& model, const Policy& policy, int64_t batch) {
   if (model == "cnn") return cnn_bench(policy, batch);
-  throw Error(detail::cat("cpu_train_step: unknown model '", model, "' (cnn)"));
+  if (model == "char_lstm") return char_lstm_bench(policy, batch);
+  if (model == "dcgan") return dcgan_bench(policy, batch);
+  throw Error(detail::cat("cpu_train_step: unknown model '", model, "' (cnn, char_lstm, dcgan)"));
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -103,12 +162,12 @@ std::vector<std::string> split(const std::string& s) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Time one training step of each example's model on the CPU, in each precision policy."};
-  std::string models = "cnn", precisions = "fp32,bf16,fp16,bf16-pure-sr,bf16-pure-kahan";
+  std::string models = "cnn,char_lstm,dcgan", precisions = "fp32,bf16,fp16,bf16-pure-sr,bf16-pure-kahan";
   int threads = 2;
   int64_t batch = 64, steps = 40, warmup = 5;
   bool json = false;
   std::string path;
-  app.add_option("--models", models, "comma-separated: cnn")->capture_default_str();
+  app.add_option("--models", models, "comma-separated: cnn, char_lstm, dcgan")->capture_default_str();
   app.add_option("--precisions", precisions, "comma-separated policies")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--batch", batch, "batch size")->check(CLI::Range(1, 1 << 16))->capture_default_str();

@@ -31,10 +31,14 @@
 #include <unistd.h>
 #include <vector>
 
+#include "char_lstm_model.h"
 #include "common.h"
 #include "mixtape.h"
 
 using namespace mixtape;
+using examples::CharLSTM;
+using examples::CharLSTMSize;
+using examples::sequence_loss;
 
 namespace {
 
@@ -203,35 +207,10 @@ Text load_text(const Config& c, const std::string& prompt) {
 
 // ---- model -----------------------------------------------------------------------------------
 
-// Embedding(V, E) -> LSTM(E, H, layers, batch_first) -> Linear(H, V).
-class CharLSTM : public nn::Module {
- public:
-  CharLSTM(int64_t vocab, const Config& c, Generator& gen) : Module("CharLSTM") {
-    embed = register_module("embed", std::make_shared<nn::Embedding>(vocab, c.embed, gen));
-    lstm = register_module("lstm", std::make_shared<nn::LSTM>(nn::LSTMOptions{.input_size = c.embed,
-                                                                              .hidden_size = c.hidden,
-                                                                              .num_layers = c.layers,
-                                                                              .batch_first = true,
-                                                                              .dropout = c.dropout},
-                                                              gen));
-    head = register_module("head", std::make_shared<nn::Linear>(c.hidden, vocab, true, gen));
-  }
-
-  struct Out {
-    Variable logits;  // [B, T, V]
-    nn::LSTMState state;
-  };
-  // ids i64 [B, T] on any device (copied to the model's); the embedding rows come in `dtype` and
-  // everything after follows them.
-  Out forward(const Tensor& ids, const std::optional<nn::LSTMState>& state = std::nullopt, DType dtype = DType::f32) {
-    nn::LSTMOutput o = (*lstm)((*embed)(ids.to(embed->weight.device()), dtype), state);
-    return {(*head)(o.output), o.state};
-  }
-
-  std::shared_ptr<nn::Embedding> embed;
-  std::shared_ptr<nn::LSTM> lstm;
-  std::shared_ptr<nn::Linear> head;
-};
+// The model is examples/char_lstm_model.h's CharLSTM (also timed by bench/cpu_train_step).
+CharLSTMSize model_size(const Config& c) {
+  return {.embed = c.embed, .hidden = c.hidden, .layers = c.layers, .dropout = c.dropout};
+}
 
 // How long the run is.
 struct Plan {
@@ -293,14 +272,6 @@ void print_setup(const Config& c, const examples::CommonFlags& flags, const Text
 }
 
 // ---- one training step -----------------------------------------------------------------------
-
-// Mean cross-entropy in nats over all B*T positions: logits [B, T, V] in any dtype, targets
-// i64 [B, T]; the loss is computed in fp32 (Note [The fp32 allow-list]).
-Variable sequence_loss(const Variable& logits, const Tensor& targets, Reduction reduction = Reduction::mean) {
-  const int64_t V = logits.size(2);
-  return cross_entropy(nn::fp32_input(OpId::cross_entropy, reshape(logits, {-1, V})),
-                       targets.to(logits.device()).reshape({-1}), reduction);
-}
 
 // Seconds spent in each part of the training steps, summed over the run. GPU kernels run
 // asynchronously, so each part is timed to a synchronize at its end.
@@ -604,7 +575,7 @@ int main(int argc, char** argv) {
 
     const Text text = load_text(c, prompt);
     Generator gen(flags.seed);  // the initial weights, then the training windows
-    CharLSTM model(text.corpus.vocab().size(), c, gen);
+    CharLSTM model(text.corpus.vocab().size(), model_size(c), gen);
     model.lstm->set_dropout_seed(flags.seed ^ 0x5eedd407ull);
     model.to(device);  // before the trainer: its masters and optimizer state follow the parameters
     PrecisionTrainer trainer(model, optimizer_spec(c, flags.lr), precision.options(flags.seed, c.clip));

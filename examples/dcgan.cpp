@@ -46,6 +46,7 @@
 #include <filesystem>
 
 #include "common.h"
+#include "dcgan_model.h"
 #include "mixtape.h"
 
 using namespace mixtape;
@@ -160,44 +161,6 @@ Tensor load_images(const DcganFlags& o, int64_t batch_size) {
   return images;
 }
 
-// ---- model -----------------------------------------------------------------------------------
-
-std::shared_ptr<nn::Sequential> make_generator(int64_t nz, int64_t ngf, int64_t nc, int64_t stages) {
-  auto g = std::make_shared<nn::Sequential>();
-  int64_t ch = ngf << (stages - 1);
-  // z [B, nz, 1, 1] -> [B, ch, 4, 4]
-  g->push_back(std::make_shared<nn::ConvTranspose2d>(nz, ch, 4, 1, 0, 0, 1, false));
-  g->push_back(std::make_shared<nn::BatchNorm2d>(ch));
-  g->push_back(std::make_shared<nn::ReLU>());
-  // each stage doubles the side and halves the channels: [B, ch, s, s] -> [B, ch/2, 2s, 2s]
-  for (int64_t i = 1; i < stages; ++i, ch /= 2) {
-    g->push_back(std::make_shared<nn::ConvTranspose2d>(ch, ch / 2, 4, 2, 1, 0, 1, false));
-    g->push_back(std::make_shared<nn::BatchNorm2d>(ch / 2));
-    g->push_back(std::make_shared<nn::ReLU>());
-  }
-  // [B, ngf, S/2, S/2] -> [B, nc, S, S] in [-1, 1]
-  g->push_back(std::make_shared<nn::ConvTranspose2d>(ch, nc, 4, 2, 1, 0, 1, false));
-  g->push_back(std::make_shared<nn::Tanh>());
-  return g;
-}
-
-std::shared_ptr<nn::Sequential> make_discriminator(int64_t ndf, int64_t nc, int64_t stages) {
-  auto d = std::make_shared<nn::Sequential>();
-  // [B, nc, S, S] -> [B, ndf, S/2, S/2]; no batch norm on the input layer (Radford et al.)
-  d->push_back(std::make_shared<nn::Conv2d>(nc, ndf, 4, 2, 1, 1, false));
-  d->push_back(std::make_shared<nn::LeakyReLU>(0.2));
-  int64_t ch = ndf;
-  for (int64_t i = 1; i < stages; ++i, ch *= 2) {
-    d->push_back(std::make_shared<nn::Conv2d>(ch, ch * 2, 4, 2, 1, 1, false));
-    d->push_back(std::make_shared<nn::BatchNorm2d>(ch * 2));
-    d->push_back(std::make_shared<nn::LeakyReLU>(0.2));
-  }
-  // [B, ch, 4, 4] -> [B, 1, 1, 1] -> [B, 1]: one logit per image
-  d->push_back(std::make_shared<nn::Conv2d>(ch, 1, 4, 1, 0, 1, false));
-  d->push_back(std::make_shared<nn::Flatten>());
-  return d;
-}
-
 // G's images for the fixed noise batch, as an 8x8 PNG grid; `fixed_z` is in G's compute dtype
 // and the images are converted to f32 for the PNG. In eval mode batch norm uses the running
 // statistics (the default; see Note [Sampling mode]); in train mode it uses the fixed batch's own
@@ -254,8 +217,8 @@ Gan::Gan(const DcganFlags& o, int64_t channels, const examples::CommonFlags& fla
          const examples::PrecisionFlags& precision, Device device)
     : nz(o.nz), nc(channels), batch(flags.batch_size), device(device), noise_gen(flags.seed + 1) {
   Generator init_gen(flags.seed);
-  G = make_generator(nz, o.ngf, nc, o.num_stages());
-  D = make_discriminator(o.ndf, nc, o.num_stages());
+  G = examples::make_generator(nz, o.ngf, nc, o.num_stages());
+  D = examples::make_discriminator(o.ndf, nc, o.num_stages());
   nn::init::dcgan_init(*G, init_gen);
   nn::init::dcgan_init(*D, init_gen);
   G->to(device);
@@ -294,6 +257,20 @@ struct PhaseTimes {
     slot += std::chrono::duration<double, std::milli>(now - t).count();
     t = now;
   }
+  double& slot(examples::GanPhase p) {
+    using P = examples::GanPhase;
+    switch (p) {
+      case P::g_fwd: return g_fwd;
+      case P::d_fwd: return d_fwd;
+      case P::d_bwd: return d_bwd;
+      case P::d_opt: return d_opt;
+      case P::dg_fwd: return dg_fwd;
+      case P::dg_bwd: return dg_bwd;
+      case P::g_bwd: return g_bwd;
+      case P::g_opt: return g_opt;
+    }
+    return data;
+  }
   PhaseTimes& operator+=(const PhaseTimes& o) {
     g_fwd += o.g_fwd, d_fwd += o.d_fwd, d_bwd += o.d_bwd, d_opt += o.d_opt, dg_fwd += o.dg_fwd;
     dg_bwd += o.dg_bwd, g_bwd += o.g_bwd, g_opt += o.g_opt, data += o.data;
@@ -307,99 +284,18 @@ struct PhaseTimes {
   }
 };
 
-// Mean of sigmoid(logits): the discriminator's average probability that its inputs are real.
-double mean_prob(const Variable& logits) { return mean(sigmoid(logits.data())).item(); }
-
-void set_requires_grad(nn::Module& m, bool on) {
-  for (Variable p : m.parameters()) p.set_requires_grad(on);
-}
-
-struct StepResult {
-  double loss_d = 0, loss_g = 0;
-  double d_real = 0, d_fake = 0;              // D's mean probability that real (fake) images are real
-  float scale_d = 0, scale_g = 0;             // the loss scales this step's gradients carried
-  bool applied_d = false, applied_g = false;  // false: the network's loss scaler skipped the step
-
-  bool finite() const { return std::isfinite(loss_d) && std::isfinite(loss_g); }
-};
-
-// Note [One generator pass per step]
-// G(z) runs once per step on the outer tape `g_tape`. The discriminator's update sees a detached
-// copy (a fresh Variable over the same data) on its own inner tape, so its backward pass stops at
-// D's input. For G's update, D runs on another detached copy `fake_in` that requires a gradient,
-// with D's parameters marked as not requiring one (their gradients would be thrown away): that
-// backward pass yields dLoss_G/dfake, which seeds g_tape.backward(fake, ...). This is exactly the
-// gradient of one backward pass through D and G together, split in two so each network's
-// backward cost can be timed.
-// Under a precision policy both halves belong to G's step: G's trainer is attached to dg_tape
-// (its gradient-scaling rule and telemetry), G's loss is seeded with G's loss scale S_G, and
-// fake_in's gradient carries its scale into g_tape, so G's parameters receive gradients scaled
-// by S_G (times the per-op factors of G's rule under --loss-scale gradient) and G's scaler
-// alone decides whether the step is applied. D's parameters take no part: they do not require
-// a gradient during that pass (checked every step), and D's own step has already consumed D's
-// gradients.
-
-// One step on a batch of real images (host, [B, nc, S, S]): D's update, then G's, each through
-// its own trainer; telemetry of sampled steps goes to `metrics`.
-StepResult train_step(Gan& gan, const Tensor& real_images, PhaseTimes& times, examples::Metrics& metrics) {
-  PrecisionTrainer &g_trainer = *gan.g_trainer, &d_trainer = *gan.d_trainer;
-  nn::Sequential &G = *gan.G, &D = *gan.D;
-  StepResult r;
-  const Variable real(d_trainer.input(real_images));
-  const Tensor z = g_trainer.input(normal({gan.batch, gan.nz, 1, 1}, 0.0, 1.0, gan.noise_gen));
-
-  Tape g_tape;  // G's forward pass, kept for its update (Note [One generator pass per step])
-  g_trainer.begin_step(g_tape);
-  const Variable fake = G(Variable(z));
-  times.lap(times.g_fwd);
-
-  // Discriminator: maximize log D(x) + log(1 - D(G(z))), i.e. minimize
-  // BCE(D(x), 1) + BCE(D(G(z)), 0) with G(z) detached. Real and fake batches go through D
-  // separately, so each batch norm sees one kind of image per batch (as in Radford et al.).
-  // The losses are computed in fp32 from the 16-bit logits (Note [The fp32 allow-list]).
-  {
-    Tape d_tape;
-    d_trainer.begin_step(d_tape);
-    const Variable out_real = D(real);
-    const Variable out_fake = D(Variable(d_trainer.input(fake.data())));
-    const Variable err =
-        binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, out_real), gan.real_labels) +
-        binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, out_fake), gan.fake_labels);
-    times.lap(times.d_fwd);
-    d_trainer.backward(d_tape, err);
-    times.lap(times.d_bwd);
-    r.scale_d = d_trainer.scale();
-    r.applied_d = d_trainer.step();
-    times.lap(times.d_opt);
-    metrics.write_telemetry(d_trainer, "D.");
-    r.loss_d = err.item();
-    r.d_real = mean_prob(out_real);
-    r.d_fake = mean_prob(out_fake);
-  }
-
-  // Generator: minimize BCE(D(G(z)), 1) (the non-saturating loss) through the updated D.
-  {
-    set_requires_grad(D, false);
-    Tape dg_tape;
-    g_trainer.attach(dg_tape);
-    const Variable fake_in(fake.data(), true);
-    const Variable err =
-        binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, D(fake_in)), gan.real_labels);
-    times.lap(times.dg_fwd);
-    r.scale_g = g_trainer.scale();
-    g_trainer.backward(dg_tape, err);  // seeded with G's loss scale
-    set_requires_grad(D, true);
-    for (const Variable& p : gan.d_params)
-      MT_CHECK(!p.grad(), "D's parameter ", p.name(), " received a gradient from G's loss");
-    times.lap(times.dg_bwd);
-    g_trainer.backward(g_tape, fake, *fake_in.grad());
-    times.lap(times.g_bwd);
-    r.applied_g = g_trainer.step();
-    times.lap(times.g_opt);
-    metrics.write_telemetry(g_trainer, "G.");
-    r.loss_g = err.item();
-  }
-  return r;
+// One step on a batch of real images (host, [B, nc, S, S]): examples::gan_step (D's update, then
+// G's, each through its own trainer) with each phase timed; telemetry of sampled steps goes to
+// `metrics`.
+examples::GanStepResult train_step(Gan& gan, const Tensor& real_images, PhaseTimes& times, examples::Metrics& metrics) {
+  const Tensor z = gan.g_trainer->input(normal({gan.batch, gan.nz, 1, 1}, 0.0, 1.0, gan.noise_gen));
+  const examples::GanNets nets{*gan.G,          *gan.D,          *gan.g_trainer, *gan.d_trainer,
+                               gan.real_labels, gan.fake_labels, gan.d_params};
+  return examples::gan_step(nets, real_images, z, [&](examples::GanPhase phase) {
+    times.lap(times.slot(phase));
+    if (phase == examples::GanPhase::d_opt) metrics.write_telemetry(*gan.d_trainer, "D.");
+    if (phase == examples::GanPhase::g_opt) metrics.write_telemetry(*gan.g_trainer, "G.");
+  });
 }
 
 // ---- the training loop -----------------------------------------------------------------------
@@ -407,10 +303,10 @@ StepResult train_step(Gan& gan, const Tensor& real_images, PhaseTimes& times, ex
 // What the whole run has done so far.
 struct RunState {
   int64_t step = 0;
-  double train_secs = 0.0;  // training steps only, without sample grids and checkpoints
-  StepResult last;          // the last step whose losses were finite
-  PhaseTimes times;         // summed over the epochs
-  bool stop = false;        // --max-steps reached
+  double train_secs = 0.0;       // training steps only, without sample grids and checkpoints
+  examples::GanStepResult last;  // the last step whose losses were finite
+  PhaseTimes times;              // summed over the epochs
+  bool stop = false;             // --max-steps reached
 };
 
 // One epoch's sums over its steps whose losses were finite.
@@ -439,7 +335,7 @@ EpochStats train_epoch(Gan& gan, data::DataLoader& loader, int epoch, const Dcga
   e.times.start();
   for (data::Batch& b : loader.epoch(epoch)) {
     e.times.lap(e.times.data);
-    const StepResult r = train_step(gan, b[0], e.times, metrics);
+    const examples::GanStepResult r = train_step(gan, b[0], e.times, metrics);
     ++run.step;
     ++e.steps;
     // A step a scaler skipped changed nothing; a non-finite loss whose step was applied means

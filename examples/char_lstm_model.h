@@ -1,0 +1,61 @@
+// The char_lstm example's model, shared by examples/char_lstm.cpp and bench/cpu_train_step.cpp.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "mixtape.h"
+
+namespace examples {
+
+// The sizes char_lstm's flags set (--embed, --hidden, --layers, --dropout), with its defaults.
+struct CharLSTMSize {
+  int64_t embed = 64;
+  int64_t hidden = 256;
+  int64_t layers = 2;
+  double dropout = 0.0;
+};
+
+// Embedding(V, E) -> LSTM(E, H, layers, batch_first) -> Linear(H, V).
+class CharLSTM : public mixtape::nn::Module {
+ public:
+  CharLSTM(int64_t vocab, const CharLSTMSize& c, mixtape::Generator& gen) : Module("CharLSTM") {
+    namespace nn = mixtape::nn;
+    embed = register_module("embed", std::make_shared<nn::Embedding>(vocab, c.embed, gen));
+    lstm = register_module("lstm", std::make_shared<nn::LSTM>(nn::LSTMOptions{.input_size = c.embed,
+                                                                              .hidden_size = c.hidden,
+                                                                              .num_layers = c.layers,
+                                                                              .batch_first = true,
+                                                                              .dropout = c.dropout},
+                                                              gen));
+    head = register_module("head", std::make_shared<nn::Linear>(c.hidden, vocab, true, gen));
+  }
+
+  struct Out {
+    mixtape::Variable logits;  // [B, T, V]
+    mixtape::nn::LSTMState state;
+  };
+  // ids i64 [B, T] on any device (copied to the model's); the embedding rows come in `dtype` and
+  // everything after follows them.
+  Out forward(const mixtape::Tensor& ids, const std::optional<mixtape::nn::LSTMState>& state = std::nullopt,
+              mixtape::DType dtype = mixtape::DType::f32) {
+    mixtape::nn::LSTMOutput o = (*lstm)((*embed)(ids.to(embed->weight.device()), dtype), state);
+    return {(*head)(o.output), o.state};
+  }
+
+  std::shared_ptr<mixtape::nn::Embedding> embed;
+  std::shared_ptr<mixtape::nn::LSTM> lstm;
+  std::shared_ptr<mixtape::nn::Linear> head;
+};
+
+// Mean cross-entropy in nats over all B*T positions: logits [B, T, V] in any dtype, targets
+// i64 [B, T]; the loss is computed in fp32 (Note [The fp32 allow-list]).
+inline mixtape::Variable sequence_loss(const mixtape::Variable& logits, const mixtape::Tensor& targets,
+                                       mixtape::Reduction reduction = mixtape::Reduction::mean) {
+  using namespace mixtape;
+  const int64_t V = logits.size(2);
+  return cross_entropy(nn::fp32_input(OpId::cross_entropy, reshape(logits, {-1, V})),
+                       targets.to(logits.device()).reshape({-1}), reduction);
+}
+
+}  // namespace examples

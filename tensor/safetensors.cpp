@@ -1,6 +1,7 @@
 #include "tensor/safetensors.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -107,10 +108,38 @@ void read_at(int fd, void* data, size_t n, uint64_t offset, const std::string& p
   }
 }
 
+// Note [Stale temporary files]
+// A save killed between creating `path.tmp.<pid>` and renaming it (SIGKILL, out of memory, a
+// power cut) leaves that file behind, as large as the checkpoint, and a run that saves every
+// epoch would pile them up. Before it writes, a save to `path` removes each `path.tmp.<pid>`
+// whose process no longer exists (kill(pid, 0) fails with ESRCH). A file whose process is alive
+// may be a save in progress and stays; so does every other file. Removal is best effort: a
+// file that cannot be removed does not fail the save.
+void remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to signal: EPERM)
+    std::error_code file_ec;
+    if (it->symlink_status(file_ec).type() == fs::file_type::regular) ::unlink(it->path().c_str());
+  }
+}
+
 // Writes `header` and the tensors' bytes to a temporary file next to `path` and renames it over
 // `path` (see save_safetensors). Throws with the temporary removed on any failure.
 void write_atomically(const std::string& path, const std::string& header, const std::vector<Tensor>& host) {
   namespace fs = std::filesystem;
+  remove_stale_temporaries(path);  // Note [Stale temporary files]
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   Fd f;
   f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -31,6 +31,8 @@ namespace mixtape {
 // Writes atomically: the bytes go to `path.tmp.<pid>` in the same directory, which is fsynced
 // and renamed over `path`, and then the directory is fsynced. On any error the temporary file is
 // removed, an existing file at `path` is left as it was, and mixtape::Error says what failed.
+// A process killed while saving leaves its `path.tmp.<pid>` behind; the next save to `path`
+// removes those whose process no longer exists.
 // Tensors may be non-contiguous (written row-major) or on a CUDA device (copied to the host).
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const StringMap& metadata = {});
 inline void save_safetensors(const std::string& path, const TensorDict& dict) {

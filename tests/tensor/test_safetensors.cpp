@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -322,6 +323,28 @@ TEST_CASE("a failed save leaves the old file intact", "[safetensors]") {
   // And a successful save replaces it.
   save_safetensors(path, bigger);
   CHECK(load_safetensors(path).at("w").numel() == 4096);
+}
+
+TEST_CASE("a save removes the temporary files that killed saves to the same path left behind", "[safetensors]") {
+  TempDir d;
+  const std::string path = d / "ckpt.safetensors";
+  // A pid that no process has: a child that has exited and been reaped.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  const std::string dead = path + ".tmp." + std::to_string(child);
+  const std::string live = path + ".tmp." + std::to_string(::getppid());  // a save in progress, maybe
+  const std::string other_path = d / ("other.safetensors.tmp." + std::to_string(child));
+  const std::string not_a_pid = path + ".tmp.1x";
+  for (const std::string& f : {dead, live, other_path, not_a_pid}) write_bytes(f, std::string(4096, 'x'));
+
+  save_safetensors(path, {{"w", ones({2})}});
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(live));        // its process is alive
+  CHECK(fs::exists(other_path));  // another checkpoint's
+  CHECK(fs::exists(not_a_pid));
+  CHECK(load_safetensors(path).at("w").numel() == 2);
 }
 
 TEST_CASE("TensorDict prefixes put several state dicts in one checkpoint", "[safetensors]") {

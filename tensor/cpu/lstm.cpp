@@ -17,8 +17,11 @@
 #include "tensor/cpu/lstm.h"
 
 #include <cmath>
+#include <vector>
 
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/math.h"
+#include "tensor/cpu/parallel.h"
 
 namespace mixtape::cpu {
 
@@ -29,42 +32,41 @@ inline C sigmoid(C x) {
   return C(1) / (C(1) + std::exp(-x));
 }
 
-// Element (b, j) of a 2-D tensor through its strides.
+// A 2-D operand: row b starts at p + b s0, its elements are s1 apart.
 template <class T>
-struct Strided2d {
+struct Rows {
   T* p;
   int64_t s0, s1;
-  explicit Strided2d(const Strided& t) : p(static_cast<T*>(t.raw_data())), s0(t.strides()[0]), s1(t.strides()[1]) {}
-  T& operator()(int64_t b, int64_t j) const { return p[b * s0 + j * s1]; }
-};
-
-// The gate activations of one (b, j), computed in C.
-template <class T, class C = compute_t<T>>
-struct Gates {
-  C i, f, g, o;
-  Gates(const Strided2d<const T>& gates, int64_t b, int64_t j, int64_t H)
-      : i(sigmoid(C(load(gates(b, j))))),
-        f(sigmoid(C(load(gates(b, H + j))))),
-        g(tanh_c(C(load(gates(b, 2 * H + j))))),
-        o(sigmoid(C(load(gates(b, 3 * H + j))))) {}
+  explicit Rows(const Strided& t) : p(static_cast<T*>(t.raw_data())), s0(t.strides()[0]), s1(t.strides()[1]) {}
+  T* row(int64_t b, int64_t j = 0) const { return p + b * s0 + j * s1; }
 };
 
 }  // namespace
 
+// Each batch row b is computed by one thread (Note [Deterministic threads] in parallel.h): its
+// operands are read into fp32 rows (convert.h), every element is computed exactly as the formulas
+// above say, and each output row is rounded once.
 void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h) {
   dispatch_floating(c.dtype(), "lstm_cell", [&]<class T>() {
     using C = compute_t<T>;
     const int64_t B = c_prev.size(0), H = c_prev.size(1);
-    const Strided2d<const T> pg(gates), pcp(c_prev);
-    const Strided2d<T> pc(c), ph(h);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t j = 0; j < H; ++j) {
-        const Gates<T> a(pg, b, j, H);
-        const C cv = a.f * C(load(pcp(b, j))) + a.i * a.g;
-        pc(b, j) = store<T>(cv);
-        ph(b, j) = store<T>(a.o * tanh_c(cv));  // from the unrounded c
+    const Rows<const T> pg(gates), pcp(c_prev);
+    const Rows<T> pc(c), ph(h);
+    parallel_for(B, grain_for(8 * H), [&](int64_t b0, int64_t b1) {
+      std::vector<C> buf(static_cast<size_t>(7 * H));  // gates [4H], c_prev, c, h
+      C *g = buf.data(), *cp = g + 4 * H, *cv = cp + H, *hv = cv + H;
+      for (int64_t b = b0; b < b1; ++b) {
+        load_row_to(pg.row(b), pg.s1, 4 * H, g);
+        load_row_to(pcp.row(b), pcp.s1, H, cp);
+        for (int64_t j = 0; j < H; ++j) {
+          const C i = sigmoid(g[j]), f = sigmoid(g[H + j]), gg = tanh_c(g[2 * H + j]), o = sigmoid(g[3 * H + j]);
+          cv[j] = f * cp[j] + i * gg;
+          hv[j] = o * tanh_c(cv[j]);  // from the unrounded c
+        }
+        store_row(cv, pc.row(b), pc.s1, H);
+        store_row(hv, ph.row(b), ph.s1, H);
       }
-    }
+    });
   });
 }
 
@@ -73,22 +75,30 @@ void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strid
   dispatch_floating(d_gates.dtype(), "lstm_cell_backward", [&]<class T>() {
     using C = compute_t<T>;
     const int64_t B = c_prev.size(0), H = c_prev.size(1);
-    const Strided2d<const T> pg(gates), pcp(c_prev), pdc(dc), pdh(dh);
-    const Strided2d<T> pdg(d_gates), pdcp(d_c_prev);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t j = 0; j < H; ++j) {
-        const Gates<T> a(pg, b, j, H);
-        const C cp = load(pcp(b, j));
-        const C tc = tanh_c(a.f * cp + a.i * a.g);
-        const C gh = load(pdh(b, j));
-        const C dc_tot = C(load(pdc(b, j))) + gh * (a.o * (C(1) - tc * tc));
-        pdg(b, j) = store<T>(dc_tot * (a.g * (a.i * (C(1) - a.i))));
-        pdg(b, H + j) = store<T>(dc_tot * (cp * (a.f * (C(1) - a.f))));
-        pdg(b, 2 * H + j) = store<T>(dc_tot * (a.i * (C(1) - a.g * a.g)));
-        pdg(b, 3 * H + j) = store<T>(gh * (tc * (a.o * (C(1) - a.o))));
-        pdcp(b, j) = store<T>(dc_tot * a.f);
+    const Rows<const T> pg(gates), pcp(c_prev), pdc(dc), pdh(dh);
+    const Rows<T> pdg(d_gates), pdcp(d_c_prev);
+    parallel_for(B, grain_for(12 * H), [&](int64_t b0, int64_t b1) {
+      std::vector<C> buf(static_cast<size_t>(12 * H));  // gates [4H], c_prev, dc, dh, d_gates [4H], d_c_prev
+      C *g = buf.data(), *cp = g + 4 * H, *gc = cp + H, *gh = gc + H, *dg = gh + H, *dcp = dg + 4 * H;
+      for (int64_t b = b0; b < b1; ++b) {
+        load_row_to(pg.row(b), pg.s1, 4 * H, g);
+        load_row_to(pcp.row(b), pcp.s1, H, cp);
+        load_row_to(pdc.row(b), pdc.s1, H, gc);
+        load_row_to(pdh.row(b), pdh.s1, H, gh);
+        for (int64_t j = 0; j < H; ++j) {
+          const C i = sigmoid(g[j]), f = sigmoid(g[H + j]), gg = tanh_c(g[2 * H + j]), o = sigmoid(g[3 * H + j]);
+          const C tc = tanh_c(f * cp[j] + i * gg);
+          const C dc_tot = gc[j] + gh[j] * (o * (C(1) - tc * tc));
+          dg[j] = dc_tot * (gg * (i * (C(1) - i)));
+          dg[H + j] = dc_tot * (cp[j] * (f * (C(1) - f)));
+          dg[2 * H + j] = dc_tot * (i * (C(1) - gg * gg));
+          dg[3 * H + j] = gh[j] * (tc * (o * (C(1) - o)));
+          dcp[j] = dc_tot * f;
+        }
+        store_row(dg, pdg.row(b), pdg.s1, 4 * H);
+        store_row(dcp, pdcp.row(b), pdcp.s1, H);
       }
-    }
+    });
   });
 }
 

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/parallel.h"
 
 namespace mixtape::cpu {
 
@@ -38,7 +40,8 @@ Shape kept_strides(const Strided& t, const std::vector<int64_t>& dims) {
 // bias gradient of every linear layer) or a trailing block (x as [m, n], along the rows) runs
 // as plain loops over the two-dim view instead of one strided walk per output. Each output
 // still adds its inputs in the same order (row-major over the reduced dims) into an f64
-// accumulator, so the results are bit-identical to the general loop.
+// accumulator, so the results are bit-identical to the general loop. 16-bit rows are read a
+// chunk at a time (convert.h), and the outputs are split over the threads.
 bool reduce_sum_fast(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, const Strided& out) {
   if ((op != ReduceOp::sum && op != ReduceOp::mean) || !x.is_contiguous() || !out.is_contiguous()) return false;
   const auto nd = int64_t(dims.size());
@@ -57,20 +60,32 @@ bool reduce_sum_fast(ReduceOp op, const Strided& x, const std::vector<int64_t>& 
     const T* px = static_cast<const T*>(x.raw_data());
     T* po = static_cast<T*>(out.raw_data());
     const double div = op == ReduceOp::mean ? double(n) : 1.0;
-    if (leading) {
-      std::vector<double> acc(size_t(m), 0.0);
-      for (int64_t r = 0; r < n; ++r) {
-        const T* row = px + r * m;
-        for (int64_t j = 0; j < m; ++j) acc[size_t(j)] += double(load(row[j]));
-      }
-      for (int64_t j = 0; j < m; ++j) po[j] = store<T>(op == ReduceOp::mean ? acc[size_t(j)] / div : acc[size_t(j)]);
-    } else {
-      for (int64_t o = 0; o < m; ++o) {
-        const T* row = px + o * n;
-        double acc = 0.0;
-        for (int64_t i = 0; i < n; ++i) acc += double(load(row[i]));
-        po[o] = store<T>(op == ReduceOp::mean ? acc / div : acc);
-      }
+    using C = compute_t<T>;
+    if (leading) {  // column j sums x[0, j], x[1, j], ...; columns split over the threads
+      parallel_for(m, grain_for(n), [&](int64_t j0, int64_t j1) {
+        for (int64_t c0 = j0; c0 < j1; c0 += kRowChunk) {
+          const int64_t len = std::min(kRowChunk, j1 - c0);
+          double acc[kRowChunk] = {};
+          C buf[kRowChunk];
+          for (int64_t r = 0; r < n; ++r) {
+            const C* row = load_row(px + r * m + c0, 1, len, buf);
+            for (int64_t j = 0; j < len; ++j) acc[j] += double(row[j]);
+          }
+          for (int64_t j = 0; j < len; ++j) po[c0 + j] = store<T>(op == ReduceOp::mean ? acc[j] / div : acc[j]);
+        }
+      });
+    } else {  // output o sums row o; rows split over the threads
+      parallel_for(m, grain_for(n), [&](int64_t o0, int64_t o1) {
+        C buf[kRowChunk];
+        for (int64_t o = o0; o < o1; ++o) {
+          double acc = 0.0;
+          for_chunks(n, [&](int64_t i0, int64_t len) {
+            const C* row = load_row(px + o * n + i0, 1, len, buf);
+            for (int64_t i = 0; i < len; ++i) acc += double(row[i]);
+          });
+          po[o] = store<T>(op == ReduceOp::mean ? acc / div : acc);
+        }
+      });
     }
   });
   return true;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mixtape's training step against the same models in PyTorch on the CPU, side by side in one run.
 #
-#   bench/cpu_speed.sh                      # every model, 3 alternating rounds, 2 threads
+#   bench/cpu_speed.sh                      # every model, 3 alternating rounds of 20 steps, 2 threads
 #   bench/cpu_speed.sh --models cnn --rounds 5 --threads 1
 #
 # Installs PyTorch (Debian's python3-torch, a benchmark-only dependency) when it is missing,
@@ -18,7 +18,8 @@ models=cnn,char_lstm,dcgan
 precisions=fp32,bf16,fp16,bf16-pure-sr,bf16-pure-kahan
 rounds=3
 threads=2
-steps=40
+steps=20
+warmup=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
@@ -26,7 +27,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    *) echo "cpu_speed.sh: unknown argument '$1' (--models, --precisions, --rounds, --threads, --steps)" >&2; exit 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    *) echo "cpu_speed.sh: unknown argument '$1' (--models, --precisions, --rounds, --threads, --steps, --warmup)" >&2; exit 2 ;;
   esac
 done
 
@@ -46,9 +48,9 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 for r in $(seq 1 "$rounds"); do
   for m in ${models//,/ }; do
     ./build/bench/cpu_train_step --json --models "$m" --precisions "$precisions" --threads "$threads" \
-      --steps "$steps" | sed "s/^{/{\"round\":$r,/" >>"$out"
+      --steps "$steps" --warmup "$warmup" | sed "s/^{/{\"round\":$r,/" >>"$out"
     /usr/bin/python3 bench/torch_cpu_reference.py --models "$m" --precisions fp32,bf16 --threads "$threads" \
-      --steps "$steps" | sed "s/^{/{\"round\": $r, /" >>"$out"
+      --steps "$steps" --warmup "$warmup" | sed "s/^{/{\"round\": $r, /" >>"$out"
   done
   echo "round $r of $rounds done"
 done
@@ -73,6 +75,6 @@ for m in models:
         pt = med.get(("pytorch", m, p))
         mixed = med.get(("mixtape", m, p.split("-")[0])) if "pure" in p else None
         cell = lambda x: f"{x:.2f}x" if x else "-"
-        print(f"{m:10} {p:16} {mt:9.2f} {pt if pt else float('nan'):9.2f} {cell(pt and mt / pt):>11} "
+        print(f"{m:10} {p:16} {mt:9.2f} {f'{pt:.2f}' if pt else '-':>9} {cell(pt and mt / pt):>11} "
               f"{cell(p != 'fp32' and own32 and mt / own32):>12} {cell(mixed and mt / mixed):>9}")
 EOF

@@ -73,7 +73,12 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, C* col) {
           }
           const T* src = plane + ih * xs[2];
           std::fill(dst, dst + lo, C(0));
-          for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = load(src[(iw0 + ow * g.sw) * xs[3]]);
+          if (g.sw * xs[3] == 1) {  // unit stride along the row: a plain (vectorizable) copy
+            const T* s = src + iw0;
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = load(s[ow]);
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = load(src[(iw0 + ow * g.sw) * xs[3]]);
+          }
           std::fill(dst + hi, dst + g.OW, C(0));
         }
       }

@@ -74,8 +74,9 @@ constexpr ConvertPath kScalarPath{"scalar",
 //   keep sign and payload).
 // - bf16 <-> f32 and stochastic rounding: the reference's integer formulas on eight lanes, with
 //   Philox4x32-10 computed for sixteen counters at once (philox16 below).
-// The tests compare every path with the scalar one on all 2^16 16-bit patterns and on tens of
-// millions of floats (ties, subnormals, overflow, NaN), bit for bit.
+// The tests compare every path with the scalar one on all 2^16 16-bit patterns and on about 12
+// million floats (ties, subnormals, overflow, NaN), bit for bit (tests/tensor/test_convert.cpp).
+
 // Everything up to cpu_has_avx2 is compiled for AVX2 + F16C + FMA (lambdas included); it runs
 // only where cpu_has_avx2() said yes.
 #if defined(__clang__)

@@ -1,6 +1,6 @@
 // Row conversions (tensor/cpu/convert.h, Note [Vector conversions]): every vector path this CPU
-// supports against the scalar reference, bit for bit, on every 16-bit pattern and on tens of
-// millions of floats (ties, subnormals, overflow, NaN), for round-to-nearest-even and stochastic
+// supports against the scalar reference, bit for bit, on every 16-bit pattern and on about 12
+// million floats (ties, subnormals, overflow, NaN), for round-to-nearest-even and stochastic
 // rounding. A path the CPU lacks is not run (the test says which ran).
 #include <catch2/catch.hpp>
 

@@ -30,64 +30,75 @@ const Cc* load_plane(const T* plane, int64_t H, int64_t W, int64_t hs, int64_t w
   return buf.data();
 }
 
+// Runs f(p, in, out) for every (n, c) plane p of the 4-D `in` (dtype T), one thread per plane
+// (Note [Deterministic threads]): `in` is plane p as compute-type values with row stride W, and
+// `out` is where f writes plane p of the contiguous output (`out_size` values, in the compute
+// type), which is rounded once when f returns. `work` is what a plane costs, in simple elements.
+template <class T, class F>
+void for_each_plane(const Strided& in, T* out_data, int64_t out_size, int64_t work, F&& f) {
+  using Cc = compute_t<T>;
+  const int64_t C = in.size(1), H = in.size(2), W = in.size(3);
+  const Shape& s = in.strides();
+  const T* pin = static_cast<const T*>(in.raw_data());
+  parallel_for(in.size(0) * C, grain_for(work), [&](int64_t begin, int64_t end) {
+    std::vector<Cc> in_buf, out_buf(static_cast<size_t>(out_size));
+    for (int64_t p = begin; p < end; ++p) {
+      const Cc* plane = load_plane(pin + (p / C) * s[0] + (p % C) * s[1], H, W, s[2], s[3], in_buf);
+      T* dst = out_data + p * out_size;
+      Cc* out = out_row(dst, 1, out_buf.data());
+      f(p, plane, out);
+      store_row(out, dst, 1, out_size);
+    }
+  });
+}
+
 }  // namespace
 
 void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
                 const Strided& out, const Strided& indices) {
   MT_ASSERT(out.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64);
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
-  const Shape& xs = x.strides();
+  const int64_t H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
   dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
     using Cc = compute_t<T>;
-    const T* px = static_cast<const T*>(x.raw_data());
-    T* po = static_cast<T*>(out.raw_data());
-    // Each (n, c) plane is one thread's (Note [Deterministic threads]).
-    parallel_for(N * C, grain_for(OH * OW * kh * kw), [&](int64_t begin, int64_t end) {
-      std::vector<Cc> in_buf, out_buf(size_t(OH * OW));
-      for (int64_t p = begin; p < end; ++p) {
-        const Cc* plane = load_plane(px + (p / C) * xs[0] + (p % C) * xs[1], H, W, xs[2], xs[3], in_buf);
-        T* po_plane = po + p * OH * OW;
-        Cc* out_plane = out_row(po_plane, 1, out_buf.data());
-        Cc* po_p = out_plane;
-        int64_t* pi_p = indices.data<int64_t>() + p * OH * OW;
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          int64_t h_lo, h_hi;
-          window_span(oh, kh, sh, ph, H, h_lo, h_hi);
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            int64_t w_lo, w_hi;
-            window_span(ow, kw, sw, pw, W, w_lo, w_hi);
-            // Padding is -inf: it never wins. Strict > keeps the first maximum. The selects are
-            // branch-free (random comparisons would mispredict); a NaN, rare, takes the slow path
-            // below so that the first NaN wins as in PyTorch.
-            Cc best = -std::numeric_limits<Cc>::infinity();
-            int64_t arg = h_lo * W + w_lo;
-            bool nan = false;
-            for (int64_t h = h_lo; h < h_hi; ++h) {
-              const Cc* row = plane + h * W;
-              for (int64_t w = w_lo; w < w_hi; ++w) {
-                const Cc v = row[w];
-                const bool gt = v > best;
-                best = gt ? v : best;
-                arg = gt ? h * W + w : arg;
-                nan |= v != v;
-              }
+    for_each_plane(x, static_cast<T*>(out.raw_data()), OH * OW, OH * OW * kh * kw,
+                   [&](int64_t p, const Cc* plane, Cc* po_p) {
+      int64_t* pi_p = indices.data<int64_t>() + p * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        int64_t h_lo, h_hi;
+        window_span(oh, kh, sh, ph, H, h_lo, h_hi);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t w_lo, w_hi;
+          window_span(ow, kw, sw, pw, W, w_lo, w_hi);
+          // Padding is -inf: it never wins. Strict > keeps the first maximum. The selects are
+          // branch-free (random comparisons would mispredict); a NaN, rare, takes the slow path
+          // below so that the first NaN wins as in PyTorch.
+          Cc best = -std::numeric_limits<Cc>::infinity();
+          int64_t arg = h_lo * W + w_lo;
+          bool nan = false;
+          for (int64_t h = h_lo; h < h_hi; ++h) {
+            const Cc* row = plane + h * W;
+            for (int64_t w = w_lo; w < w_hi; ++w) {
+              const Cc v = row[w];
+              const bool gt = v > best;
+              best = gt ? v : best;
+              arg = gt ? h * W + w : arg;
+              nan |= v != v;
             }
-            if (nan) {
-              for (int64_t h = h_lo; h < h_hi && best == best; ++h)
-                for (int64_t w = w_lo; w < w_hi; ++w) {
-                  const Cc v = plane[h * W + w];
-                  if (v != v) {
-                    best = v;
-                    arg = h * W + w;
-                    break;
-                  }
-                }
-            }
-            *po_p++ = best;
-            *pi_p++ = arg;
           }
+          if (nan) {
+            for (int64_t h = h_lo; h < h_hi && best == best; ++h)
+              for (int64_t w = w_lo; w < w_hi; ++w) {
+                const Cc v = plane[h * W + w];
+                if (v != v) {
+                  best = v;
+                  arg = h * W + w;
+                  break;
+                }
+              }
+          }
+          *po_p++ = best;
+          *pi_p++ = arg;
         }
-        store_row(out_plane, po_plane, 1, OH * OW);
       }
     });
   });
@@ -95,25 +106,16 @@ void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
 
 void max_pool2d_backward(const Strided& dy, const Strided& indices, const Strided& dx) {
   MT_ASSERT(dx.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64);
-  const int64_t N = dx.size(0), C = dx.size(1), HW = dx.size(2) * dx.size(3), OH = dy.size(2), OW = dy.size(3);
-  const Shape& ds = dy.strides();
+  const int64_t HW = dx.size(2) * dx.size(3), OHW = dy.size(2) * dy.size(3);
   dispatch_floating(dx.dtype(), "max_pool2d backward", [&]<class T>() {
     using Cc = compute_t<T>;
-    const T* pdy = static_cast<const T*>(dy.raw_data());
     const int64_t* pi = indices.data<int64_t>();
-    T* pdx = static_cast<T*>(dx.raw_data());
     // Overlapping windows can send several gradients to one input: sum in the compute type,
     // round once.
-    // Each (n, c) plane is one thread's (Note [Deterministic threads]).
-    parallel_for(N * C, grain_for(HW + OH * OW), [&](int64_t begin, int64_t end) {
-      std::vector<Cc> acc(static_cast<size_t>(HW)), g_buf;
-      for (int64_t p = begin; p < end; ++p) {
-        std::fill(acc.begin(), acc.end(), Cc(0));
-        const Cc* g = load_plane(pdy + (p / C) * ds[0] + (p % C) * ds[1], OH, OW, ds[2], ds[3], g_buf);
-        const int64_t* pi_p = pi + p * OH * OW;
-        for (int64_t k = 0; k < OH * OW; ++k) acc[size_t(pi_p[k])] += g[k];
-        store_row(acc.data(), pdx + p * HW, 1, HW);
-      }
+    for_each_plane(dy, static_cast<T*>(dx.raw_data()), HW, HW + OHW, [&](int64_t p, const Cc* g, Cc* acc) {
+      std::fill(acc, acc + HW, Cc(0));
+      const int64_t* pi_p = pi + p * OHW;
+      for (int64_t k = 0; k < OHW; ++k) acc[pi_p[k]] += g[k];
     });
   });
 }
@@ -121,34 +123,23 @@ void max_pool2d_backward(const Strided& dy, const Strided& indices, const Stride
 void avg_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
                 const Strided& out) {
   MT_ASSERT(out.is_contiguous());
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
-  const Shape& xs = x.strides();
+  const int64_t H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
   dispatch_floating(x.dtype(), "avg_pool2d", [&]<class T>() {
     using Cc = compute_t<T>;
-    const T* px = static_cast<const T*>(x.raw_data());
-    T* po = static_cast<T*>(out.raw_data());
     const Cc divisor = Cc(kh * kw);  // count_include_pad: padded zeros count
-    // Each (n, c) plane is one thread's (Note [Deterministic threads]).
-    parallel_for(N * C, grain_for(OH * OW * kh * kw), [&](int64_t begin, int64_t end) {
-      std::vector<Cc> in_buf, out_buf(size_t(OH * OW));
-      for (int64_t p = begin; p < end; ++p) {
-        const Cc* plane = load_plane(px + (p / C) * xs[0] + (p % C) * xs[1], H, W, xs[2], xs[3], in_buf);
-        T* po_plane = po + p * OH * OW;
-        Cc* out_plane = out_row(po_plane, 1, out_buf.data());
-        Cc* po_p = out_plane;
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          int64_t h_lo, h_hi;
-          window_span(oh, kh, sh, ph, H, h_lo, h_hi);
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            int64_t w_lo, w_hi;
-            window_span(ow, kw, sw, pw, W, w_lo, w_hi);
-            Cc s = 0;
-            for (int64_t h = h_lo; h < h_hi; ++h)
-              for (int64_t w = w_lo; w < w_hi; ++w) s += plane[h * W + w];
-            *po_p++ = s / divisor;
-          }
+    for_each_plane(x, static_cast<T*>(out.raw_data()), OH * OW, OH * OW * kh * kw,
+                   [&](int64_t, const Cc* plane, Cc* po_p) {
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        int64_t h_lo, h_hi;
+        window_span(oh, kh, sh, ph, H, h_lo, h_hi);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t w_lo, w_hi;
+          window_span(ow, kw, sw, pw, W, w_lo, w_hi);
+          Cc s = 0;
+          for (int64_t h = h_lo; h < h_hi; ++h)
+            for (int64_t w = w_lo; w < w_hi; ++w) s += plane[h * W + w];
+          *po_p++ = s / divisor;
         }
-        store_row(out_plane, po_plane, 1, OH * OW);
       }
     });
   });
@@ -157,31 +148,23 @@ void avg_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
 void avg_pool2d_backward(const Strided& dy, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
                          const Strided& dx) {
   MT_ASSERT(dx.is_contiguous());
-  const int64_t N = dx.size(0), C = dx.size(1), H = dx.size(2), W = dx.size(3), OH = dy.size(2), OW = dy.size(3);
-  const Shape& ds = dy.strides();
+  const int64_t H = dx.size(2), W = dx.size(3), OH = dy.size(2), OW = dy.size(3);
   dispatch_floating(dx.dtype(), "avg_pool2d backward", [&]<class T>() {
     using Cc = compute_t<T>;
-    const T* pdy = static_cast<const T*>(dy.raw_data());
-    T* pdx = static_cast<T*>(dx.raw_data());
     const Cc divisor = Cc(kh * kw);
-    // Each (n, c) plane is one thread's (Note [Deterministic threads]).
-    parallel_for(N * C, grain_for(H * W + OH * OW * kh * kw), [&](int64_t begin, int64_t end) {
-      std::vector<Cc> acc(static_cast<size_t>(H * W)), g_buf;
-      for (int64_t p = begin; p < end; ++p) {
-        std::fill(acc.begin(), acc.end(), Cc(0));
-        const Cc* g = load_plane(pdy + (p / C) * ds[0] + (p % C) * ds[1], OH, OW, ds[2], ds[3], g_buf);
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          int64_t h_lo, h_hi;
-          window_span(oh, kh, sh, ph, H, h_lo, h_hi);
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            int64_t w_lo, w_hi;
-            window_span(ow, kw, sw, pw, W, w_lo, w_hi);
-            const Cc v = g[oh * OW + ow] / divisor;
-            for (int64_t h = h_lo; h < h_hi; ++h)
-              for (int64_t w = w_lo; w < w_hi; ++w) acc[size_t(h * W + w)] += v;
-          }
+    for_each_plane(dy, static_cast<T*>(dx.raw_data()), H * W, H * W + OH * OW * kh * kw,
+                   [&](int64_t, const Cc* g, Cc* acc) {
+      std::fill(acc, acc + H * W, Cc(0));
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        int64_t h_lo, h_hi;
+        window_span(oh, kh, sh, ph, H, h_lo, h_hi);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t w_lo, w_hi;
+          window_span(ow, kw, sw, pw, W, w_lo, w_hi);
+          const Cc v = g[oh * OW + ow] / divisor;
+          for (int64_t h = h_lo; h < h_hi; ++h)
+            for (int64_t w = w_lo; w < w_hi; ++w) acc[h * W + w] += v;
         }
-        store_row(acc.data(), pdx + p * H * W, 1, H * W);
       }
     });
   });

@@ -31,13 +31,19 @@ void store_scalar(const float* src, T* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = store<T>(src[i]);
 }
 
+// dst[i step] for i < n, element i with the word of counter index + i.
 template <class T>
-void store_stochastic_scalar(const float* src, T* dst, int64_t n, uint64_t seed, uint64_t index) {
+void store_stochastic_strided(const float* src, T* dst, int64_t n, uint64_t seed, uint64_t index, int64_t step) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t r = philox_words(seed, index + uint64_t(i))[0];
-    if constexpr (std::is_same_v<T, half>) dst[i] = round_to_half_stochastic(src[i], r);
-    else dst[i] = round_to_bf16_stochastic(src[i], r);
+    if constexpr (std::is_same_v<T, half>) dst[i * step] = round_to_half_stochastic(src[i], r);
+    else dst[i * step] = round_to_bf16_stochastic(src[i], r);
   }
+}
+
+template <class T>
+void store_stochastic_scalar(const float* src, T* dst, int64_t n, uint64_t seed, uint64_t index) {
+  store_stochastic_strided(src, dst, n, seed, index, 1);
 }
 
 // One path: a function per conversion.
@@ -352,6 +358,15 @@ void store_stochastic_n(const float* src, half* dst, int64_t n, uint64_t seed, u
 }
 void store_stochastic_n(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index) {
   path().store_bf16_sr(src, dst, n, seed, index);
+}
+
+void store_stochastic_row(const float* v, half* p, int64_t step, int64_t len, uint64_t seed, uint64_t index) {
+  if (step == 1) store_stochastic_n(v, p, len, seed, index);
+  else store_stochastic_strided(v, p, len, seed, index, step);
+}
+void store_stochastic_row(const float* v, bfloat16* p, int64_t step, int64_t len, uint64_t seed, uint64_t index) {
+  if (step == 1) store_stochastic_n(v, p, len, seed, index);
+  else store_stochastic_strided(v, p, len, seed, index, step);
 }
 
 void load_n(const float* src, float* dst, int64_t n) {

@@ -36,6 +36,10 @@ void store_n(const float* src, bfloat16* dst, int64_t n);
 void store_stochastic_n(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index);
 void store_stochastic_n(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index);
 
+// The same for a strided row: p[i step] from v[i] with the word of index + i.
+void store_stochastic_row(const float* v, half* p, int64_t step, int64_t len, uint64_t seed, uint64_t index);
+void store_stochastic_row(const float* v, bfloat16* p, int64_t step, int64_t len, uint64_t seed, uint64_t index);
+
 // For f32 both are a copy, so a kernel templated on T in {f32, f16, bf16} calls them alike.
 void load_n(const float* src, float* dst, int64_t n);
 void store_n(const float* src, float* dst, int64_t n);

@@ -51,14 +51,8 @@ void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64
             const float* v = load_row(s + r.at[1] + j * r.step[1], r.step[1], n, in);
             D* out = d + r.at[0] + j * r.step[0];
             if constexpr (!std::is_same_v<D, float>) {
-              if (stochastic && r.step[0] == 1) {
-                store_stochastic_n(v, out, n, seed, offset + uint64_t(r.first + j));
-                return;
-              }
               if (stochastic) {
-                for (int64_t i = 0; i < n; ++i)
-                  out[i * r.step[0]] =
-                      convert_stochastic<D>(v[i], philox_words(seed, offset + uint64_t(r.first + j + i))[0]);
+                store_stochastic_row(v, out, r.step[0], n, seed, offset + uint64_t(r.first + j));
                 return;
               }
             }

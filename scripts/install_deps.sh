@@ -10,8 +10,10 @@ packages=(
   libopenblas0-openmp
   # data for the example programs: Fashion-MNIST (IDX) and the fortunes text corpus
   dataset-fashion-mnist fortunes
-  # plots of the training metrics
-  python3 python3-matplotlib
+  # plots of the training metrics; numpy for the safetensors interop script (scripts/safetensors_np.py)
+  python3 python3-matplotlib python3-numpy
+  # the sanitizer and fuzzing build (preset asan): clang with its sanitizer and libFuzzer runtimes
+  clang libclang-rt-14-dev
 )
 
 missing=()

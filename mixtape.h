@@ -6,5 +6,6 @@
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "tensor/safetensors.h"
+#include "tensor/state_io.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"

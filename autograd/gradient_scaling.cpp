@@ -6,6 +6,7 @@
 
 #include "tensor/core/half.h"
 #include "tensor/ops/stats.h"
+#include "tensor/state_io.h"
 
 namespace mixtape {
 
@@ -350,6 +351,90 @@ float GradientScalingRule::cast_beta(const CastGradQuery& q) {
   r.sigma = m.sigma;
   take(r, choose_cast_beta(m.mu, m.sigma, m.max_abs, options_.underflow_threshold, *f));
   return finish(q.site, r, true);
+}
+
+}  // namespace mixtape
+
+// ---- state ---------------------------------------------------------------------------------
+
+namespace mixtape {
+
+namespace {
+constexpr int64_t kIntColumns = 8, kRealColumns = 7;
+constexpr const char* kOwner = "GradientScalingRule";
+}  // namespace
+
+TensorDict GradientScalingRule::state_dict() const {
+  TensorDict d;
+  d.set_meta("step", state_io::format(step_));
+  d.set_meta("underflow_threshold", state_io::format(options_.underflow_threshold));
+  d.set_meta("update_period", state_io::format(options_.update_period));
+  std::vector<int64_t> ints;
+  std::vector<double> reals;
+  for (const auto& [key, c] : cache_) {
+    const ScaleRecord& r = c.record;
+    ints.insert(ints.end(), {r.node, r.query, int64_t(r.kind), int64_t(r.op), r.input, int64_t(r.format),
+                             int64_t(r.capped), c.step});
+    reals.insert(reals.end(), {r.alpha, r.beta, r.sigma, r.mu, r.underflow_bound, r.cap, r.underflow_rate});
+  }
+  const auto n = int64_t(cache_.size());
+  d.add("cache.ints", from_vector(ints, {n, kIntColumns}));
+  d.add("cache.reals", from_vector(reals, {n, kRealColumns}, DType::f64));
+  return d;
+}
+
+void GradientScalingRule::load_state_dict(const TensorDict& dict) {
+  const int64_t step = state_io::get_int(dict, "step", kOwner);
+  const double gamma = state_io::get_double(dict, "underflow_threshold", kOwner);
+  const int64_t period = state_io::get_int(dict, "update_period", kOwner);
+  MT_CHECK(step >= 0, kOwner, " state dict: 'step' must be >= 0, got ", step);
+  MT_CHECK(gamma == options_.underflow_threshold && period == options_.update_period, kOwner,
+           " state dict: saved with underflow threshold ", gamma, " and update period ", period,
+           "; this rule has ", options_.underflow_threshold, " and ", options_.update_period);
+  const Tensor& ints_t = dict.at("cache.ints");
+  const Tensor& reals_t = dict.at("cache.reals");
+  MT_CHECK(ints_t.dtype() == DType::i64 && ints_t.dim() == 2 && ints_t.size(1) == kIntColumns, kOwner,
+           " state dict: 'cache.ints' must be i64 [n, ", kIntColumns, "], got ", dtype_name(ints_t.dtype()), " ",
+           shape_str(ints_t.shape()));
+  MT_CHECK(reals_t.dtype() == DType::f64 && reals_t.dim() == 2 && reals_t.size(1) == kRealColumns &&
+               reals_t.size(0) == ints_t.size(0),
+           kOwner, " state dict: 'cache.reals' must be f64 [", ints_t.size(0), ", ", kRealColumns, "], got ",
+           dtype_name(reals_t.dtype()), " ", shape_str(reals_t.shape()));
+  const std::vector<int64_t> ints = ints_t.values<int64_t>();
+  const std::vector<double> reals = reals_t.values<double>();
+  std::map<std::pair<int64_t, int32_t>, Cached> cache;
+  for (int64_t i = 0; i < ints_t.size(0); ++i) {
+    const int64_t* a = &ints[size_t(i * kIntColumns)];
+    const double* b = &reals[size_t(i * kRealColumns)];
+    MT_CHECK(a[0] >= 0 && a[1] >= 0 && a[1] <= INT32_MAX && a[2] >= 0 && a[2] <= int64_t(ScaleRecord::Kind::param) &&
+                 a[3] >= 0 && a[3] < int64_t(kNumOps) && a[4] >= 0 && a[4] <= 2 && a[5] >= 0 &&
+                 a[5] <= int64_t(DType::bf16) && (a[6] == 0 || a[6] == 1) && a[7] >= 0 && a[7] <= step,
+             kOwner, " state dict: cache entry ", i, " is out of range");
+    ScaleRecord r;
+    r.node = a[0];
+    r.query = int32_t(a[1]);
+    r.kind = ScaleRecord::Kind(a[2]);
+    r.op = OpId(a[3]);
+    r.input = int32_t(a[4]);
+    r.format = DType(a[5]);
+    r.capped = a[6] != 0;
+    r.alpha = float(b[0]);
+    r.beta = float(b[1]);
+    r.sigma = b[2];
+    r.mu = b[3];
+    r.underflow_bound = b[4];
+    r.cap = b[5];
+    r.underflow_rate = b[6];
+    MT_CHECK(r.alpha == b[0] && r.beta == b[1] && r.beta > 0.0f && std::isfinite(r.beta), kOwner,
+             " state dict: cache entry ", i, " has a scale that is not a finite positive float");
+    MT_CHECK(cache.emplace(std::make_pair(r.node, r.query), Cached{r, a[7]}).second, kOwner,
+             " state dict: cache entry ", i, " repeats node ", r.node, " query ", r.query);
+  }
+  cache_ = std::move(cache);
+  step_ = step;
+  records_.clear();
+  step_records_.clear();
+  step_overflows_.clear();
 }
 
 }  // namespace mixtape

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "autograd/scaling.h"
+#include "tensor/tensor_dict.h"
 
 namespace mixtape {
 
@@ -124,6 +125,16 @@ class GradientScalingRule : public ScalingRule {
   int64_t step() const { return step_; }
   // Forgets every cached beta (the next query of each node recomputes).
   void reset_cache() { cache_.clear(); }
+
+  // The step counter and the cached betas with the step each was computed at (only
+  // update_period > 1 caches), so a resumed run reuses and recomputes exactly where the
+  // uninterrupted one would. Metadata "step", "underflow_threshold", "update_period"; tensors
+  // "cache.ints" i64 [n, 8] (node, query, kind, op, input, format, capped, computed at step) and
+  // "cache.reals" f64 [n, 7] (alpha, beta, sigma, mu, underflow_bound, cap, underflow_rate).
+  // load_state_dict requires the same options and validates every entry before it changes
+  // anything.
+  TensorDict state_dict() const;
+  void load_state_dict(const TensorDict& dict);
 
   const GradientScalingOptions& options() const { return options_; }
   // One record per query of the most recent backward pass, in the order they were asked

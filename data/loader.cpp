@@ -102,8 +102,8 @@ Batch DataLoader::assemble(int64_t b) const {
   return batch;
 }
 
-void DataLoader::worker_main() {
-  for (int64_t b = 0; b < num_batches_; ++b) {
+void DataLoader::worker_main(int64_t first_batch) {
+  for (int64_t b = first_batch; b < num_batches_; ++b) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || int64_t(queue_.size()) < options_.prefetch; });
@@ -136,14 +136,16 @@ void DataLoader::stop_worker() {
   stop_ = false;
 }
 
-void DataLoader::start_epoch(int64_t epoch) {
+void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   stop_worker();
-  order_ = order(epoch);
   num_batches_ = batches_per_epoch();
-  next_out_ = 0;
+  MT_CHECK(first_batch >= 0 && first_batch <= num_batches_, "DataLoader::start_epoch: batch ", first_batch,
+           " is outside the epoch's ", num_batches_, " batches");
+  order_ = order(epoch);
+  next_out_ = first_batch;
   failed_ = false;
   started_ = true;
-  if (options_.prefetch > 0 && num_batches_ > 0) worker_ = std::thread([this] { worker_main(); });
+  if (options_.prefetch > 0 && next_out_ < num_batches_) worker_ = std::thread([this, first_batch] { worker_main(first_batch); });
 }
 
 std::optional<Batch> DataLoader::next() {

@@ -87,12 +87,14 @@ class DataLoader {
   // The row order of an epoch (identity when shuffle is off).
   std::vector<int64_t> order(int64_t epoch) const;
 
-  // Begins epoch e, abandoning any epoch in progress.
-  void start_epoch(int64_t epoch);
+  // Begins epoch e at batch `first_batch` (a resumed run's position; the batches before it are
+  // not assembled), abandoning any epoch in progress.
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The next batch of the current epoch, or nullopt when it is over. Rethrows a worker error.
   std::optional<Batch> next();
 
-  // for (Batch& b : loader.epoch(e)) { ... }: start_epoch(e) on begin(), next() on ++.
+  // for (Batch& b : loader.epoch(e)) { ... }: start_epoch(e) on begin(), next() on ++;
+  // loader.epoch(e, k) starts at batch k.
   class Iterator {
    public:
     using value_type = Batch;
@@ -114,18 +116,19 @@ class DataLoader {
   };
   class EpochRange {
    public:
-    EpochRange(DataLoader* loader, int64_t epoch) : loader_(loader), epoch_(epoch) {}
+    EpochRange(DataLoader* loader, int64_t epoch, int64_t first_batch)
+        : loader_(loader), epoch_(epoch), first_batch_(first_batch) {}
     Iterator begin() {
-      loader_->start_epoch(epoch_);
+      loader_->start_epoch(epoch_, first_batch_);
       return Iterator(loader_);
     }
     std::default_sentinel_t end() const { return {}; }
 
    private:
     DataLoader* loader_;
-    int64_t epoch_;
+    int64_t epoch_, first_batch_;
   };
-  EpochRange epoch(int64_t e) { return EpochRange(this, e); }
+  EpochRange epoch(int64_t e, int64_t first_batch = 0) { return EpochRange(this, e, first_batch); }
 
  private:
   struct Item {
@@ -133,7 +136,7 @@ class DataLoader {
     std::exception_ptr error;
   };
   Batch assemble(int64_t b) const;
-  void worker_main();
+  void worker_main(int64_t first_batch);
   void stop_worker();
 
   std::shared_ptr<const Dataset> dataset_;

@@ -28,7 +28,8 @@ struct CnnFlags {
 
   void add_to(CLI::App& app) {
     app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
-    app.add_option("--out-dir", out_dir, "where the checkpoint cnn.safetensors goes")->capture_default_str();
+    app.add_option("--out-dir", out_dir, "where the checkpoint cnn.safetensors goes (see --checkpoint)")
+        ->capture_default_str();
     app.add_option("--width", width, "channels of the first conv (the second has twice as many)")
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
@@ -54,19 +55,6 @@ struct CnnFlags {
     examples::smoke_default(app, "--log-every", log_every, 4);
   }
 };
-
-// The model's state under "model.", the trainer's (masters, optimizer, loss scaler) under
-// "trainer.", and the step count; returns the file's path.
-std::string save_checkpoint(const std::string& out_dir, const examples::CnnRun& run) {
-  std::filesystem::create_directories(out_dir);
-  TensorDict ckpt;
-  examples::add_module_state(ckpt, "model.", *run.model);
-  ckpt.merge("trainer.", run.trainer->state_dict());
-  ckpt.set_meta("step", std::to_string(run.steps));
-  const std::string path = examples::output_path(out_dir, "cnn.safetensors");
-  save_safetensors(path, ckpt);
-  return path;
-}
 
 // The closing lines and the "summary" event.
 void report_run(const examples::CnnRun& run, Device device, double wall, const std::string& ckpt_path,
@@ -109,12 +97,15 @@ int main(int argc, char** argv) {
   device_flag.add_to(app);
   CnnFlags o;
   o.add_to(app);
+  examples::Checkpointer checkpoint("cnn.safetensors");
+  checkpoint.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
     o.finish(app, flags);
     const Device device = device_flag.resolve();
     examples::check_output_dir(o.out_dir);
+    checkpoint.finish(o.out_dir);
     set_num_threads(flags.threads);
     std::printf("cnn: device %s\n", examples::device_description(device, flags.threads).c_str());
     const auto t_start = std::chrono::steady_clock::now();
@@ -136,13 +127,13 @@ int main(int argc, char** argv) {
                                      .seed = flags.seed,
                                      .log_every = o.log_every,
                                      .max_steps = flags.max_steps,
-                                     .device = device};
+                                     .device = device,
+                                     .checkpoint = &checkpoint};
     const PrecisionOptions options = precision.options(flags.seed);
     examples::Metrics metrics(flags.metrics);
     const examples::CnnRun run = examples::train_cnn(config, options, train, test, metrics);
 
-    const std::string ckpt_path = save_checkpoint(o.out_dir, run);
-    report_run(run, device, examples::seconds_since(t_start), ckpt_path, metrics);
+    report_run(run, device, examples::seconds_since(t_start), checkpoint.path(), metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cnn: error: %s\n", e.what());
     return 1;

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <utility>
 
+#include "checkpoint.h"
 #include "common.h"
 #include "mixtape.h"
 
@@ -45,6 +46,8 @@ struct CnnConfig {
   double loss_weight = 1.0;
   double aux_weight = 0.0;
   double adam_eps = 1e-8;
+  // --checkpoint / --resume (examples/checkpoint.h); null: no checkpoints.
+  const Checkpointer* checkpoint = nullptr;
 };
 
 struct CnnEval {
@@ -96,11 +99,22 @@ inline double evaluate_decoder(CnnWithDecoder& m, const mixtape::PrecisionTraine
   return sum / double(n);
 }
 
+// Where a run stands: the next batch, and the running sums of the epoch in progress.
+struct CnnPosition {
+  int64_t epoch = 1, batch = 0;  // the next step trains batch `batch` of epoch `epoch`
+  double loss_sum = 0.0;         // over the epoch's steps so far whose loss was finite
+  int64_t finite = 0;
+};
+
 struct CnnRun {
   std::shared_ptr<mixtape::nn::Sequential> model;
   std::shared_ptr<CnnWithDecoder> with_decoder;  // aux_weight > 0: model and the decoder head
   std::unique_ptr<mixtape::PrecisionTrainer> trainer;
+  std::unique_ptr<mixtape::LRScheduler> sched;
+  RunIdentity identity;  // what a checkpoint of this run must match to resume it
+  CnnPosition position;
   CnnEval last;  // the final evaluation
+  bool evaluated = false;  // `last` holds an evaluation
   int64_t steps = 0;
   double train_secs = 0.0;        // training steps only, without evaluation
   double final_train_loss = 0.0;  // mean over the last epoch
@@ -147,8 +161,67 @@ inline CnnEval evaluate_cnn(mixtape::nn::Sequential& model, const mixtape::Preci
   return {loss_sum / double(n), double(correct) / double(n)};
 }
 
-// Trains a fresh model (initialized from c.seed) under `precision`; writes step, telemetry and
-// eval events to `metrics`. A step whose loss is inf or NaN is counted, not fatal: that is what
+// The test evaluation after an epoch, on stdout (verbose) and as an "eval" event.
+inline void evaluate_run(CnnRun& run, const CnnConfig& c, const mixtape::data::LabeledImages& test, int epoch,
+                         Metrics& metrics) {
+  run.last = evaluate_cnn(*run.model, *run.trainer, test, 256);
+  if (run.with_decoder) run.last.aux_mse = evaluate_decoder(*run.with_decoder, *run.trainer, test, 256);
+  run.evaluated = true;
+  if (c.verbose)
+    std::printf("epoch %d: train loss %.4f  test loss %.4f  test accuracy %.2f%%\n", epoch, run.final_train_loss,
+                run.last.loss, 100.0 * run.last.accuracy);
+  nlohmann::json eval = {{"event", "eval"},
+                         {"epoch", epoch},
+                         {"step", run.steps},
+                         {"train_loss", run.final_train_loss},
+                         {"test_loss", run.last.loss},
+                         {"test_accuracy", run.last.accuracy}};
+  if (run.with_decoder) eval["test_aux_mse"] = run.last.aux_mse;
+  metrics.write(eval);
+}
+
+// The model under "model." (with the decoder head when there is one), its generators, trainer and
+// schedule, and the run's position under "progress." (Note [Resumable runs]).
+inline mixtape::TensorDict cnn_checkpoint(const CnnRun& run, int64_t steps_per_epoch) {
+  using namespace mixtape;
+  TensorDict ckpt;
+  const nn::Module& root = run.with_decoder ? static_cast<const nn::Module&>(*run.with_decoder) : *run.model;
+  add_training_state(ckpt, "", root, *run.trainer, run.sched.get());
+  CnnPosition p = run.position;
+  if (p.batch == steps_per_epoch) p = {.epoch = p.epoch + 1};  // the epoch is complete: the next one
+  ckpt.set_meta("progress.step", std::to_string(run.steps));
+  ckpt.set_meta("progress.epoch", std::to_string(p.epoch));
+  ckpt.set_meta("progress.batch", std::to_string(p.batch));
+  ckpt.set_meta("progress.loss_sum", state_io::format(p.loss_sum));
+  ckpt.set_meta("progress.finite", std::to_string(p.finite));
+  ckpt.set_meta("progress.nonfinite_losses", std::to_string(run.nonfinite_losses));
+  return ckpt;
+}
+
+inline void save_cnn_checkpoint(const CnnRun& run, const Checkpointer& checkpoint, int64_t steps_per_epoch) {
+  checkpoint.save(cnn_checkpoint(run, steps_per_epoch), run.identity);
+}
+
+// Continues `run` from a checkpoint of cnn_checkpoint.
+inline void resume_cnn(CnnRun& run, const mixtape::TensorDict& ckpt, int64_t steps_per_epoch) {
+  using namespace mixtape;
+  nn::Module& root = run.with_decoder ? static_cast<nn::Module&>(*run.with_decoder) : *run.model;
+  load_training_state(ckpt, "", root, *run.trainer, run.sched.get());
+  CnnPosition& p = run.position;
+  run.steps = progress_int(ckpt, "step");
+  p.epoch = progress_int(ckpt, "epoch");
+  p.batch = progress_int(ckpt, "batch");
+  p.loss_sum = progress_double(ckpt, "loss_sum");
+  p.finite = progress_int(ckpt, "finite");
+  run.nonfinite_losses = progress_int(ckpt, "nonfinite_losses");
+  MT_CHECK(run.steps >= 0 && p.epoch >= 1 && p.batch >= 0 && p.batch < steps_per_epoch && p.finite >= 0, "--resume: ",
+           "the checkpoint's position (step ", run.steps, ", epoch ", p.epoch, ", batch ", p.batch,
+           ") does not fit this run's ", steps_per_epoch, " batches per epoch");
+}
+
+// Trains a fresh model (initialized from c.seed) under `precision`, or continues the one saved at
+// --checkpoint with --resume; writes step, telemetry and eval events to `metrics`, and saves every
+// --checkpoint-every steps. A step whose loss is inf or NaN is counted, not fatal: that is what
 // some configurations of the precision lab do, and the table says so.
 inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& precision,
                         const mixtape::data::LabeledImages& train, const mixtape::data::LabeledImages& test,
@@ -177,18 +250,35 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
                           {.batch_size = c.batch_size, .shuffle = true, .drop_last = true, .seed = c.seed});
   const int64_t steps_per_epoch = train.images.size(0) / c.batch_size;
   MT_CHECK(steps_per_epoch > 0, "cnn: ", train.images.size(0), " training images make no batch of ", c.batch_size);
+  // The schedule spans the planned run; --max-steps only stops it (Note [Resumable runs]).
+  run.sched = std::make_unique<LRScheduler>(opt, CosineAnnealingLR(steps_per_epoch * c.epochs));
+  LRScheduler& sched = *run.sched;
   const int64_t total_steps =
       c.max_steps > 0 ? std::min<int64_t>(c.max_steps, steps_per_epoch * c.epochs) : steps_per_epoch * c.epochs;
-  LRScheduler sched(opt, CosineAnnealingLR(total_steps));
+
+  run.identity = {{"program", "cnn"},
+                  {"model", root->str()},
+                  {"batch_size", std::to_string(c.batch_size)},
+                  {"seed", std::to_string(c.seed)},
+                  {"training_images", std::to_string(train.images.size(0))}};
+  add_precision_identity(run.identity, trainer);
+  if (c.checkpoint) {
+    if (const std::optional<TensorDict> saved = c.checkpoint->resume_state(run.identity)) {
+      resume_cnn(run, *saved, steps_per_epoch);
+      if (c.verbose)
+        std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", c.checkpoint->path().c_str(),
+                    (long long)run.steps, (long long)run.position.epoch, (long long)run.position.batch);
+    }
+  }
 
   Progress progress(c.epochs, steps_per_epoch);
   int64_t& step = run.steps;
-  for (int epoch = 1; epoch <= c.epochs && step < total_steps; ++epoch) {
+  CnnPosition& pos = run.position;
+  for (; pos.epoch <= c.epochs && step < total_steps; ++pos.epoch, pos.batch = 0, pos.loss_sum = 0, pos.finite = 0) {
+    const int epoch = int(pos.epoch);
     progress.start_epoch();
     const auto t_epoch = std::chrono::steady_clock::now();
-    double loss_sum = 0.0;
-    int64_t in_epoch = 0, finite = 0;
-    for (data::Batch& b : loader.epoch(epoch)) {
+    for (data::Batch& b : loader.epoch(epoch, pos.batch)) {
       Tape tape;
       trainer.begin_step(tape);
       Variable logits, recon;
@@ -211,15 +301,15 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
       sched.step();
       metrics.write_telemetry(trainer);
       ++step;
-      ++in_epoch;
+      pos.batch = b.index + 1;
       const double l = loss.item();
       if (std::isfinite(l)) {
-        loss_sum += l;
-        ++finite;
+        pos.loss_sum += l;
+        ++pos.finite;
       } else {
         ++run.nonfinite_losses;
       }
-      if (c.progress) progress.update(epoch, in_epoch, loss_sum / double(std::max<int64_t>(finite, 1)));
+      if (c.progress) progress.update(epoch, pos.batch, pos.loss_sum / double(std::max<int64_t>(pos.finite, 1)));
       if (step % c.log_every == 0)
         metrics.write({{"event", "step"},
                        {"step", step},
@@ -229,26 +319,18 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
                        {"scale", scale},
                        {"skipped", !applied},
                        {"grad_norm", trainer.last_grad_norm()}});
+      if (c.checkpoint && c.checkpoint->due(step) && step < total_steps) save_cnn_checkpoint(run, *c.checkpoint, steps_per_epoch);
       if (step >= total_steps) break;
     }
-    if (c.progress) progress.update(epoch, in_epoch, loss_sum / double(std::max<int64_t>(finite, 1)), true);
+    if (c.progress) progress.update(epoch, pos.batch, pos.loss_sum / double(std::max<int64_t>(pos.finite, 1)), true);
     run.train_secs += seconds_since(t_epoch);
-    run.final_train_loss = finite > 0 ? loss_sum / double(finite) : std::nan("");
-    run.last = evaluate_cnn(model, trainer, test, 256);
-    if (run.with_decoder) run.last.aux_mse = evaluate_decoder(*run.with_decoder, trainer, test, 256);
-    if (c.verbose)
-      std::printf("epoch %d: train loss %.4f  test loss %.4f  test accuracy %.2f%%\n", epoch, run.final_train_loss,
-                  run.last.loss, 100.0 * run.last.accuracy);
-    nlohmann::json eval = {{"event", "eval"},
-                           {"epoch", epoch},
-                           {"step", step},
-                           {"train_loss", run.final_train_loss},
-                           {"test_loss", run.last.loss},
-                           {"test_accuracy", run.last.accuracy}};
-    if (run.with_decoder) eval["test_aux_mse"] = run.last.aux_mse;
-    metrics.write(eval);
+    run.final_train_loss = pos.finite > 0 ? pos.loss_sum / double(pos.finite) : std::nan("");
+    evaluate_run(run, c, test, epoch, metrics);
+    if (step >= total_steps && pos.batch < steps_per_epoch) break;  // stopped inside the epoch: resume there
   }
-  return run;
+  if (!run.evaluated) evaluate_run(run, c, test, int(pos.epoch) - 1, metrics);  // resumed at the end of the run
+  if (c.checkpoint) save_cnn_checkpoint(run, *c.checkpoint, steps_per_epoch);
+    return run;
 }
 
 }  // namespace examples

@@ -13,6 +13,7 @@ Dropout::Dropout(double p, Generator& gen) : Dropout(p, draw_seed(gen)) {}
 
 Dropout::Dropout(double p, uint64_t seed) : UnaryModule("Dropout"), p_(p), gen_(seed) {
   MT_CHECK(p >= 0.0 && p < 1.0, "Dropout: p must be in [0, 1), got ", p);
+  register_generator("mask", gen_);
 }
 
 Variable Dropout::forward(const Variable& x) { return dropout(x, p_, is_training(), gen_); }

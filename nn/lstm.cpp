@@ -35,6 +35,7 @@ LSTM::LSTM(const LSTMOptions& o, Generator& gen) : Module("LSTM"), options_(o) {
   }
   reset_parameters(gen);
   dropout_gen_ = Generator(draw_seed(gen));
+  register_generator("dropout", dropout_gen_);
 }
 
 LSTM::LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool batch_first, bool bias, double dropout,

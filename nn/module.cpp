@@ -8,6 +8,8 @@
 #include <typeinfo>
 #include <unordered_set>
 
+#include "tensor/state_io.h"
+
 namespace mixtape::nn {
 
 namespace {
@@ -53,8 +55,10 @@ void Module::check_new_name(const std::string& name, const char* what) const {
   MT_CHECK(!name.empty(), type_name(), "::", what, ": the name is empty");
   MT_CHECK(name.find('.') == std::string::npos, type_name(), "::", what, ": name '", name,
            "' contains '.', which separates the levels of dotted names");
-  const bool taken = has_parameter(name) || has_buffer(name) ||
-                     std::any_of(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
+  const bool taken =
+      has_parameter(name) || has_buffer(name) ||
+      std::any_of(generators_.begin(), generators_.end(), [&](const auto& g) { return g.first == name; }) ||
+      std::any_of(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
   MT_CHECK(!taken, type_name(), "::", what, ": the name '", name, "' is already taken in this module");
 }
 
@@ -71,6 +75,11 @@ Tensor Module::register_buffer(const std::string& name, Tensor t) {
   MT_CHECK(t.defined(), type_name(), "::register_buffer: the tensor for '", name, "' is undefined");
   buffers_.emplace_back(name, t);
   return t;
+}
+
+void Module::register_generator(const std::string& name, Generator& gen) {
+  check_new_name(name, "register_generator");
+  generators_.emplace_back(name, &gen);
 }
 
 void Module::register_child(const std::string& name, std::shared_ptr<Module> module) {
@@ -209,6 +218,44 @@ TensorDict Module::state_dict() const {
   };
   walk(*this, "");
   return out;
+}
+
+std::vector<std::pair<std::string, Generator*>> Module::named_generators() const {
+  std::vector<std::pair<std::string, Generator*>> out;
+  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
+    for (const auto& [n, g] : m.generators_) out.emplace_back(prefix + n, g);
+    for (const auto& [n, c] : m.children_) walk(*c, prefix + n + ".");
+  };
+  walk(*this, "");
+  return out;
+}
+
+TensorDict Module::generator_state() const {
+  TensorDict out;
+  for (const auto& [name, g] : named_generators()) {
+    out.set_meta(name + ".seed", std::to_string(g->seed()));
+    out.set_meta(name + ".offset", std::to_string(g->offset()));
+  }
+  return out;
+}
+
+void Module::load_generator_state(const TensorDict& state) {
+  const auto gens = named_generators();
+  std::vector<std::string> expected;
+  for (const auto& [name, g] : gens) {
+    expected.push_back(name + ".offset");
+    expected.push_back(name + ".seed");
+  }
+  std::vector<std::string> given;
+  for (const auto& [key, v] : state.metadata) given.push_back(key);
+  std::sort(expected.begin(), expected.end());
+  MT_CHECK(given == expected, type_name(), "::load_generator_state: the state holds ", join(given),
+           ", the module's generators are ", join(expected));
+  const std::string owner = type_name() + "::load_generator_state";
+  const auto read = [&](const std::string& key) { return state_io::get_uint(state, key, owner.c_str()); };
+  std::vector<std::pair<uint64_t, uint64_t>> values;
+  for (const auto& [name, g] : gens) values.emplace_back(read(name + ".seed"), read(name + ".offset"));
+  for (size_t i = 0; i < gens.size(); ++i) gens[i].second->set_state(values[i].first, values[i].second);
 }
 
 void Module::load_state_dict(const TensorDict& state, bool strict) {

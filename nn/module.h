@@ -46,6 +46,10 @@ class Module {
   // A leaf Variable holding `init`, named after its dotted path once the module tree is built.
   Variable register_parameter(const std::string& name, Tensor init, bool requires_grad = true);
   Tensor register_buffer(const std::string& name, Tensor t);
+  // A random generator the module owns (a dropout layer's masks): a member of the module, so the
+  // reference stays valid for the module's life. Listed by generator_state() so that a resumed
+  // run draws the same numbers.
+  void register_generator(const std::string& name, Generator& gen);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     register_child(name, module);
@@ -89,6 +93,14 @@ class Module {
   // must be present and no other name may appear (both lists go into the message); shapes
   // and dtypes must match exactly (convert with Module::to or Tensor::to first).
   void load_state_dict(const TensorDict& state, bool strict = true);
+  // The registered generators under their dotted names, recursively, as metadata only:
+  // "<name>.seed" and "<name>.offset" in decimal ({"2.mask.seed": "..."}). Not part of
+  // state_dict(): parameters and buffers are the model, generators are where its training run
+  // stands. load_generator_state checks that the names are exactly the module's (both lists go
+  // into the message) and every value is a decimal integer before it changes anything.
+  TensorDict generator_state() const;
+  void load_generator_state(const TensorDict& state);
+  std::vector<std::pair<std::string, Generator*>> named_generators() const;
   // Converts every floating parameter to `dtype` in place: Variables keep their identity and
   // lose their gradient. Floating buffers follow to f32 and f64 but stay as they are for a
   // 16-bit `dtype`: buffers hold statistics (batch-norm running mean and variance), which run
@@ -122,6 +134,7 @@ class Module {
   bool training_ = true;
   std::vector<std::pair<std::string, Variable>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, Generator*>> generators_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "autograd/tape.h"
-#include "optim/state_io.h"
+#include "tensor/state_io.h"
 #include "tensor/ops/optim.h"
 
 namespace mixtape {

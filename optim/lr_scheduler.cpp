@@ -3,7 +3,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "optim/state_io.h"
+#include "tensor/state_io.h"
 
 namespace mixtape {
 

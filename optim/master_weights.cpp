@@ -5,7 +5,7 @@
 #include <string>
 
 #include "autograd/tape.h"
-#include "optim/state_io.h"
+#include "tensor/state_io.h"
 
 namespace mixtape {
 

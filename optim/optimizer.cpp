@@ -4,7 +4,7 @@
 #include <map>
 
 #include "autograd/tape.h"
-#include "optim/state_io.h"
+#include "tensor/state_io.h"
 
 namespace mixtape {
 

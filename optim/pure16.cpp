@@ -6,7 +6,7 @@
 #include <set>
 #include <utility>
 
-#include "optim/state_io.h"
+#include "tensor/state_io.h"
 #include "tensor/ops/optim.h"
 
 namespace mixtape {

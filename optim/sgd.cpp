@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "optim/state_io.h"
+#include "tensor/state_io.h"
 #include "tensor/ops/optim.h"
 
 namespace mixtape {

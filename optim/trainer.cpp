@@ -310,6 +310,7 @@ TensorDict PrecisionTrainer::state_dict() const {
   TensorDict d;
   d.merge("optimizer.", masters_ ? masters_->state_dict() : pure_->state_dict());
   d.merge("scaler.", scaler_->state_dict());
+  if (grad_scaling_) d.merge("gradient_scaling.", grad_scaling_->state_dict());
   d.set_meta("precision", nn::precision_name(options_.precision));
   d.set_meta("trainer.step", std::to_string(step_));  // the telemetry schedule resumes from here
   return d;
@@ -330,16 +331,22 @@ void PrecisionTrainer::load_state_dict(const TensorDict& dict) {
     MT_CHECK(used == v.size() && !v.empty() && step >= 0,
              "PrecisionTrainer::load_state_dict: 'trainer.step' must be a non-negative integer, got '", v, "'");
   }
-  const TensorDict opt = dict.sub("optimizer."), sc = dict.sub("scaler.");
-  // Each part validates everything before it changes anything; if the optimizer's state is
-  // rejected after the scaler's was taken, the scaler goes back to where it was.
+  const TensorDict opt = dict.sub("optimizer."), sc = dict.sub("scaler."), gs = dict.sub("gradient_scaling.");
+  MT_CHECK(!grad_scaling_ || !gs.metadata.empty(),
+           "PrecisionTrainer::load_state_dict: this trainer scales gradients per operator (loss scale gradient), "
+           "the state holds no 'gradient_scaling.' entries");
+  // Each part validates everything before it changes anything; if a later part is rejected after
+  // an earlier one was taken, the earlier ones go back to where they were.
   const TensorDict old_scaler = scaler_->state_dict();
-  scaler_->load_state_dict(sc);
+  const TensorDict old_rule = grad_scaling_ ? grad_scaling_->state_dict() : TensorDict{};
   try {
+    scaler_->load_state_dict(sc);
+    if (grad_scaling_) grad_scaling_->load_state_dict(gs);
     if (masters_) masters_->load_state_dict(opt);
     else pure_->load_state_dict(opt);
   } catch (...) {
     scaler_->load_state_dict(old_scaler);
+    if (grad_scaling_) grad_scaling_->load_state_dict(old_rule);
     throw;
   }
   step_ = step;

@@ -159,9 +159,10 @@ class PrecisionTrainer {
   // "fp16 (f16 compute, f32 masters), loss scale backoff, AdamW" and the like.
   std::string describe() const;
 
-  // Optimizer state under "optimizer.", the scaler's under "scaler.", and the step count
-  // (metadata "trainer.step", so telemetry keeps its schedule). A resumed gradient-scaling rule recomputes
-  // every beta at its first step (its cache is not saved).
+  // Optimizer state under "optimizer.", the scaler's under "scaler.", the gradient-scaling
+  // rule's step and cached betas under "gradient_scaling." (loss scale gradient), and the step
+  // count (metadata "trainer.step", so telemetry keeps its schedule): with the model's state and
+  // generators, everything a resumed run needs to continue bit for bit.
   TensorDict state_dict() const;
   void load_state_dict(const TensorDict& dict);
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tensor/safetensors.h"
+#include "tensor/tensor_dict.h"
 
 namespace mixtape::state_io {
 
@@ -17,6 +17,7 @@ inline std::string format(bool v) { return v ? "true" : "false"; }
 // Read metadata[key] as a number or flag; `owner` names the state dict in errors ("Adam").
 double get_double(const TensorDict& d, const std::string& key, const char* owner);
 int64_t get_int(const TensorDict& d, const std::string& key, const char* owner);
+uint64_t get_uint(const TensorDict& d, const std::string& key, const char* owner);  // seeds and counters
 bool get_bool(const TensorDict& d, const std::string& key, const char* owner);
 
 }  // namespace mixtape::state_io

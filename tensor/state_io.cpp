@@ -1,4 +1,4 @@
-#include "optim/state_io.h"
+#include "tensor/state_io.h"
 
 #include <charconv>
 #include <system_error>
@@ -37,6 +37,10 @@ double get_double(const TensorDict& d, const std::string& key, const char* owner
 
 int64_t get_int(const TensorDict& d, const std::string& key, const char* owner) {
   return parse<int64_t>(d, key, owner, "an integer");
+}
+
+uint64_t get_uint(const TensorDict& d, const std::string& key, const char* owner) {
+  return parse<uint64_t>(d, key, owner, "a non-negative integer");
 }
 
 bool get_bool(const TensorDict& d, const std::string& key, const char* owner) {

@@ -389,8 +389,8 @@ void GradientScalingRule::load_state_dict(const TensorDict& dict) {
   const int64_t period = state_io::get_int(dict, "update_period", kOwner);
   MT_CHECK(step >= 0, kOwner, " state dict: 'step' must be >= 0, got ", step);
   MT_CHECK(gamma == options_.underflow_threshold && period == options_.update_period, kOwner,
-           " state dict: saved with underflow threshold ", gamma, " and update period ", period,
-           "; this rule has ", options_.underflow_threshold, " and ", options_.update_period);
+           " state dict: saved with underflow threshold ", gamma, " and update period ", period, "; this rule has ",
+           options_.underflow_threshold, " and ", options_.update_period);
   const Tensor& ints_t = dict.at("cache.ints");
   const Tensor& reals_t = dict.at("cache.reals");
   MT_CHECK(ints_t.dtype() == DType::i64 && ints_t.dim() == 2 && ints_t.size(1) == kIntColumns, kOwner,

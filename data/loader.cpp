@@ -145,7 +145,8 @@ void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   next_out_ = first_batch;
   failed_ = false;
   started_ = true;
-  if (options_.prefetch > 0 && next_out_ < num_batches_) worker_ = std::thread([this, first_batch] { worker_main(first_batch); });
+  if (options_.prefetch > 0 && next_out_ < num_batches_)
+    worker_ = std::thread([this, first_batch] { worker_main(first_batch); });
 }
 
 std::optional<Batch> DataLoader::next() {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "char_lstm_model.h"
+#include "checkpoint.h"
 #include "common.h"
 #include "mixtape.h"
 
@@ -86,7 +87,8 @@ struct Config {
 
   void add_to(CLI::App& app) {
     app.add_option("--data", data, "text file, or folder of text files (read non-recursively)")->capture_default_str();
-    app.add_option("--out-dir", out_dir, "folder for the checkpoint char_lstm.safetensors")->capture_default_str();
+    app.add_option("--out-dir", out_dir, "folder for the checkpoint char_lstm.safetensors (see --checkpoint)")
+        ->capture_default_str();
     app.add_option("--hidden", hidden, "LSTM hidden size")->check(CLI::Range(1, 1 << 14))->capture_default_str();
     app.add_option("--embed", embed, "embedding size")->check(CLI::Range(1, 1 << 14))->capture_default_str();
     app.add_option("--layers", layers, "LSTM layers")->check(CLI::Range(1, 64))->capture_default_str();
@@ -212,19 +214,21 @@ CharLSTMSize model_size(const Config& c) {
   return {.embed = c.embed, .hidden = c.hidden, .layers = c.layers, .dropout = c.dropout};
 }
 
-// How long the run is.
+// How long the run is. The schedule spans the planned run (--epochs); --max-steps only stops it
+// (Note [Resumable runs] in examples/checkpoint.h).
 struct Plan {
-  int64_t total_steps;  // --epochs x --steps-per-epoch, or --max-steps when that is fewer
-  int64_t warmup;       // --warmup, at most total_steps
-  int epochs;           // the epochs total_steps takes (the last one may be short)
+  int64_t planned_steps;  // --epochs x --steps-per-epoch: the schedule's length
+  int64_t total_steps;    // planned_steps, or --max-steps when that is fewer
+  int64_t warmup;         // --warmup, at most planned_steps
+  int epochs;             // the epochs total_steps takes (the last one may be short)
   int batch_size;
 };
 
 Plan plan_run(const Config& c, const examples::CommonFlags& flags) {
-  const int64_t total_steps = flags.max_steps > 0 ? std::min<int64_t>(flags.max_steps, flags.epochs * c.steps_per_epoch)
-                                                  : flags.epochs * c.steps_per_epoch;
-  return {total_steps, std::min(c.warmup, total_steps), int((total_steps + c.steps_per_epoch - 1) / c.steps_per_epoch),
-          flags.batch_size};
+  const int64_t planned = flags.epochs * c.steps_per_epoch;
+  const int64_t total_steps = flags.max_steps > 0 ? std::min<int64_t>(flags.max_steps, planned) : planned;
+  return {planned, total_steps, std::min(c.warmup, planned),
+          int((total_steps + c.steps_per_epoch - 1) / c.steps_per_epoch), flags.batch_size};
 }
 
 // Adam, or AdamW with --weight-decay > 0.
@@ -240,7 +244,7 @@ std::unique_ptr<LRScheduler> make_schedule(Optimizer& opt, const Config& c, cons
   if (c.schedule == "cosine")
     return std::make_unique<LRScheduler>(
         opt,
-        LinearWarmup(plan.warmup, CosineAnnealingLR(std::max<int64_t>(plan.total_steps - plan.warmup, 1), lr / 10)));
+        LinearWarmup(plan.warmup, CosineAnnealingLR(std::max<int64_t>(plan.planned_steps - plan.warmup, 1), lr / 10)));
   if (plan.warmup > 0) return std::make_unique<LRScheduler>(opt, LinearWarmup(plan.warmup));
   return nullptr;
 }
@@ -349,22 +353,79 @@ struct RunState {
   StepTimes times;          // parts of train_time
   double epoch_secs = 0.0;  // the last epoch's training steps
   double last_train_bpc = 0.0, last_val_bpc = 0.0;
+  double epoch_nats = 0.0;  // over the epoch in progress
+  int64_t epoch_n = 0;
   double window_nats = 0.0;  // since the last step event
   int64_t window_n = 0;
   int64_t skipped_in_window = 0;  // steps the loss scaler skipped since the last step event
   ProgressLine progress;
 };
 
-// One epoch of steps on random training windows, with their checks, step events and progress
-// line; the epoch's mean training loss goes to run.last_train_bpc.
+// The run's progress under "progress." (Note [Resumable runs]): the step, the training windows'
+// generator, and the running sums of the epoch (none when `epoch_done`: the next run starts the
+// next epoch) and of the step event in progress.
+void add_progress(TensorDict& ckpt, const RunState& run, const Generator& gen, bool epoch_done) {
+  ckpt.set_meta("progress.step", std::to_string(run.step));
+  examples::add_generator(ckpt, "progress.windows", gen);
+  ckpt.set_meta("progress.epoch_nats", state_io::format(epoch_done ? 0.0 : run.epoch_nats));
+  ckpt.set_meta("progress.epoch_n", std::to_string(epoch_done ? 0 : run.epoch_n));
+  ckpt.set_meta("progress.window_nats", state_io::format(run.window_nats));
+  ckpt.set_meta("progress.window_n", std::to_string(run.window_n));
+  ckpt.set_meta("progress.skipped_in_window", std::to_string(run.skipped_in_window));
+}
+
+void load_progress(const TensorDict& ckpt, RunState& run, Generator& gen) {
+  using examples::progress_double, examples::progress_int;
+  run.step = progress_int(ckpt, "step");
+  examples::load_generator(ckpt, "progress.windows", gen);
+  run.epoch_nats = progress_double(ckpt, "epoch_nats");
+  run.epoch_n = progress_int(ckpt, "epoch_n");
+  run.window_nats = progress_double(ckpt, "window_nats");
+  run.window_n = progress_int(ckpt, "window_n");
+  run.skipped_in_window = progress_int(ckpt, "skipped_in_window");
+  MT_CHECK(run.step >= 0 && run.epoch_n >= 0 && run.window_n >= 0, "--resume: the checkpoint's progress is negative");
+}
+
+// The model's parameters, generators, trainer and schedule (examples/checkpoint.h), the progress,
+// and the vocabulary's bytes (the id -> byte map) as the i64 tensor "vocab".
+TensorDict char_lstm_checkpoint(const Learner& l, const RunState& run, const Generator& gen,
+                                const data::CharVocab& vocab, bool epoch_done) {
+  TensorDict ckpt;
+  examples::add_training_state(ckpt, "", l.model, l.trainer, l.sched);
+  add_progress(ckpt, run, gen, epoch_done);
+  std::vector<int64_t> bytes;
+  for (unsigned char b : vocab.bytes()) bytes.push_back(int64_t(b));
+  ckpt.add("vocab", from_vector(bytes, {int64_t(bytes.size())}));
+  return ckpt;
+}
+
+// What a checkpoint must match to be resumed by this run.
+examples::RunIdentity run_identity(const Learner& l, const Config& c, const examples::CommonFlags& flags,
+                                   const Text& text) {
+  examples::RunIdentity id = {{"program", "char_lstm"},
+                              {"model", l.model.str()},
+                              {"batch_size", std::to_string(flags.batch_size)},
+                              {"seq_len", std::to_string(c.seq_len)},
+                              {"seed", std::to_string(flags.seed)},
+                              {"training_characters", std::to_string(text.n_train)}};
+  examples::add_precision_identity(id, l.trainer);
+  return id;
+}
+
+// One epoch of steps on random training windows (from where the run stands, when it was resumed
+// inside the epoch), with their checks, step events, progress line and --checkpoint-every saves;
+// the epoch's mean training loss goes to run.last_train_bpc.
 void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, const Plan& plan, int epoch,
-                 examples::Metrics& metrics, RunState& run) {
+                 examples::Metrics& metrics, const examples::Checkpointer& checkpoint, const examples::RunIdentity& id,
+                 RunState& run) {
   const auto t_epoch = Clock::now();
-  double epoch_nats = 0.0;
-  int64_t epoch_n = 0;
-  const int64_t steps_here = std::min(c.steps_per_epoch, plan.total_steps - run.step);
-  for (int64_t s = 1; s <= steps_here; ++s) {
-    ++run.step;
+  const int64_t first = (epoch - 1) * c.steps_per_epoch;  // steps before this epoch
+  const int64_t end = std::min(first + c.steps_per_epoch, plan.total_steps);
+  const int64_t steps_here = end - first;
+  double& epoch_nats = run.epoch_nats;
+  int64_t& epoch_n = run.epoch_n;
+  while (run.step < end) {
+    const int64_t s = ++run.step - first;
     const data::TextBatch batch = text.corpus.random_batch(data::TextSplit::train, plan.batch_size, c.seq_len, gen);
     const StepResult r = train_step(l, batch, run.times);
     metrics.write_telemetry(l.trainer);
@@ -399,11 +460,15 @@ void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, 
     }
     run.progress.update(epoch, plan, s, steps_here, run.step, epoch_nats / double(std::max<int64_t>(epoch_n, 1)) / kLn2,
                         r.lr, run.t0, run.eval_time);
+    if (checkpoint.due(run.step) && run.step < plan.total_steps)
+      checkpoint.save(char_lstm_checkpoint(l, run, gen, text.corpus.vocab(), run.step == first + c.steps_per_epoch),
+                      id);
   }
   run.progress.end_epoch();
   run.epoch_secs = examples::seconds_since(t_epoch);
   run.train_time += run.epoch_secs;
   run.last_train_bpc = epoch_nats / double(std::max<int64_t>(epoch_n, 1)) / kLn2;
+  if (run.step == first + c.steps_per_epoch) epoch_nats = 0.0, epoch_n = 0;  // the next epoch starts afresh
 }
 
 // ---- evaluation ------------------------------------------------------------------------------
@@ -449,25 +514,6 @@ void evaluate_epoch(Learner& l, const Text& text, const Config& c, const Plan& p
 }
 
 // ---- checkpoint, sample and reports ----------------------------------------------------------
-
-// Model parameters under "model.", the trainer (optimizer and loss scaler) under "trainer.", the
-// schedule under "sched.", and the vocabulary's bytes (the id -> byte map) as the i64 tensor
-// "vocab".
-void save_checkpoint(const std::string& path, const CharLSTM& model, const PrecisionTrainer& trainer,
-                     const LRScheduler* sched, const data::CharVocab& vocab, const Config& c) {
-  TensorDict ckpt;
-  examples::add_module_state(ckpt, "model.", model);
-  ckpt.merge("trainer.", trainer.state_dict());
-  if (sched) ckpt.merge("sched.", sched->state_dict());
-  std::vector<int64_t> bytes;
-  for (unsigned char b : vocab.bytes()) bytes.push_back(int64_t(b));
-  ckpt.add("vocab", from_vector(bytes, {int64_t(bytes.size())}));
-  ckpt.set_meta("model", "CharLSTM");
-  ckpt.set_meta("hidden", std::to_string(c.hidden));
-  ckpt.set_meta("embed", std::to_string(c.embed));
-  ckpt.set_meta("layers", std::to_string(c.layers));
-  save_safetensors(path, ckpt);
-}
 
 // Draws an index from softmax(logits / temperature) with one uniform number from `gen`
 // (temperature 0: the most likely index).
@@ -563,12 +609,15 @@ int main(int argc, char** argv) {
   device_flag.add_to(app);
   Config c;
   c.add_to(app);
+  examples::Checkpointer checkpoint("char_lstm.safetensors");
+  checkpoint.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
     c.finish(app, flags);
     const Device device = device_flag.resolve();
     examples::check_output_dir(c.out_dir);
+    checkpoint.finish(c.out_dir);
     set_num_threads(flags.threads);
     const std::string prompt = unescape(c.prompt);
     MT_CHECK(!prompt.empty(), "--prompt must not be empty");
@@ -584,20 +633,27 @@ int main(int argc, char** argv) {
     Learner learner{model, trainer, sched.get()};
     print_setup(c, flags, text, learner, plan, device);
 
-    examples::Metrics metrics(flags.metrics);
+    const examples::RunIdentity id = run_identity(learner, c, flags, text);
     RunState run;
-    for (int epoch = 1; epoch <= plan.epochs; ++epoch) {
-      train_epoch(learner, text, gen, c, plan, epoch, metrics, run);
+    if (const std::optional<TensorDict> saved = checkpoint.resume_state(id)) {
+      examples::load_training_state(*saved, "", model, trainer, sched.get());
+      load_progress(*saved, run, gen);
+      std::printf("resumed from %s at step %lld\n", checkpoint.path().c_str(), (long long)run.step);
+    }
+
+    examples::Metrics metrics(flags.metrics, checkpoint.resuming());
+    const int first_epoch = int(std::min(run.step, plan.total_steps - 1) / c.steps_per_epoch) + 1;
+    for (int epoch = first_epoch; epoch <= plan.epochs; ++epoch) {
+      train_epoch(learner, text, gen, c, plan, epoch, metrics, checkpoint, id, run);
       evaluate_epoch(learner, text, c, plan, epoch, metrics, run);
     }
     const double wall = examples::seconds_since(run.t0);
     std::printf("validation %.2f bpc vs unigram entropy %.2f bpc (train %.2f bpc over the last epoch)\n",
                 run.last_val_bpc, text.unigram, run.last_train_bpc);
 
-    std::filesystem::create_directories(c.out_dir);
-    const std::string ckpt = examples::output_path(c.out_dir, "char_lstm.safetensors");
-    save_checkpoint(ckpt, model, trainer, sched.get(), text.corpus.vocab(), c);
-    std::printf("checkpoint: %s\n", ckpt.c_str());
+    checkpoint.save(char_lstm_checkpoint(learner, run, gen, text.corpus.vocab(), run.step % c.steps_per_epoch == 0),
+                    id);
+    std::printf("checkpoint: %s\n", checkpoint.path().c_str());
     if (c.sample_len > 0) print_sample(model, text.corpus.vocab(), prompt, c, flags.seed, trainer.compute_dtype());
     report_run(learner, run, wall, text.unigram, device, metrics);
   } catch (const std::exception& e) {

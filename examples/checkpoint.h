@@ -42,11 +42,13 @@ using RunIdentity = std::vector<std::pair<std::string, std::string>>;
 
 // The precision part of a run's identity: policy, loss scale, update rounding, compute dtype and
 // optimizer of `t`, each key behind `prefix` ("G." for a GAN's generator).
-inline void add_precision_identity(RunIdentity& id, const mixtape::PrecisionTrainer& t, const std::string& prefix = {}) {
+inline void add_precision_identity(RunIdentity& id, const mixtape::PrecisionTrainer& t,
+                                   const std::string& prefix = {}) {
   using namespace mixtape;
   id.emplace_back(prefix + "precision", nn::precision_name(t.precision()));
   id.emplace_back(prefix + "loss_scale", t.options().loss_scale.str());
-  if (nn::is_pure(t.precision())) id.emplace_back(prefix + "update_rounding", update_rounding_name(t.options().rounding));
+  if (nn::is_pure(t.precision()))
+    id.emplace_back(prefix + "update_rounding", update_rounding_name(t.options().rounding));
   id.emplace_back(prefix + "compute_dtype", dtype_name(t.compute_dtype()));
   id.emplace_back(prefix + "optimizer", t.optimizer().name());
   if (t.options().loss_scale.kind == LossScaleSpec::Kind::gradient)
@@ -87,6 +89,14 @@ class Checkpointer {
  public:
   // `file_name` is the default checkpoint's name in --out-dir ("cnn.safetensors").
   explicit Checkpointer(std::string file_name) : file_name_(std::move(file_name)) {}
+  // A checkpoint at `path` without flags (precision_lab's runs: one file per run).
+  static Checkpointer at(std::string path, int64_t every, bool resume) {
+    Checkpointer c(std::filesystem::path(path).filename().string());
+    c.path_ = std::move(path);
+    c.every_ = every;
+    c.resume_ = resume;
+    return c;
+  }
 
   void add_to(CLI::App& app) {
     app.add_option("--checkpoint", path_,
@@ -113,12 +123,17 @@ class Checkpointer {
   // Whether step `step` (counted from the run's start) ends with a save.
   bool due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
 
+  // Whether this run continues a saved one (--resume and a file at path()).
+  bool resuming() const {
+    std::error_code ec;
+    return resume_ && std::filesystem::exists(path_, ec);
+  }
+
   // With --resume and a file at path(): its contents, after checking that its identity matches
   // `id`. Without --resume, or when there is no file yet: nullopt (a new run starts).
   std::optional<mixtape::TensorDict> resume_state(const RunIdentity& id) const {
     if (!resume_) return std::nullopt;
-    std::error_code ec;
-    if (!std::filesystem::exists(path_, ec)) {
+    if (!resuming()) {
       std::printf("resume: no checkpoint at %s yet; starting a new run\n", path_.c_str());
       return std::nullopt;
     }
@@ -126,7 +141,8 @@ class Checkpointer {
     std::string differences;
     for (const auto& [key, value] : id) {
       const std::string saved = ckpt.has_meta("run." + key) ? ckpt.meta("run." + key) : std::string("(none)");
-      if (saved != value) differences += "\n  " + key + ": the checkpoint has '" + saved + "', this run '" + value + "'";
+      if (saved != value)
+        differences += "\n  " + key + ": the checkpoint has '" + saved + "', this run '" + value + "'";
     }
     MT_CHECK(differences.empty(), "--resume: ", path_, " belongs to another run:", differences,
              "\n(give another --checkpoint to start a new run, or the flags the checkpoint was trained with)");

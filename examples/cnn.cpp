@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
                                      .device = device,
                                      .checkpoint = &checkpoint};
     const PrecisionOptions options = precision.options(flags.seed);
-    examples::Metrics metrics(flags.metrics);
+    examples::Metrics metrics(flags.metrics, checkpoint.resuming());
     const examples::CnnRun run = examples::train_cnn(config, options, train, test, metrics);
 
     report_run(run, device, examples::seconds_since(t_start), checkpoint.path(), metrics);

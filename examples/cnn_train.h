@@ -113,7 +113,7 @@ struct CnnRun {
   std::unique_ptr<mixtape::LRScheduler> sched;
   RunIdentity identity;  // what a checkpoint of this run must match to resume it
   CnnPosition position;
-  CnnEval last;  // the final evaluation
+  CnnEval last;            // the final evaluation
   bool evaluated = false;  // `last` holds an evaluation
   int64_t steps = 0;
   double train_secs = 0.0;        // training steps only, without evaluation
@@ -195,6 +195,7 @@ inline mixtape::TensorDict cnn_checkpoint(const CnnRun& run, int64_t steps_per_e
   ckpt.set_meta("progress.loss_sum", state_io::format(p.loss_sum));
   ckpt.set_meta("progress.finite", std::to_string(p.finite));
   ckpt.set_meta("progress.nonfinite_losses", std::to_string(run.nonfinite_losses));
+  ckpt.set_meta("progress.final_train_loss", state_io::format(run.final_train_loss));
   return ckpt;
 }
 
@@ -214,8 +215,9 @@ inline void resume_cnn(CnnRun& run, const mixtape::TensorDict& ckpt, int64_t ste
   p.loss_sum = progress_double(ckpt, "loss_sum");
   p.finite = progress_int(ckpt, "finite");
   run.nonfinite_losses = progress_int(ckpt, "nonfinite_losses");
-  MT_CHECK(run.steps >= 0 && p.epoch >= 1 && p.batch >= 0 && p.batch < steps_per_epoch && p.finite >= 0, "--resume: ",
-           "the checkpoint's position (step ", run.steps, ", epoch ", p.epoch, ", batch ", p.batch,
+  run.final_train_loss = progress_double(ckpt, "final_train_loss");
+  MT_CHECK(run.steps >= 0 && p.epoch >= 1 && p.batch >= 0 && p.batch < steps_per_epoch && p.finite >= 0,
+           "--resume: ", "the checkpoint's position (step ", run.steps, ", epoch ", p.epoch, ", batch ", p.batch,
            ") does not fit this run's ", steps_per_epoch, " batches per epoch");
 }
 
@@ -319,7 +321,8 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
                        {"scale", scale},
                        {"skipped", !applied},
                        {"grad_norm", trainer.last_grad_norm()}});
-      if (c.checkpoint && c.checkpoint->due(step) && step < total_steps) save_cnn_checkpoint(run, *c.checkpoint, steps_per_epoch);
+      if (c.checkpoint && c.checkpoint->due(step) && step < total_steps)
+        save_cnn_checkpoint(run, *c.checkpoint, steps_per_epoch);
       if (step >= total_steps) break;
     }
     if (c.progress) progress.update(epoch, pos.batch, pos.loss_sum / double(std::max<int64_t>(pos.finite, 1)), true);
@@ -330,7 +333,7 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
   }
   if (!run.evaluated) evaluate_run(run, c, test, int(pos.epoch) - 1, metrics);  // resumed at the end of the run
   if (c.checkpoint) save_cnn_checkpoint(run, *c.checkpoint, steps_per_epoch);
-    return run;
+  return run;
 }
 
 }  // namespace examples

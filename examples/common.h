@@ -250,9 +250,10 @@ inline void add_module_state(mixtape::TensorDict& ckpt, const std::string& prefi
 // One JSON object per line, flushed per event so a crash loses nothing already written.
 class Metrics {
  public:
-  explicit Metrics(const std::string& path) {
+  // `append`: a resumed run adds its events after those of the run it continues.
+  explicit Metrics(const std::string& path, bool append = false) {
     if (path.empty()) return;
-    out_.open(path, std::ios::out | std::ios::trunc);
+    out_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
     MT_CHECK(out_.good(), "cannot open metrics file '", path, "' for writing");
   }
   void write(const nlohmann::json& event) {

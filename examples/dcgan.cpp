@@ -45,6 +45,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "checkpoint.h"
 #include "common.h"
 #include "dcgan_model.h"
 #include "mixtape.h"
@@ -93,7 +94,8 @@ struct DcganFlags {
     app.add_option("--sample-mode", sample_mode, "batch norm statistics for the sample grids")
         ->check(CLI::IsMember({"eval", "train"}))
         ->capture_default_str();
-    app.add_option("--out-dir", out_dir, "where the PNG grids and dcgan.safetensors go")->capture_default_str();
+    app.add_option("--out-dir", out_dir, "where the PNG grids and dcgan.safetensors (see --checkpoint) go")
+        ->capture_default_str();
     app.add_flag("--smoke", smoke, "tiny networks, a few dozen steps on a subset (CI smoke run)");
   }
 
@@ -318,22 +320,86 @@ struct EpochStats {
   double n() const { return double(std::max<int64_t>(scored, 1)); }
 };
 
+// Where a run stands: the next batch, and the sums of the epoch in progress.
+struct Position {
+  int64_t epoch = 1, batch = 0;  // the next step trains batch `batch` of epoch `epoch`
+  EpochStats stats;              // of epoch `epoch` so far (times are not saved)
+};
+
+// Both networks with what trains them ("generator." and "discriminator.": model, generators,
+// trainer), the noise generator and the position under "progress." (Note [Resumable runs]).
+TensorDict dcgan_checkpoint(const Gan& gan, int64_t step, Position p, int64_t batches_per_epoch) {
+  if (p.batch == batches_per_epoch) p = {.epoch = p.epoch + 1};  // the epoch is complete: the next one
+  TensorDict ckpt;
+  examples::add_training_state(ckpt, "generator.", *gan.G, *gan.g_trainer, nullptr);
+  examples::add_training_state(ckpt, "discriminator.", *gan.D, *gan.d_trainer, nullptr);
+  examples::add_generator(ckpt, "progress.noise", gan.noise_gen);
+  ckpt.set_meta("progress.step", std::to_string(step));
+  ckpt.set_meta("progress.epoch", std::to_string(p.epoch));
+  ckpt.set_meta("progress.batch", std::to_string(p.batch));
+  const EpochStats& e = p.stats;
+  for (const auto& [key, v] :
+       {std::pair{"sum_d", e.sum_d}, {"sum_g", e.sum_g}, {"sum_real", e.sum_real}, {"sum_fake", e.sum_fake}})
+    ckpt.set_meta(std::string("progress.") + key, state_io::format(v));
+  ckpt.set_meta("progress.steps", std::to_string(e.steps));
+  ckpt.set_meta("progress.scored", std::to_string(e.scored));
+  return ckpt;
+}
+
+// Continues from a checkpoint of dcgan_checkpoint; returns the step it was saved at.
+int64_t resume_dcgan(const TensorDict& ckpt, Gan& gan, Position& p, int64_t batches_per_epoch) {
+  using examples::progress_double, examples::progress_int;
+  examples::load_training_state(ckpt, "generator.", *gan.G, *gan.g_trainer, nullptr);
+  examples::load_training_state(ckpt, "discriminator.", *gan.D, *gan.d_trainer, nullptr);
+  examples::load_generator(ckpt, "progress.noise", gan.noise_gen);
+  const int64_t step = progress_int(ckpt, "step");
+  p.epoch = progress_int(ckpt, "epoch");
+  p.batch = progress_int(ckpt, "batch");
+  EpochStats& e = p.stats;
+  e.sum_d = progress_double(ckpt, "sum_d");
+  e.sum_g = progress_double(ckpt, "sum_g");
+  e.sum_real = progress_double(ckpt, "sum_real");
+  e.sum_fake = progress_double(ckpt, "sum_fake");
+  e.steps = progress_int(ckpt, "steps");
+  e.scored = progress_int(ckpt, "scored");
+  MT_CHECK(step >= 0 && p.epoch >= 1 && p.batch >= 0 && p.batch < batches_per_epoch && e.steps >= 0 && e.scored >= 0,
+           "--resume: the checkpoint's position (step ", step, ", epoch ", p.epoch, ", batch ", p.batch,
+           ") does not fit this run's ", batches_per_epoch, " batches per epoch");
+  return step;
+}
+
+// What a checkpoint must match to be resumed by this run.
+examples::RunIdentity run_identity(const Gan& gan, const examples::CommonFlags& flags, int64_t images) {
+  examples::RunIdentity id = {{"program", "dcgan"},
+                              {"generator", gan.G->str()},
+                              {"discriminator", gan.D->str()},
+                              {"batch_size", std::to_string(flags.batch_size)},
+                              {"seed", std::to_string(flags.seed)},
+                              {"training_images", std::to_string(images)}};
+  examples::add_precision_identity(id, *gan.g_trainer, "G.");
+  examples::add_precision_identity(id, *gan.d_trainer, "D.");
+  return id;
+}
+
 std::string step_png(const std::string& dir, int64_t step) {
   char name[64];
   std::snprintf(name, sizeof name, "dcgan_step_%06lld.png", (long long)step);
   return examples::output_path(dir, name);
 }
 
-// One pass over the data (or up to --max-steps): each step, its checks, its step event and
-// --sample-every grid.
-EpochStats train_epoch(Gan& gan, data::DataLoader& loader, int epoch, const DcganFlags& o, int64_t max_steps,
-                       examples::Progress& progress, examples::Metrics& metrics, RunState& run) {
+// One pass over the data from p.batch (or up to --max-steps): each step, its checks, its step
+// event, --sample-every grid and --checkpoint-every save.
+void train_epoch(Gan& gan, data::DataLoader& loader, Position& p, const DcganFlags& o, int64_t max_steps,
+                 const examples::Checkpointer& checkpoint, const examples::RunIdentity& id,
+                 examples::Progress& progress, examples::Metrics& metrics, RunState& run) {
   progress.start_epoch();
   const auto t_epoch = Clock::now();
-  EpochStats e;
+  const int epoch = int(p.epoch);
+  EpochStats& e = p.stats;
+  e.times = PhaseTimes{};
   e.times.device = gan.device;
   e.times.start();
-  for (data::Batch& b : loader.epoch(epoch)) {
+  for (data::Batch& b : loader.epoch(epoch, p.batch)) {
     e.times.lap(e.times.data);
     const examples::GanStepResult r = train_step(gan, b[0], e.times, metrics);
     ++run.step;
@@ -367,16 +433,17 @@ EpochStats train_epoch(Gan& gan, data::DataLoader& loader, int epoch, const Dcga
                      {"g_scale", r.scale_g},
                      {"g_skipped", !r.applied_g}});
     if (o.sample_every > 0 && run.step % o.sample_every == 0) gan.write_samples(step_png(o.out_dir, run.step));
+    p.batch = b.index + 1;
     if (max_steps > 0 && run.step >= max_steps) {
       run.stop = true;
       break;
     }
+    if (checkpoint.due(run.step)) checkpoint.save(dcgan_checkpoint(gan, run.step, p, loader.batches_per_epoch()), id);
     e.times.start();
   }
   progress.update(epoch, e.steps, e.sum_d / e.n(), true);
   run.train_secs += examples::seconds_since(t_epoch);
   run.times += e.times;
-  return e;
 }
 
 // ---- checkpoint, sample grids and reports ----------------------------------------------------
@@ -385,23 +452,6 @@ std::string epoch_png(const std::string& dir, int epoch) {
   char name[64];
   std::snprintf(name, sizeof name, "dcgan_epoch_%03d.png", epoch);
   return examples::output_path(dir, name);
-}
-
-// Both networks, their trainers' optimizer and scaler state, and the shape of the networks.
-void save_checkpoint(const std::string& path, const Gan& gan, const DcganFlags& o, int epoch, int64_t step) {
-  TensorDict ckpt;
-  examples::add_module_state(ckpt, "generator.", *gan.G);
-  examples::add_module_state(ckpt, "discriminator.", *gan.D);
-  ckpt.merge("trainer_g.", gan.g_trainer->state_dict());
-  ckpt.merge("trainer_d.", gan.d_trainer->state_dict());
-  ckpt.set_meta("epoch", std::to_string(epoch));
-  ckpt.set_meta("step", std::to_string(step));
-  ckpt.set_meta("image_size", std::to_string(o.image_size));
-  ckpt.set_meta("channels", std::to_string(gan.nc));
-  ckpt.set_meta("nz", std::to_string(gan.nz));
-  ckpt.set_meta("ngf", std::to_string(o.ngf));
-  ckpt.set_meta("ndf", std::to_string(o.ndf));
-  save_safetensors(path, ckpt);
 }
 
 // The epoch's averages and phase times, on stdout and as an "eval" event.
@@ -465,12 +515,15 @@ int main(int argc, char** argv) {
   device_flag.add_to(app);
   DcganFlags o;
   o.add_to(app);
+  examples::Checkpointer checkpoint("dcgan.safetensors");
+  checkpoint.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
     o.finish(app, flags);
     const Device device = device_flag.resolve();
     examples::check_output_dir(o.out_dir);
+    checkpoint.finish(o.out_dir);
     set_num_threads(flags.threads);
     const auto t_start = Clock::now();
 
@@ -478,19 +531,28 @@ int main(int argc, char** argv) {
     Gan gan(o, images.size(1), flags, precision, device);
     data::DataLoader loader(data::TensorDataset({images}),
                             {.batch_size = flags.batch_size, .shuffle = true, .drop_last = true, .seed = flags.seed});
-    examples::Metrics metrics(flags.metrics);
-    examples::Progress progress(flags.epochs, loader.batches_per_epoch());
-    const std::string ckpt_path = examples::output_path(o.out_dir, "dcgan.safetensors");
-
+    const int64_t batches = loader.batches_per_epoch();
+    const examples::RunIdentity id = run_identity(gan, flags, images.size(0));
     RunState run;
-    for (int epoch = 1; epoch <= flags.epochs && !run.stop; ++epoch) {
-      const EpochStats e = train_epoch(gan, loader, epoch, o, flags.max_steps, progress, metrics, run);
-      const std::string png = epoch_png(o.out_dir, epoch);
-      gan.write_samples(png);
-      save_checkpoint(ckpt_path, gan, o, epoch, run.step);
-      report_epoch(epoch, e, png, metrics);
+    Position p;
+    if (const std::optional<TensorDict> saved = checkpoint.resume_state(id)) {
+      run.step = resume_dcgan(*saved, gan, p, batches);
+      std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", checkpoint.path().c_str(),
+                  (long long)run.step, (long long)p.epoch, (long long)p.batch);
     }
-    report_run(gan, run, device, examples::seconds_since(t_start), ckpt_path, metrics);
+    run.stop = flags.max_steps > 0 && run.step >= flags.max_steps;
+    examples::Metrics metrics(flags.metrics, checkpoint.resuming());
+    examples::Progress progress(flags.epochs, batches);
+
+    for (; p.epoch <= flags.epochs && !run.stop; ++p.epoch, p.batch = 0, p.stats = {}) {
+      train_epoch(gan, loader, p, o, flags.max_steps, checkpoint, id, progress, metrics, run);
+      const std::string png = epoch_png(o.out_dir, int(p.epoch));
+      gan.write_samples(png);
+      checkpoint.save(dcgan_checkpoint(gan, run.step, p, batches), id);
+      report_epoch(int(p.epoch), p.stats, png, metrics);
+      if (run.stop && p.batch < batches) break;  // stopped inside the epoch: resume there
+    }
+    report_run(gan, run, device, examples::seconds_since(t_start), checkpoint.path(), metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dcgan: error: %s\n", e.what());
     return 1;

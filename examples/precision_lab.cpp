@@ -263,6 +263,8 @@ struct LabFlags {
   double weight_decay = 1e-4, dropout = 0.3;
   int seeds = 0;  // 0: the suite's default
   bool smoke = false, plots = true;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
 
   void add_to(CLI::App& app) {
     app.add_option("--suite", suite,
@@ -274,6 +276,13 @@ struct LabFlags {
     app.add_flag("--plots,!--no-plots", plots,
                  "draw each suite's figures into <out-dir>[/<regime>]/plots (python3 + matplotlib)")
         ->capture_default_str();
+    app.add_option("--checkpoint-every", checkpoint_every,
+                   "save each run's whole state to <out-dir>/<run>.safetensors every N steps and at its end")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 40))
+        ->capture_default_str();
+    app.add_flag("--resume", resume,
+                 "continue each run from <out-dir>/<run>.safetensors where it exists (a finished run is evaluated "
+                 "again, not retrained); runs save their state at the end");
     app.add_option("--seeds", seeds, "seeds per configuration (default: 1; stress: 3); reported as mean +- sd")
         ->check(CLI::Range(1, 100));
     app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
@@ -350,17 +359,25 @@ struct Lab {
 };
 
 // One training run of one configuration; its metrics (steps, telemetry, summary) go to `metrics_path`.
-LabRow run_config(const Lab& lab, const LabConfig& lc, const examples::CnnConfig& cc, const std::string& metrics_path) {
+// With --checkpoint-every or --resume, the run saves its whole state next to its metrics
+// (<run>.safetensors; examples/checkpoint.h) and --resume continues it from there: a run that had
+// finished is evaluated again, not retrained, so an interrupted suite redoes only what it lost.
+LabRow run_config(const Lab& lab, const LabConfig& lc, examples::CnnConfig cc, const std::string& metrics_path) {
   examples::PrecisionFlags pf;
   pf.precision = lc.precision;
   pf.loss_scale = lc.loss_scale;
   if (!lc.rounding.empty()) pf.rounding = lc.rounding;
   pf.telemetry_every = lab.o.telemetry_every;
   const PrecisionOptions options = pf.options(cc.seed);
-  examples::Metrics metrics(metrics_path);
-  std::printf("== %s: --precision %s --loss-scale %s%s --seed %llu\n", lc.name.c_str(), lc.precision.c_str(),
+  const examples::Checkpointer checkpoint =
+      examples::Checkpointer::at(std::filesystem::path(metrics_path).replace_extension(".safetensors").string(),
+                                 lab.o.checkpoint_every, lab.o.resume);
+  if (lab.o.resume || lab.o.checkpoint_every > 0) cc.checkpoint = &checkpoint;
+  examples::Metrics metrics(metrics_path, checkpoint.resuming());
+  std::printf("== %s: --precision %s --loss-scale %s%s --seed %llu%s\n", lc.name.c_str(), lc.precision.c_str(),
               lc.loss_scale.c_str(), lc.rounding.empty() ? "" : (" --update-rounding " + lc.rounding).c_str(),
-              (unsigned long long)cc.seed);
+              (unsigned long long)cc.seed,
+              checkpoint.resuming() ? (" (resumed from " + checkpoint.path() + ")").c_str() : "");
   const auto t0 = std::chrono::steady_clock::now();
   examples::CnnRun run = examples::train_cnn(cc, options, lab.train, lab.test, metrics);
   LabRow row{.config = lc};

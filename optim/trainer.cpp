@@ -8,6 +8,7 @@
 #include "autograd/tape.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "tensor/state_io.h"
 
 namespace mixtape {
 
@@ -313,6 +314,13 @@ TensorDict PrecisionTrainer::state_dict() const {
   if (grad_scaling_) d.merge("gradient_scaling.", grad_scaling_->state_dict());
   d.set_meta("precision", nn::precision_name(options_.precision));
   d.set_meta("trainer.step", std::to_string(step_));  // the telemetry schedule resumes from here
+  const RoundingCounts& r = total_rounding_;          // the census totals the summaries report
+  for (const auto& [key, v] : {std::pair{"rounded", r.rounded},
+                               {"nonzero", r.nonzero},
+                               {"underflow", r.underflow},
+                               {"subnormal", r.subnormal},
+                               {"overflow", r.overflow}})
+    d.set_meta(std::string("trainer.rounding.") + key, std::to_string(v));
   return d;
 }
 
@@ -330,6 +338,15 @@ void PrecisionTrainer::load_state_dict(const TensorDict& dict) {
     } catch (const std::exception&) { used = 0; }
     MT_CHECK(used == v.size() && !v.empty() && step >= 0,
              "PrecisionTrainer::load_state_dict: 'trainer.step' must be a non-negative integer, got '", v, "'");
+  }
+  RoundingCounts rounding;
+  if (dict.has_meta("trainer.rounding.rounded")) {
+    const char* owner = "PrecisionTrainer";
+    rounding = {.rounded = state_io::get_uint(dict, "trainer.rounding.rounded", owner),
+                .nonzero = state_io::get_uint(dict, "trainer.rounding.nonzero", owner),
+                .underflow = state_io::get_uint(dict, "trainer.rounding.underflow", owner),
+                .subnormal = state_io::get_uint(dict, "trainer.rounding.subnormal", owner),
+                .overflow = state_io::get_uint(dict, "trainer.rounding.overflow", owner)};
   }
   const TensorDict opt = dict.sub("optimizer."), sc = dict.sub("scaler."), gs = dict.sub("gradient_scaling.");
   MT_CHECK(!grad_scaling_ || !gs.metadata.empty(),
@@ -350,6 +367,7 @@ void PrecisionTrainer::load_state_dict(const TensorDict& dict) {
     throw;
   }
   step_ = step;
+  total_rounding_ = rounding;
 }
 
 }  // namespace mixtape

@@ -568,3 +568,39 @@ TEST_CASE("gradient scaling: the tape's guard recomputes a node whose output ove
   }
   CHECK(std::isinf(max_abs(x2.grad()->g)));
 }
+
+TEST_CASE("gradient scaling: state_dict carries the step and the cached betas into a new rule", "[gradscale]") {
+  // Same schedule as above: computed at step 0 (beta 32), reused at steps 1 and 2, recomputed at 3.
+  GradientScalingRule rule(GradientScalingOptions{1e-3, 3});
+  linear_step(rule, 1e-4);
+  rule.next_step();
+  GradientScalingRule resumed(GradientScalingOptions{1e-3, 3});
+  resumed.load_state_dict(rule.state_dict());
+  CHECK(resumed.step() == 1);
+  for (int s = 1; s < 3; ++s) {
+    INFO("step " << s);
+    linear_step(rule, 1e-4 / 64);
+    linear_step(resumed, 1e-4 / 64);
+    const ScaleRecord a = activation_records(rule.records())[0], b = activation_records(resumed.records())[0];
+    CHECK(b.reused);  // without the cache the resumed rule would compute 2048 here
+    CHECK(b.beta == a.beta);
+    CHECK(b.beta == 32.0f);
+    CHECK(b.sigma == a.sigma);
+    rule.next_step();
+    resumed.next_step();
+  }
+  linear_step(resumed, 1e-4 / 64);
+  CHECK_FALSE(activation_records(resumed.records())[0].reused);
+  CHECK(activation_records(resumed.records())[0].beta == 2048.0f);
+
+  // Refused: other options, a corrupt entry; nothing changes.
+  const TensorDict saved = rule.state_dict();
+  GradientScalingRule other(GradientScalingOptions{1e-3, 4});
+  CHECK_THROWS_WITH(other.load_state_dict(saved), Contains("update period 3"));
+  TensorDict bad = saved;
+  for (auto& [name, t] : bad.tensors)
+    if (name == "cache.reals") t = full(t.shape(), -1.0, DType::f64);
+  GradientScalingRule target(GradientScalingOptions{1e-3, 3});
+  CHECK_THROWS_WITH(target.load_state_dict(bad), Contains("not a finite positive float"));
+  CHECK(target.step() == 0);
+}

@@ -247,3 +247,25 @@ TEST_CASE("TensorDataset validates its tensors and rows", "[data]") {
              }),
              Contains("batch_size"));
 }
+
+TEST_CASE("DataLoader: an epoch started at batch k gives batches k.. of the whole epoch", "[data]") {
+  for (int prefetch : {0, 2}) {
+    INFO("prefetch " << prefetch);
+    DataLoader loader(rows(20), {.batch_size = 3, .shuffle = true, .drop_last = true, .seed = 5, .prefetch = prefetch});
+    std::vector<std::vector<int64_t>> whole;
+    for (Batch& b : loader.epoch(4)) whole.push_back(b.indices);
+    REQUIRE(whole.size() == 6);
+    std::vector<std::vector<int64_t>> tail;
+    std::vector<int64_t> index;
+    for (Batch& b : loader.epoch(4, 4)) {
+      tail.push_back(b.indices);
+      index.push_back(b.index);
+    }
+    CHECK(tail == std::vector<std::vector<int64_t>>(whole.begin() + 4, whole.end()));
+    CHECK(index == std::vector<int64_t>{4, 5});
+    int64_t n = 0;
+    for (Batch& b : loader.epoch(4, 6)) n += b.size();  // the end of the epoch: nothing left
+    CHECK(n == 0);
+    CHECK_THROWS_WITH(loader.start_epoch(4, 7), Contains("batch 7 is outside the epoch's 6 batches"));
+  }
+}

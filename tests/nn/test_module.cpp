@@ -309,3 +309,40 @@ TEST_CASE("Sequential chains its modules and checks indices and types", "[nn][mo
   for (const auto& m : seq) count += m != nullptr;
   CHECK(count == 4);
 }
+
+TEST_CASE("generator_state saves where each owned generator stands, and loading continues the same masks",
+          "[nn][module][state]") {
+  struct Net : nn::Module {
+    std::shared_ptr<nn::Dropout> drop;
+    explicit Net(Generator& gen) : Module("Net") {
+      register_module("0", std::make_shared<nn::Linear>(4, 4, true, gen));
+      drop = register_module("1", std::make_shared<nn::Dropout>(0.5, uint64_t(3)));
+      register_module("2", std::make_shared<nn::LSTM>(4, 4, 2, true, true, 0.5, gen));
+    }
+  };
+  Generator gen(11);
+  auto a = std::make_shared<Net>(gen), b = std::make_shared<Net>(gen);
+  const Tensor x = ones({2, 4});
+  (*a->drop)(x);  // draws a mask: a's dropout generator moves on
+  const TensorDict state = a->generator_state();
+  CHECK(state.empty());  // metadata only
+  CHECK(state.metadata.size() == 4);
+  CHECK(state.meta("1.mask.seed") == "3");
+  CHECK(state.meta("1.mask.offset") != "0");
+  CHECK(state.has_meta("2.dropout.offset"));
+  b->load_generator_state(state);
+  CHECK(b->generator_state().metadata == state.metadata);
+  // The next masks agree: b's dropout layer continues a's stream, not its own fresh one.
+  const Tensor ya = (*a->drop)(x).data(), yb = (*b->drop)(x).data();
+  CHECK(ya.values<float>() == yb.values<float>());
+
+  // Refused before anything changes: a missing or unknown entry, a value that is not a decimal integer.
+  TensorDict missing = state;
+  missing.metadata.erase("2.dropout.seed");
+  CHECK_THROWS_WITH(b->load_generator_state(missing), Contains("2.dropout.seed"));
+  TensorDict garbage = state;
+  garbage.set_meta("1.mask.offset", "12abc");
+  const StringMap before = b->generator_state().metadata;
+  CHECK_THROWS_WITH(b->load_generator_state(garbage), Contains("1.mask.offset"));
+  CHECK(b->generator_state().metadata == before);
+}

@@ -593,6 +593,32 @@ TEST_CASE("trainer state dicts resume exactly and refuse another precision", "[p
   CHECK(d.state_dict().metadata == d_state.metadata);
 }
 
+TEST_CASE("a gradient-scaling trainer saves its rule's cached scales and needs them to resume", "[precision]") {
+  const OptimizerSpec adamw{.kind = OptimizerKind::adamw, .lr = 1e-2};
+  PrecisionOptions p = policy("fp16", "gradient");
+  p.gradient_scaling.update_period = 4;
+  auto ma = make_mlp(1);
+  PrecisionTrainer a(*ma, adamw, p);
+  for (int t = 0; t < 3; ++t) train_step(a, *ma);
+  const TensorDict saved = clone_dict(a.state_dict());
+  REQUIRE(saved.contains("gradient_scaling.cache.ints"));
+  CHECK(saved.at("gradient_scaling.cache.ints").size(0) > 0);  // update period 4: betas are cached
+  auto mb = make_mlp(2);
+  PrecisionTrainer b(*mb, adamw, p);
+  mb->load_state_dict(clone_state(*ma));
+  b.load_state_dict(saved);
+  for (int t = 0; t < 3; ++t) CHECK(train_step(a, *ma) == train_step(b, *mb));
+  for (size_t i = 0; i < ma->parameters().size(); ++i)
+    CHECK(bytes_of(mb->parameters()[i].data()) == bytes_of(ma->parameters()[i].data()));
+
+  // A state saved without gradient scaling is refused by a trainer that scales per operator.
+  auto mc = make_mlp(3);
+  PrecisionTrainer c(*mc, adamw, policy("fp16", "static:1"));
+  auto md = make_mlp(3);
+  PrecisionTrainer d(*md, adamw, p);
+  CHECK_THROWS_WITH(d.load_state_dict(c.state_dict()), Catch::Contains("no 'gradient_scaling.' entries"));
+}
+
 TEST_CASE("pure policies refuse Nesterov SGD and Adam with L2 weight decay", "[precision]") {
   for (const char* pure : {"fp16-pure", "bf16-pure"}) {
     INFO(pure);

@@ -19,7 +19,7 @@ MT_HOST_DEVICE inline C unary_forward(C x, C a, C b) {
   else if constexpr (OP == UnaryOp::log) return M::log(x);
   else if constexpr (OP == UnaryOp::sqrt) return M::sqrt(x);
   else if constexpr (OP == UnaryOp::abs) return M::abs(x);
-  else if constexpr (OP == UnaryOp::relu) return x > C(0) ? x : C(0);
+  else if constexpr (OP == UnaryOp::relu) return x < C(0) ? C(0) : x;  // NaN passes through
   else if constexpr (OP == UnaryOp::sigmoid) return C(1) / (C(1) + M::exp(-x));
   else if constexpr (OP == UnaryOp::tanh) return M::tanh(x);
   else if constexpr (OP == UnaryOp::leaky_relu) return x * M::leaky_slope(x, a);
@@ -34,19 +34,27 @@ MT_HOST_DEVICE inline C unary_forward(C x, C a, C b) {
 
 // dy * f'(x), written with the saved output y where that is cheaper or more accurate.
 // Each formula is linear in dy, so a power-of-two gradient scale passes through exactly.
+//
+// Note [NaN in the formulas]
+// A mixed-precision run must see a NaN, never lose it: a comparison is false for NaN, so each
+// test is written so that its false branch is the one that keeps the value (relu: x < 0 ? 0 : x,
+// not x > 0 ? x : 0). At a NaN input, relu and clamp pass the gradient through as PyTorch does
+// (their outputs are NaN, and so is the loss), and abs returns NaN. And 0 * inf is NaN: pow with
+// exponent 0 has the derivative 0 everywhere, so its gradient is dy * 0 (as PyTorch's), not
+// dy * 0 * x^-1, which is NaN at x = 0.
 template <UnaryOp OP, class M, class C>
 MT_HOST_DEVICE inline C unary_backward(C x, C y, C dy, C a, C b) {
   if constexpr (OP == UnaryOp::neg) return -dy;
   else if constexpr (OP == UnaryOp::exp) return dy * y;
   else if constexpr (OP == UnaryOp::log) return dy / x;
   else if constexpr (OP == UnaryOp::sqrt) return dy / (C(2) * y);
-  else if constexpr (OP == UnaryOp::abs) return x > C(0) ? dy : (x < C(0) ? -dy : C(0));
-  else if constexpr (OP == UnaryOp::relu) return x > C(0) ? dy : C(0);
+  else if constexpr (OP == UnaryOp::abs) return x > C(0) ? dy : (x < C(0) ? -dy : (x == C(0) ? C(0) : x));
+  else if constexpr (OP == UnaryOp::relu) return x <= C(0) ? C(0) : dy;
   else if constexpr (OP == UnaryOp::sigmoid) return dy * (y * (C(1) - y));
   else if constexpr (OP == UnaryOp::tanh) return dy * (C(1) - y * y);
   else if constexpr (OP == UnaryOp::leaky_relu) return dy * M::leaky_slope(x, a);
-  else if constexpr (OP == UnaryOp::clamp) return (x >= a && x <= b) ? dy : C(0);
-  else if constexpr (OP == UnaryOp::pow) return dy * (a * M::pow(x, a - C(1)));
+  else if constexpr (OP == UnaryOp::clamp) return (x < a || x > b) ? C(0) : dy;
+  else if constexpr (OP == UnaryOp::pow) return a == C(0) ? dy * C(0) : dy * (a * M::pow(x, a - C(1)));
   else if constexpr (OP == UnaryOp::add_scalar) return dy;
   else if constexpr (OP == UnaryOp::mul_scalar) return dy * a;
   else if constexpr (OP == UnaryOp::div_scalar) return dy / a;

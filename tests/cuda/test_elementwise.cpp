@@ -43,6 +43,7 @@ const std::vector<OpCase>& op_cases() {
       {UnaryOp::pow, 2.0, 0, 0.05, 3, true},
       {UnaryOp::pow, 2.5, 0, 0.05, 3, true},
       {UnaryOp::pow, -1.5, 0, 0.05, 3, true},
+      {UnaryOp::pow, 0.0, 0, -2, 2, true},  // x^0: gradient dy * 0, also at x = 0
       {UnaryOp::add_scalar, 0.1},
       {UnaryOp::mul_scalar, -1.7},
       {UnaryOp::div_scalar, 3.0},

@@ -50,3 +50,48 @@ TEST_CASE("leaky_relu forward and backward: values, signed zeros, inf and NaN", 
     CHECK(got == std::vector<double>{2.0, -1.0, -0.25});
   }
 }
+
+TEST_CASE("relu, clamp and abs never hide a NaN; pow(x, 0) has gradient 0 at x = 0", "[tensor][elementwise]") {
+  // Note [NaN in the formulas]: PyTorch's values. relu and clamp pass NaN forward and pass the
+  // gradient through at a NaN input; abs's gradient at NaN is NaN; d(x^0)/dx = 0 everywhere.
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    INFO(dtype_name(dt));
+    const Tensor x = from_vector(std::vector<double>{nan, -1.0, 0.0, -0.0, 2.0}, {5}, dt);
+    const Tensor dy = from_vector(std::vector<double>{3.0, 3.0, 3.0, 3.0, 3.0}, {5}, dt);
+    const std::vector<double> relu_y = unary(UnaryOp::relu, x).to_vector();
+    CHECK(std::isnan(relu_y[0]));
+    CHECK(relu_y[1] == 0.0);
+    CHECK(relu_y[4] == 2.0);
+    const std::vector<double> relu_dx = unary_backward(UnaryOp::relu, x, Tensor(), dy).to_vector();
+    CHECK(relu_dx == std::vector<double>{3.0, 0.0, 0.0, 0.0, 3.0});
+    const std::vector<double> clamp_y = unary(UnaryOp::clamp, x, -0.5, 1.0).to_vector();
+    CHECK(std::isnan(clamp_y[0]));
+    const std::vector<double> clamp_dx = unary_backward(UnaryOp::clamp, x, Tensor(), dy, -0.5, 1.0).to_vector();
+    CHECK(clamp_dx == std::vector<double>{3.0, 0.0, 3.0, 3.0, 0.0});
+    const std::vector<double> abs_dx = unary_backward(UnaryOp::abs, x, Tensor(), dy).to_vector();
+    CHECK(std::isnan(abs_dx[0]));
+    CHECK(abs_dx[1] == -3.0);
+    CHECK(abs_dx[2] == 0.0);
+    const Tensor y0 = unary(UnaryOp::pow, x, 0.0);
+    const std::vector<double> pow_dx = unary_backward(UnaryOp::pow, x, y0, dy, 0.0).to_vector();
+    CHECK(pow_dx[2] == 0.0);  // was 0 * 0^-1 = 0 * inf = NaN
+    CHECK(pow_dx[3] == 0.0);
+    CHECK(pow_dx[4] == 0.0);
+    // A NaN or inf gradient still shows: dy * 0 is NaN (as PyTorch's masked derivative times dy).
+    const Tensor bad_dy = from_vector(std::vector<double>{inf, nan, 1.0, 1.0, 1.0}, {5}, dt);
+    const std::vector<double> pow_bad = unary_backward(UnaryOp::pow, x, y0, bad_dy, 0.0).to_vector();
+    CHECK(std::isnan(pow_bad[0]));
+    CHECK(std::isnan(pow_bad[1]));
+  }
+  // Through the tape: a NaN activation reaches the input's gradient.
+  Variable v(from_vector(std::vector<double>{nan, 1.0, -1.0}, {3}), true);
+  {
+    Tape tape;
+    tape.backward(sum(relu(v) * v));
+  }
+  const std::vector<double> g = v.grad()->unscaled().to_vector();
+  CHECK(std::isnan(g[0]));
+  CHECK(g[1] == 2.0);
+  CHECK(g[2] == 0.0);
+}

@@ -38,10 +38,11 @@ MT_HOST_DEVICE inline C unary_forward(C x, C a, C b) {
 // Note [NaN in the formulas]
 // A mixed-precision run must see a NaN, never lose it: a comparison is false for NaN, so each
 // test is written so that its false branch is the one that keeps the value (relu: x < 0 ? 0 : x,
-// not x > 0 ? x : 0). At a NaN input, relu and clamp pass the gradient through as PyTorch does
-// (their outputs are NaN, and so is the loss), and abs returns NaN. And 0 * inf is NaN: pow with
-// exponent 0 has the derivative 0 everywhere, so its gradient is dy * 0 (as PyTorch's), not
-// dy * 0 * x^-1, which is NaN at x = 0.
+// not x > 0 ? x : 0; relu(-0) = -0, as PyTorch's). At a NaN input relu's backward passes dy
+// through, as PyTorch's does; clamp's does too and abs's returns NaN, where PyTorch answers 0 for
+// both (checked with torch 1.13): a gradient of 0 there would hide a NaN that dy carries. And
+// 0 * inf is NaN: pow with exponent 0 has the derivative 0 everywhere, so its gradient is dy * 0
+// (PyTorch's masked derivative times dy), not dy * 0 * x^-1, which is NaN at x = 0.
 template <UnaryOp OP, class M, class C>
 MT_HOST_DEVICE inline C unary_backward(C x, C y, C dy, C a, C b) {
   if constexpr (OP == UnaryOp::neg) return -dy;

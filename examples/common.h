@@ -235,17 +235,13 @@ inline const char* diverged_hint(const mixtape::PrecisionTrainer& t) {
              : ")";
 }
 
-// ---- checkpoints and other output files ------------------------------------------------------
+// ---- output files (checkpoints: checkpoint.h) --------------------------------------------
 
 // dir/name as a string (--out-dir and a file name).
 inline std::string output_path(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
-// A module's parameters and buffers into a checkpoint, each name behind `prefix` ("model.").
-inline void add_module_state(mixtape::TensorDict& ckpt, const std::string& prefix, const mixtape::nn::Module& m) {
-  for (const auto& [name, t] : m.state_dict()) ckpt.add(prefix + name, t);
-}
 
 // One JSON object per line, flushed per event so a crash loses nothing already written.
 class Metrics {

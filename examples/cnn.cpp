@@ -9,7 +9,6 @@
 //   ./cnn --smoke --metrics m.jsonl --out-dir /tmp              # a few steps, for CI
 //   ./cnn --device cpu                                          # default --device auto: cuda:0 if any
 #include <cstdio>
-#include <filesystem>
 
 #include "cnn_train.h"
 #include "common.h"

@@ -242,7 +242,6 @@ inline std::string output_path(const std::string& dir, const std::string& name) 
   return (std::filesystem::path(dir) / name).string();
 }
 
-
 // One JSON object per line, flushed per event so a crash loses nothing already written.
 class Metrics {
  public:

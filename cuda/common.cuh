@@ -35,9 +35,11 @@
           ::mixtape::detail::cat(#call, " failed at ", __FILE__, ":", __LINE__, ": ", cudaGetErrorString(mt_err_))); \
   } while (0)
 
-// After a <<<...>>> launch: a bad configuration is reported here, with the kernel's name.
+// After a <<<...>>> launch: a bad configuration is reported here, with the kernel's name; the
+// launch is counted (Note [Runtime counters] in cuda/runtime.h).
 #define MT_CUDA_CHECK_LAUNCH(kernel_name)                                                                              \
   do {                                                                                                                 \
+    ::mixtape::cuda::count_launch();                                                                                   \
     const cudaError_t mt_err_ = cudaGetLastError();                                                                    \
     if (mt_err_ != cudaSuccess)                                                                                        \
       throw ::mixtape::Error(::mixtape::detail::cat("launch of ", kernel_name, " failed at ", __FILE__, ":", __LINE__, \

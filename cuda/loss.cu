@@ -190,7 +190,7 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const int
 // An 8-byte word on the device set to "no bad target" (all ones).
 Workspace bad_target_word(const Strided& like, Stream st) {
   Workspace w({1}, DType::i64, like.device());
-  MT_CUDA_CHECK(cudaMemsetAsync(w.raw_data(), 0xFF, sizeof(unsigned long long), st));
+  memset_async(w.raw_data(), 0xFF, sizeof(unsigned long long), st);
   return w;
 }
 
@@ -304,7 +304,7 @@ void pointwise_loss(const char* name, const Strided& a, const Strided& b, bool r
     if (numel == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
       if (reduce) {
         Workspace zero = workspace<double>(1, a.device());
-        MT_CUDA_CHECK(cudaMemsetAsync(zero.raw_data(), 0, sizeof(double), st));
+        memset_async(zero.raw_data(), 0, sizeof(double), st);
         launch_loss_total<T>(static_cast<const double*>(zero.raw_data()), 1, divisor, po, st);
       }
       return;
@@ -401,7 +401,7 @@ void cross_entropy(const Strided& logits, const Strided& targets, bool reduce, d
     double* pl = reduce ? static_cast<double*>(row_loss.raw_data()) : nullptr;
     if (rows == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
       if (reduce) {
-        MT_CUDA_CHECK(cudaMemsetAsync(pl, 0, sizeof(double), st));
+        memset_async(pl, 0, sizeof(double), st);
         launch_loss_total<T>(pl, 1, divisor, po, st);
       }
       return;

@@ -24,6 +24,9 @@ void* device_malloc(size_t, int) { unavailable("cuda::device_malloc"); }
 void device_free(void*, int) noexcept {}
 AllocatorStats allocator_stats(int) { unavailable("cuda::allocator_stats"); }
 void empty_cache(int) { unavailable("cuda::empty_cache"); }
+RuntimeCounters runtime_counters() { return {}; }
+void count_launch() {}
+void memset_async(void*, int, size_t, Stream) { unavailable("cuda::memset_async"); }
 void copy_host_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_host_to_device"); }
 void copy_device_to_host(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_host"); }
 void copy_device_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_device"); }

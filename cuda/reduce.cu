@@ -347,7 +347,7 @@ double max_abs(const Strided& x) {
   const Stream st = stream_of(x);
   Workspace acc({2}, DType::i64, x.device());
   auto* pacc = static_cast<unsigned long long*>(acc.raw_data());
-  MT_CUDA_CHECK(cudaMemsetAsync(pacc, 0, 2 * sizeof(unsigned long long), st));
+  memset_async(pacc, 0, 2 * sizeof(unsigned long long), st);
   bool is_double = false;
   dispatch_floating(x.dtype(), "max_abs", [&](auto tag) {
     using T = decltype(tag);

@@ -2,6 +2,7 @@
 // CUDA call is checked; a failure becomes a mixtape::Error naming the call, file and line.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -12,6 +13,9 @@
 namespace mixtape::cuda {
 
 namespace {
+
+// Note [Runtime counters]
+std::atomic<uint64_t> launches{0}, host_syncs{0}, device_allocs{0};
 
 struct DeviceState {
   Stream stream = nullptr;
@@ -36,6 +40,7 @@ DeviceState& state(int device) {
         [device](size_t n) -> void* {
           void* p = nullptr;
           cudaSetDevice(device);
+          device_allocs.fetch_add(1, std::memory_order_relaxed);
           if (cudaMalloc(&p, n) != cudaSuccess) {
             cudaGetLastError();  // clear the sticky-free out-of-memory error
             return nullptr;
@@ -84,8 +89,15 @@ DeviceInfo device_info(int device) {
 
 Stream stream(int device) { return state(device).stream; }
 
+RuntimeCounters runtime_counters() {
+  return {.launches = launches.load(), .host_syncs = host_syncs.load(), .device_allocs = device_allocs.load()};
+}
+
+void count_launch() { launches.fetch_add(1, std::memory_order_relaxed); }
+
 void synchronize(int device) {
   DeviceGuard guard(device);
+  host_syncs.fetch_add(1, std::memory_order_relaxed);
   MT_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
 }
 
@@ -119,13 +131,16 @@ void empty_cache(int device) {
 void copy_host_to_device(void* dst, const void* src, size_t nbytes, int device) {
   if (nbytes == 0) return;
   DeviceGuard guard(device);
+  host_syncs.fetch_add(1, std::memory_order_relaxed);
   MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream(device)));
-  // Pageable source: the call returns once the bytes are staged, so the caller may free src.
+  // Pageable source: the call returns once the bytes are staged, so the caller may free src; the
+  // runtime synchronizes the stream first (counted above).
 }
 
 void copy_device_to_host(void* dst, const void* src, size_t nbytes, int device) {
   if (nbytes == 0) return;
   DeviceGuard guard(device);
+  host_syncs.fetch_add(1, std::memory_order_relaxed);
   MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream(device)));
   MT_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
 }
@@ -134,6 +149,11 @@ void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device
   if (nbytes == 0) return;
   DeviceGuard guard(device);
   MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream(device)));
+}
+
+void memset_async(void* dst, int value, size_t nbytes, Stream stream) {
+  count_launch();
+  MT_CUDA_CHECK(cudaMemsetAsync(dst, value, nbytes, stream));
 }
 
 }  // namespace mixtape::cuda

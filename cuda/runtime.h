@@ -46,9 +46,27 @@ void device_free(void* ptr, int device) noexcept;
 AllocatorStats allocator_stats(int device);
 void empty_cache(int device);  // real frees of every cached block (synchronizes first)
 
+// Note [Runtime counters]
+// What a training step costs the host, counted where it happens, over every device since the
+// program started: kernel launches (every <<<...>>> goes through MT_CUDA_CHECK_LAUNCH, and
+// memset_async counts as one), host synchronizations (synchronize(), every device-to-host copy,
+// and every host-to-device copy: from pageable memory the CUDA runtime synchronizes the stream
+// before it stages the bytes), and device allocations (calls that reach cudaMalloc, not blocks the
+// caching allocator serves again). The emulated device counts the same way; without CUDA they
+// stay 0. The examples report them per step (examples/common.h, StepCounters).
+struct RuntimeCounters {
+  uint64_t launches = 0;
+  uint64_t host_syncs = 0;
+  uint64_t device_allocs = 0;
+};
+RuntimeCounters runtime_counters();
+void count_launch();  // MT_CUDA_CHECK_LAUNCH's part
+
 // Copies queued on stream(device); copy_device_to_host returns once the bytes are on the host.
 void copy_host_to_device(void* dst, const void* src, size_t nbytes, int device);
 void copy_device_to_host(void* dst, const void* src, size_t nbytes, int device);
 void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device);
+// Sets nbytes at dst to `value` on `stream` (a counted launch).
+void memset_async(void* dst, int value, size_t nbytes, Stream stream);
 
 }  // namespace mixtape::cuda

@@ -185,7 +185,7 @@ void launch_moments(const char* op, const Strided& x, const Strided& out, bool l
            ": the CUDA kernel writes five doubles into a contiguous 8-byte [5], got ", out.meta());
   double* po = static_cast<double*>(out.raw_data());
   if (numel == 0) {  // every sum empty: zeros, as the CPU writes
-    MT_CUDA_CHECK(cudaMemsetAsync(po, 0, 5 * sizeof(double), st));
+    memset_async(po, 0, 5 * sizeof(double), st);
     return;
   }
   const unsigned blocks = stat_blocks(numel);
@@ -208,7 +208,7 @@ void grad_stats(const Strided& g, const Strided& out) {
   const Stream st = stream_of(g);
   MT_CHECK(out.is_contiguous() && out.numel() == 2, "grad_stats: the CUDA kernel writes a contiguous [2], got ",
            out.meta());
-  MT_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, 2 * dtype_size(out.dtype()), st));
+  memset_async(out.raw_data(), 0, 2 * dtype_size(out.dtype()), st);
   if (g.numel() == 0) return;
   dispatch_floating(g.dtype(), "grad_stats", [&](auto tag) {
     using T = decltype(tag);
@@ -227,8 +227,8 @@ void grad_telemetry(const Strided& x, DType format, int64_t hist_lo, const Strid
   const Stream st = stream_of(x);
   const int64_t nbins = counts.numel() - kTelemetryCounts;
   MT_CHECK(nbins >= 0 && nbins <= 4096, "grad_telemetry: ", nbins, " histogram bins (at most 4096)");
-  MT_CUDA_CHECK(cudaMemsetAsync(counts.raw_data(), 0, size_t(counts.numel()) * sizeof(int64_t), st));
-  MT_CUDA_CHECK(cudaMemsetAsync(max_abs.raw_data(), 0, dtype_size(max_abs.dtype()), st));
+  memset_async(counts.raw_data(), 0, size_t(counts.numel()) * sizeof(int64_t), st);
+  memset_async(max_abs.raw_data(), 0, dtype_size(max_abs.dtype()), st);
   if (x.numel() == 0) return;
   dispatch_floating(x.dtype(), "grad_telemetry", [&](auto tag) {
     using T = decltype(tag);

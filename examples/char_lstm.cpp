@@ -357,7 +357,8 @@ struct RunState {
   int64_t epoch_n = 0;
   double window_nats = 0.0;  // since the last step event
   int64_t window_n = 0;
-  int64_t skipped_in_window = 0;  // steps the loss scaler skipped since the last step event
+  int64_t skipped_in_window = 0;    // steps the loss scaler skipped since the last step event
+  examples::StepCounters counters;  // launches, host synchronizations and allocations per step
   ProgressLine progress;
 };
 
@@ -426,6 +427,7 @@ void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, 
   int64_t& epoch_n = run.epoch_n;
   while (run.step < end) {
     const int64_t s = ++run.step - first;
+    run.counters.begin_step();
     const data::TextBatch batch = text.corpus.random_batch(data::TextSplit::train, plan.batch_size, c.seq_len, gen);
     const StepResult r = train_step(l, batch, run.times);
     metrics.write_telemetry(l.trainer);
@@ -458,6 +460,8 @@ void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, 
       run.window_n = 0;
       run.skipped_in_window = 0;
     }
+    const bool logged = run.step % c.log_every == 0 || run.step == plan.total_steps || l.trainer.sampled();
+    run.counters.end_step(logged);
     run.progress.update(epoch, plan, s, steps_here, run.step, epoch_nats / double(std::max<int64_t>(epoch_n, 1)) / kLn2,
                         r.lr, run.t0, run.eval_time);
     if (checkpoint.due(run.step) && run.step < plan.total_steps)
@@ -585,6 +589,7 @@ void report_run(const Learner& l, const RunState& run, double wall, double unigr
                             {"backward_ms", 1e3 * run.times.backward / step},
                             {"update_ms", 1e3 * run.times.update / step}};
   examples::add_precision_summary(summary, l.trainer);
+  run.counters.add_to(summary);
   metrics.write(summary);
   std::printf("%s\n", examples::precision_summary(l.trainer).c_str());
   std::printf("%lld steps in %.1f s (train %.1f s, %.2f steps/s; eval %.1f s)\n", (long long)run.step, wall,

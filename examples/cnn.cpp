@@ -79,6 +79,7 @@ void report_run(const examples::CnnRun& run, Device device, double wall, const s
                             {"steps_per_s", double(step) / train_secs},
                             {"nonfinite_losses", run.nonfinite_losses}};
   examples::add_precision_summary(summary, trainer);
+  run.counters.add_to(summary);
   metrics.write(summary);
 }
 

@@ -119,6 +119,7 @@ struct CnnRun {
   double train_secs = 0.0;        // training steps only, without evaluation
   double final_train_loss = 0.0;  // mean over the last epoch
   int64_t nonfinite_losses = 0;   // training steps whose loss was inf or NaN
+  StepCounters counters;          // launches, host synchronizations and allocations per step
 };
 
 inline std::shared_ptr<mixtape::nn::Sequential> make_cnn(int64_t width, double dropout, mixtape::Generator& gen) {
@@ -281,6 +282,7 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
     progress.start_epoch();
     const auto t_epoch = std::chrono::steady_clock::now();
     for (data::Batch& b : loader.epoch(epoch, pos.batch)) {
+      run.counters.begin_step();
       Tape tape;
       trainer.begin_step(tape);
       Variable logits, recon;
@@ -321,6 +323,7 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
                        {"scale", scale},
                        {"skipped", !applied},
                        {"grad_norm", trainer.last_grad_norm()}});
+      run.counters.end_step(step % c.log_every == 0 || trainer.sampled());
       if (c.checkpoint && c.checkpoint->due(step) && step < total_steps)
         save_cnn_checkpoint(run, *c.checkpoint, steps_per_epoch);
       if (step >= total_steps) break;

@@ -235,6 +235,36 @@ inline const char* diverged_hint(const mixtape::PrecisionTrainer& t) {
              : ")";
 }
 
+// What the training steps cost the host on the device (Note [Runtime counters] in
+// cuda/runtime.h), for the summary event: kernel launches per step, host synchronizations per
+// step that does not log and per step that does (a step event or telemetry reads numbers back),
+// and device allocations; each over the steps after the first (the first allocates what the later
+// ones reuse). On the CPU every count is 0.
+class StepCounters {
+ public:
+  void begin_step() { at_ = mixtape::cuda::runtime_counters(); }
+  void end_step(bool logged) {
+    const mixtape::cuda::RuntimeCounters now = mixtape::cuda::runtime_counters();
+    if (steps_++ == 0) return;
+    launches_ += now.launches - at_.launches;
+    allocs_ += now.device_allocs - at_.device_allocs;
+    (logged ? logging_syncs_ : syncs_) += now.host_syncs - at_.host_syncs;
+    ++(logged ? logging_steps_ : quiet_steps_);
+  }
+  void add_to(nlohmann::json& summary) const {
+    const auto per = [](uint64_t n, uint64_t steps) { return steps ? double(n) / double(steps) : 0.0; };
+    summary["launches_per_step"] = per(launches_, logging_steps_ + quiet_steps_);
+    summary["host_syncs_per_step"] = per(syncs_, quiet_steps_);
+    summary["host_syncs_per_logging_step"] = per(logging_syncs_, logging_steps_);
+    summary["device_allocs_after_warmup"] = allocs_;
+  }
+
+ private:
+  mixtape::cuda::RuntimeCounters at_;
+  uint64_t steps_ = 0, quiet_steps_ = 0, logging_steps_ = 0;
+  uint64_t launches_ = 0, syncs_ = 0, logging_syncs_ = 0, allocs_ = 0;
+};
+
 // ---- output files (checkpoints: checkpoint.h) --------------------------------------------
 
 // dir/name as a string (--out-dir and a file name).

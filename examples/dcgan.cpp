@@ -305,10 +305,11 @@ examples::GanStepResult train_step(Gan& gan, const Tensor& real_images, PhaseTim
 // What the whole run has done so far.
 struct RunState {
   int64_t step = 0;
-  double train_secs = 0.0;       // training steps only, without sample grids and checkpoints
-  examples::GanStepResult last;  // the last step whose losses were finite
-  PhaseTimes times;              // summed over the epochs
-  bool stop = false;             // --max-steps reached
+  double train_secs = 0.0;          // training steps only, without sample grids and checkpoints
+  examples::GanStepResult last;     // the last step whose losses were finite
+  PhaseTimes times;                 // summed over the epochs
+  examples::StepCounters counters;  // launches, host synchronizations and allocations per step
+  bool stop = false;                // --max-steps reached
 };
 
 // One epoch's sums over its steps whose losses were finite.
@@ -401,6 +402,7 @@ void train_epoch(Gan& gan, data::DataLoader& loader, Position& p, const DcganFla
   e.times.start();
   for (data::Batch& b : loader.epoch(epoch, p.batch)) {
     e.times.lap(e.times.data);
+    run.counters.begin_step();
     const examples::GanStepResult r = train_step(gan, b[0], e.times, metrics);
     ++run.step;
     ++e.steps;
@@ -432,6 +434,8 @@ void train_epoch(Gan& gan, data::DataLoader& loader, Position& p, const DcganFla
                      {"d_skipped", !r.applied_d},
                      {"g_scale", r.scale_g},
                      {"g_skipped", !r.applied_g}});
+    run.counters.end_step((run.step % o.log_every == 0 && r.finite()) || gan.g_trainer->sampled() ||
+                          gan.d_trainer->sampled());
     if (o.sample_every > 0 && run.step % o.sample_every == 0) gan.write_samples(step_png(o.out_dir, run.step));
     p.batch = b.index + 1;
     if (max_steps > 0 && run.step >= max_steps) {
@@ -496,6 +500,7 @@ void report_run(const Gan& gan, const RunState& run, Device device, double wall,
                             {"steps_per_s", double(run.step) / run.train_secs}};
   examples::add_precision_summary(summary, *gan.g_trainer, "g_");
   examples::add_precision_summary(summary, *gan.d_trainer, "d_");
+  run.counters.add_to(summary);
   metrics.write(summary);
 }
 

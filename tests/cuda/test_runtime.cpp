@@ -52,3 +52,31 @@ TEST_CASE("cuda allocator reuses blocks: no real allocation after a warm-up step
   CHECK(after.real_allocs == warm.real_allocs);
   CHECK(after.cache_hits > warm.cache_hits);
 }
+
+TEST_CASE("cuda runtime counters count launches, host synchronizations and real allocations", "[cuda]") {
+  MT_REQUIRE_GPU();
+  // Note [Runtime counters]: each call below costs exactly what the comment says.
+  const Tensor host = random({1000}, DType::f32, 5);
+  cuda::RuntimeCounters a = cuda::runtime_counters();
+  const Tensor dev = on_gpu(host);  // one host-to-device copy: a synchronization, maybe a cudaMalloc
+  cuda::RuntimeCounters b = cuda::runtime_counters();
+  CHECK(b.launches == a.launches);
+  CHECK(b.host_syncs == a.host_syncs + 1);
+  const Tensor twice = unary(UnaryOp::mul_scalar, dev, 2.0);  // one kernel
+  cuda::RuntimeCounters c = cuda::runtime_counters();
+  CHECK(c.launches == b.launches + 1);
+  CHECK(c.host_syncs == b.host_syncs);
+  cuda::synchronize(0);
+  CHECK(cuda::runtime_counters().host_syncs == c.host_syncs + 1);
+  const Tensor back = on_cpu(twice);  // one device-to-host read
+  CHECK(cuda::runtime_counters().host_syncs == c.host_syncs + 2);
+  // A block the cache already holds is not a real allocation; a size it has never seen is.
+  const uint64_t allocs = cuda::runtime_counters().device_allocs;
+  { const Tensor again = unary(UnaryOp::mul_scalar, dev, 3.0); }
+  { const Tensor again = unary(UnaryOp::mul_scalar, dev, 3.0); }
+  const uint64_t reused = cuda::runtime_counters().device_allocs;
+  CHECK(reused - allocs <= 1);  // at most the first of the two
+  const Tensor big = zeros({int64_t(1) << 22}, DType::f32, gpu());
+  CHECK(cuda::runtime_counters().device_allocs == reused + 1);
+  CHECK(back.values<float>()[0] == 2.0f * host.values<float>()[0]);
+}

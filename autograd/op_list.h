@@ -16,7 +16,9 @@
   MT_OP(rdiv_scalar, "rdiv_scalar") MT_OP(exp, "exp") MT_OP(log, "log")                \
   MT_OP(sqrt, "sqrt") MT_OP(pow, "pow") MT_OP(abs, "abs") MT_OP(clamp, "clamp")         \
   MT_OP(relu, "relu") MT_OP(leaky_relu, "leaky_relu") MT_OP(sigmoid, "sigmoid")         \
-  MT_OP(tanh, "tanh")                                                                  \
+  MT_OP(tanh, "tanh") MT_OP(gelu, "gelu") MT_OP(gelu_tanh, "gelu_tanh")                 \
+  MT_OP(silu, "silu") MT_OP(elu, "elu") MT_OP(softplus, "softplus")                     \
+  MT_OP(hardtanh, "hardtanh")                                                          \
   /* reductions (autograd/functions/reduce.cpp) */                                     \
   MT_OP(sum, "sum") MT_OP(mean, "mean") MT_OP(max, "max") MT_OP(amax, "amax")           \
   /* views and layout (autograd/functions/view.cpp) */                                 \

@@ -8,7 +8,8 @@
 // -prec-sqrt=true, -ftz=false; the build never passes --use_fast_math), as on the CPU.
 //
 // Note [Device libm]
-// exp, log, pow (and through exp: sigmoid, tanh) call CUDA's libdevice, whose results may differ
+// exp, log, pow, erfc, expm1, log1p (and through them: sigmoid, tanh, gelu, gelu_tanh, silu, elu,
+// softplus) call CUDA's libdevice, whose results may differ
 // from glibc's by an ulp or a few (the CUDA Programming Guide bounds expf by 2 ulp, logf by 1,
 // powf by a few; glibc stays within about half an ulp). These ops are therefore close to the
 // CPU, not bit-identical, in their f32 result (tests/cuda/test_elementwise.cpp allows a few
@@ -17,8 +18,9 @@
 // double-precision formula, so only exp's last double bit can differ, which changes the float
 // result only when the double lies within a few double ulps of a float rounding boundary
 // (about one element in 2^28); its series branch (|x| < 2^-10) is plain arithmetic.
-// The backward formulas take the forward output y as an input, so only pow's backward calls
-// libm: every other backward is plain arithmetic and bit-identical.
+// The backward formulas of exp, sigmoid and tanh take the forward output y as an input and are
+// plain arithmetic, bit-identical; pow's and the activations' (gelu, gelu_tanh, silu, elu,
+// softplus) compute from x and call libm. erfcf, expm1f and log1pf are within 4, 1 and 1 ulp.
 #include "cuda/backend.h"
 #include "cuda/common.cuh"
 #include "cuda/elementwise.cuh"
@@ -35,6 +37,9 @@ __device__ __forceinline__ float dlog(float x) { return logf(x); }
 __device__ __forceinline__ float dsqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ float dabs(float x) { return fabsf(x); }
 __device__ __forceinline__ float dpow(float x, float a) { return powf(x, a); }
+__device__ __forceinline__ float derfc(float x) { return erfcf(x); }
+__device__ __forceinline__ float dexpm1(float x) { return expm1f(x); }
+__device__ __forceinline__ float dlog1p(float x) { return log1pf(x); }
 
 // cpu::tanh_f32 (Note [Float tanh]) on the device: same branches, same double operations, no
 // contraction (Note [No contracted multiply-adds] in CMakeLists.txt).
@@ -67,6 +72,9 @@ struct DeviceMath {
   static __device__ __forceinline__ float abs(float x) { return dabs(x); }
   static __device__ __forceinline__ float pow(float x, float a) { return dpow(x, a); }
   static __device__ __forceinline__ float tanh(float x) { return dtanh(x); }
+  static __device__ __forceinline__ float erfc(float x) { return derfc(x); }
+  static __device__ __forceinline__ float expm1(float x) { return dexpm1(x); }
+  static __device__ __forceinline__ float log1p(float x) { return dlog1p(x); }
   static __device__ __forceinline__ float leaky_slope(float x, float a) { return cuda::leaky_slope(x, a); }
 };
 

@@ -20,6 +20,12 @@ OpId unary_op_id(UnaryOp op) {
     case UnaryOp::leaky_relu: return OpId::leaky_relu;
     case UnaryOp::clamp: return OpId::clamp;
     case UnaryOp::pow: return OpId::pow;
+    case UnaryOp::gelu: return OpId::gelu;
+    case UnaryOp::gelu_tanh: return OpId::gelu_tanh;
+    case UnaryOp::silu: return OpId::silu;
+    case UnaryOp::elu: return OpId::elu;
+    case UnaryOp::softplus: return OpId::softplus;
+    case UnaryOp::hardtanh: return OpId::hardtanh;
     case UnaryOp::add_scalar: return OpId::add_scalar;
     case UnaryOp::mul_scalar: return OpId::mul_scalar;
     case UnaryOp::div_scalar: return OpId::div_scalar;

@@ -21,6 +21,17 @@ inline Variable tanh(const Variable& x) { return unary(UnaryOp::tanh, x); }
 inline Variable leaky_relu(const Variable& x, double slope = 0.01) { return unary(UnaryOp::leaky_relu, x, slope); }
 inline Variable clamp(const Variable& x, double lo, double hi) { return unary(UnaryOp::clamp, x, lo, hi); }
 inline Variable pow(const Variable& x, double e) { return unary(UnaryOp::pow, x, e); }
+inline Variable gelu(const Variable& x, bool approximate_tanh = false) {
+  return unary(approximate_tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu, x);
+}
+inline Variable silu(const Variable& x) { return unary(UnaryOp::silu, x); }
+inline Variable elu(const Variable& x, double alpha = 1.0) { return unary(UnaryOp::elu, x, alpha); }
+inline Variable softplus(const Variable& x, double beta = 1.0, double threshold = 20.0) {
+  return unary(UnaryOp::softplus, x, beta, threshold);
+}
+inline Variable hardtanh(const Variable& x, double min_val = -1.0, double max_val = 1.0) {
+  return unary(UnaryOp::hardtanh, x, min_val, max_val);
+}
 
 inline Variable add(const Variable& a, const Variable& b) { return binary(BinaryOp::add, a, b); }
 inline Variable sub(const Variable& a, const Variable& b) { return binary(BinaryOp::sub, a, b); }

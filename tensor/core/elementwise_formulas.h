@@ -1,9 +1,9 @@
 // The formulas of the elementwise ops, written once for both devices: tensor/cpu/elementwise.cpp
 // and cuda/elementwise.cu instantiate them with their own scalar math (`M`: exp, log, sqrt, abs,
-// pow, tanh and the leaky-ReLU slope), so the arithmetic between those calls is the same code,
-// in the same order of operations, on the CPU and the GPU (Note [No contracted multiply-adds] in
-// CMakeLists.txt keeps it unfused on both). C is the compute type: float for f32/f16/bf16 (the
-// kernels round the result once on store), double for f64 (CPU only).
+// pow, tanh, erfc, expm1, log1p and the leaky-ReLU slope), so the arithmetic between those calls
+// is the same code, in the same order of operations, on the CPU and the GPU (Note [No contracted
+// multiply-adds] in CMakeLists.txt keeps it unfused on both). C is the compute type: float for
+// f32/f16/bf16 (the kernels round the result once on store), double for f64 (CPU only).
 #pragma once
 
 #include "tensor/core/error.h"
@@ -11,6 +11,20 @@
 #include "tensor/core/op_kinds.h"
 
 namespace mixtape::formulas {
+
+// GELU's constants: 1/sqrt(2), 1/sqrt(2 pi), sqrt(2/pi), and the cubic coefficient of its tanh form.
+//
+// Note [GELU with erfc]
+// gelu(x) = x Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2 = erfc(-x / sqrt 2) / 2. PyTorch
+// computes 1 + erf(...), which cancels for x < 0: erf is near -1 there, and in fp32 each ulp of
+// erf (6e-8) moves Phi by 3e-8: at x = -4, where Phi is 3.2e-5, that is a relative 1e-3, and
+// where Phi < 3e-8 (x < -5.4) nothing is left (torch 1.13's fp32 gelu(-4) is off by 3e-4 of its
+// value, gelu(-6) is 0 for -5.9e-9). erfc has no cancellation, so Phi keeps its relative accuracy
+// down to the fp32 underflow. For x >= 0 the two agree to rounding.
+inline constexpr double kSqrtHalf = 0.70710678118654752440;
+inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
+inline constexpr double kGeluKappa = 0.044715;
 
 template <UnaryOp OP, class M, class C>
 MT_HOST_DEVICE inline C unary_forward(C x, C a, C b) {
@@ -25,6 +39,14 @@ MT_HOST_DEVICE inline C unary_forward(C x, C a, C b) {
   else if constexpr (OP == UnaryOp::leaky_relu) return x * M::leaky_slope(x, a);
   else if constexpr (OP == UnaryOp::clamp) return x < a ? a : (x > b ? b : x);
   else if constexpr (OP == UnaryOp::pow) return M::pow(x, a);
+  else if constexpr (OP == UnaryOp::gelu) return x * (C(0.5) * M::erfc(-x * C(kSqrtHalf)));  // Note [GELU with erfc]
+  else if constexpr (OP == UnaryOp::gelu_tanh) {
+    const C inner = C(kSqrt2OverPi) * (x + C(kGeluKappa) * (x * x * x));
+    return C(0.5) * x * (C(1) + M::tanh(inner));
+  } else if constexpr (OP == UnaryOp::silu) return x / (C(1) + M::exp(-x));
+  else if constexpr (OP == UnaryOp::elu) return x <= C(0) ? a * M::expm1(x) : x;
+  else if constexpr (OP == UnaryOp::softplus) return x * a > b ? x : M::log1p(M::exp(x * a)) / a;
+  else if constexpr (OP == UnaryOp::hardtanh) return x < a ? a : (x > b ? b : x);
   else if constexpr (OP == UnaryOp::add_scalar) return x + a;
   else if constexpr (OP == UnaryOp::mul_scalar) return x * a;
   else if constexpr (OP == UnaryOp::div_scalar) return x / a;
@@ -43,6 +65,10 @@ MT_HOST_DEVICE inline C unary_forward(C x, C a, C b) {
 // both (checked with torch 1.13): a gradient of 0 there would hide a NaN that dy carries. And
 // 0 * inf is NaN: pow with exponent 0 has the derivative 0 everywhere, so its gradient is dy * 0
 // (PyTorch's masked derivative times dy), not dy * 0 * x^-1, which is NaN at x = 0.
+// The activations follow PyTorch's formulas and agree with it at NaN: elu's and hardtanh's tests
+// keep the value in their false branch like relu's (a NaN input passes dy through, y is NaN),
+// and gelu, silu and softplus compute with x, so a NaN input gives a NaN gradient. hardtanh's
+// gradient is 0 at min_val and max_val themselves, as PyTorch's (clamp's is dy there).
 template <UnaryOp OP, class M, class C>
 MT_HOST_DEVICE inline C unary_backward(C x, C y, C dy, C a, C b) {
   if constexpr (OP == UnaryOp::neg) return -dy;
@@ -56,6 +82,25 @@ MT_HOST_DEVICE inline C unary_backward(C x, C y, C dy, C a, C b) {
   else if constexpr (OP == UnaryOp::leaky_relu) return dy * M::leaky_slope(x, a);
   else if constexpr (OP == UnaryOp::clamp) return (x < a || x > b) ? C(0) : dy;
   else if constexpr (OP == UnaryOp::pow) return a == C(0) ? dy * C(0) : dy * (a * M::pow(x, a - C(1)));
+  else if constexpr (OP == UnaryOp::gelu) {
+    // d(x Phi(x)) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+    const C cdf = C(0.5) * M::erfc(-x * C(kSqrtHalf));  // Note [GELU with erfc]
+    const C pdf = M::exp(C(-0.5) * x * x) * C(kInvSqrt2Pi);
+    return dy * (cdf + x * pdf);
+  } else if constexpr (OP == UnaryOp::gelu_tanh) {
+    // y = u v with u = x / 2, v = 1 + tanh(inner): dy (v / 2 + u (1 - t^2) inner')
+    const C x2 = x * x;
+    const C t = M::tanh(C(kSqrt2OverPi) * (x + C(kGeluKappa) * (x2 * x)));
+    const C dinner = C(kSqrt2OverPi) * (C(1) + C(3) * C(kGeluKappa) * x2);
+    return dy * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * dinner);
+  } else if constexpr (OP == UnaryOp::silu) {
+    const C s = C(1) / (C(1) + M::exp(-x));  // sigmoid(x)
+    return dy * (s * (C(1) + x * (C(1) - s)));
+  } else if constexpr (OP == UnaryOp::elu) return x <= C(0) ? dy * (a * M::exp(x)) : dy;
+  else if constexpr (OP == UnaryOp::softplus) {
+    const C z = M::exp(x * a);
+    return x * a > b ? dy : dy * (z / (z + C(1)));
+  } else if constexpr (OP == UnaryOp::hardtanh) return (x <= a || x >= b) ? C(0) : dy;
   else if constexpr (OP == UnaryOp::add_scalar) return dy;
   else if constexpr (OP == UnaryOp::mul_scalar) return dy * a;
   else if constexpr (OP == UnaryOp::div_scalar) return dy / a;
@@ -80,6 +125,7 @@ void dispatch_unary(UnaryOp op, F&& f) {
 #define MT_CASE(name) case UnaryOp::name: return f.template operator()<UnaryOp::name>();
     MT_CASE(neg) MT_CASE(exp) MT_CASE(log) MT_CASE(sqrt) MT_CASE(abs) MT_CASE(relu)
     MT_CASE(sigmoid) MT_CASE(tanh) MT_CASE(leaky_relu) MT_CASE(clamp) MT_CASE(pow)
+    MT_CASE(gelu) MT_CASE(gelu_tanh) MT_CASE(silu) MT_CASE(elu) MT_CASE(softplus) MT_CASE(hardtanh)
     MT_CASE(add_scalar) MT_CASE(mul_scalar) MT_CASE(div_scalar) MT_CASE(rsub_scalar)
     MT_CASE(rdiv_scalar)
 #undef MT_CASE

@@ -15,6 +15,12 @@ const char* unary_op_name(UnaryOp op) {
     case UnaryOp::leaky_relu: return "leaky_relu";
     case UnaryOp::clamp: return "clamp";
     case UnaryOp::pow: return "pow";
+    case UnaryOp::gelu: return "gelu";
+    case UnaryOp::gelu_tanh: return "gelu_tanh";
+    case UnaryOp::silu: return "silu";
+    case UnaryOp::elu: return "elu";
+    case UnaryOp::softplus: return "softplus";
+    case UnaryOp::hardtanh: return "hardtanh";
     case UnaryOp::add_scalar: return "add_scalar";
     case UnaryOp::mul_scalar: return "mul_scalar";
     case UnaryOp::div_scalar: return "div_scalar";

@@ -19,6 +19,12 @@ enum class UnaryOp : uint8_t {
   leaky_relu,   // a: negative slope
   clamp,        // a: lo, b: hi
   pow,          // a: exponent
+  gelu,         // x * Phi(x), Phi the standard normal CDF (erf)
+  gelu_tanh,    // GELU's tanh approximation
+  silu,         // x * sigmoid(x)
+  elu,          // a: alpha
+  softplus,     // a: beta, b: threshold (x where beta x > threshold)
+  hardtanh,     // a: min_val, b: max_val
   add_scalar,   // x + a
   mul_scalar,   // x * a
   div_scalar,   // x / a

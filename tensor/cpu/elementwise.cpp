@@ -48,6 +48,18 @@ struct HostMath {
     return std::pow(x, a);
   }
   template <class C>
+  static C erfc(C x) {
+    return std::erfc(x);
+  }
+  template <class C>
+  static C expm1(C x) {
+    return std::expm1(x);
+  }
+  template <class C>
+  static C log1p(C x) {
+    return std::log1p(x);
+  }
+  template <class C>
   static C tanh(C x) {
     return tanh_c(x);
   }  // Note [Float tanh]

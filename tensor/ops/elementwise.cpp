@@ -14,6 +14,12 @@ bool unary_backward_needs_input(UnaryOp op) {
     case UnaryOp::leaky_relu:
     case UnaryOp::clamp:
     case UnaryOp::pow:
+    case UnaryOp::gelu:
+    case UnaryOp::gelu_tanh:
+    case UnaryOp::silu:
+    case UnaryOp::elu:
+    case UnaryOp::softplus:
+    case UnaryOp::hardtanh:
     case UnaryOp::rdiv_scalar: return true;
     default: return false;
   }
@@ -35,6 +41,7 @@ Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
   ops::check_same(name, {&x});
   ops::check_floating(name, x);
   if (op == UnaryOp::clamp) MT_CHECK(a <= b, "clamp: lo ", a, " > hi ", b);
+  if (op == UnaryOp::hardtanh) MT_CHECK(a <= b, "hardtanh: min_val ", a, " > max_val ", b);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   on_device(
       x.device(), [&] { cpu::unary(op, x, out, a, b); }, [&] { cuda::unary(op, x, out, a, b); });

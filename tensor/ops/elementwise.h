@@ -28,6 +28,18 @@ inline Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
 inline Tensor leaky_relu(const Tensor& x, double slope = 0.01) { return unary(UnaryOp::leaky_relu, x, slope); }
 inline Tensor clamp(const Tensor& x, double lo, double hi) { return unary(UnaryOp::clamp, x, lo, hi); }
 inline Tensor pow(const Tensor& x, double e) { return unary(UnaryOp::pow, x, e); }
+// approximate_tanh: false for x Phi(x) with erf, true for the tanh form (torch's approximate "none" / "tanh").
+inline Tensor gelu(const Tensor& x, bool approximate_tanh = false) {
+  return unary(approximate_tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu, x);
+}
+inline Tensor silu(const Tensor& x) { return unary(UnaryOp::silu, x); }
+inline Tensor elu(const Tensor& x, double alpha = 1.0) { return unary(UnaryOp::elu, x, alpha); }
+inline Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0) {
+  return unary(UnaryOp::softplus, x, beta, threshold);
+}
+inline Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0) {
+  return unary(UnaryOp::hardtanh, x, min_val, max_val);
+}
 
 inline Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
 inline Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }

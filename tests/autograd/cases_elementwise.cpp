@@ -35,6 +35,15 @@ MT_OP_CASE(unary_case("relu", [](const Variable& x) { return relu(x); }));
 MT_OP_CASE(unary_case("leaky_relu", [](const Variable& x) { return leaky_relu(x, 0.1); }));
 MT_OP_CASE(unary_case("sigmoid", [](const Variable& x) { return sigmoid(x); }));
 MT_OP_CASE(unary_case("tanh", [](const Variable& x) { return tanh(x); }));
+MT_OP_CASE(unary_case("gelu", [](const Variable& x) { return gelu(x); }));
+MT_OP_CASE(unary_case("gelu tanh approximation", [](const Variable& x) { return gelu(x, true); }));
+MT_OP_CASE(unary_case("silu", [](const Variable& x) { return silu(x); }));
+MT_OP_CASE(unary_case("elu", [](const Variable& x) { return elu(x, 0.7); }));
+MT_OP_CASE(unary_case("softplus", [](const Variable& x) { return softplus(x); }));
+// beta x in +-(0.4, 3) against threshold 2: both branches (x where 2x > 2, the log1p form elsewhere).
+MT_OP_CASE(unary_case("softplus beta 2 threshold 2", [](const Variable& x) { return softplus(x, 2.0, 2.0); }));
+MT_OP_CASE(unary_case(
+    "hardtanh", [](const Variable& x) { return hardtanh(x, -1.0, 1.25); }, 0.1, 1.9));
 MT_OP_CASE(unary_case("scalar arithmetic", [](const Variable& x) { return ((x + 0.5) * 2.0 - 1.0) / 4.0; }));
 MT_OP_CASE(unary_case("reverse scalar arithmetic", [](const Variable& x) { return 2.0 / x + (1.0 - x); }));
 

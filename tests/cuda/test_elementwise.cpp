@@ -2,7 +2,8 @@
 // on contiguous, strided and broadcast (stride 0) inputs of ragged sizes, in f32, f16 and bf16.
 //
 // Every op whose formula is plain IEEE arithmetic (+ - * / sqrt, comparisons, selects) must match
-// bit for bit. exp, log, pow, sigmoid and tanh call libm on the CPU and libdevice on the GPU
+// bit for bit. exp, log, pow, sigmoid, tanh and the activations gelu, gelu_tanh, silu, elu and
+// softplus call libm on the CPU and libdevice on the GPU
 // (Note [Device libm] in cuda/elementwise.cu): they are compared with require_close at a few
 // ulps of the output dtype.
 #include "tests/cuda/cuda_test.h"
@@ -23,7 +24,7 @@ struct OpCase {
   UnaryOp op;
   double a = 0.0, b = 0.0;
   double lo = -3.0, hi = 3.0;  // input range
-  bool libm = false;           // forward calls exp/log/pow (Note [Device libm])
+  bool libm = false;           // forward calls exp/log/pow/erfc/expm1/log1p (Note [Device libm])
 };
 
 const std::vector<OpCase>& op_cases() {
@@ -44,6 +45,15 @@ const std::vector<OpCase>& op_cases() {
       {UnaryOp::pow, 2.5, 0, 0.05, 3, true},
       {UnaryOp::pow, -1.5, 0, 0.05, 3, true},
       {UnaryOp::pow, 0.0, 0, -2, 2, true},  // x^0: gradient dy * 0, also at x = 0
+      {UnaryOp::gelu, 0, 0, -6, 6, true},
+      {UnaryOp::gelu_tanh, 0, 0, -6, 6, true},
+      {UnaryOp::silu, 0, 0, -6, 6, true},
+      {UnaryOp::elu, 1.0, 0, -4, 4, true},
+      {UnaryOp::elu, 0.3, 0, -0.01, 0.01, true},  // expm1 near 0
+      {UnaryOp::softplus, 1.0, 20.0, -6, 6, true},
+      {UnaryOp::softplus, 2.0, 1.5, -2, 2, true},  // both branches: x where 2x > 1.5
+      {UnaryOp::hardtanh, -1.0, 1.0},
+      {UnaryOp::hardtanh, -0.25, 0.5},
       {UnaryOp::add_scalar, 0.1},
       {UnaryOp::mul_scalar, -1.7},
       {UnaryOp::div_scalar, 3.0},
@@ -86,6 +96,20 @@ void require_libm_close(const Tensor& got, const Tensor& want, const std::string
   if (want.dtype() == DType::f32) return require_close(got, want, what, 16.0, 1e-37);
   const double min_sub = want.dtype() == DType::f16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
   require_close(got, want, what, 2.0, min_sub);
+}
+
+// pow's and the activations' backwards compute from x with libm (Note [Device libm]); every
+// other backward is arithmetic on the given x, y and dy.
+bool backward_calls_libm(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::pow:
+    case UnaryOp::gelu:
+    case UnaryOp::gelu_tanh:
+    case UnaryOp::silu:
+    case UnaryOp::elu:
+    case UnaryOp::softplus: return true;
+    default: return false;
+  }
 }
 
 // The layouts an input comes in: fresh, strided (every other element of a transposed buffer) and,
@@ -174,8 +198,7 @@ TEST_CASE("cuda unary ops backward match the CPU", "[cuda]") {
           const Tensor got = unary_backward(c.op, layout_gpu(x, l), layout_gpu(y, l), layout_gpu(dy, l), c.a, c.b);
           const std::string what = std::string(unary_op_name(c.op)) + " backward " + dtype_name(dt) + " " +
                                    shape_str(shape) + " " + layout_name(l);
-          // Only pow's backward calls libm; every other backward is arithmetic on given x, y, dy.
-          if (c.op == UnaryOp::pow) require_libm_close(got, want, what);
+          if (backward_calls_libm(c.op)) require_libm_close(got, want, what);
           else require_same_values(got, want, what);
         }
   // The front-end's stand-ins: backward of ops that read neither x nor y.

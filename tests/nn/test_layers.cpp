@@ -248,3 +248,61 @@ TEST_CASE("layers reject bad arguments and bad inputs with clear messages", "[nn
   CHECK_THROWS(bn(Variable(zeros({1, 2}))));  // one value per channel cannot train
   CHECK(bn.num_batches_tracked().item() == 0.0);
 }
+
+TEST_CASE("GELU, SiLU, ELU, Softplus and Hardtanh compute PyTorch's values and gradients", "[nn][layers]") {
+  // torch.nn.GELU(), GELU(approximate="tanh"), SiLU(), ELU(0.7), Softplus(2.0, 4.0),
+  // Hardtanh(-0.5, 2.0) at x (f64, torch 1.13): y and d(sum y)/dx.
+  const std::vector<double> xs = {-2.0, -0.5, 0.25, 1.5, 3.0};
+  struct Expect {
+    std::shared_ptr<nn::UnaryModule> m;
+    std::string repr;
+    std::vector<double> y, dx;
+  };
+  const std::vector<Expect> cases = {
+      {std::make_shared<nn::GELU>(),
+       "approximate=none",
+       {-0.04550026389635842, -0.15426876936299344, 0.14967658142073093, 1.399789198096713, 2.99595030590511},
+       {-0.08523180107819692, 0.13250487534383712, 0.695373354883636, 1.1274691922299795, 1.011945647204184}},
+      {std::make_shared<nn::GELU>("tanh"),
+       "approximate=tanh",
+       {-0.04540230591222494, -0.15428599017485606, 0.149675350701685, 1.3995715769802328, 2.996362607918227},
+       {-0.0860992566236183, 0.13263009646535764, 0.6953540951510604, 1.127710793151433, 1.0115841666309695}},
+      {std::make_shared<nn::SiLU>(),
+       "",
+       {-0.2384058440442351, -0.1887703343990727, 0.14054412522144952, 1.2263617142904655, 2.8577223804672998},
+       {-0.09078424878489547, 0.2600388126973482, 0.6237100215701977, 1.041294154299143, 1.0881041060151693}},
+      {std::make_shared<nn::ELU>(0.7),
+       "alpha=0.7",
+       {-0.6052653017343711, -0.2754285382011566, 0.25, 1.5, 3.0},
+       {0.09473469826562889, 0.42457146179884336, 1.0, 1.0, 1.0}},
+      {std::make_shared<nn::Softplus>(2.0, 4.0),
+       "beta=2, threshold=4",
+       {0.009074963958904869, 0.15663084375911143, 0.48703849209005334, 1.524293675786871, 3.0},
+       {0.017986209962091555, 0.2689414213699951, 0.6224593312018546, 0.9525741268224333, 1.0}},
+      {std::make_shared<nn::Hardtanh>(-0.5, 2.0),
+       "min_val=-0.5, max_val=2",
+       {-0.5, -0.5, 0.25, 1.5, 2.0},
+       {0.0, 0.0, 1.0, 1.0, 0.0}},
+  };
+  for (const Expect& c : cases) {
+    INFO(c.m->type_name() << "(" << c.m->extra_repr() << ")");
+    CHECK(c.m->extra_repr() == c.repr);
+    Variable x(from_vector(xs, {5}, DType::f64), true);
+    Variable y;
+    {
+      Tape tape;
+      y = (*c.m)(x);
+      tape.backward(sum(y));
+    }
+    const std::vector<double> got = y.data().to_vector(), grad = x.grad()->unscaled().to_vector();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      CHECK(got[i] == Approx(c.y[i]).epsilon(1e-13).margin(1e-300));
+      CHECK(grad[i] == Approx(c.dx[i]).epsilon(1e-13).margin(1e-300));
+    }
+    CHECK((*c.m)(Variable(randn({2, 3, 4}, 7, DType::f16))).shape() == Shape{2, 3, 4});
+  }
+  CHECK_THROWS_WITH(nn::GELU("exact"), Contains("GELU: approximate must be \"none\" or \"tanh\", got \"exact\""));
+  CHECK_THROWS_WITH(nn::Softplus(0.0), Contains("Softplus: beta must be finite and nonzero"));
+  CHECK_THROWS_WITH(nn::ELU(std::nan("")), Contains("ELU: alpha must be finite"));
+  CHECK_THROWS_WITH(nn::Hardtanh(1.0, -1.0), Contains("Hardtanh: min_val 1 > max_val -1"));
+}

@@ -95,3 +95,148 @@ TEST_CASE("relu, clamp and abs never hide a NaN; pow(x, 0) has gradient 0 at x =
   CHECK(g[1] == 2.0);
   CHECK(g[2] == 0.0);
 }
+
+namespace {
+
+// One activation's expected values at kActX with dy = 2, from PyTorch 1.13 in f64
+// (torch.nn.functional.gelu, silu, elu, softplus) except where a comment says otherwise.
+struct ActivationValues {
+  UnaryOp op;
+  double a, b;
+  std::vector<double> y, dx;
+};
+
+constexpr double kInf = std::numeric_limits<double>::infinity(), kNaN = std::numeric_limits<double>::quiet_NaN();
+const std::vector<double> kActX = {2.0, -1.5, 0.5, 0.0, -0.0, 30.0, -30.0, kInf, -kInf, kNaN};
+
+// got within rel * |want| + abs_tol of want; NaN only for NaN, inf only for the same inf.
+bool close_to(double got, double want, double rel, double abs_tol) {
+  if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);
+  if (std::isinf(want) || std::isinf(got)) return got == want;
+  return std::abs(got - want) <= rel * std::abs(want) + abs_tol;
+}
+
+}  // namespace
+
+TEST_CASE("gelu, silu, elu and softplus match PyTorch: values, signed zeros, inf and NaN", "[tensor][elementwise]") {
+  // A NaN input gives a NaN output everywhere and never a hidden gradient (Note [NaN in the
+  // formulas]); elu's and softplus's gradients at NaN are PyTorch's: dy, and NaN.
+  const std::vector<ActivationValues> cases = {
+      // At x = -30, x Phi(x) with Phi from erfc (Note [GELU with erfc]; Python's math.erfc): PyTorch's
+      // 1 + erf(x / sqrt 2) is 0 there, and it answers -0 and -8.841876809271286e-195.
+      {UnaryOp::gelu,
+       0.0,
+       0.0,
+       {1.9544997361036416, -0.10021080190328704, 0.34573123063700656, 0.0, -0.0, 30.0, -1.4720141781446293e-196, kInf,
+        kNaN, kNaN},
+       {2.170463602156394, -0.2549383844599592, 1.7349902493123257, 1.0, 1.0, 2.0, -8.832063381416988e-195, kNaN, kNaN,
+        kNaN}},
+      {UnaryOp::gelu_tanh,
+       0.0,
+       0.0,
+       {1.954597694087775, -0.10042842301976707, 0.34571400982514394, 0.0, -0.0, 30.0, -0.0, kInf, kNaN, kNaN},
+       {2.1721985132472366, -0.25542158630286615, 1.7347398070692848, 1.0, 1.0, 2.0, 0.0, kNaN, kNaN, kNaN}},
+      {UnaryOp::silu,
+       0.0,
+       0.0,
+       {1.7615941559557646, -0.2736382857095345, 0.3112296656009273, 0.0, -0.0, 29.999999999997197,
+        -2.8072868906517896e-12, kInf, kNaN, kNaN},
+       {2.181568497569791, -0.08258830859828589, 1.4799223746053038, 1.0, 1.0, 2.000000000005422,
+        -5.427421321926268e-12, kNaN, kNaN, kNaN}},
+      // elu(-0) = alpha * expm1(-0) = -0; PyTorch 1.13 computes exp(x) - 1 there and answers +0.
+      {UnaryOp::elu,
+       0.5,
+       0.0,
+       {2.0, -0.3884349199257851, 0.5, 0.0, -0.0, 30.0, -0.4999999999999532, kInf, -0.5, kNaN},
+       {2.0, 0.22313016014842982, 2.0, 1.0, 1.0, 2.0, 9.357622968840175e-14, 2.0, 0.0, 2.0}},
+      {UnaryOp::softplus,
+       1.0,
+       20.0,
+       {2.1269280110429727, 0.2014132779827524, 0.9740769841801067, 0.6931471805599453, 0.6931471805599453, 30.0,
+        9.357622968839737e-14, kInf, 0.0, kNaN},
+       {1.7615941559557649, 0.36485104761271264, 1.2449186624037092, 1.0, 1.0, 2.0, 1.87152459376786e-13, 2.0, 0.0,
+        kNaN}},
+      // beta = 2, threshold = 1.5: x where 2x > 1.5 (x = 2 and 30), log1p(exp(2x)) / 2 elsewhere.
+      {UnaryOp::softplus,
+       2.0,
+       1.5,
+       {2.0, 0.02429367578687103, 0.6566308437591114, 0.34657359027997264, 0.34657359027997264, 30.0,
+        4.37825538134826e-27, kInf, 0.0, kNaN},
+       {2.0, 0.09485174635513358, 1.4621171572600098, 1.0, 1.0, 2.0, 1.751302152539304e-26, 2.0, 0.0, kNaN}},
+  };
+  for (const ActivationValues& c : cases)
+    for (DType dt : {DType::f64, DType::f32}) {
+      INFO(unary_op_name(c.op) << "(a=" << c.a << ", b=" << c.b << ") " << dtype_name(dt));
+      // libm within a few ulps; exp(-x^2) turns x's rounding into a relative error of 2 x^2 ulps
+      // (gelu at x = -30: 1800 ulps of f64). In f32, results below the range flush to (signed) zero.
+      const double rel = dt == DType::f64 ? 1e-12 : 4e-6, abs_tol = dt == DType::f64 ? 0.0 : 1e-37;
+      const Tensor x = from_vector(kActX, {int64_t(kActX.size())}, dt);
+      const Tensor dy = full(x.shape(), 2.0, dt);
+      const Tensor yt = unary(c.op, x, c.a, c.b);
+      const std::vector<double> y = yt.to_vector();
+      const std::vector<double> dx = unary_backward(c.op, x, yt, dy, c.a, c.b).to_vector();
+      for (size_t i = 0; i < kActX.size(); ++i) {
+        INFO("x = " << kActX[i] << ": y = " << y[i] << " (want " << c.y[i] << "), dx = " << dx[i] << " (want "
+                    << c.dx[i] << ")");
+        CHECK(close_to(y[i], c.y[i], rel, abs_tol));
+        CHECK(close_to(dx[i], c.dx[i], rel, abs_tol));
+        if (c.y[i] == 0.0 && std::abs(kActX[i]) <= 0.0) CHECK(std::signbit(y[i]) == std::signbit(c.y[i]));
+      }
+    }
+  // fp32 keeps gelu's negative tail (Note [GELU with erfc]) to within 2 x^2 ulps (above); x Phi(x)
+  // from Python's math.erfc. PyTorch's fp32 answers -1.2671947e-4 and 0.
+  const std::vector<double> tail = gelu(from_vector(std::vector<double>{-4.0, -6.0}, {2})).to_vector();
+  CHECK(tail[0] == Approx(-0.00012668496733247986).epsilon(4e-6));
+  CHECK(tail[1] == Approx(-5.919525870226207e-09).epsilon(1e-5));
+}
+
+TEST_CASE("hardtanh is PyTorch's: clamps, keeps NaN and signed zeros, gradient 0 at and beyond the bounds",
+          "[tensor][elementwise]") {
+  const double inf = kInf, nan = kNaN;
+  const std::vector<double> xs = {-2.0, -1.0, -0.5, 0.0, -0.0, 0.5, 1.0, 2.0, inf, -inf, nan};
+  // torch.nn.functional.hardtanh(x, -1, 1) and its gradient for dy = 2 (torch 1.13, f64 and f32).
+  const std::vector<double> y_want = {-1.0, -1.0, -0.5, 0.0, -0.0, 0.5, 1.0, 1.0, 1.0, -1.0, nan};
+  const std::vector<double> dx_want = {0.0, 0.0, 2.0, 2.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0, 2.0};
+  for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    INFO(dtype_name(dt));
+    const Tensor x = from_vector(xs, {int64_t(xs.size())}, dt);
+    const std::vector<double> y = hardtanh(x).to_vector();
+    const std::vector<double> dx =
+        unary_backward(UnaryOp::hardtanh, x, Tensor(), full(x.shape(), 2.0, dt), -1.0, 1.0).to_vector();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      INFO("x = " << xs[i]);
+      CHECK(same_bits(float(y[i]), float(y_want[i])));
+      CHECK(same_bits(float(dx[i]), float(dx_want[i])));
+    }
+  }
+  CHECK_THROWS_WITH(hardtanh(from_vector(xs, {int64_t(xs.size())}), 1.0, -1.0),
+                    Catch::Contains("hardtanh") && Catch::Contains("max_val"));
+}
+
+TEST_CASE("the activations round once from fp32 and read strided inputs", "[tensor][elementwise]") {
+  // Inputs exact in f16 and bf16: the 16-bit result is the f32 result rounded once.
+  const std::vector<double> xs = {-3.0, -1.25, -0.5, -0.0, 0.0, 0.375, 0.75, 1.5, 2.5, 6.0};
+  const Tensor x32 = from_vector(xs, {2, 5}, DType::f32);
+  const Tensor dy32 =
+      from_vector(std::vector<double>{1.0, -2.0, 0.5, 3.0, -1.0, 0.25, 2.0, -0.5, 1.0, 4.0}, {2, 5}, DType::f32);
+  struct Op {
+    UnaryOp op;
+    double a, b;
+  };
+  for (const Op& o : {Op{UnaryOp::gelu, 0, 0}, Op{UnaryOp::gelu_tanh, 0, 0}, Op{UnaryOp::silu, 0, 0},
+                      Op{UnaryOp::elu, 1.5, 0}, Op{UnaryOp::softplus, 2.0, 3.0}, Op{UnaryOp::hardtanh, -0.5, 1.0}}) {
+    INFO(unary_op_name(o.op));
+    const Tensor y32 = unary(o.op, x32, o.a, o.b);
+    const Tensor dx32 = unary_backward(o.op, x32, y32, dy32, o.a, o.b);
+    for (DType dt : {DType::f16, DType::bf16}) {
+      INFO(dtype_name(dt));
+      const Tensor x = x32.to(dt), dy = dy32.to(dt);
+      CHECK(unary(o.op, x, o.a, o.b).to_vector() == y32.to(dt).to_vector());
+      CHECK(unary_backward(o.op, x, unary(o.op, x, o.a, o.b), dy, o.a, o.b).to_vector() == dx32.to(dt).to_vector());
+    }
+    // A transposed view gives the values of its contiguous copy, bit for bit.
+    const std::vector<double> yt = unary(o.op, x32.t(), o.a, o.b).to_vector();
+    const std::vector<double> yc = unary(o.op, x32.t().contiguous(), o.a, o.b).to_vector();
+    for (size_t i = 0; i < yt.size(); ++i) CHECK(same_bits(float(yt[i]), float(yc[i])));
+  }
+}

@@ -14,8 +14,8 @@
 //                                    device, fed word 0 of Philox block (seed, offset + i), i the
 //                                    row-major index in dst: the CPU's exact draw.
 // f64 tensors stay on the CPU, so no cast here reads or writes double. Widening is exact; 16-bit NaN payloads are kept like the CPU's half_to_float does (see
-// exact_float). float -> i64 truncates toward zero; NaN and out-of-range values are undefined in
-// C++ (the CPU gives whatever the compiler emits, x86 INT64_MIN) and saturate here.
+// exact_float). float -> i64 truncates toward zero; NaN and out-of-range values give INT64_MIN on
+// the CPU (truncate_to_i64 in tensor/core/dtype.h, x86's result) and saturate here.
 #include <cstring>
 #include <type_traits>
 

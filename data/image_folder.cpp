@@ -14,6 +14,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
 #include <memory>
 
 namespace mixtape::data {
@@ -44,6 +47,110 @@ std::vector<fs::path> list_images(const std::string& dir, bool recursive) {
   return files;
 }
 
+// Note [Bytes that reach stb_image]
+// stb_image chooses its decoder from the bytes, not from the name: a .png file holding GIF, BMP,
+// PSD, TGA, HDR, PIC or PNM data would reach decoders this loader does not promise, and most of
+// the memory errors reported against stb_image live in those. Only files that start with the PNG
+// or the JPEG signature are handed to it.
+// Debian 12's libstb (stb_image 2.27) also trusts a JPEG's Huffman table sizes: a DHT segment
+// whose 16 code-length counts add up to more than 256 makes it write past the table's arrays
+// (nothings/stb issue 1289, fixed upstream after 2.27; found here by fuzz/image.cpp). So the
+// segments of a JPEG are walked the way stb_image reads them and such a table is refused first.
+// The walk only reads: where stb_image would stop at a malformed segment, the walk goes on, so it
+// can refuse a file stb_image would also have refused, never pass a table stb_image would build.
+
+// A JPEG's bytes as stb_image reads them: past the end, every byte reads as 0.
+class JpegBytes {
+ public:
+  explicit JpegBytes(const std::vector<unsigned char>& b) : b_(b) {}
+  size_t at() const { return at_; }
+  bool done() const { return at_ >= b_.size(); }
+  int byte() { return at_ < b_.size() ? b_[at_++] : 0; }
+  int be16() {
+    const int hi = byte();
+    return hi << 8 | byte();
+  }
+  void skip(int64_t n) { at_ += size_t(std::max<int64_t>(n, 0)); }
+  // stbi__get_marker: 0xFF, any 0xFF fill bytes, then the marker. Bytes between segments that are
+  // not 0xFF are skipped (stb_image skips them after a segment in the header).
+  int marker() {
+    while (!done() && b_[at_] != 0xFF) ++at_;
+    int m = byte();
+    while (m == 0xFF) m = byte();
+    return m;
+  }
+  // After a scan header: the entropy-coded data runs to the first 0xFF that is neither a stuffed
+  // zero (FF 00) nor a restart marker (FF D0..D7), where stb_image's decoder stops too.
+  void skip_entropy_coded_data() {
+    while (!done()) {
+      if (b_[at_] != 0xFF) {
+        ++at_;
+        continue;
+      }
+      size_t next = at_ + 1;
+      while (next < b_.size() && b_[next] == 0xFF) ++next;
+      if (next < b_.size() && (b_[next] == 0x00 || (b_[next] >= 0xD0 && b_[next] <= 0xD7))) {
+        at_ = next + 1;
+        continue;
+      }
+      return;  // at the 0xFF of the next marker (or the end)
+    }
+  }
+
+ private:
+  const std::vector<unsigned char>& b_;
+  size_t at_ = 0;
+};
+
+// Why the Huffman tables of a JPEG must not reach stb_image (Note [Bytes that reach stb_image]),
+// or "" when they may.
+std::string jpeg_huffman_error(const std::vector<unsigned char>& bytes) {
+  JpegBytes in(bytes);
+  if (in.marker() != 0xD8) return "";  // no SOI: stb_image refuses it
+  while (!in.done()) {
+    const size_t start = in.at();
+    const int m = in.marker();
+    if (m == 0xD9 || m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) return "";  // EOI, or stb_image stops
+    const int length = in.be16();
+    if (m != 0xC4) {  // every other segment: its length, then for a scan the entropy-coded data
+      in.skip(length - 2);
+      if (m == 0xDA) in.skip_entropy_coded_data();
+      continue;
+    }
+    // DHT, as stbi__process_marker reads it: tables while the declared length lasts.
+    for (int left = length - 2; left > 0;) {
+      const int q = in.byte();
+      if ((q >> 4) > 1 || (q & 15) > 3) return "";  // stb_image refuses the table
+      int codes = 0;
+      for (int i = 0; i < 16; ++i) codes += in.byte();
+      if (codes > 256)
+        return detail::cat("corrupt JPEG: the Huffman table in the DHT segment at byte ", start, " declares ", codes,
+                           " codes, more than the 256 a table can hold");
+      in.skip(codes);
+      left -= 17 + codes;
+    }
+  }
+  return "";
+}
+
+// Why `bytes` must not reach stb_image (Note [Bytes that reach stb_image]), or "" when they may.
+std::string refused_before_decoding(const std::vector<unsigned char>& bytes) {
+  static constexpr unsigned char kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (bytes.size() >= 8 && std::equal(kPng, kPng + 8, bytes.begin())) return "";
+  if (bytes.size() >= 2 && bytes[0] == 0xFF && bytes[1] == 0xD8) return jpeg_huffman_error(bytes);
+  return "not a PNG or JPEG file (it starts with neither signature)";
+}
+
+// The bytes of a file, or why they cannot be read.
+std::string read_file(const fs::path& path, std::vector<unsigned char>& bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return detail::cat("cannot open it: ", std::strerror(errno));
+  bytes.assign(std::istreambuf_iterator<char>(in), {});
+  if (in.bad()) return "error reading it";
+  if (bytes.size() > size_t(std::numeric_limits<int>::max())) return "larger than the 2 GiB stb_image reads";
+  return "";
+}
+
 struct StbiFree {
   void operator()(unsigned char* p) const { stbi_image_free(p); }
 };
@@ -51,8 +158,12 @@ struct StbiFree {
 // Decodes one file into `out` (C x N x N floats in [-1, 1], appended). Returns "" on success,
 // else the reason the file was rejected.
 std::string decode_one(const fs::path& path, int channels, int n, std::vector<float>& out) {
+  std::vector<unsigned char> bytes;
+  if (std::string why = read_file(path, bytes); !why.empty()) return why;
+  if (std::string why = refused_before_decoding(bytes); !why.empty()) return why;
   int w = 0, h = 0, file_channels = 0;
-  std::unique_ptr<unsigned char, StbiFree> px(stbi_load(path.c_str(), &w, &h, &file_channels, channels));
+  std::unique_ptr<unsigned char, StbiFree> px(
+      stbi_load_from_memory(bytes.data(), int(bytes.size()), &w, &h, &file_channels, channels));
   if (!px) {
     const char* why = stbi_failure_reason();
     return why ? why : "unknown stb_image failure";

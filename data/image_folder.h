@@ -25,7 +25,9 @@ struct ImageFolder {
   std::vector<std::string> skipped_reasons;  // "path: stb's reason", one per skipped file
 };
 
-// Every `.png`, `.jpg`, `.jpeg` (any case) under `dir`, in sorted path order. Alpha is dropped
+// Every `.png`, `.jpg`, `.jpeg` (any case) under `dir`, in sorted path order; a file must hold PNG
+// or JPEG bytes (stb_image would guess other formats from the bytes; Note [Bytes that reach
+// stb_image] in image_folder.cpp says why it is not asked to). Alpha is dropped
 // (stb composites nothing: RGB values are kept as stored). Resizing uses stb_image_resize
 // (Mitchell filter down, Catmull-Rom up, clamped edges, linear colour); results are clamped to
 // [0, 1] before the map x -> 2x - 1. Throws naming the file and stb's reason when a file cannot

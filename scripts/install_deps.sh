@@ -12,8 +12,9 @@ packages=(
   dataset-fashion-mnist fortunes
   # plots of the training metrics; numpy for the safetensors interop script (scripts/safetensors_np.py)
   python3 python3-matplotlib python3-numpy
-  # the sanitizer and fuzzing build (preset asan): clang with its sanitizer and libFuzzer runtimes
-  clang libclang-rt-14-dev
+  # the sanitizer and fuzzing build (preset asan): clang with its sanitizer and libFuzzer runtimes,
+  # and LLVM's OpenMP runtime, which clang's -fopenmp links (docs/fuzzing.md)
+  clang libclang-rt-14-dev libomp-dev
 )
 
 missing=()

@@ -233,13 +233,21 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   }
   const json& sh = v.at("shape");
   MT_CHECK(sh.is_array(), where, ": shape must be an array, got ", excerpt(sh));
-  uint64_t numel = 1;
+  // The nonzero sizes must multiply without overflow even when a size is 0 (Note [Checked sizes]
+  // in tensor/core/shape.cpp): the tensor's strides are their products.
+  int64_t nonzero = 1;
+  bool has_zero = false, overflow = false;
   for (const json& d : sh) {
     MT_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()), where,
              ": shape entries must be non-negative integers, got ", excerpt(sh));
-    e.shape.push_back(int64_t(d.get<uint64_t>()));
-    numel = mul_checked(numel, d.get<uint64_t>(), path, name);
+    const int64_t size = int64_t(d.get<uint64_t>());
+    e.shape.push_back(size);
+    if (size == 0) has_zero = true;
+    else overflow = overflow || __builtin_mul_overflow(nonzero, size, &nonzero);
   }
+  MT_CHECK(!overflow, where, ": shape ", excerpt(shape_str(e.shape)),
+           " overflows: its sizes multiply past the 64-bit element count");
+  const uint64_t numel = has_zero ? 0 : uint64_t(nonzero);
   const json& off = v.at("data_offsets");
   MT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
            ": data_offsets must be [begin, end] with non-negative integers, got ", excerpt(off));

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <string>
 
@@ -113,6 +114,24 @@ inline float load<bfloat16>(bfloat16 v) {
 template <class T, class C>
 inline T store(C v) {
   return static_cast<T>(v);
+}
+
+// Float -> i64 truncates toward zero. A plain cast is undefined for NaN and for values outside
+// the i64 range; those give INT64_MIN, the value x86's conversion instruction returns (what the
+// CPU has always produced there with GCC, now defined for every compiler; the emulated CUDA
+// device's __float2ll_rz does the same).
+template <class F>
+inline int64_t truncate_to_i64(F v) {
+  if (!(v >= F(-0x1p63) && v < F(0x1p63))) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+template <>
+inline int64_t store<int64_t, float>(float v) {
+  return truncate_to_i64(v);
+}
+template <>
+inline int64_t store<int64_t, double>(double v) {
+  return truncate_to_i64(v);
 }
 
 // The 16-bit stores: each value is rounded once, and counted while a RoundingCensus is open

@@ -11,6 +11,7 @@
 #include "tensor/core/rounding_census.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define MT_HAVE_X86_PATHS 1
 #endif
@@ -315,7 +316,11 @@ constexpr ConvertPath kAvx2Path{"avx2",          load_half_avx2,     load_bf16_a
 
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+  // F16C is CPUID leaf 1, ECX bit 29, asked directly: clang before 16 has no "f16c" in
+  // __builtin_cpu_supports. (Its "avx2" already checks that the OS saves the YMM registers.)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 #endif  // MT_HAVE_X86_PATHS

@@ -50,7 +50,10 @@ void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64
             float in[kRowChunk];
             const float* v = load_row(s + r.at[1] + j * r.step[1], r.step[1], n, in);
             D* out = d + r.at[0] + j * r.step[0];
-            if constexpr (!std::is_same_v<D, float>) {
+            // Only the 16-bit types round stochastically. (Asked of D alone: the test above also
+            // depends on S, so for D = i64 clang checks this branch before S is known, and "D is not
+            // float" would keep the call below in it.)
+            if constexpr (std::is_same_v<D, half> || std::is_same_v<D, bfloat16>) {
               if (stochastic) {
                 store_stochastic_row(v, out, r.step[0], n, seed, offset + uint64_t(r.first + j));
                 return;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -149,6 +150,35 @@ TEST_CASE("load_image_folder reports corrupt files by name, or skips them", "[da
   fs::create_directory(dir.path / "empty");
   CHECK_THAT(error_of([&] { load_image_folder((dir.path / "empty").string(), opt); }), Contains("no .png"));
   CHECK_THAT(error_of([&] { load_image_folder((dir.path / "missing").string(), opt); }), Contains("not a directory"));
+}
+
+TEST_CASE("load_image_folder hands only PNG and JPEG bytes to stb_image", "[data]") {
+  // Note [Bytes that reach stb_image]: stb_image would decode a BMP named .png, and a JPEG whose
+  // Huffman table declares more than 256 codes made Debian's stb_image write past the table
+  // (fuzz/regressions/image/).
+  TempDir dir;
+  const std::vector<unsigned char> px(8 * 8 * 3, 128);
+  ImageFolderOptions opt;
+  opt.size = 8;
+  REQUIRE(stbi_write_bmp((dir.path / "bitmap.png").c_str(), 8, 8, 3, px.data()));
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
+             Contains("bitmap.png") && Contains("not a PNG or JPEG file"));
+  fs::remove(dir.path / "bitmap.png");
+
+  REQUIRE(stbi_write_jpg((dir.path / "photo.jpg").c_str(), 8, 8, 3, px.data(), 90));
+  CHECK(load_image_folder(dir.path.string(), opt).images.size(0) == 1);
+  std::ifstream in(dir.path / "photo.jpg", std::ios::binary);
+  std::string jpg(std::istreambuf_iterator<char>(in), {});
+  in.close();
+  // The first DHT segment: FF C4, its 2-byte length, the table class and id, then 16 counts of
+  // codes per length; two of them raised to 200 make more than 256 codes.
+  const size_t dht = jpg.find("\xff\xc4");
+  REQUIRE(dht != std::string::npos);
+  jpg[dht + 5 + 14] = char(200);
+  jpg[dht + 5 + 15] = char(200);
+  std::ofstream(dir.path / "photo.jpg", std::ios::binary | std::ios::trunc) << jpg;
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
+             Contains("photo.jpg") && Contains("Huffman table") && Contains("more than the 256"));
 }
 
 TEST_CASE("write_png_grid tiles, pads, clamps and writes atomically", "[data]") {

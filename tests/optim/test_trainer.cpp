@@ -25,8 +25,12 @@ namespace {
 // Linear(8, 32) - ReLU - Linear(32, 4), torch's default init from `seed`.
 std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
   Generator gen(seed);
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 32, true, gen), std::make_shared<nn::ReLU>(),
-                                          std::make_shared<nn::Linear>(32, 4, true, gen));
+  // Each layer draws from gen, and the order in which a call's arguments are evaluated is
+  // unspecified (GCC goes right to left, clang left to right), so the layers are made one
+  // statement each. The output layer draws first: the weights these tests were written against.
+  auto out = std::make_shared<nn::Linear>(32, 4, true, gen);
+  auto hidden = std::make_shared<nn::Linear>(8, 32, true, gen);
+  return std::make_shared<nn::Sequential>(hidden, std::make_shared<nn::ReLU>(), out);
 }
 
 // 64 points x ~ N(0, 1)^8 labelled by the argmax of a random teacher MLP's logits.

@@ -206,6 +206,10 @@ TEST_CASE("corrupt and truncated safetensors files raise clear errors", "[safete
              Catch::Contains("tensor 'w'") && Catch::Contains("run past the 16-byte data buffer"));
   CHECK_THAT(load_error(d, one(R"("w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]})")),
              Catch::Contains("overflows"));
+  // No element, but sizes whose product (the strides) overflows: named like any other bad shape.
+  CHECK_THAT(
+      load_error(d, file_bytes(R"({"w":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", "")),
+      Catch::Contains("bad.safetensors") && Catch::Contains("tensor 'w'") && Catch::Contains("overflows"));
   CHECK_THAT(load_error(d, one(R"("w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]})")),
              Catch::Contains("tensor 'w'") && Catch::Contains("hole of 8 bytes"));
   CHECK_THAT(load_error(d, one(R"("a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"

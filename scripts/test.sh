@@ -30,6 +30,10 @@ if [ "$(uname -m)" = x86_64 ] && cmake --preset cuda-emu >/dev/null; then
 else
   echo "cuda kernels on the emulated device: not run (needs x86-64 and the CUDA headers)"
 fi
+# The sanitizer stage (scripts/sanitize.sh, docs/fuzzing.md): the suite once more under clang's
+# AddressSanitizer + UBSan (preset asan), then the libFuzzer harnesses of the file readers, replayed
+# on their corpus and regressions and fuzzed for FUZZ_SECONDS (default 30) each.
+./scripts/sanitize.sh || status=1
 # Every C++ and CUDA source is formatted by .clang-format (scripts/check_format.sh --fix formats).
 ./scripts/check_format.sh || status=1
 # The gradient-check suite reports how many differentiable ops it covered.

@@ -1,5 +1,6 @@
 #include "tensor/core/shape.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "tensor/core/error.h"
@@ -36,6 +37,9 @@ Shape contiguous_strides(const Shape& s) {
 }
 
 bool is_contiguous_layout(const Shape& shape, const Shape& strides) {
+  // No element, no gap: an empty shape is contiguous whatever its strides (as in PyTorch). The
+  // loop below would expect stride 0 left of a zero size, which contiguous_strides never gives.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return true;
   int64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     if (shape[i] == 1) continue;

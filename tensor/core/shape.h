@@ -15,7 +15,8 @@ using Shape = std::vector<int64_t>;
 // still that product: Note [Checked sizes] in shape.cpp).
 int64_t numel_of(const Shape& s, const char* op = "numel");
 Shape contiguous_strides(const Shape& s);
-// Whether strides (in elements) lay `shape` out row-major without gaps (size-1 dims ignored).
+// Whether strides (in elements) lay `shape` out row-major without gaps (size-1 dims ignored; a
+// shape with a zero size holds no element and is contiguous).
 bool is_contiguous_layout(const Shape& shape, const Shape& strides);
 std::string shape_str(const Shape& s);  // "[2, 3]"
 

@@ -238,6 +238,15 @@ TEST_CASE("unsqueeze, squeeze and flatten", "[tensor]") {
 TEST_CASE("contiguous and clone", "[tensor]") {
   const Tensor x = iota({3, 4});
   CHECK(x.contiguous().same_storage(x));
+  // Without elements a tensor is contiguous, fresh or a view (a zero size not in front used to
+  // make a fresh one report otherwise; found by fuzz/safetensors.cpp).
+  for (const Shape& s : {Shape{0}, Shape{4, 0}, Shape{0, 0}, Shape{2, 0, 3}}) {
+    INFO(shape_str(s));
+    const Tensor e = empty(s);
+    CHECK(e.is_contiguous());
+    CHECK(e.contiguous().same_storage(e));
+  }
+  CHECK(empty({3, 0}).t().is_contiguous());
   const Tensor t = x.t();
   const Tensor c = t.contiguous();
   CHECK(c.is_contiguous());

@@ -44,10 +44,10 @@ void store_stochastic_row(const float* v, bfloat16* p, int64_t step, int64_t len
 void load_n(const float* src, float* dst, int64_t n);
 void store_n(const float* src, float* dst, int64_t n);
 
-// The vector path in use: "avx2" (AVX2 + F16C + FMA, where the CPU has them) or "scalar" (the
-// reference, and the path of every other CPU). conversion_paths() lists the paths this CPU can
-// run, the reference first; set_conversion_path selects one for the whole process (tests and
-// benchmarks compare them) and throws for a path the CPU lacks.
+// The vector path in use: "avx512" (AVX-512 F + BW + VL), "avx2" (AVX2 + F16C + FMA), or
+// "scalar" (the reference, and the path of every other CPU). conversion_paths() lists the paths
+// this CPU can run, the reference first and the default last; set_conversion_path selects one
+// for the whole process (tests and benchmarks compare them) and throws for a path the CPU lacks.
 const char* conversion_path();
 std::vector<std::string> conversion_paths();
 void set_conversion_path(std::string_view name);

@@ -34,8 +34,9 @@ std::vector<std::string> vector_paths() {
   std::vector<std::string> paths = cpu::conversion_paths();
   REQUIRE(paths.front() == "scalar");
   paths.erase(paths.begin());
-  WARN("vector conversion paths on this CPU: " << (paths.empty() ? std::string("none") : paths[0])
-                                               << (paths.size() > 1 ? " and more" : ""));
+  std::string names = paths.empty() ? std::string("none") : paths[0];
+  for (size_t i = 1; i < paths.size(); ++i) names += ", " + paths[i];
+  WARN("vector conversion paths on this CPU: " << names);
   return paths;
 }
 

@@ -4,6 +4,9 @@
 // padding). Then conv2d is one GEMM per chunk, Y[OC, nb*L] = W[OC, C*KH*KW] col, and a scatter
 // to [N, OC, OH, OW] (adding the bias, rounding once). Chunking bounds the buffer at
 // kColumnBudget elements; a Fashion-MNIST CNN batch fits in one chunk, so one GEMM per batch.
+// The column matrix, the gathered output gradient and the weight matrix hold the stored type:
+// a 16-bit convolution copies 16-bit values and the GEMM widens or pairs them as it packs its
+// panels (Note [16-bit GEMM] in linalg.cpp); only the GEMM's output is f32, rounded once.
 #include "tensor/cpu/conv.h"
 
 #include <algorithm>
@@ -13,18 +16,13 @@
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/linalg.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/workspace.h"
 
 namespace mixtape::cpu {
 
 namespace {
 
 constexpr int64_t kColumnBudget = int64_t(1) << 23;  // elements of the column buffer (32 MiB in f32)
-
-// Scratch buffer left uninitialized: every kernel writes it fully before reading.
-template <class C>
-std::unique_ptr<C[]> scratch(int64_t n) {
-  return std::make_unique_for_overwrite<C[]>(size_t(std::max<int64_t>(n, 1)));
-}
 
 // Geometry of one convolution: the image side [N, C, H, W] and the column side [N, OC, OH, OW].
 struct Geom {
@@ -50,60 +48,39 @@ inline void valid_range(int64_t iw0, int64_t s, int64_t W, int64_t OW, int64_t& 
   hi = std::clamp(hi, lo, OW);
 }
 
-// col[rows, nb*L] for the nb images starting at x (strides xs), in the compute type.
-template <class T, class C>
-void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, C* col) {
+// col[rows, nb*L] for the nb images starting at x (strides xs), in x's type.
+template <class T>
+void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
   const int64_t L = g.L(), cols = nb * L;
   // Each row (c, kh, kw) is one thread's (Note [Deterministic threads]).
   parallel_for(g.rows(), grain_for(cols), [&](int64_t r_begin, int64_t r_end) {
     for (int64_t r = r_begin; r < r_end; ++r) {
       const int64_t c = r / (g.KH * g.KW), kh = r / g.KW % g.KH, kw = r % g.KW;
-      C* row = col + r * cols;
+      T* row = col + r * cols;
       const int64_t iw0 = kw * g.dw - g.pw;
       int64_t lo, hi;
       valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
       for (int64_t n = 0; n < nb; ++n) {
         const T* plane = x + n * xs[0] + c * xs[1];
         for (int64_t oh = 0; oh < g.OH; ++oh) {
-          C* dst = row + n * L + oh * g.OW;
+          T* dst = row + n * L + oh * g.OW;
           const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
           if (ih < 0 || ih >= g.H) {
-            std::fill(dst, dst + g.OW, C(0));
+            std::fill(dst, dst + g.OW, T{});
             continue;
           }
           const T* src = plane + ih * xs[2];
-          std::fill(dst, dst + lo, C(0));
-          if (g.sw * xs[3] == 1) {  // unit stride along the row: a plain (vectorizable) copy
-            const T* s = src + iw0;
-            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = load(s[ow]);
+          std::fill(dst, dst + lo, T{});
+          if (g.sw * xs[3] == 1) {  // unit stride along the row: a plain copy
+            std::copy(src + iw0 + lo, src + iw0 + hi, dst + lo);
           } else {
-            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = load(src[(iw0 + ow * g.sw) * xs[3]]);
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[(iw0 + ow * g.sw) * xs[3]];
           }
-          std::fill(dst + hi, dst + g.OW, C(0));
+          std::fill(dst + hi, dst + g.OW, T{});
         }
       }
     }
   });
-}
-
-// im2col of images [n0, n0 + nb) of x. A 16-bit x is first converted to the compute type,
-// once per element, into buf [nb, C, H, W]: im2col then copies each value KH*KW times without
-// converting it again.
-template <class T, class C>
-void im2col_chunk(const T* x, const Shape& xs, const Geom& g, int64_t n0, int64_t nb, C* buf, C* col) {
-  if constexpr (std::is_same_v<T, C>) {
-    (void)buf;
-    im2col(x + n0 * xs[0], xs, g, nb, col);
-  } else {
-    const int64_t HW = g.H * g.W;
-    parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) {
-        const T* plane = x + (n0 + p / g.C) * xs[0] + (p % g.C) * xs[1];
-        for (int64_t h = 0; h < g.H; ++h) load_row_to(plane + h * xs[2], xs[3], g.W, buf + p * HW + h * g.W);
-      }
-    });
-    im2col(buf, Shape{g.C * HW, HW, g.W, 1}, g, nb, col);
-  }
 }
 
 // img[nb, C, H, W] (contiguous, compute type) += col2im(col): the adjoint of im2col.
@@ -134,19 +111,35 @@ void col2im_add(const C* col, const Geom& g, int64_t nb, C* img) {
   });
 }
 
-// w [OC, C, KH, KW] (any strides) as a row-major [OC, C*KH*KW] matrix in the compute type.
+// Y[M, N] = op(A) op(B) (+ Y when accumulating), operands stored as T and Y in T's compute type:
+// the own GEMM in T's arithmetic for f32 and the 16-bit types, OpenBLAS for f64.
 template <class T, class C = compute_t<T>>
-std::vector<C> load_weight(const Strided& w) {
+void conv_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+               int64_t ldb, bool accumulate, C* Y, int64_t ldy) {
+  if constexpr (std::is_same_v<T, double>) {
+    gemm_raw(trans_a, trans_b, M, N, K, A, lda, B, ldb, accumulate, Y, ldy);
+  } else {
+    constexpr DType dt = dtype_of<T>::value;
+    const GemmOperand a = trans_a ? GemmOperand{dt, A, 1, lda} : GemmOperand{dt, A, lda, 1};
+    const GemmOperand b = trans_b ? GemmOperand{dt, B, 1, ldb} : GemmOperand{dt, B, ldb, 1};
+    gemm(gemm_arith_for(dt), M, N, K, a, b, accumulate, Y, ldy);
+  }
+}
+
+// w [OC, C, KH, KW] as a row-major [OC, C*KH*KW] matrix: w itself when contiguous, else a copy.
+template <class T>
+const T* weight_matrix(const Strided& w, std::vector<T>& copy) {
   const T* p = static_cast<const T*>(w.raw_data());
+  if (w.is_contiguous()) return p;
   const Shape& s = w.shape();
   const Shape& st = w.strides();
-  std::vector<C> m(size_t(w.numel()));
+  copy.resize(size_t(w.numel()));
   size_t k = 0;
   for (int64_t o = 0; o < s[0]; ++o)
     for (int64_t c = 0; c < s[1]; ++c)
       for (int64_t i = 0; i < s[2]; ++i)
-        for (int64_t j = 0; j < s[3]; ++j) m[k++] = load(p[o * st[0] + c * st[1] + i * st[2] + j * st[3]]);
-  return m;
+        for (int64_t j = 0; j < s[3]; ++j) copy[k++] = p[o * st[0] + c * st[1] + i * st[2] + j * st[3]];
+  return copy.data();
 }
 
 template <class T, class C = compute_t<T>>
@@ -180,15 +173,16 @@ void add_bias_and_store(C* src, const C* bias, T* dst, int64_t len) {
 }
 
 // G[OC, nb*L] = dy[n0 + n, oc, oh, ow] for the chunk (dy [N, OC, OH, OW], any strides).
-template <class T, class C>
-void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int64_t nb, C* G) {
+template <class T>
+void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int64_t nb, T* G) {
   const int64_t L = g.L(), cols = nb * L;
   parallel_for(g.OC, grain_for(cols), [&](int64_t oc_begin, int64_t oc_end) {
     for (int64_t oc = oc_begin; oc < oc_end; ++oc)
       for (int64_t n = 0; n < nb; ++n) {
         const T* plane = dy + (n0 + n) * ds[0] + oc * ds[1];
-        C* dst = G + oc * cols + n * L;
-        for (int64_t oh = 0; oh < g.OH; ++oh) load_row_to(plane + oh * ds[2], ds[3], g.OW, dst + oh * g.OW);
+        T* dst = G + oc * cols + n * L;
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) dst[oh * g.OW + ow] = plane[oh * ds[2] + ow * ds[3]];
       }
   });
 }
@@ -196,21 +190,23 @@ void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int
 template <class T>
 void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const Geom& g, const Strided& out) {
   using C = compute_t<T>;
-  const std::vector<C> wm = load_weight<T>(w), bv = load_bias<T>(bias);
+  std::vector<T> wcopy;
+  const T* wm = weight_matrix<T>(w, wcopy);
+  const std::vector<C> bv = load_bias<T>(bias);
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
-  const auto col = scratch<C>(R * nb_max * L), y = scratch<C>(g.OC * nb_max * L);
-  const auto xbuf = scratch<C>(std::is_same_v<T, C> ? 0 : nb_max * g.C * g.H * g.W);
+  T* col = workspace<T>(Workspace::conv_columns, R * nb_max * L);
+  C* y = workspace<C>(Workspace::conv_rows, g.OC * nb_max * L);
   const T* px = static_cast<const T*>(x.raw_data());
   T* po = static_cast<T*>(out.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
-    im2col_chunk(px, x.strides(), g, n0, nb, xbuf.get(), col.get());
+    im2col(px + n0 * x.strides()[0], x.strides(), g, nb, col);
     // Y = W col: (OC, nb*L) = (OC, C*KH*KW) (C*KH*KW, nb*L)
-    gemm_raw(false, false, g.OC, cols, R, wm.data(), R, col.get(), cols, C(0), y.get(), cols);
+    conv_gemm<T>(false, false, g.OC, cols, R, wm, R, col, cols, false, y, cols);
     parallel_for(nb * g.OC, grain_for(L), [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
         const int64_t n = p / g.OC, oc = p % g.OC;
-        C* src = y.get() + oc * cols + n * L;
+        C* src = y + oc * cols + n * L;
         T* dst = po + ((n0 + n) * g.OC + oc) * L;
         add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(oc)], dst, L);
       }
@@ -221,22 +217,26 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
 template <class T>
 void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, const Geom& g, const Strided& dx) {
   using C = compute_t<T>;
-  const std::vector<C> wm = load_weight<T>(w), bv = load_bias<T>(bias);
+  std::vector<T> wcopy;
+  const T* wm = weight_matrix<T>(w, wcopy);
+  const std::vector<C> bv = load_bias<T>(bias);
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk(), HW = g.H * g.W;
-  const auto G = scratch<C>(g.OC * nb_max * L), dcol = scratch<C>(R * nb_max * L), img = scratch<C>(nb_max * g.C * HW);
+  T* G = workspace<T>(Workspace::conv_rows, g.OC * nb_max * L);
+  C* dcol = workspace<C>(Workspace::conv_columns, R * nb_max * L);
+  C* img = workspace<C>(Workspace::conv_images, nb_max * g.C * HW);
   const T* pdy = static_cast<const T*>(dy.raw_data());
   T* pdx = static_cast<T*>(dx.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
-    gather_columns(pdy, dy.strides(), g, n0, nb, G.get());
+    gather_columns(pdy, dy.strides(), g, n0, nb, G);
     // dcol = W^T G: (C*KH*KW, nb*L) = (OC, C*KH*KW)^T (OC, nb*L)
-    gemm_raw(true, false, R, cols, g.OC, wm.data(), R, G.get(), cols, C(0), dcol.get(), cols);
-    std::fill(img.get(), img.get() + nb * g.C * HW, C(0));
-    col2im_add(dcol.get(), g, nb, img.get());
+    conv_gemm<T>(true, false, R, cols, g.OC, wm, R, G, cols, false, dcol, cols);
+    std::fill(img, img + nb * g.C * HW, C(0));
+    col2im_add(dcol, g, nb, img);
     parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
         const int64_t c = p % g.C;
-        C* src = img.get() + p * HW;
+        C* src = img + p * HW;
         T* dst = pdx + (n0 * g.C + p) * HW;
         add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(c)], dst, HW);
       }
@@ -248,17 +248,17 @@ template <class T>
 void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const Strided& dw) {
   using C = compute_t<T>;
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
-  const auto col = scratch<C>(R * nb_max * L), G = scratch<C>(g.OC * nb_max * L);
-  const auto xbuf = scratch<C>(std::is_same_v<T, C> ? 0 : nb_max * g.C * g.H * g.W);
+  T* col = workspace<T>(Workspace::conv_columns, R * nb_max * L);
+  T* G = workspace<T>(Workspace::conv_rows, g.OC * nb_max * L);
   std::vector<C> acc(size_t(g.OC * R), C(0));
   const T* px = static_cast<const T*>(x.raw_data());
   const T* pdy = static_cast<const T*>(dy.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
-    im2col_chunk(px, x.strides(), g, n0, nb, xbuf.get(), col.get());
-    gather_columns(pdy, dy.strides(), g, n0, nb, G.get());
+    im2col(px + n0 * x.strides()[0], x.strides(), g, nb, col);
+    gather_columns(pdy, dy.strides(), g, n0, nb, G);
     // dW += G col^T: (OC, C*KH*KW) = (OC, nb*L) (C*KH*KW, nb*L)^T, accumulated across chunks
-    gemm_raw(false, true, g.OC, R, cols, G.get(), cols, col.get(), cols, C(1), acc.data(), R);
+    conv_gemm<T>(false, true, g.OC, R, cols, G, cols, col, cols, true, acc.data(), R);
   }
   T* pdw = static_cast<T*>(dw.raw_data());
   for (size_t k = 0; k < acc.size(); ++k) pdw[k] = store<T>(acc[k]);

@@ -1,20 +1,23 @@
-// GEMM CPU kernels. f32/f64 go straight to OpenBLAS (sgemm/dgemm); f16/bf16 operands are
-// loaded into f32 buffers, multiplied with sgemm (fp32 accumulation), and the output is rounded
-// once (Note [16-bit GEMM] in linalg.cpp).
+// GEMM CPU kernels. f32, f16 and bf16 run on the own GEMM (gemm.h, Note [Own GEMM]), which
+// reads 16-bit operands as they are stored and accumulates in fp32; a 16-bit output is rounded
+// once (Note [16-bit GEMM] in linalg.cpp). f64 goes to OpenBLAS's dgemm.
 #pragma once
 
 #include <cstdint>
 
 #include "tensor/core/strided.h"
+#include "tensor/cpu/gemm.h"
 
 namespace mixtape::cpu {
 
-// Row-major C[M, N] = op(A)[M, K] op(B)[K, N] + beta * C through OpenBLAS, where op(A) = A^T
-// when trans_a (A then stored as [K, M] with leading dimension lda). Sizes must fit a blasint.
-void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-              int64_t ldb, float beta, float* C, int64_t ldc);
+// Row-major C[M, N] = op(A)[M, K] op(B)[K, N] (+ C when accumulating), where op(A) = A^T when
+// trans_a (A then stored as [K, M] with leading dimension lda). The f32 form runs the own GEMM
+// with the given arithmetic (its operands hold bf16 values under dot_bf16); the f64 form runs
+// OpenBLAS, whose sizes must fit a blasint. Both split over the threads as gemm_blocks.h says.
+void gemm_raw(GemmArith arith, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+              const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc);
 void gemm_raw(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
-              const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+              const double* B, int64_t ldb, bool accumulate, double* C, int64_t ldc);
 
 // out[..., M, N] = a[..., M, K] b[..., K, N] (+ bias[N] on every row), one GEMM per batch entry.
 // a and b carry out's batch dims (broadcast entries with stride 0); the last two dims of each

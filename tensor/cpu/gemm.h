@@ -1,0 +1,55 @@
+// mixtape's own GEMM for f32, f16 and bf16 operands, accumulating in fp32 (Note [Own GEMM] in
+// gemm.cpp). f64 stays with OpenBLAS (linalg.h): it only serves the gradient checks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensor/core/dtype.h"
+
+namespace mixtape::cpu {
+
+// How a GEMM forms each output element c[i][j] from c0 (C's old value when accumulating, else 0)
+// and the products a[i][k] b[k][j]. Both are fixed sequences of fp32 operations, so every vector
+// path computes the same bits (Note [Own GEMM]).
+enum class GemmArith {
+  // acc = c0; for k = 0 .. K-1: acc = fma(a[i][k], b[k][j], acc).
+  fma_f32,
+  // The operands hold bf16 values; k runs in pairs (2p, 2p+1), K odd counting a zero at K:
+  //   acc = daz(c0); for p: acc = ftz(fma(a[2p+1] b[2p+1] + acc)); acc = ftz(fma(a[2p] b[2p] + acc))
+  // with subnormal operands read as zero (daz) and subnormal results flushed to zero (ftz): what
+  // one lane of AVX512_BF16's vdpbf16ps computes.
+  dot_bf16,
+};
+
+// The arithmetic of a GEMM whose operands are stored as `dtype` (f32, f16 or bf16): dot_bf16 for
+// bf16, fma_f32 otherwise.
+GemmArith gemm_arith_for(DType dtype);
+
+// One GEMM operand: the logical matrix element (r, c) is p[r * rs + c * cs], stored as dtype
+// (f32, f16 or bf16; any strides, 0 included).
+struct GemmOperand {
+  DType dtype;
+  const void* p;
+  int64_t rs, cs;
+};
+
+// C[M, N] (f32, row-major, leading dimension ldc) = (accumulate ? C : 0) + A[M, K] B[K, N] with
+// the given arithmetic. Split over the OpenMP threads by blocks that depend only on the shapes,
+// so the result is the same bits for any thread count and any vector path. Under dot_bf16 the
+// operands must hold bf16 values (bf16 tensors, or f32 buffers loaded from them).
+void gemm(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, bool accumulate,
+          float* C, int64_t ldc);
+
+// The GEMM's vector path: "avx512bf16" (AVX-512 with vdpbf16ps), "avx512" (AVX-512F; dot_bf16
+// emulated), "avx2" (AVX2 + FMA), or "scalar" (the reference: the formulas above, one element at
+// a time). gemm_paths() lists those this CPU runs, the reference first and the default last;
+// set_gemm_path selects one for the whole process (tests compare them) and throws for a path the
+// CPU lacks.
+const char* gemm_path();
+std::vector<std::string> gemm_paths();
+void set_gemm_path(std::string_view name);
+
+}  // namespace mixtape::cpu

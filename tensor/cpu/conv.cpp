@@ -48,9 +48,14 @@ inline void valid_range(int64_t iw0, int64_t s, int64_t W, int64_t OW, int64_t& 
   hi = std::clamp(hi, lo, OW);
 }
 
-// col[rows, nb*L] for the nb images starting at x (strides xs), in x's type.
+// col[rows, nb*L] for the nb images starting at x (strides xs), in x's type. Only copies: a
+// 16-bit element is moved as its uint16_t bits, which the compiler vectorizes as it does floats.
 template <class T>
 void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    im2col(reinterpret_cast<const uint16_t*>(x), xs, g, nb, reinterpret_cast<uint16_t*>(col));
+    return;
+  }
   const int64_t L = g.L(), cols = nb * L;
   // Each row (c, kh, kw) is one thread's (Note [Deterministic threads]).
   parallel_for(g.rows(), grain_for(cols), [&](int64_t r_begin, int64_t r_end) {

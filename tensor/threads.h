@@ -1,7 +1,7 @@
 // Threads used by the CPU backend: one OpenMP pool runs mixtape's own kernels
-// (tensor/cpu/parallel.h) and, with the OpenMP build of OpenBLAS, the GEMMs too (Note [One thread
-// pool] in CMakeLists.txt). Results never depend on the thread count (Note [Deterministic
-// threads] in tensor/cpu/parallel.h).
+// (tensor/cpu/parallel.h), the GEMMs among them, and, with the OpenMP build of OpenBLAS, its f64
+// GEMMs too (Note [One thread pool] in CMakeLists.txt). Results never depend on the thread count
+// (Note [Deterministic threads] in tensor/cpu/parallel.h).
 #pragma once
 
 namespace mixtape {

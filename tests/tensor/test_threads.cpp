@@ -1,6 +1,7 @@
 // Note [Deterministic threads] (tensor/cpu/parallel.h) and Note [Deterministic GEMM]
-// (tensor/cpu/linalg.cpp): a few training steps of a CNN give the same weights, bit for bit,
-// with 1 and with 2 threads, in every precision policy. The model is sized so that every split
+// (tensor/cpu/gemm_blocks.h): a few training steps of a CNN give the same weights, bit for bit,
+// with 1 and with 2 threads, in every precision policy, and on every vector path of the GEMM
+// and the conversions (Note [Own GEMM], Note [Vector conversions]). The model is sized so that every split
 // path runs: elementwise and batch-norm kernels above the grain, GEMMs split by columns and by K.
 // Also: the host caching allocator makes no new allocations once a step has run.
 #include <catch2/catch.hpp>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "mixtape.h"
+#include "tensor/cpu/convert.h"
+#include "tensor/cpu/gemm.h"
 
 using namespace mixtape;
 
@@ -93,6 +96,28 @@ TEST_CASE("training gives the same bits with 1 and 2 threads", "[threads]") {
     for (size_t i = 0; i < one.tensors.size(); ++i) differ += one.tensors[i] != two.tensors[i];
     CHECK(differ == 0);
   }
+}
+
+TEST_CASE("training gives the same bits on every vector path", "[threads]") {
+  const std::string saved_gemm = cpu::gemm_path(), saved_convert = cpu::conversion_path();
+  const std::vector<std::string> gemm_paths = cpu::gemm_paths(), convert_paths = cpu::conversion_paths();
+  for (const char* precision : {"fp32", "bf16", "fp16", "bf16-pure"}) {
+    cpu::set_gemm_path("scalar");
+    cpu::set_conversion_path("scalar");
+    const Result reference = train(2, precision, "none", 2);
+    for (size_t i = 1; i < gemm_paths.size(); ++i) {
+      // Each GEMM path with the widest conversion path it can pair with (avx512bf16 with avx512).
+      cpu::set_gemm_path(gemm_paths[i]);
+      cpu::set_conversion_path(convert_paths[std::min(i, convert_paths.size() - 1)]);
+      INFO(precision << " on GEMM path " << cpu::gemm_path() << ", conversion path " << cpu::conversion_path());
+      const Result r = train(2, precision, "none", 2);
+      CHECK(r.losses == reference.losses);
+      CHECK(r.tensors == reference.tensors);
+    }
+  }
+  cpu::set_gemm_path(saved_gemm);
+  cpu::set_conversion_path(saved_convert);
+  WARN("vector paths compared with the scalar reference: " << gemm_paths.size() - 1 << " GEMM paths");
 }
 
 TEST_CASE("steady-state training allocates no new host buffers after its first step", "[threads]") {

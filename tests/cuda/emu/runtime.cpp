@@ -117,7 +117,8 @@ struct Fiber {
   std::vector<char> stack;
   ThreadContext self;
   State state = State::ready;
-  int predicate = 0;  // __syncthreads_or's argument, then its result
+  int predicate = 0;           // __syncthreads_or's argument, then its result
+  unsigned scratch_calls = 0;  // warp_scratch calls so far in this block
 };
 
 struct Block {
@@ -218,6 +219,7 @@ bool run_block(const Config& cfg, uint3 block_idx) {
     f.self.linear = t;
     f.state = State::ready;
     f.predicate = 0;
+    f.scratch_calls = 0;
     prepare(f);
   }
   for (;;) {
@@ -641,11 +643,14 @@ void run(const Config& cfg, void (*body)(void*), std::shared_ptr<void> closure, 
       std::move(refs), what);
 }
 
+// Two buffers per warp, taken in turn by each thread's successive calls (mma_sync in
+// include/mma.h relies on it to need one barrier per call, not two).
 float* warp_scratch(size_t floats) {
   Block& b = block();
   const size_t warps = (b.slots.size() + 31) / 32;
-  if (b.scratch.size() < warps * floats) b.scratch.resize(warps * floats);
-  return b.scratch.data() + (current->linear / 32) * floats;
+  if (b.scratch.size() < 2 * warps * floats) b.scratch.resize(2 * warps * floats);
+  const size_t buffer = b.running->scratch_calls++ & 1;
+  return b.scratch.data() + ((current->linear / 32) * 2 + buffer) * floats;
 }
 
 bool reverse_schedule() { return reverse; }
@@ -683,6 +688,9 @@ MT_EMU_ACCESS(16)
 void __asan_loadN_noabort(uintptr_t a, size_t n) { mt_emu::check_access(a, n, false); }
 void __asan_storeN_noabort(uintptr_t a, size_t n) { mt_emu::check_access(a, n, true); }
 void __asan_handle_no_return() {}
+// Around a translation unit's dynamic initializers (initialization-order checking: not done here).
+void __asan_before_dynamic_init(const char*) {}
+void __asan_after_dynamic_init() {}
 }
 
 // ---- the CUDA runtime API, as far as the library uses it ---------------------------------------

@@ -29,6 +29,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <type_traits>
@@ -81,12 +82,20 @@ Pos ptx_position(int l, int i, int slots) {
   }
 }
 
-// (row, col) of slot i of the calling lane: rows x cols of the operand (A M x K, B K x N, C M x N).
-template <class Use, int K>
-Pos position(int i, int slots) {
-  const int l = lane();
-  if (::mt_emu::reverse_schedule()) return ptx_position<Use, K>(31 - l, slots - 1 - i, slots);
-  return ptx_position<Use, K>(l, i, slots);
+// The (row, col) of each slot of the calling lane: rows x cols of the operand (A M x K, B K x N,
+// C M x N), from a table made once per fragment kind and schedule.
+template <class Use, int K, int Slots>
+const Pos* positions() {
+  static const std::array<Pos, 2 * 32 * Slots> table = [] {
+    std::array<Pos, 2 * 32 * Slots> t{};
+    for (int l = 0; l < 32; ++l)
+      for (int i = 0; i < Slots; ++i) {
+        t[size_t(l * Slots + i)] = ptx_position<Use, K>(l, i, Slots);
+        t[size_t((32 + l) * Slots + i)] = ptx_position<Use, K>(31 - l, Slots - 1 - i, Slots);  // scrambled
+      }
+    return t;
+  }();
+  return table.data() + ((::mt_emu::reverse_schedule() ? 32 : 0) + lane()) * Slots;
 }
 
 // Slots per lane, as CUDA's headers give them.
@@ -123,8 +132,9 @@ inline float __float_to_tf32(float f) {
 template <class Use, int M, int N, int K, class T, class Layout, class P>
 void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const P* p, unsigned ldm) {
   using F = fragment<Use, M, N, K, T, Layout>;
+  const detail::Pos* pos = detail::positions<Use, K, F::num_elements>();
   for (int i = 0; i < F::num_elements; ++i) {
-    const detail::Pos q = detail::position<Use, K>(i, F::num_elements);
+    const detail::Pos q = pos[i];
     f.x[i] = std::is_same_v<Layout, row_major> ? p[size_t(q.r) * ldm + q.c] : p[size_t(q.c) * ldm + q.r];
   }
 }
@@ -137,37 +147,39 @@ void fill_fragment(fragment<accumulator, M, N, K, T>& f, T v) {
 template <int M, int N, int K, class T>
 void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm, layout_t layout) {
   using F = fragment<accumulator, M, N, K, T>;
+  const detail::Pos* pos = detail::positions<accumulator, K, F::num_elements>();
   for (int i = 0; i < F::num_elements; ++i) {
-    const detail::Pos q = detail::position<accumulator, K>(i, F::num_elements);
+    const detail::Pos q = pos[i];
     (layout == mem_row_major ? p[size_t(q.r) * ldm + q.c] : p[size_t(q.c) * ldm + q.r]) = f.x[i];
   }
 }
 
+// Touches only fragments and the warp's scratch (host memory), so it is not instrumented
+// (Note [Device memory checks] in runtime.cpp): it is the emulator's inner loop.
 template <int M, int N, int K, class TA, class LA, class TB, class LB>
-void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
-              const fragment<matrix_b, M, N, K, TB, LB>& b, const fragment<accumulator, M, N, K, float>& c) {
+__attribute__((no_sanitize_address)) void mma_sync(fragment<accumulator, M, N, K, float>& d,
+                                                   const fragment<matrix_a, M, N, K, TA, LA>& a,
+                                                   const fragment<matrix_b, M, N, K, TB, LB>& b,
+                                                   const fragment<accumulator, M, N, K, float>& c) {
   using FA = fragment<matrix_a, M, N, K, TA, LA>;
   using FB = fragment<matrix_b, M, N, K, TB, LB>;
   using FC = fragment<accumulator, M, N, K, float>;
-  float* as = ::mt_emu::warp_scratch(M * K + K * N);  // A [M][K], then B [K][N]
+  // A [M][K], then B [K][N]; successive calls alternate between two buffers, so one barrier per
+  // call suffices: a lane can be at most one call ahead of the slowest.
+  float* as = ::mt_emu::warp_scratch(M * K + K * N);
   float* bs = as + M * K;
-  for (int i = 0; i < FA::num_elements; ++i) {
-    const detail::Pos q = detail::position<matrix_a, K>(i, FA::num_elements);
-    as[q.r * K + q.c] = detail::to_float(a.x[i]);
-  }
-  for (int i = 0; i < FB::num_elements; ++i) {
-    const detail::Pos q = detail::position<matrix_b, K>(i, FB::num_elements);
-    bs[q.r * N + q.c] = detail::to_float(b.x[i]);
-  }
+  const detail::Pos* pa = detail::positions<matrix_a, K, FA::num_elements>();
+  const detail::Pos* pb = detail::positions<matrix_b, K, FB::num_elements>();
+  const detail::Pos* pc = detail::positions<accumulator, K, FC::num_elements>();
+  for (int i = 0; i < FA::num_elements; ++i) as[pa[i].r * K + pa[i].c] = detail::to_float(a.x[i]);
+  for (int i = 0; i < FB::num_elements; ++i) bs[pb[i].r * N + pb[i].c] = detail::to_float(b.x[i]);
   ::mt_emu::warp_barrier();  // every lane's elements are in the scratch
   float out[FC::num_elements];
   for (int i = 0; i < FC::num_elements; ++i) {
-    const detail::Pos q = detail::position<accumulator, K>(i, FC::num_elements);
     float s = c.x[i];
-    for (int k = 0; k < K; ++k) s += as[q.r * K + k] * bs[k * N + q.c];
+    for (int k = 0; k < K; ++k) s += as[pc[i].r * K + k] * bs[k * N + pc[i].c];
     out[i] = s;
   }
-  ::mt_emu::warp_barrier();  // every lane has read the scratch before the next mma_sync writes it
   for (int i = 0; i < FC::num_elements; ++i) d.x[i] = out[i];
 }
 

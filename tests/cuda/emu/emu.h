@@ -5,8 +5,8 @@
 // every cuda/*.cu file as C++ with this header included first, and links tests/cuda/emu/runtime.cpp
 // in place of the CUDA runtime library. The kernels are the real source, unchanged; only three
 // things differ from nvcc:
-//   - the launch syntax: the build rewrites `kernel<<<grid, block, smem, stream>>>(args)` into
-//     `kernel | ::mt_emu::Config(grid, block, smem, stream)(args)` (and `extern __shared__ T x[]`
+//   - the launch syntax: the build rewrites `kernel<<<grid, block, smem, stream>>>(args)` into a
+//     call of ::mt_emu::launch with the configuration and the kernel (and `extern __shared__ T x[]`
 //     into a pointer to the block's dynamic shared memory), see tests/cuda/emu/emulate.cmake;
 //   - the device: every block of a launch runs on the calling thread, one after the other, each
 //     CUDA thread a fiber with its own stack. __syncthreads, __syncwarp and the warp shuffles
@@ -18,9 +18,15 @@
 //     in the opposite order), so a result that depends on the order, a race on a GPU, fails.
 //   - the arithmetic: the *_rn intrinsics are the host's IEEE operations (the library builds with
 //     -ffp-contract=off), the 16-bit conversions are the CUDA headers' own host versions, and
-//     the WMMA fragments (include/mma.h) compute each 16x16 tile product in fp32.
-// So the emulated backend checks the kernels' indexing, tiling, ragged edges, barriers and the
-// host launch code against the CPU reference, in CI. It does not check what only silicon can
+//     the WMMA tile products (include/mma.h) are computed in fp32.
+// Three checks go beyond running the code (runtime.cpp, include/mma.h): every load and store of
+// the emulated .cu files is checked against the exact extent of the live device allocations
+// (Note [Device memory checks]); MIXTAPE_EMU_DEFERRED=1 runs kernels and copies only when the
+// host waits, and reports a host that touches pinned memory a queued copy still uses (Note
+// [Deferred execution]); and WMMA fragments are spread over the lanes as on the hardware (Note
+// [WMMA fragments in the emulator]).
+// So the emulated backend checks the kernels' indexing, tiling, ragged edges, barriers, memory
+// bounds and the host launch code against the CPU reference, in CI. It does not check what only silicon can
 // show: real concurrency (races that neither order exposes), the hardware's
 // intrinsics and Tensor Core rounding, memory limits, speed. Those need the GPU run
 // (scripts/gpu_check.sh), and a passing emulated test is not a GPU result.

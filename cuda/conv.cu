@@ -33,6 +33,17 @@ namespace {
 // kColumnBudget, lets a Fashion-MNIST CNN batch go through in one chunk.
 constexpr int64_t kColumnBudget = int64_t(1) << 24;
 
+// Note [Padded column rows]
+// The column buffers (im2col's col, the weight gradient's G) are our own workspaces, so their
+// rows start on 16-byte boundaries: the row stride is the row length rounded up to kRowAlign
+// elements. The GEMM then reads every full 16-byte chunk of a row with one vector load and only
+// the last, ragged chunk element by element (Note [GEMM tiles]). Unpadded, a row of the cnn's
+// second conv (14 x 14 = 196 outputs, 392 bytes in 16 bits) starts 8 bytes off a 16-byte
+// boundary every other row, and the GEMM read the whole operand element by element. The padding
+// is never read (the GEMM bounds every load by the row length) and never written.
+constexpr int64_t kRowAlign = 8;
+int64_t padded(int64_t n) { return (n + kRowAlign - 1) / kRowAlign * kRowAlign; }
+
 // Geometry of one convolution: the image side [N, C, H, W] and the column side [N, OC, OH, OW].
 struct Geom {
   int64_t N, C, H, W, OC, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
@@ -85,16 +96,17 @@ __global__ void im2col_kernel(const T* x, int64_t xs0, int64_t xs1, int64_t xs2,
   }
 }
 
-// G[oc, n * L + l] = dy[n, oc, l / OW, l % OW] for n < nb (dy strides ds, already offset to the
-// chunk's first image). A copy into the weight gradient's [OC, nb*L] layout.
+// G[oc * gs + n * L + l] = dy[n, oc, l / OW, l % OW] for n < nb (dy strides ds, already offset to
+// the chunk's first image). A copy into the weight gradient's [OC, nb*L] layout, rows gs apart
+// (Note [Padded column rows]).
 template <class T>
 __global__ void gather_columns_kernel(const T* dy, int64_t ds0, int64_t ds1, int64_t ds2, int64_t ds3, int64_t OC,
-                                      int64_t OH, int64_t OW, int64_t nb, T* G) {
+                                      int64_t OH, int64_t OW, int64_t nb, T* G, int64_t gs) {
   const int64_t L = OH * OW, total = OC * nb * L;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t l = idx % L, q = idx / L, n = q % nb, oc = q / nb;
-    G[idx] = dy[n * ds0 + oc * ds1 + (l / OW) * ds2 + (l % OW) * ds3];
+    G[oc * gs + n * L + l] = dy[n * ds0 + oc * ds1 + (l / OW) * ds2 + (l % OW) * ds3];
   }
 }
 
@@ -179,17 +191,18 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
     gemm(p, stream);
     return;
   }
-  const int64_t nb_max = chunk_images(g, R * L);
-  Workspace col({nb_max * R * L}, out.dtype(), out.device());
+  const int64_t Lp = padded(L);  // Note [Padded column rows]
+  const int64_t nb_max = chunk_images(g, R * Lp);
+  Workspace col({nb_max * R * Lp}, out.dtype(), out.device());
   const T* px = static_cast<const T*>(x.raw_data());
   T* po = static_cast<T*>(out.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0);
     im2col_kernel<T><<<grid_for(R * nb * L), kBlock, 0, stream>>>(px + n0 * xs[0], xs[0], xs[1], xs[2], xs[3], kgeom(g),
-                                                                  nb, static_cast<T*>(col.raw_data()), L, R * L);
+                                                                  nb, static_cast<T*>(col.raw_data()), Lp, R * Lp);
     MT_CUDA_CHECK_LAUNCH("im2col_kernel");
-    // out_n [OC, L] = W [OC, R] col_n [R, L]
-    p.b = {col.raw_data(), L, 1, R * L};
+    // out_n [OC, L] = W [OC, R] col_n [R, L], col_n's rows Lp apart
+    p.b = {col.raw_data(), Lp, 1, R * Lp};
     p.batch = nb;
     p.c = po + n0 * g.OC * L;
     gemm(p, stream);
@@ -255,8 +268,9 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   const Stream stream = stream_of(dw);
   const int64_t nb_max = chunk_images(g, std::max(R, g.OC) * L);
   const int64_t chunks = (g.N + nb_max - 1) / nb_max;
-  Workspace col({R * nb_max * L}, dw.dtype(), dw.device());
-  Workspace G({g.OC * nb_max * L}, dw.dtype(), dw.device());
+  const int64_t cs = padded(nb_max * L);  // row stride of col and G (Note [Padded column rows])
+  Workspace col({R * cs}, dw.dtype(), dw.device());
+  Workspace G({g.OC * cs}, dw.dtype(), dw.device());
   // Several chunks sum in an fp32 accumulator, rounded once at the end (the CPU's beta = 1 sgemm).
   Workspace acc = chunks > 1 ? Workspace({g.OC * R}, DType::f32, dw.device()) : Workspace();
   GemmParams p;
@@ -273,15 +287,15 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
     im2col_kernel<T><<<grid_for(R * cols), kBlock, 0, stream>>>(px + n0 * xs[0], xs[0], xs[1], xs[2], xs[3], kgeom(g),
-                                                                nb, pcol, cols, L);
+                                                                nb, pcol, cs, L);
     MT_CUDA_CHECK_LAUNCH("im2col_kernel");
     gather_columns_kernel<T><<<grid_for(g.OC * cols), kBlock, 0, stream>>>(pdy + n0 * ds[0], ds[0], ds[1], ds[2], ds[3],
-                                                                           g.OC, g.OH, g.OW, nb, pG);
+                                                                           g.OC, g.OH, g.OW, nb, pG, cs);
     MT_CUDA_CHECK_LAUNCH("gather_columns_kernel");
-    // dW (+)= G col^T: (OC, R) = (OC, nb*L) (R, nb*L)^T
+    // dW (+)= G col^T: (OC, R) = (OC, nb*L) (R, nb*L)^T, both with rows cs apart
     p.K = cols;
-    p.a = {pG, cols, 1, 0};
-    p.b = {pcol, 1, cols, 0};  // col^T [nb*L, R]: element (k, r) at r * cols + k
+    p.a = {pG, cs, 1, 0};
+    p.b = {pcol, 1, cs, 0};  // col^T [nb*L, R]: element (k, r) at r * cs + k
     p.beta = n0 == 0 ? 0.0f : 1.0f;
     gemm(p, stream);
   }

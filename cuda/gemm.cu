@@ -8,10 +8,14 @@
 // row-major, B column-major) is stored with K innermost, otherwise M (or N) innermost; the WMMA
 // fragments are then loaded as row_major or col_major to match. So every global load is
 // coalesced along the operand's contiguous dim whichever of the four transpose combinations is
-// asked for, and the shared stores are 16-byte vectors. Operands with any other strides take the
-// same path with scalar loads (correct, slower). Every load is bounds-checked against M, N and the
-// K range and zero-filled outside, so ragged edges need no special case: a zero contributes
-// nothing to the sum. Shared rows are padded (16 bytes) against bank conflicts; WMMA needs 32-byte
+// asked for, and the shared stores are 16-byte vectors. Each thread moves 16-byte chunks of a
+// row. A chunk that lies wholly inside the operand is read with the widest loads the operand's
+// alignment allows (Args::a_vec / b_vec, chosen by the host: one 16-byte load when the base, the
+// row stride and the batch stride are multiples of 16 bytes, else two 8-byte or four 4-byte loads,
+// so a conv's 14x14 = 196-column rows still load as vectors); only a chunk that straddles the
+// ragged edge of M, N or the K range takes the guarded element-by-element path, which reads zeros
+// outside (a zero contributes nothing to the sum). Operands without a unit-stride dim take the
+// guarded path everywhere (correct, slower). Shared rows are padded (16 bytes) against bank conflicts; WMMA needs 32-byte
 // aligned fragment pointers and ldm a multiple of 16 bytes, which the static_asserts check.
 //
 // Pipeline: the tile for step t+1 is read from global memory into registers while step t's tile
@@ -31,6 +35,7 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -70,7 +75,7 @@ struct Args {
   int64_t k_chunk;  // K range of one split (a multiple of BK); K when splits == 1
   int splits;
   int64_t tiles_n;
-  bool a_vec, b_vec;  // 16-byte loads allowed along the operand's contiguous dim (set by the host)
+  int a_vec, b_vec;  // widest aligned load along the operand's contiguous dim, in bytes: 16, 8, 4, or 0 (none)
 };
 
 // out = act(alpha * acc (+ beta * C) + bias), rounded once (Note [Rounding on the device]).
@@ -116,18 +121,27 @@ struct TileLoader {
 
   uint4 regs[kPerThread];
 
-  // vec: is == 1, os and the base are 16-byte aligned (checked by the host), so a vector whose
-  // elements are all in range is one aligned 16-byte load.
+  // vec (bytes): is == 1 and the base, os and the batch stride are multiples of vec bytes
+  // (checked by the host), so a chunk whose elements are all in range is 16 / vec aligned loads.
+  // vec is the same for every thread: the branch does not diverge.
   __device__ __forceinline__ void load(const In* base, int64_t os, int64_t is, int64_t o0, int64_t i0, int64_t o_end,
-                                       int64_t i_end, bool vec) {
+                                       int64_t i_end, int vec) {
 #pragma unroll
     for (int v = 0; v < kPerThread; ++v) {
       const int idx = int(threadIdx.x) + v * THREADS;
       const int64_t o = o0 + idx / kVecPerRow, i = i0 + (idx % kVecPerRow) * kVec;
-      if (vec && o < o_end && i + kVec <= i_end) {
-        regs[v] = __ldg(reinterpret_cast<const uint4*>(base + o * os + i));
+      const In* src = base + o * os + i;
+      if (vec == 0 || o >= o_end || i + kVec > i_end) {
+        regs[v] = load_vector_checked(base, os, is, o, i, o_end, i_end);  // ragged edge, or no unit stride
+      } else if (vec == 16) {
+        regs[v] = __ldg(reinterpret_cast<const uint4*>(src));
+      } else if (vec == 8) {
+        const uint2 lo = __ldg(reinterpret_cast<const uint2*>(src)),
+                    hi = __ldg(reinterpret_cast<const uint2*>(src) + 1);
+        regs[v] = make_uint4(lo.x, lo.y, hi.x, hi.y);
       } else {
-        regs[v] = load_vector_checked(base, os, is, o, i, o_end, i_end);
+        const unsigned* w = reinterpret_cast<const unsigned*>(src);
+        regs[v] = make_uint4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));
       }
     }
   }
@@ -398,6 +412,16 @@ __global__ void splitk_finish_kernel(const float* ws, const Args<In, Out> p, int
 
 // ---- host side ----------------------------------------------------------------------------------
 
+std::atomic<uint64_t> loads_vec16{0}, loads_vec8{0}, loads_vec4{0}, loads_elementwise{0};
+
+void record_load_path(int bytes) {
+  std::atomic<uint64_t>& c = bytes == 16  ? loads_vec16
+                             : bytes == 8 ? loads_vec8
+                             : bytes == 4 ? loads_vec4
+                                          : loads_elementwise;
+  c.fetch_add(1, std::memory_order_relaxed);
+}
+
 int device_attribute(cudaDeviceAttr attr, int device) {
   int v = 0;
   MT_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, device));
@@ -406,13 +430,25 @@ int device_attribute(cudaDeviceAttr attr, int device) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// 16-byte vector loads along an operand's contiguous dim: unit inner stride, and every row start
-// and batch entry 16-byte aligned.
+// Which dim of each operand is contiguous picks the kernel (Note [GEMM tiles]); a general strided
+// operand takes the K-contiguous (A) or N-contiguous (B) path with element-by-element loads.
+bool a_k_contiguous(const GemmOperand& a) { return a.col_stride == 1 || a.row_stride != 1; }
+bool b_n_contiguous(const GemmOperand& b) { return b.col_stride == 1 || b.row_stride != 1; }
+
+// The widest aligned load along an operand's contiguous dim (Note [GEMM tiles]), in bytes: 16, 8
+// or 4 when the inner stride is 1 and the base, every row start and every batch entry are
+// multiples of it; 0 (element by element) otherwise. 4-byte loads of 2-byte elements need an even
+// row stride; f32 elements are always 4-byte aligned.
 // inner_is_cols: the contiguous dim is the column dim (A K-contiguous, B N-contiguous).
-bool vector_ok(const GemmOperand& op, bool inner_is_cols, int vec) {
+int vector_bytes(const GemmOperand& op, bool inner_is_cols, int elem) {
   const int64_t inner = inner_is_cols ? op.col_stride : op.row_stride;
   const int64_t outer = inner_is_cols ? op.row_stride : op.col_stride;
-  return inner == 1 && outer % vec == 0 && op.batch_stride % vec == 0 && reinterpret_cast<uintptr_t>(op.ptr) % 16 == 0;
+  if (inner != 1) return 0;
+  for (int bytes : {16, 8, 4})
+    if (bytes >= elem && (outer * elem) % bytes == 0 && (op.batch_stride * elem) % bytes == 0 &&
+        reinterpret_cast<uintptr_t>(op.ptr) % bytes == 0)
+      return bytes;
+  return 0;
 }
 
 // The kernel instance for one layout combination: A K-contiguous (row-major) or M-contiguous,
@@ -445,7 +481,6 @@ struct Simt {
 // launches the main kernel for an output type (Out, or float for split-K partials).
 template <class In, class Out, class Cfg, int BK, class Launch>
 void run_tiles(const GemmParams& p, bool a_k, bool b_n, Stream stream, int sms, Launch&& launch) {
-  constexpr int vec = int(16 / sizeof(In));
   Args<In, Out> args{};
   args.a = static_cast<const In*>(p.a.ptr);
   args.a_rs = p.a.row_stride, args.a_cs = p.a.col_stride, args.a_bs = p.a.batch_stride;
@@ -462,8 +497,10 @@ void run_tiles(const GemmParams& p, bool a_k, bool b_n, Stream stream, int sms, 
   args.k_chunk = std::max<int64_t>(p.K, 1);
   args.splits = 1;
   args.tiles_n = ceil_div(p.N, Cfg::BN);
-  args.a_vec = vector_ok(p.a, a_k, vec);
-  args.b_vec = vector_ok(p.b, b_n, vec);
+  args.a_vec = vector_bytes(p.a, a_k, int(sizeof(In)));
+  args.b_vec = vector_bytes(p.b, b_n, int(sizeof(In)));
+  record_load_path(args.a_vec);
+  record_load_path(args.b_vec);
   const int64_t tiles = ceil_div(p.M, Cfg::BM) * args.tiles_n;
   MT_CHECK(tiles <= int64_t(INT32_MAX), "gemm: ", p.M, " x ", p.N, " output needs too many tiles");
 
@@ -512,10 +549,7 @@ void run_tiles(const GemmParams& p, bool a_k, bool b_n, Stream stream, int sms, 
 
 template <class In, class Out>
 void run_gemm(const GemmParams& p, bool tf32, Stream stream) {
-  // Which dim of each operand is contiguous picks the kernel (Note [GEMM tiles]); a general
-  // strided operand takes the K-contiguous path with scalar loads.
-  const bool a_k = p.a.col_stride == 1 || p.a.row_stride != 1;
-  const bool b_n = p.b.col_stride == 1 || p.b.row_stride != 1;
+  const bool a_k = a_k_contiguous(p.a), b_n = b_n_contiguous(p.b);
   const int sms = device_attribute(cudaDevAttrMultiProcessorCount, p.device);
   const int64_t big_tiles = ceil_div(p.M, 128) * ceil_div(p.N, 128) * p.batch;
   const bool big = big_tiles >= sms;  // 128x128 tiles once they fill one wave, else 64x64
@@ -543,6 +577,19 @@ void run_gemm(const GemmParams& p, bool tf32, Stream stream) {
 }
 
 }  // namespace
+
+GemmLoadPlan gemm_load_plan(const GemmParams& p) {
+  const int elem = int(dtype_size(p.in_dtype));
+  return {.a_bytes = vector_bytes(p.a, a_k_contiguous(p.a), elem),
+          .b_bytes = vector_bytes(p.b, b_n_contiguous(p.b), elem)};
+}
+
+GemmLoadCounts gemm_load_counts() {
+  return {.vec16 = loads_vec16.load(),
+          .vec8 = loads_vec8.load(),
+          .vec4 = loads_vec4.load(),
+          .elementwise = loads_elementwise.load()};
+}
 
 void gemm(const GemmParams& p, Stream stream) {
   MT_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0 && p.batch >= 0, "gemm: negative size (M=", p.M, ", N=", p.N, ", K=", p.K,

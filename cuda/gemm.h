@@ -85,4 +85,20 @@ struct GemmParams {
 // (dtype combination, negative sizes) or a failed launch. Never synchronizes.
 void gemm(const GemmParams& p, Stream stream);
 
+// How the GEMMs since the program started load their operands (Note [GEMM tiles]): per call, one
+// count per operand under the widest aligned load its layout allows (16, 8 or 4 bytes), or
+// element by element (no unit-stride dim, or a misaligned base). Ragged edges do not count: they
+// are element by element in every case. bench/gemm reports it per shape; the conv tests check
+// that the examples' shapes load as vectors. All 0 without CUDA.
+struct GemmLoadCounts {
+  uint64_t vec16 = 0, vec8 = 0, vec4 = 0, elementwise = 0;
+};
+GemmLoadCounts gemm_load_counts();
+// The widest load gemm(p) uses for the full chunks of A and of B, in bytes (16, 8, 4; 0: element
+// by element), without running it.
+struct GemmLoadPlan {
+  int a_bytes = 0, b_bytes = 0;
+};
+GemmLoadPlan gemm_load_plan(const GemmParams& p);
+
 }  // namespace mixtape::cuda

@@ -1,6 +1,7 @@
 // Built without CUDA: the runtime and every launcher exist and throw, so a CPU-only build keeps
 // the same API and a CUDA tensor gives a clear message instead of a link error.
 #include "cuda/backend.h"
+#include "cuda/gemm.h"
 #include "cuda/runtime.h"
 #include "tensor/core/error.h"
 
@@ -26,6 +27,8 @@ AllocatorStats allocator_stats(int) { unavailable("cuda::allocator_stats"); }
 void empty_cache(int) { unavailable("cuda::empty_cache"); }
 RuntimeCounters runtime_counters() { return {}; }
 void count_launch() {}
+GemmLoadCounts gemm_load_counts() { return {}; }
+GemmLoadPlan gemm_load_plan(const GemmParams&) { unavailable("cuda::gemm_load_plan"); }
 void memset_async(void*, int, size_t, Stream) { unavailable("cuda::memset_async"); }
 void copy_host_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_host_to_device"); }
 void copy_device_to_host(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_host"); }

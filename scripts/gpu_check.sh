@@ -10,16 +10,24 @@
 #   4. ctest_cuda     ctest -L cuda: the [cuda] unit tests against the CPU kernels and the
 #                     examples' CUDA smoke runs; a skipped test FAILS here (this is the GPU machine)
 #   5. ctest_unit     ctest -L unit: the whole CPU unit suite
-#   6. memcheck       compute-sanitizer --tool memcheck over the [cuda] tests (when installed)
-#   7. gemm           build-gpu/bench/gemm (when built), its JSON lines to gemm.jsonl
-#   8. main_job       the main job on the GPU for 1 epoch (scripts/run_main.sh's flags with
+#   6. gemm           build-gpu/bench/gemm (when built), its JSON lines to gemm.jsonl: our GEMM
+#                     against cuBLAS on squares, A B^T and A^T B, and the exact GEMMs the
+#                     examples' convs and linear layers make; it also fails when our GEMM
+#                     allocates device memory after warm-up. Before the sanitizers, so that a
+#                     sanitizer that runs out of budget cannot cost the speed numbers
+#   7. memcheck       compute-sanitizer --tool memcheck over the [cuda] tests (when installed)
+#   8. racecheck      compute-sanitizer --tool racecheck (shared-memory hazards) over the GEMM and
+#                     reduction tests (tests/cuda/test_gemm.cpp, test_reduce.cpp)
+#   9. synccheck      compute-sanitizer --tool synccheck (barriers in divergent code, invalid
+#                     __syncwarp masks) over the same tests
+#  10. main_job       the main job on the GPU for 1 epoch (scripts/run_main.sh's flags with
 #                     --device cuda), timed
 #
 # Every step runs under a timeout taken from one overall budget (GPU_CHECK_BUDGET seconds, default
 # 540) and the script goes on after a failing step; summary.txt records each step's status and
 # time, and the exit status is nonzero when any step failed. Logs go to build-gpu-logs/ and, when
-# $OUT is set, are copied there (8 files at most): build.log ctest_cuda.log ctest_unit.log
-# memcheck.log gemm.jsonl cnn_cuda.log cnn_cuda.jsonl summary.txt. Installs nothing that needs the
+# $OUT is set, are copied there (10 files at most): build.log ctest_cuda.log ctest_unit.log
+# gemm.jsonl memcheck.log racecheck.log synccheck.log cnn_cuda.log cnn_cuda.jsonl summary.txt. Installs nothing that needs the
 # network beyond that one bounded install_deps.sh attempt.
 #
 #   scripts/gpu_check.sh                          # fresh build-gpu/, every step
@@ -82,7 +90,8 @@ record() {  # record NAME OK|FAILED DETAIL
 copy_out() {
   [ -n "${OUT:-}" ] || return 0
   mkdir -p "$OUT"
-  for f in build.log ctest_cuda.log ctest_unit.log memcheck.log gemm.jsonl cnn_cuda.log cnn_cuda.jsonl summary.txt; do
+  for f in build.log ctest_cuda.log ctest_unit.log gemm.jsonl memcheck.log racecheck.log synccheck.log cnn_cuda.log \
+    cnn_cuda.jsonl summary.txt; do
     [ -f "$logs/$f" ] && cp "$logs/$f" "$OUT/$f"
   done
   return 0
@@ -154,28 +163,36 @@ else
   record ctest_unit FAILED "not run: the build failed"
 fi
 
-# ---- 6. memcheck over the [cuda] tests -----------------------------------------------------------------
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [ $built -eq 0 ]; then
-  record memcheck FAILED "not run: the build failed"
-elif [ -z "$sanitizer" ]; then
-  echo "compute-sanitizer not found: memcheck not run" >"$logs/memcheck.log"
-  record memcheck "n/a" "compute-sanitizer not installed"
-else
-  step memcheck 120 90 "$logs/memcheck.log" "$sanitizer" --tool memcheck --error-exitcode 1 \
-    build-gpu/tests/mixtape_tests "[cuda]"
-fi
-
-# ---- 7. GEMM benchmark -----------------------------------------------------------------------------------
+# ---- 6. GEMM benchmark (before the sanitizers) --------------------------------------------------------
 if [ -x build-gpu/bench/gemm ]; then
   # JSON lines to gemm.jsonl, anything on stderr to build.log.
-  step gemm 60 70 "$build_log" bash -c 'build-gpu/bench/gemm > "$1"' _ "$logs/gemm.jsonl"
+  step gemm 90 200 "$build_log" bash -c 'build-gpu/bench/gemm > "$1"' _ "$logs/gemm.jsonl"
   [ -s "$logs/gemm.jsonl" ] || echo '{"event":"gemm","error":"no output"}' >"$logs/gemm.jsonl"
 else
   record gemm "n/a" "build-gpu/bench/gemm was not built"
 fi
 
-# ---- 8. the main job on the GPU, timed ---------------------------------------------------------------
+# ---- 7-9. compute-sanitizer: memcheck over the [cuda] tests, racecheck and synccheck over the GEMM
+# and reduction tests (Catch's -# tags each test case with its file name) --------------------------------
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+kernels_spec="[#test_gemm],[#test_reduce]"
+if [ $built -eq 0 ]; then
+  record memcheck FAILED "not run: the build failed"
+elif [ -z "$sanitizer" ]; then
+  for tool in memcheck racecheck synccheck; do
+    echo "compute-sanitizer not found: $tool not run" >"$logs/$tool.log"
+    record "$tool" "n/a" "compute-sanitizer not installed"
+  done
+else
+  step memcheck 120 150 "$logs/memcheck.log" "$sanitizer" --tool memcheck --error-exitcode 1 \
+    build-gpu/tests/mixtape_tests "[cuda]"
+  step racecheck 60 110 "$logs/racecheck.log" "$sanitizer" --tool racecheck --racecheck-report hazard \
+    --error-exitcode 1 build-gpu/tests/mixtape_tests -# "$kernels_spec"
+  step synccheck 30 90 "$logs/synccheck.log" "$sanitizer" --tool synccheck --error-exitcode 1 \
+    build-gpu/tests/mixtape_tests -# "$kernels_spec"
+fi
+
+# ---- 10. the main job on the GPU, timed ---------------------------------------------------------------
 if [ $built -eq 1 ]; then
   mkdir -p build-gpu/runs
   step main_job 150 5 "$logs/cnn_cuda.log" build-gpu/examples/cnn --device cuda --precision fp16 --loss-scale backoff \

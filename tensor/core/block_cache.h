@@ -18,8 +18,19 @@
 //     allocation at once: the new owner's kernels are queued behind the old ones.
 //   - Out of memory: when the real allocator fails, every cached block is released and the
 //     request tried once more before the error reaches the caller.
+//
+// Note [Block observer]
+// Size classes hide small overruns: a kernel that writes one element past a 1000-byte tensor
+// lands in the 24 spare bytes of its 1024-byte block. The emulated CUDA device (Note [CUDA
+// emulation] in tests/cuda/emu/emu.h) therefore watches every hand-out and return of a cache
+// through block_observer(): handed_out(p, n) when allocate gives p for a request of exactly n
+// bytes, taken_back(p) when release takes p back, so it knows each allocation's exact extent and
+// its lifetime. Process-wide and null unless the emulator installs it (one atomic load per call);
+// host caches call it too, and the observer ignores pointers that are not its own. It never
+// changes what the cache does.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,6 +49,15 @@ struct AllocatorStats {
   size_t bytes_cached = 0;   // size-class bytes waiting in the cache
   size_t peak_bytes_in_use = 0;
 };
+
+struct BlockObserver {
+  void (*handed_out)(void* p, size_t nbytes);
+  void (*taken_back)(void* p);
+};
+inline std::atomic<const BlockObserver*>& block_observer() {
+  static std::atomic<const BlockObserver*> observer{nullptr};
+  return observer;
+}
 
 class BlockCache {
  public:
@@ -84,6 +104,7 @@ class BlockCache {
     live_[p] = cls;
     stats_.bytes_in_use += cls;
     if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+    if (const BlockObserver* o = block_observer().load(std::memory_order_acquire)) o->handed_out(p, n);
     return p;
   }
 
@@ -96,6 +117,7 @@ class BlockCache {
     if (it == live_.end()) return false;
     const size_t cls = it->second;
     live_.erase(it);
+    if (const BlockObserver* o = block_observer().load(std::memory_order_acquire)) o->taken_back(p);
     stats_.bytes_in_use -= cls;
     stats_.bytes_cached += cls;
     free_[cls].push_back(p);

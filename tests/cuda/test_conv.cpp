@@ -1,10 +1,12 @@
 // The CUDA convolutions (cuda/conv.cu: im2col / col2im around the GEMM) against the CPU kernels
 // (tensor/cpu/conv.cpp): forward with bias, input, weight and bias gradients, for stride, padding
 // and dilation variants, ragged sizes, a pointwise (1x1) conv, a weight gradient spread over
-// several workspace chunks, and conv_transpose2d through its public ops. f32 / f16 / bf16.
+// several workspace chunks, conv_transpose2d through its public ops, and the examples' shapes with
+// the GEMM's load path. f32 / f16 / bf16.
 // Tolerances: Note [GEMM tolerance] in gemm_check.h, with K the number of products per output.
 #include <vector>
 
+#include "cuda/gemm.h"
 #include "mixtape.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/cuda/gemm_check.h"
@@ -126,5 +128,50 @@ TEST_CASE("cuda conv_transpose2d forward and backward match the CPU", "[cuda]") 
         return conv_transpose2d_backward_weight(t[0], t[1], w.shape(), c.stride, c.padding, c.dilation);
           },
           {x, dy}, c.N * c.H * c.W, "conv_transpose2d backward weight");
+    }
+}
+
+TEST_CASE("cuda conv2d on the examples' shapes matches the CPU and loads its GEMM operands as vectors", "[cuda]") {
+  MT_REQUIRE_GPU();
+  // The cnn's second conv (Conv2d(32, 64, 3, pad 1) on 14 x 14: L = 196 outputs per channel, not a
+  // multiple of 8) and a DCGAN discriminator block (Conv2d(32, 64, 4, stride 2, pad 1) on 16 x 16),
+  // two images each. In 16 bits every full 16-byte chunk of every GEMM operand must load as a
+  // vector (Note [Padded column rows] in cuda/conv.cu): only the ragged edges go element by element.
+  // dy itself is the tensor as given: its 196-element rows are 8-byte aligned, so 8-byte loads.
+  struct Shape4 {
+    const char* name;
+    ConvCase c;
+  };
+  const Shape4 shapes[] = {{"cnn conv2", {2, 32, 14, 14, 64, 3, 3, 1, 1, 1}},
+                           {"dcgan discriminator block", {2, 32, 16, 16, 64, 4, 4, 2, 1, 1}}};
+  uint64_t seed = 4000;
+  for (const Shape4& s : shapes)
+    for (DType dt : kDtypes) {
+      const ConvCase& c = s.c;
+      const std::string name = std::string(s.name) + " " + case_name(c, dt);
+      const Tensor x = random({c.N, c.C, c.H, c.W}, dt, seed++), w = random({c.OC, c.C, c.KH, c.KW}, dt, seed++);
+      const Tensor b = random({c.OC}, dt, seed++);
+      const Tensor dy = random(conv2d(x, w, b, c.stride, c.padding, c.dilation).shape(), dt, seed++);
+      const int64_t taps = c.KH * c.KW, pixels = c.N * dy.size(2) * dy.size(3);
+      const cuda::GemmLoadCounts before = cuda::gemm_load_counts();
+      require_gpu_fp32_accumulated(
+          [&](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2], c.stride, c.padding, c.dilation); },
+          {x, w, b}, c.C * taps, "conv2d forward " + name);
+      require_gpu_fp32_accumulated(
+          [&](const std::vector<Tensor>& t) {
+        return conv2d_backward_input(t[0], t[1], x.shape(), c.stride, c.padding, c.dilation);
+          },
+          {dy, w}, c.OC * taps, "conv2d backward input " + name);
+      require_gpu_fp32_accumulated(
+          [&](const std::vector<Tensor>& t) {
+        return conv2d_backward_weight(t[0], t[1], w.shape(), c.stride, c.padding, c.dilation);
+          },
+          {x, dy}, pixels, "conv2d backward weight " + name);
+      const cuda::GemmLoadCounts after = cuda::gemm_load_counts();
+      INFO(name << ": GEMM operands loaded with 16-byte vectors " << after.vec16 - before.vec16 << ", 8-byte "
+                << after.vec8 - before.vec8 << ", 4-byte " << after.vec4 - before.vec4 << ", element by element "
+                << after.elementwise - before.elementwise);
+      CHECK(after.vec16 > before.vec16);
+      CHECK(after.elementwise == before.elementwise);
     }
 }

@@ -5,8 +5,8 @@
 // every cuda/*.cu file as C++ with this header included first, and links tests/cuda/emu/runtime.cpp
 // in place of the CUDA runtime library. The kernels are the real source, unchanged; only three
 // things differ from nvcc:
-//   - the launch syntax: the build rewrites `kernel<<<grid, block, smem, stream>>>(args)` into
-//     `kernel | ::mt_emu::Config(grid, block, smem, stream)(args)` (and `extern __shared__ T x[]`
+//   - the launch syntax: the build rewrites `kernel<<<grid, block, smem, stream>>>(args)` into a
+//     call of ::mt_emu::launch with the configuration and the kernel (and `extern __shared__ T x[]`
 //     into a pointer to the block's dynamic shared memory), see tests/cuda/emu/emulate.cmake;
 //   - the device: every block of a launch runs on the calling thread, one after the other, each
 //     CUDA thread a fiber with its own stack. __syncthreads, __syncwarp and the warp shuffles
@@ -18,9 +18,15 @@
 //     in the opposite order), so a result that depends on the order, a race on a GPU, fails.
 //   - the arithmetic: the *_rn intrinsics are the host's IEEE operations (the library builds with
 //     -ffp-contract=off), the 16-bit conversions are the CUDA headers' own host versions, and
-//     the WMMA fragments (include/mma.h) compute each 16x16 tile product in fp32.
-// So the emulated backend checks the kernels' indexing, tiling, ragged edges, barriers and the
-// host launch code against the CPU reference, in CI. It does not check what only silicon can
+//     the WMMA tile products (include/mma.h) are computed in fp32.
+// Three checks go beyond running the code (runtime.cpp, include/mma.h): every load and store of
+// the emulated .cu files is checked against the exact extent of the live device allocations
+// (Note [Device memory checks]); MIXTAPE_EMU_DEFERRED=1 runs kernels and copies only when the
+// host waits, and reports a host that touches pinned memory a queued copy still uses (Note
+// [Deferred execution]); and WMMA fragments are spread over the lanes as on the hardware (Note
+// [WMMA fragments in the emulator]).
+// So the emulated backend checks the kernels' indexing, tiling, ragged edges, barriers, memory
+// bounds and the host launch code against the CPU reference, in CI. It does not check what only silicon can
 // show: real concurrency (races that neither order exposes), the hardware's
 // intrinsics and Tensor Core rounding, memory limits, speed. Those need the GPU run
 // (scripts/gpu_check.sh), and a passing emulated test is not a GPU result.
@@ -86,21 +92,34 @@ bool register_shared(void* p, size_t bytes);
 [[noreturn]] void trap(const char* what);
 
 // The configuration of a <<<grid, block, smem, stream>>> launch.
+// `kernel` (the launch's kernel expression) and `caller` (the function that launched it) name
+// the kernel in fault reports; emulate.cmake fills them in.
 struct Config {
   dim3 grid, block;
   size_t smem;
   cudaStream_t stream;
+  const char* kernel = "kernel";
+  const char* caller = "?";
   Config(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = nullptr) : grid(g), block(b), smem(s), stream(st) {}
+  Config& named(const char* k, const char* c) {
+    kernel = k;
+    caller = c;
+    return *this;
+  }
 };
 
 // Runs body(closure) once per thread of every block (runtime.cpp), after validating the
-// configuration as cudaLaunchKernel does (cudaErrorInvalidConfiguration for cudaGetLastError).
-void run(const Config& cfg, void (*body)(void*), void* closure);
+// configuration as cudaLaunchKernel does (cudaErrorInvalidConfiguration for cudaGetLastError):
+// at once, or, in deferred mode (Note [Deferred execution] in runtime.cpp), when the host next
+// waits for the stream. `params` is where the kernel's arguments were copied (the allocation
+// holding closure): the runtime scans it for pointers to pinned host memory the kernel may use.
+void run(const Config& cfg, void (*body)(void*), std::shared_ptr<void> closure, const void* params, size_t bytes);
 
 // launch(cfg, call)(args...): what kernel<<<cfg>>>(args...) becomes (emulate.cmake), with
 // call = [&](auto&&... a) { kernel(a...); }. The arguments are copied once at the launch, as
 // the GPU copies them into its parameter space, and every thread calls the kernel on them
-// (its by-value parameters are the thread's own copies).
+// (its by-value parameters are the thread's own copies). The copy lives until the kernel has
+// run, which in deferred mode is after the launching call returned.
 template <class Call>
 auto launch(const Config& cfg, Call call) {
   return [cfg, call](auto&&... args) {
@@ -108,16 +127,35 @@ auto launch(const Config& cfg, Call call) {
       Call call;
       std::tuple<std::decay_t<decltype(args)>...> params;
     };
-    Closure c{call, std::tuple<std::decay_t<decltype(args)>...>(args...)};
+    auto c = std::make_shared<Closure>(Closure{call, std::tuple<std::decay_t<decltype(args)>...>(args...)});
+    const void* params = &c->params;
     run(
         cfg,
         [](void* p) {
       Closure& c = *static_cast<Closure*>(p);
       std::apply(c.call, c.params);
         },
-        &c);
+        c, params, sizeof(c->params));
   };
 }
+
+// Per-warp scratch of `floats` floats for the calling thread's warp (the WMMA emulation in
+// include/mma.h gathers a warp's fragments there).
+float* warp_scratch(size_t floats);
+// Whether the second schedule runs (MIXTAPE_EMU_SCHEDULE=reverse): include/mma.h then spreads
+// fragments over the lanes in a scrambled order instead of the PTX ISA's.
+bool reverse_schedule();
+
+// The last fault the emulator reported (a kernel fault, an out-of-bounds access, a host access
+// to memory a queued operation still uses), also printed to stderr; empty when there was none.
+std::string last_fault();
+void clear_fault();
+// Whether kernels and copies run deferred (MIXTAPE_EMU_DEFERRED=1, or set_deferred): queued in
+// stream order and run when the host waits (Note [Deferred execution] in runtime.cpp).
+bool deferred();
+// Overrides the environment variable; nullopt hands the choice back to it. Leaving deferred mode
+// first runs what is queued.
+void set_deferred(std::optional<bool> on);
 
 template <class T>
 T shuffle(T v, int src_lane) {

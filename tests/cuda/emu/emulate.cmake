@@ -3,13 +3,27 @@
 # mixtape_add_emulated_cuda(target): a static library of cuda/*.cu compiled as C++ for the host,
 # with the emulated runtime. Each .cu and .cuh is copied into the build tree with two rewrites
 # that C++ needs, and nothing else changed:
-#   kernel<<<cfg>>>(args)  ->  ::mt_emu::launch(::mt_emu::Config(cfg),
+#   kernel<<<cfg>>>(args)  ->  ::mt_emu::launch(::mt_emu::Config(cfg).named("kernel", __func__),
 #                                                [&](auto&&... a) { kernel(a...); })(args)
 #   extern __shared__ T name[];  ->  T* name = static_cast<T*>(::mt_emu::dynamic_shared());
 #   __shared__ T name[N];        ->  the same, then a call that registers it, so that each block
 #                                    starts with garbage in it (runtime.cpp)
 # The copies are refreshed whenever CMake runs; the sources are configure dependencies, so
 # editing a kernel re-runs CMake before the build.
+#
+# Every memory access of the copies (kernels, and the host code beside them) is checked
+# (Note [Device memory checks] in runtime.cpp): GCC's kernel AddressSanitizer instrumentation,
+# with every check a call, calls __asan_{load,store}N_noabort(address) before each load and
+# store, and runtime.cpp defines those functions. MIXTAPE_EMU_CHECK_FLAGS is also what
+# tests/CMakeLists.txt compiles the emulator's own tests with, so their planted kernels are
+# checked the same way.
+set(MIXTAPE_EMU_CHECK_FLAGS -fsanitize=kernel-address --param=asan-instrumentation-with-call-threshold=0
+                            --param=asan-stack=0 --param=asan-globals=0)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  set(MIXTAPE_EMU_CHECK_FLAGS -fsanitize=kernel-address -mllvm -asan-instrumentation-with-call-threshold=0
+                              -mllvm -asan-stack=0 -mllvm -asan-globals=0)
+endif()
+
 function(mixtape_add_emulated_cuda target)
   set(src ${PROJECT_SOURCE_DIR})
   set(out ${CMAKE_CURRENT_BINARY_DIR}/emulated)
@@ -21,7 +35,7 @@ function(mixtape_add_emulated_cuda target)
     # kernel: a name, optional template arguments, optional ::member (Kernel<true, false>::fn).
     string(REGEX REPLACE
            "([A-Za-z_][A-Za-z_0-9:]*(<[^<>;]*>)?(::[A-Za-z_][A-Za-z_0-9]*)?)[ \t\r\n]*<<<([^>]*)>>>"
-           "::mt_emu::launch(::mt_emu::Config(\\4), [&](auto&&... mt_args) { \\1(mt_args...); })"
+           "::mt_emu::launch(::mt_emu::Config(\\4).named(\"\\1\", __func__), [&](auto&&... mt_args) { \\1(mt_args...); })"
            text "${text}")
     string(REGEX REPLACE "extern __shared__ ([^;[]*[^ ;[]) +([A-Za-z_0-9]+)\\[\\];"
            "\\1* \\2 = static_cast<\\1*>(::mt_emu::dynamic_shared());" text "${text}")
@@ -45,6 +59,7 @@ function(mixtape_add_emulated_cuda target)
     endif()
   endforeach()
   add_library(${target} STATIC ${compiled} ${src}/tests/cuda/emu/runtime.cpp)
+  set_source_files_properties(${compiled} PROPERTIES COMPILE_OPTIONS "${MIXTAPE_EMU_CHECK_FLAGS}")
   # The rewritten headers shadow the originals; <mma.h> is the emulator's.
   target_include_directories(${target} BEFORE PRIVATE ${out} ${src}/tests/cuda/emu/include)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${src}>)

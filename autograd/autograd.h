@@ -14,6 +14,7 @@
 #include "autograd/functions/dropout.h"
 #include "autograd/functions/elementwise.h"
 #include "autograd/functions/embedding.h"
+#include "autograd/functions/index.h"
 #include "autograd/functions/linalg.h"
 #include "autograd/functions/loss.h"
 #include "autograd/functions/lstm.h"

@@ -39,7 +39,11 @@
   MT_OP(cross_entropy, "cross_entropy")                                                \
   MT_OP(bce_with_logits, "binary_cross_entropy_with_logits") MT_OP(mse_loss, "mse_loss") \
   /* recurrent (autograd/functions/lstm.cpp) */                                        \
-  MT_OP(lstm_cell, "lstm_cell")
+  MT_OP(lstm_cell, "lstm_cell")                                                        \
+  /* min, var, std (autograd/functions/reduce.cpp); indexing (autograd/functions/index.cpp) */ \
+  MT_OP(min, "min") MT_OP(var, "var") MT_OP(std, "std")                                 \
+  MT_OP(gather, "gather") MT_OP(index_select, "index_select") MT_OP(where, "where")     \
+  MT_OP(masked_fill, "masked_fill")
 // clang-format on
 
 namespace mixtape {

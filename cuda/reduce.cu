@@ -1,4 +1,5 @@
-// Reductions over chosen dims (sum, mean, max, amax), forward and backward, and max_abs.
+// Reductions over chosen dims (sum, mean, max, amax, min), forward and backward, max_abs,
+// argmax / argmin, and var / std forward and backward (Note [CUDA argmax and variance]).
 // Mirrors tensor/cpu/reduce.cpp; the front-end (tensor/ops/reduce.cpp) passes normalized dims
 // (sorted, unique) and allocates `out` / `dx` contiguous with the keepdim / input shape.
 //
@@ -15,7 +16,17 @@
 // accumulated with atomics, so results are deterministic run to run. Accumulation is in the
 // compute type (fp32 for f32/f16/bf16, f64 for f64) and the output is rounded once; the CPU
 // accumulates in f64, so sums agree with it up to fp32 summation error (tests/cuda/test_reduce.cpp).
-// max/amax propagate NaN as the CPU loop does (any NaN in a slice gives NaN).
+// max/amax/min propagate NaN as the CPU loop does (any NaN in a slice gives NaN).
+//
+// Note [CUDA argmax and variance]
+// argmax / argmin and var / std run one block per output over its slice (row-major over the
+// reduced dims, any strides). argmax: each thread keeps its best (value, position) with the CPU's
+// rule (strictly better replaces; NaN beats every number; ties keep the lower position), and the
+// block combines pairs with the same rule, so the result is the CPU's index exactly. var / std
+// follow the CPU in f64 (as the batch-norm statistics do): a block sum of x for the mean, then a
+// block sum of squared deviations, rounded once; the f64 sums differ from the CPU's only in their
+// order, so the rounded results agree to the last bit almost always (tests/cuda/test_reduce.cpp).
+// The backward recomputes the mean the same way and writes dx = dy * k elementwise in f64.
 #include <algorithm>
 #include <bit>
 #include <climits>
@@ -46,6 +57,16 @@ struct MaxOp {
   }
 };
 
+// NaN-propagating min, the mirror of MaxOp.
+struct MinOp {
+  template <class A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    if (isnan(a)) return a;
+    if (isnan(b)) return b;
+    return b < a ? b : a;
+  }
+};
+
 struct MinIndexOp {
   __device__ __forceinline__ long long operator()(long long a, long long b) const { return b < a ? b : a; }
 };
@@ -67,7 +88,7 @@ __device__ A block_reduce(A v, A* scratch, Op op, A identity) {
 
 template <class A>
 A op_identity(ReduceOp op) {
-  return (op == ReduceOp::sum || op == ReduceOp::mean) ? A(0) : A(-INFINITY);
+  return (op == ReduceOp::sum || op == ReduceOp::mean) ? A(0) : op == ReduceOp::min ? A(INFINITY) : A(-INFINITY);
 }
 
 // ---- forward ------------------------------------------------------------------------------
@@ -233,9 +254,9 @@ __global__ void reduce_sum_backward_kernel(const T* __restrict__ dy, T* __restri
   }
 }
 
-// max / amax: block o scans its slice twice. Pass 1 counts the elements equal to y[o] and finds
-// the first (lowest row-major index); pass 2 writes dx: max gives all of dy to the first
-// maximum, amax splits dy evenly among the ties, everything else gets 0. A NaN maximum matches
+// max / amax / min: block o scans its slice twice. Pass 1 counts the elements equal to y[o] and finds
+// the first (lowest row-major index); pass 2 writes dx: max (min) gives all of dy to the first
+// maximum (minimum), amax splits dy evenly among the ties, everything else gets 0. A NaN maximum matches
 // nothing, so its slice gets zeros (as on the CPU).
 // outer: offsets of (x, dx, y, dy) for output o; inner: offsets of (x, dx) for element i.
 template <class T>
@@ -295,7 +316,175 @@ __global__ void max_abs_kernel(const T* __restrict__ x, OffsetCalculator<1> calc
   else atomicMax(&acc[1], static_cast<unsigned long long>(__float_as_uint(m)));
 }
 
+// ---- argmax / argmin ------------------------------------------------------------------------
+
+// True when (v, i) must replace (bv, bi) as the best of a slice: the CPU's rule, made symmetric
+// in the order of the pair so that it can combine partial results (ties: the lower position).
+__device__ __forceinline__ bool arg_better(bool largest, float v, long long i, float bv, long long bi) {
+  if (bi < 0) return i >= 0;
+  if (i < 0) return false;
+  const bool vn = isnan(v), bn = isnan(bv);
+  if (vn || bn) return vn && (!bn || i < bi);
+  if (v == bv) return i < bi;
+  return largest ? v > bv : v < bv;
+}
+
+// Block o: out[o] = position of the best element of slice o (Note [CUDA argmax and variance]).
+// outer: offsets of (x, out) for output o; inner: offset of x for element i. blockDim.x: a
+// multiple of 32.
+template <class T>
+__global__ void arg_reduce_kernel(const T* __restrict__ x, int64_t* __restrict__ out, OffsetCalculator<2> outer,
+                                  OffsetCalculator<1> inner, int64_t n, bool largest) {
+  __shared__ float sv[32];
+  __shared__ long long si[32];
+  int64_t oo[2];
+  outer.offsets(blockIdx.x, oo);
+  float bv = 0.0f;
+  long long bi = -1;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    int64_t io[1];
+    inner.offsets(i, io);
+    const float v = float(load(x[oo[0] + io[0]]));
+    if (arg_better(largest, v, i, bv, bi)) bv = v, bi = i;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+    const long long i = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (arg_better(largest, v, i, bv, bi)) bv = v, bi = i;
+  }
+  if (lane == 0) sv[warp] = bv, si[warp] = bi;
+  __syncthreads();
+  if (warp != 0) return;
+  bv = lane < warps ? sv[lane] : 0.0f;
+  bi = lane < warps ? si[lane] : -1;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+    const long long i = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (arg_better(largest, v, i, bv, bi)) bv = v, bi = i;
+  }
+  if (lane == 0) out[oo[1]] = bi;
+}
+
+// ---- var / std -------------------------------------------------------------------------------
+
+// The mean of slice o in f64 (every thread gets it). inner: offsets whose first entry is x's.
+template <class T, int N>
+__device__ double slice_mean(const T* __restrict__ x, int64_t xo, const OffsetCalculator<N>& inner, int64_t n,
+                             double* scratch) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    int64_t io[N];
+    inner.offsets(i, io);
+    sum += double(load(x[xo + io[0]]));
+  }
+  return block_sum(sum, scratch) / double(n);
+}
+
+// Block o: out[o] = sum (x - mean)^2 / divisor (sqrt for std), in f64, rounded once.
+template <class T>
+__global__ void var_kernel(const T* __restrict__ x, T* __restrict__ out, OffsetCalculator<2> outer,
+                           OffsetCalculator<1> inner, int64_t n, double divisor, bool take_sqrt) {
+  __shared__ double scratch[32];
+  int64_t oo[2];
+  outer.offsets(blockIdx.x, oo);
+  const double mean = slice_mean<T, 1>(x, oo[0], inner, n, scratch);
+  double m2 = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    int64_t io[1];
+    inner.offsets(i, io);
+    const double d = double(load(x[oo[0] + io[0]])) - mean;
+    m2 += d * d;
+  }
+  m2 = block_sum(m2, scratch);
+  if (threadIdx.x != 0) return;
+  const double v = m2 / divisor;
+  out[oo[1]] = store<T>(take_sqrt ? sqrt_rn(v) : v);
+}
+
+// Block o writes dx over slice o (Note [Variance] in tensor/cpu/reduce.h).
+// outer: offsets of (x, dx, y, dy) for output o; inner: offsets of (x, dx) for element i.
+template <class T>
+__global__ void var_backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ dy,
+                                    T* __restrict__ dx, OffsetCalculator<4> outer, OffsetCalculator<2> inner, int64_t n,
+                                    double divisor, bool take_sqrt) {
+  __shared__ double scratch[32];
+  int64_t oo[4];
+  outer.offsets(blockIdx.x, oo);
+  const double mean = slice_mean<T, 2>(x, oo[0], inner, n, scratch);
+  const double g = double(load(dy[oo[3]]));
+  const double sd = take_sqrt ? double(load(y[oo[2]])) : 0.0;
+  const bool zero = take_sqrt && sd == 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    int64_t io[2];
+    inner.offsets(i, io);
+    const double d = double(load(x[oo[0] + io[0]])) - mean;
+    const double k = take_sqrt ? d / (divisor * sd) : d * 2.0 / divisor;
+    dx[oo[1] + io[1]] = store<T>(zero ? 0.0 : g * k);
+  }
+}
+
+// One block per output: threads for a slice of n elements (a multiple of 32, at most kBlock).
+inline int slice_threads(int64_t n) { return int(std::min<int64_t>(kBlock, round_up32(std::max<int64_t>(n, 1)))); }
+
 }  // namespace
+
+void arg_reduce(bool largest, const Strided& x, const std::vector<int64_t>& dims, const Strided& out) {
+  DeviceGuard guard(x.device().index);
+  const char* name = largest ? "argmax" : "argmin";
+  const Split s = split_shapes(x, dims);
+  if (s.m == 0) return;
+  MT_CHECK(s.m <= INT_MAX, name, ": ", s.m, " outputs exceed the CUDA grid (", x.meta(), ")");
+  const OffsetCalculator<2> outer =
+      make_offset_calculator<2>(s.outer_shape, {strides_of(x, dims, false), strides_of(out, dims, false)});
+  const OffsetCalculator<1> inner = make_offset_calculator<1>(s.inner_shape, {strides_of(x, dims, true)});
+  dispatch_floating(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    arg_reduce_kernel<T><<<unsigned(s.m), slice_threads(s.n), 0, stream_of(x)>>>(
+        static_cast<const T*>(x.raw_data()), static_cast<int64_t*>(out.raw_data()), outer, inner, s.n, largest);
+    MT_CUDA_CHECK_LAUNCH("arg_reduce_kernel");
+  });
+}
+
+void var(const Strided& x, const std::vector<int64_t>& dims, double correction, bool take_sqrt, const Strided& out) {
+  DeviceGuard guard(x.device().index);
+  const char* name = take_sqrt ? "std" : "var";
+  const Split s = split_shapes(x, dims);
+  if (s.m == 0) return;
+  MT_CHECK(s.m <= INT_MAX, name, ": ", s.m, " outputs exceed the CUDA grid (", x.meta(), ")");
+  const double divisor = std::max(0.0, double(s.n) - correction);  // Note [Variance]
+  const OffsetCalculator<2> outer =
+      make_offset_calculator<2>(s.outer_shape, {strides_of(x, dims, false), strides_of(out, dims, false)});
+  const OffsetCalculator<1> inner = make_offset_calculator<1>(s.inner_shape, {strides_of(x, dims, true)});
+  dispatch_floating(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    var_kernel<T><<<unsigned(s.m), slice_threads(s.n), 0, stream_of(x)>>>(
+        static_cast<const T*>(x.raw_data()), static_cast<T*>(out.raw_data()), outer, inner, s.n, divisor, take_sqrt);
+    MT_CUDA_CHECK_LAUNCH("var_kernel");
+  });
+}
+
+void var_backward(const Strided& x, const Strided& y, const Strided& dy, const std::vector<int64_t>& dims,
+                  double correction, bool take_sqrt, const Strided& dx) {
+  DeviceGuard guard(dx.device().index);
+  const char* name = take_sqrt ? "std backward" : "var backward";
+  const Split s = split_shapes(x, dims);
+  if (s.m == 0 || s.n == 0) return;
+  MT_CHECK(s.m <= INT_MAX, name, ": ", s.m, " outputs exceed the CUDA grid (", x.meta(), ")");
+  const double divisor = std::max(0.0, double(s.n) - correction);
+  const OffsetCalculator<4> outer =
+      make_offset_calculator<4>(s.outer_shape, {strides_of(x, dims, false), strides_of(dx, dims, false),
+                                                strides_of(y, dims, false), strides_of(dy, dims, false)});
+  const OffsetCalculator<2> inner =
+      make_offset_calculator<2>(s.inner_shape, {strides_of(x, dims, true), strides_of(dx, dims, true)});
+  dispatch_floating(dx.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    var_backward_kernel<T><<<unsigned(s.m), slice_threads(s.n), 0, stream_of(dx)>>>(
+        static_cast<const T*>(x.raw_data()), static_cast<const T*>(y.raw_data()), static_cast<const T*>(dy.raw_data()),
+        static_cast<T*>(dx.raw_data()), outer, inner, s.n, divisor, take_sqrt);
+    MT_CUDA_CHECK_LAUNCH("var_backward_kernel");
+  });
+}
 
 void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, const Strided& out) {
   DeviceGuard guard(x.device().index);
@@ -305,6 +494,7 @@ void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, con
     using A = compute_t<T>;
     if (op == ReduceOp::sum || op == ReduceOp::mean)
       launch_reduce<T, A>(x, out, dims, op == ReduceOp::mean, op_identity<A>(op), SumOp{}, name);
+    else if (op == ReduceOp::min) launch_reduce<T, A>(x, out, dims, false, op_identity<A>(op), MinOp{}, name);
     else launch_reduce<T, A>(x, out, dims, false, op_identity<A>(op), MaxOp{}, name);
   });
 }

@@ -24,8 +24,9 @@
 //   accumulate   the op takes and returns 16-bit tensors but its kernel computes in fp32 (or
 //                wider) and rounds once: batch_norm (batch statistics, normalization, and the
 //                running statistics, which stay f32 buffers: Module::to leaves buffers alone
-//                for 16-bit dtypes), sum and mean (wide accumulators, one rounding), and the
-//                GEMM-like ops (fp32 accumulation, DESIGN.md section 1).
+//                for 16-bit dtypes), sum and mean (wide accumulators, one rounding), var and
+//                std (two passes in f64, one rounding: Note [Variance] in tensor/cpu/reduce.h),
+//                and the GEMM-like ops (fp32 accumulation, DESIGN.md section 1).
 // tests/nn/test_precision.cpp checks every entry.
 #pragma once
 
@@ -62,6 +63,8 @@ inline constexpr Fp32ListEntry kFp32AllowList[] = {
     {OpId::batch_norm, Fp32Rule::accumulate},
     {OpId::sum, Fp32Rule::accumulate},
     {OpId::mean, Fp32Rule::accumulate},
+    {OpId::var, Fp32Rule::accumulate},
+    {OpId::std, Fp32Rule::accumulate},
     {OpId::matmul, Fp32Rule::accumulate},
     {OpId::bmm, Fp32Rule::accumulate},
     {OpId::linear, Fp32Rule::accumulate},

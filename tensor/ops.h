@@ -7,6 +7,7 @@
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/embedding.h"
 #include "tensor/ops/grad_telemetry.h"
+#include "tensor/ops/index.h"
 #include "tensor/ops/linalg.h"
 #include "tensor/ops/loss.h"
 #include "tensor/ops/lstm.h"

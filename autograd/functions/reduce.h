@@ -25,4 +25,15 @@ inline Variable amax(const Variable& x, const std::vector<int64_t>& dims = {}, b
   return reduce(ReduceOp::amax, x, dims, keepdim);
 }
 
+// Gradient goes to the first minimum of each slice, as max sends it to the first maximum
+// (torch.min(x, dim) does the same; torch.min(x) over all elements splits it among ties).
+inline Variable min(const Variable& x, const std::vector<int64_t>& dims = {}, bool keepdim = false) {
+  return reduce(ReduceOp::min, x, dims, keepdim);
+}
+
+// Variance and standard deviation as torch.var / torch.std (correction 1: unbiased); the
+// tensor ops and Note [Variance] in tensor/cpu/reduce.h.
+Variable var(const Variable& x, const std::vector<int64_t>& dims = {}, double correction = 1.0, bool keepdim = false);
+Variable std(const Variable& x, const std::vector<int64_t>& dims = {}, double correction = 1.0, bool keepdim = false);
+
 }  // namespace mixtape

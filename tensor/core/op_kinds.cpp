@@ -46,6 +46,7 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::mean: return "mean";
     case ReduceOp::max: return "max";
     case ReduceOp::amax: return "amax";
+    case ReduceOp::min: return "min";
   }
   return "?";
 }

@@ -36,7 +36,7 @@ const char* unary_op_name(UnaryOp op);
 enum class BinaryOp : uint8_t { add, sub, mul, div };
 const char* binary_op_name(BinaryOp op);
 
-enum class ReduceOp : uint8_t { sum, mean, max, amax };
+enum class ReduceOp : uint8_t { sum, mean, max, amax, min };
 const char* reduce_op_name(ReduceOp op);
 
 }  // namespace mixtape

@@ -104,13 +104,14 @@ void reduce(ReduceOp op, const Strided& x, const std::vector<int64_t>& dims, con
     parallel_for_each_offset<2>(
         s.outer_shape, {s.outer_strides, kept_strides(out, dims)},
         [&](const std::array<int64_t, 2>& o) {
-      double acc = (op == ReduceOp::sum || op == ReduceOp::mean) ? 0.0 : -std::numeric_limits<double>::infinity();
+      constexpr double inf = std::numeric_limits<double>::infinity();
+      double acc = (op == ReduceOp::sum || op == ReduceOp::mean) ? 0.0 : op == ReduceOp::min ? inf : -inf;
       bool nan = false;
       for_each_offset<1>(s.inner_shape, {s.inner_strides}, [&](const std::array<int64_t, 1>& i) {
         const double v = double(load(px[o[0] + i[0]]));
         if (op == ReduceOp::sum || op == ReduceOp::mean) acc += v;
         else if (std::isnan(v)) nan = true;
-        else if (v > acc) acc = v;
+        else if (op == ReduceOp::min ? v < acc : v > acc) acc = v;
       });
       if (op == ReduceOp::mean) acc /= double(n);
       if (nan) acc = std::numeric_limits<double>::quiet_NaN();
@@ -142,20 +143,105 @@ void reduce_backward(ReduceOp op, const Strided& x, const Strided& y, const Stri
                            [&](const std::array<int64_t, 1>& i) { pdx[o[1] + i[0]] = v; });
         return;
       }
-      // max: the first maximum takes all of dy; amax: every maximum takes dy / count.
+      // max (min): the first maximum (minimum) takes all of dy; amax: every maximum takes
+      // dy / count. y is the slice's extreme, so "== ymax" finds it for min too.
+      const bool first_only = op == ReduceOp::max || op == ReduceOp::min;
       int64_t count = 0;
       for_each_offset<1>(s.inner_shape, {s.inner_strides}, [&](const std::array<int64_t, 1>& i) {
         if (load(px[o[0] + i[0]]) == ymax) ++count;
       });
-      const C share = op == ReduceOp::max ? g : (count > 0 ? C(g / C(count)) : C(0));
+      const C share = first_only ? g : (count > 0 ? C(g / C(count)) : C(0));
       bool given = false;
       for_each_offset<2>(s.inner_shape, {s.inner_strides, sdx.inner_strides}, [&](const std::array<int64_t, 2>& i) {
-        const bool hit = load(px[o[0] + i[0]]) == ymax && !(op == ReduceOp::max && given);
+        const bool hit = load(px[o[0] + i[0]]) == ymax && !(first_only && given);
         if (hit) given = true;
         pdx[o[1] + i[1]] = store<T>(hit ? share : C(0));
       });
         },
         grain_for(n));
+  });
+}
+
+void arg_reduce(bool largest, const Strided& x, const std::vector<int64_t>& dims, const Strided& out) {
+  const Split s = split_dims(x, dims);
+  const int64_t n = numel_of(s.inner_shape);
+  int64_t* po = static_cast<int64_t*>(out.raw_data());
+  dispatch_floating(x.dtype(), largest ? "argmax" : "argmin", [&]<class T>() {
+    const T* px = static_cast<const T*>(x.raw_data());
+    parallel_for_each_offset<2>(
+        s.outer_shape, {s.outer_strides, kept_strides(out, dims)},
+        [&](const std::array<int64_t, 2>& o) {
+      // Only a strictly better element replaces the best so far, so ties keep the first; a NaN
+      // beats every number and nothing beats a NaN.
+      int64_t best = -1, i = 0;
+      double bv = 0.0;
+      for_each_offset<1>(s.inner_shape, {s.inner_strides}, [&](const std::array<int64_t, 1>& in) {
+        const double v = double(load(px[o[0] + in[0]]));
+        const bool better = best < 0 || (!std::isnan(bv) && (std::isnan(v) || (largest ? v > bv : v < bv)));
+        if (better) best = i, bv = v;
+        ++i;
+      });
+      po[o[1]] = best;
+        },
+        grain_for(n));
+  });
+}
+
+void var(const Strided& x, const std::vector<int64_t>& dims, double correction, bool take_sqrt, const Strided& out) {
+  const Split s = split_dims(x, dims);
+  const int64_t n = numel_of(s.inner_shape);
+  const double divisor = std::max(0.0, double(n) - correction);  // Note [Variance]
+  dispatch_floating(x.dtype(), take_sqrt ? "std" : "var", [&]<class T>() {
+    const T* px = static_cast<const T*>(x.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
+    parallel_for_each_offset<2>(
+        s.outer_shape, {s.outer_strides, kept_strides(out, dims)},
+        [&](const std::array<int64_t, 2>& o) {
+      double sum = 0.0;
+      for_each_offset<1>(s.inner_shape, {s.inner_strides},
+                         [&](const std::array<int64_t, 1>& i) { sum += double(load(px[o[0] + i[0]])); });
+      const double mean = sum / double(n);
+      double m2 = 0.0;
+      for_each_offset<1>(s.inner_shape, {s.inner_strides}, [&](const std::array<int64_t, 1>& i) {
+        const double d = double(load(px[o[0] + i[0]])) - mean;
+        m2 += d * d;
+      });
+      const double v = m2 / divisor;
+      po[o[1]] = store<T>(take_sqrt ? std::sqrt(v) : v);  // rounded once
+        },
+        grain_for(2 * n));
+  });
+}
+
+void var_backward(const Strided& x, const Strided& y, const Strided& dy, const std::vector<int64_t>& dims,
+                  double correction, bool take_sqrt, const Strided& dx) {
+  const Split s = split_dims(x, dims);
+  const Split sdx = split_dims(dx, dims);
+  const int64_t n = numel_of(s.inner_shape);
+  const double divisor = std::max(0.0, double(n) - correction);
+  dispatch_floating(x.dtype(), take_sqrt ? "std" : "var", [&]<class T>() {
+    const T* px = static_cast<const T*>(x.raw_data());
+    const T* py = static_cast<const T*>(y.raw_data());
+    const T* pdy = static_cast<const T*>(dy.raw_data());
+    T* pdx = static_cast<T*>(dx.raw_data());
+    parallel_for_each_offset<4>(
+        s.outer_shape, {s.outer_strides, sdx.outer_strides, kept_strides(y, dims), kept_strides(dy, dims)},
+        [&](const std::array<int64_t, 4>& o) {
+      double sum = 0.0;
+      for_each_offset<1>(s.inner_shape, {s.inner_strides},
+                         [&](const std::array<int64_t, 1>& i) { sum += double(load(px[o[0] + i[0]])); });
+      const double mean = sum / double(n);
+      const double g = double(load(pdy[o[3]]));
+      // Note [Variance]: dx = g * k, k = (x - mean) * 2 / divisor, or (x - mean) / (divisor * std).
+      const double sd = take_sqrt ? double(load(py[o[2]])) : 0.0;
+      const bool zero = take_sqrt && sd == 0.0;
+      for_each_offset<2>(s.inner_shape, {s.inner_strides, sdx.inner_strides}, [&](const std::array<int64_t, 2>& i) {
+        const double d = double(load(px[o[0] + i[0]])) - mean;
+        const double k = take_sqrt ? d / (divisor * sd) : d * 2.0 / divisor;
+        pdx[o[1] + i[1]] = store<T>(zero ? 0.0 : g * k);
+      });
+        },
+        grain_for(3 * n));
   });
 }
 

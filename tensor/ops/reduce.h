@@ -2,6 +2,7 @@
 // (at least fp32, as DESIGN.md requires for large reductions); the result is rounded once.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "tensor/core/op_kinds.h"
@@ -11,8 +12,9 @@ namespace mixtape {
 
 Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 // dx for a reduction of an input of shape x_shape; y and dy have the reduced shape (keepdim or
-// not). max sends dy to the first maximum of each slice; amax splits it evenly among ties;
-// mean divides by the slice size. x and y are read only by max and amax (else may be undefined).
+// not). max (min) sends dy to the first maximum (minimum) of each slice; amax splits it evenly
+// among ties; mean divides by the slice size. x and y are read only by max, amax and min (else
+// may be undefined).
 Tensor reduce_backward(ReduceOp op, const Shape& x_shape, const Tensor& x, const Tensor& y, const Tensor& dy,
                        const std::vector<int64_t>& dims);
 
@@ -28,6 +30,28 @@ inline Tensor max(const Tensor& x, const std::vector<int64_t>& dims = {}, bool k
 inline Tensor amax(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false) {
   return reduce(ReduceOp::amax, x, dims, keepdim);
 }
+
+inline Tensor min(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false) {
+  return reduce(ReduceOp::min, x, dims, keepdim);
+}
+
+// The index (i64) of the first maximum / minimum along `dim`, or, without a dim, in the
+// row-major order of the whole tensor (then keepdim gives every dim size 1), as torch.argmax /
+// torch.argmin: ties give the first occurrence; a NaN counts as the extreme (the first NaN's
+// index). An empty slice throws. Not differentiable.
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+
+// Variance and standard deviation over `dims` (empty: all), as torch.var / torch.std with
+// `correction` (1: unbiased = true, Bessel's correction; 0: unbiased = false). Computed in f64 and
+// rounded once (Note [Variance] in tensor/cpu/reduce.h). Call std qualified, mixtape::std(x), as
+// with libtorch's torch::std: an unqualified std(...) also finds the namespace std.
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1.0, bool keepdim = false);
+Tensor std(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1.0, bool keepdim = false);
+// dx of var (take_sqrt false) or std of an input x; y (the forward result, read by std only) and
+// dy have the reduced shape (keepdim or not).
+Tensor var_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const std::vector<int64_t>& dims,
+                    double correction, bool take_sqrt);
 
 // Sum a broadcast gradient back to `shape` (the reverse of broadcasting to g's shape).
 Tensor sum_to(const Tensor& g, const Shape& shape);

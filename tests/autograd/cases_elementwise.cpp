@@ -88,6 +88,24 @@ MT_OP_CASE(reduce_case(
   return amax(x, {0, 1}, true);
     },
     true));
+// min, var and std (inputs [4, 2, 3], non-contiguous; var/std also of a broadcast input)
+MT_OP_CASE(reduce_case(
+    "min dim 0", [](const Variable& x) { return min(x, {0}); }, true));
+MT_OP_CASE(reduce_case(
+    "min all keepdim", [](const Variable& x) { return min(x, {}, true); }, true));
+MT_OP_CASE(reduce_case("var dims {0, 2}, unbiased", [](const Variable& x) { return var(x, {0, 2}); }));
+MT_OP_CASE(reduce_case("var all, correction 0, keepdim", [](const Variable& x) { return var(x, {}, 0.0, true); }));
+MT_OP_CASE(reduce_case("std dim 1, unbiased", [](const Variable& x) { return mixtape::std(x, {1}); }));
+MT_OP_CASE(reduce_case("std dim -1, correction 0, keepdim",
+                       [](const Variable& x) { return mixtape::std(x, {-1}, 0.0, true); }));
+MT_OP_CASE(OpCase{"var and std of a broadcast input",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_noncontig({3, 4}, dt, 33)};
+                  },
+                  [](const V& v) {
+  const Variable x = expand(reshape(v[0], {3, 1, 4}), {3, 2, 4});  // stride 0 along dim 1
+  return var(x, {0, 1}) + mixtape::std(x, {0});                    // [4] + [2, 4]
+}});
 
 // Views
 MT_OP_CASE(OpCase{"views: reshape, transpose, permute, slice, expand, contiguous",

@@ -1,11 +1,13 @@
-// cuda/reduce.cu against the CPU kernels (tensor/cpu/reduce.cpp): sum, mean, max, amax over each
-// dim, several dims and all dims, forward and backward, contiguous and strided, ragged sizes;
-// max_abs with NaN and empty tensors.
+// cuda/reduce.cu against the CPU kernels (tensor/cpu/reduce.cpp): sum, mean, max, amax, min over
+// each dim, several dims and all dims, forward and backward, contiguous and strided, ragged sizes;
+// max_abs with NaN and empty tensors; argmax / argmin (ties, NaN) and var / std with their
+// backward.
 #include "tests/cuda/cuda_test.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,12 +20,17 @@ using namespace mixtape::cuda_test;
 namespace {
 
 const std::vector<DType> kDtypes = {DType::f32, DType::f16, DType::bf16};
-const std::vector<ReduceOp> kOps = {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::amax};
+const std::vector<ReduceOp> kOps = {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::amax, ReduceOp::min};
 
 // Shapes with ragged sizes: single dims of the brief's sizes, and a few multi-dim ones.
 const std::vector<Shape> kShapes = {{1},        {7},          {31},        {33},         {1000},
                                     {4097},     {100003},     {7, 33},     {33, 1000},   {4097, 3},
                                     {3, 31, 7}, {2, 3, 5, 7}, {1, 257, 1}, {1000, 1, 33}};
+
+// For the one-block-per-output kernels (argmax, var): the same sizes without the shapes that
+// make tens of thousands of tiny blocks, which the emulated device runs slowly.
+const std::vector<Shape> kSliceShapes = {{1},     {7},        {33},       {4097},       {100003},
+                                         {7, 33}, {33, 1000}, {3, 31, 7}, {2, 3, 5, 7}, {1, 257, 1}};
 
 // The dim sets to reduce over: each dim alone, all dims ({}), and for 3+ dims the first and the
 // last together and all but the first.
@@ -126,7 +133,7 @@ TEST_CASE("cuda sum of small integers is exact in every dtype, so no element is 
     }
 }
 
-TEST_CASE("cuda max and amax propagate NaN and keep -inf", "[cuda]") {
+TEST_CASE("cuda max, amax and min propagate NaN and keep -inf", "[cuda]") {
   MT_REQUIRE_GPU();
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
@@ -138,7 +145,7 @@ TEST_CASE("cuda max and amax propagate NaN and keep -inf", "[cuda]") {
     for (size_t i = 4097; i < 2 * 4097; ++i) v[i] = -inf;
     v[4 * 4097 - 1] = nan;
     const Tensor x = from_vector(v, {4, 4097}, dt);
-    for (ReduceOp op : {ReduceOp::max, ReduceOp::amax, ReduceOp::sum}) {
+    for (ReduceOp op : {ReduceOp::max, ReduceOp::amax, ReduceOp::min, ReduceOp::sum}) {
       const Tensor want = reduce(op, x, {1});
       const std::vector<double> w = want.to_vector();
       REQUIRE(std::isnan(w[0]));
@@ -164,7 +171,7 @@ TEST_CASE("cuda reduce backward matches the CPU bit for bit, ties included", "[c
         for (ReduceOp op : kOps) {
           const Tensor y = reduce(op, x, dims, true);
           const Tensor dy = random(y.shape(), dt, ++seed);
-          const bool reads_x = op == ReduceOp::max || op == ReduceOp::amax;
+          const bool reads_x = op == ReduceOp::max || op == ReduceOp::amax || op == ReduceOp::min;
           const Tensor want = reduce_backward(op, x.shape(), reads_x ? x : Tensor(), reads_x ? y : Tensor(), dy, dims);
           for (const auto& [layout, xg] : layouts(x)) {
             const Tensor dyg = std::string(layout) == "strided" ? strided_on_gpu(dy) : on_gpu(dy);
@@ -195,4 +202,61 @@ TEST_CASE("cuda max_abs matches the CPU, NaN and empty tensors included", "[cuda
     CHECK(max_abs(on_gpu(from_vector(std::vector<double>{-0.0, 0.0}, {2}, dt))) == 0.0);
     CHECK(max_abs(on_gpu(zeros({0}, dt))) == 0.0);
   }
+}
+
+TEST_CASE("cuda argmax and argmin match the CPU exactly, ties and NaN included", "[cuda]") {
+  MT_REQUIRE_GPU();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  uint64_t seed = 900;
+  for (const Shape& shape : kSliceShapes)
+    for (DType dt : kDtypes) {
+      Tensor x = small_integers(shape, dt, ++seed, 2);  // many ties
+      if (x.numel() > 40) {                             // a few NaNs in the larger tensors
+        std::vector<double> v = x.to_vector();
+        for (size_t i = 17; i < v.size(); i += 37) v[i] = nan;
+        x = from_vector(v, shape, dt);
+      }
+      std::vector<std::optional<int64_t>> dims = {std::nullopt};
+      for (int64_t d = 0; d < int64_t(shape.size()); ++d) dims.push_back(d);
+      for (const auto& d : dims)
+        for (bool largest : {true, false}) {
+          const Tensor want = largest ? argmax(x, d, true) : argmin(x, d, true);
+          for (const auto& [layout, xg] : layouts(x)) {
+            const Tensor got = largest ? argmax(xg, d, true) : argmin(xg, d, true);
+            require_bit_identical(got, want,
+                                  std::string(largest ? "argmax" : "argmin") + " of " + shape_str(shape) + " " +
+                                      dtype_name(dt) + " dim " + (d ? std::to_string(*d) : "all") + " (" + layout +
+                                      ")");
+          }
+        }
+    }
+}
+
+TEST_CASE("cuda var and std forward and backward match the CPU to the last bit of the output", "[cuda]") {
+  MT_REQUIRE_GPU();
+  // Both devices sum in f64 and round once; only the order of the f64 additions differs, so a
+  // result may differ by at most one ulp of its dtype, where the f64 value falls next to a
+  // rounding boundary (in practice it does not).
+  uint64_t seed = 1100;
+  for (const Shape& shape : kSliceShapes)
+    for (DType dt : kDtypes) {
+      const Tensor x = random(shape, dt, ++seed, -1.0, 3.0);
+      for (const auto& dims : dim_sets(shape))
+        for (const auto& [take_sqrt, correction] : {std::pair{false, 1.0}, std::pair{true, 0.0}}) {
+          const Tensor y = take_sqrt ? mixtape::std(x, dims, correction, true) : var(x, dims, correction, true);
+          const Tensor dy = random(y.shape(), dt, ++seed);
+          const Tensor dx = var_backward(x, take_sqrt ? y : Tensor(), dy, dims, correction, take_sqrt);
+          const std::string what = std::string(take_sqrt ? "std" : "var") + " correction " +
+                                   std::to_string(int(correction)) + " of " + shape_str(shape) + " " + dtype_name(dt) +
+                                   " over dims " + shape_str(dims);
+          for (const auto& [layout, xg] : layouts(x)) {
+            const Tensor yg = take_sqrt ? mixtape::std(xg, dims, correction, true) : var(xg, dims, correction, true);
+            require_close(yg, y, what + " (" + layout + ")", 2.0);  // eps_of is half an ulp
+            const Tensor dxg =
+                var_backward(xg, take_sqrt ? on_gpu(y) : Tensor(), on_gpu(dy), dims, correction, take_sqrt);
+            // x - mean may cancel: the two f64 means differ by ~1e-16 |mean|, far below atol.
+            require_close(dxg, dx, what + " backward (" + layout + ")", 2.0, 1e-10 * max_abs(dx));
+          }
+        }
+    }
 }

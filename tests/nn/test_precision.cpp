@@ -274,6 +274,38 @@ TEST_CASE("every entry of the fp32 allow-list keeps its op in fp32", "[precision
   checks[OpId::sum] = [&] { check_reduction(OpId::sum, false); };
   checks[OpId::mean] = [&] { check_reduction(OpId::mean, true); };
 
+  // var and std of the same values: two passes in f64 and one rounding (Note [Variance] in
+  // tensor/cpu/reduce.h). The same two passes in 16 bits lose the mean to the stalled running
+  // sum above, and the variance with it.
+  auto check_variance = [&](OpId op, bool take_sqrt) {
+    for (DType dt : k16) {
+      INFO(op_name(op) << " on " << dtype_name(dt));
+      Variable x(reduction_input(dt), true);
+      const std::vector<double> v = x.data().to_vector();
+      const double n = double(v.size());
+      double sum = 0.0, m2 = 0.0;
+      for (double e : v) sum += e;
+      for (double e : v) m2 += (e - sum / n) * (e - sum / n);
+      const double exact = take_sqrt ? std::sqrt(m2 / (n - 1.0)) : m2 / (n - 1.0);
+      Tape tape;
+      const Variable y = take_sqrt ? mixtape::std(x) : var(x);
+      CHECK(has_node(tape, op));
+      REQUIRE(y.dtype() == dt);
+      CHECK(y.item() == round_once(exact, dt));
+      const double naive_mean = round_once(naive_sum(v, dt) / n, dt);
+      double naive_m2 = 0.0;
+      for (double e : v) {
+        const double d = round_once(e - naive_mean, dt);
+        naive_m2 = round_once(naive_m2 + round_once(d * d, dt), dt);
+      }
+      double naive = round_once(naive_m2 / (n - 1.0), dt);
+      if (take_sqrt) naive = round_once(std::sqrt(naive), dt);
+      CHECK(naive != round_once(exact, dt));
+    }
+  };
+  checks[OpId::var] = [&] { check_variance(OpId::var, false); };
+  checks[OpId::std] = [&] { check_variance(OpId::std, true); };
+
   // batch_norm: f32 running statistics equal to the f32 computation on the same values. Channel
   // 2 holds +-2000: 64 x 2000^2 = 2.56e8 would overflow an f16 sum of squares.
   checks[OpId::batch_norm] = [&] {

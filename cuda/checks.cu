@@ -51,8 +51,8 @@ void defer_index_check(const Strided& indices, int64_t limit, CheckMessage messa
   DeviceGuard guard(indices.device().index);
   int64_t* slot = defer_check(indices.device().index, std::move(message));
   const OffsetCalculator<1> ic = make_offset_calculator<1>(indices.shape(), {indices.strides()});
-  first_bad_index_kernel<<<1, kCheckBlock, 0, stream_of(indices)>>>(static_cast<const int64_t*>(indices.raw_data()),
-                                                                      ic, n, limit, slot);
+  first_bad_index_kernel<<<1, kCheckBlock, 0, stream_of(indices)>>>(static_cast<const int64_t*>(indices.raw_data()), ic,
+                                                                    n, limit, slot);
   MT_CUDA_CHECK_LAUNCH("first_bad_index_kernel");
 }
 

@@ -29,10 +29,10 @@ namespace {
 // Queues the check that every index lies in [0, V) (Note [Deferred device checks]); a bad one
 // throws the CPU's message at the host's next read. `table` names the [V, D] tensor in it.
 void check_indices(const Strided& indices, int64_t V, const char* op, const char* table_name, const Strided& table) {
-  defer_index_check(indices, V,
-                    [op = std::string(op), table = detail::cat(table_name, " ", table.meta()), V](int64_t p, int64_t k) {
-    return detail::cat(op, ": index ", k, " (at position ", p, ") is out of range for ", V, " rows (", table, ")");
-  });
+  defer_index_check(
+      indices, V, [op = std::string(op), table = detail::cat(table_name, " ", table.meta()), V](int64_t p, int64_t k) {
+        return detail::cat(op, ": index ", k, " (at position ", p, ") is out of range for ", V, " rows (", table, ")");
+      });
 }
 
 // out [n, D] contiguous: out[row, j] = weight[idx[row], j]; a bad index (reported by the check)

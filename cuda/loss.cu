@@ -184,7 +184,8 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const int
 // Queues the check of every target against [0, C) (Note [Cross-entropy target check]).
 void check_targets(const char* op, const Strided& logits, const Strided& targets) {
   const int64_t C = logits.shape()[1];
-  defer_index_check(targets, C, [op = std::string(op), lm = logits.meta(), tm = targets.meta(), C](int64_t p, int64_t t) {
+  defer_index_check(targets, C,
+                    [op = std::string(op), lm = logits.meta(), tm = targets.meta(), C](int64_t p, int64_t t) {
     return detail::cat(op, ": target ", t, " (at position ", p, ") is out of range for ", C, " classes (logits ", lm,
                        ", targets ", tm, "); targets must lie in [0, ", C, ")");
   });

@@ -219,7 +219,8 @@ struct UnscaleList {
 // the square of a float is exact), max |out| over the finite elements, and whether any stored
 // value or its unscaled value is inf or NaN (the host check's found_inf: an unscaled value past
 // FLT_MAX counts as an overflow).
-__global__ void unscale_check_kernel(UnscaleList L, const float* __restrict__ loss_scale, double* __restrict__ partials) {
+__global__ void unscale_check_kernel(UnscaleList L, const float* __restrict__ loss_scale,
+                                     double* __restrict__ partials) {
   __shared__ double scratch[32];
   const double s = double(*loss_scale);
   double sumsq = 0.0, mx = 0.0, bad = 0.0;
@@ -290,7 +291,7 @@ struct AdamList {
   CopyType q_type[kMultiTensors];
   int64_t n[kMultiTensors];
   double lr[kMultiTensors], weight_decay[kMultiTensors];  // the parameter's group's
-  int32_t step_index[kMultiTensors];                     // the parameter's row in `steps`
+  int32_t step_index[kMultiTensors];                      // the parameter's row in `steps`
   ChunkMap map;
 };
 
@@ -304,8 +305,8 @@ __global__ void multi_adam_kernel(AdamList L, const float* __restrict__ control,
   for (int64_t c = blockIdx.x; c < L.map.first[L.map.count]; c += gridDim.x) {
     const int t = L.map.tensor_of(c);
     const int64_t begin = (c - L.map.first[t]) * kChunk, end = min(begin + kChunk, L.n[t]);
-    const formulas::AdamConsts<float> k = formulas::adam_consts<float>(
-        L.lr[t], beta1, beta2, eps, L.weight_decay[t], decoupled, steps[L.step_index[t]] + 1);
+    const formulas::AdamConsts<float> k = formulas::adam_consts<float>(L.lr[t], beta1, beta2, eps, L.weight_decay[t],
+                                                                       decoupled, steps[L.step_index[t]] + 1);
     for (int64_t e = begin + threadIdx.x; e < end; e += blockDim.x) {
       float g = L.g[t][e];
       if (coef != 1.0f) g = g * coef;
@@ -466,8 +467,8 @@ void unscale_and_decide(const std::vector<Strided>& grads, const std::vector<flo
                                                          pp + 3 * int64_t(kStepBlocks) * l);
     MT_CUDA_CHECK_LAUNCH("unscale_check_kernel");
   }
-  decide_kernel<<<1, 32, 0, st>>>(pp, kStepBlocks * std::max(launches, 1), fstate.data<float>(),
-                                  istate.data<int64_t>(), rule, max_grad_norm);
+  decide_kernel<<<1, 32, 0, st>>>(pp, kStepBlocks * std::max(launches, 1), fstate.data<float>(), istate.data<int64_t>(),
+                                  rule, max_grad_norm);
   MT_CUDA_CHECK_LAUNCH("decide_kernel");
 }
 

@@ -34,7 +34,7 @@ struct Readout {
     CheckMessage message;
   };
   unsigned char* dev = nullptr;
-  std::vector<unsigned char> host;  // the last read, [0, end)
+  std::vector<unsigned char> host;              // the last read, [0, end)
   size_t end = kStageBytes + kCheckSlots * 16;  // bytes in use (reads copy [0, end))
   uint64_t read_at = ~uint64_t(0);              // `work` at the last read
   std::vector<std::pair<size_t, size_t>> free;  // pieces given back: (offset, bytes)

@@ -105,8 +105,8 @@ void LossScaler::keep_on(Device device) {
     fstate_ = istate_ = Tensor();
     return;
   }
-  MT_CHECK(device_rule().has_value(), name(), " loss scaler: its rule runs on the host only; it cannot keep its state on ",
-           device);
+  MT_CHECK(device_rule().has_value(), name(),
+           " loss scaler: its rule runs on the host only; it cannot keep its state on ", device);
   pull();
   fstate_ = readout_zeros({formulas::kStepF}, DType::f32, device);
   istate_ = readout_zeros({formulas::kStepI}, DType::i64, device);

@@ -131,7 +131,7 @@ class LossScaler {
   int64_t skipped_ = 0;
   bool last_skipped_ = false;
   float last_scale_ = 0.0f;  // 0 before the first step
-  Tensor fstate_, istate_;  // Note [Loss scale on the device]; undefined on the host
+  Tensor fstate_, istate_;   // Note [Loss scale on the device]; undefined on the host
 };
 
 // Scale 1, every step applied (also one with inf/NaN gradients): training without a scaler.

@@ -169,10 +169,10 @@ void Optimizer::apply_all(const std::vector<size_t>&, const std::vector<Tensor>&
 }
 
 void Optimizer::step_on_device(const std::vector<Tensor>& grads, const Tensor& control) {
-  MT_CHECK(grads.size() == num_params(), name(), ": step_on_device got ", grads.size(), " gradients for ",
-           num_params(), " parameters");
-  MT_CHECK(device_step_ready(), name(), ": step_on_device needs a multi-tensor rule and contiguous f32 parameters on one ",
-           "CUDA device");
+  MT_CHECK(grads.size() == num_params(), name(), ": step_on_device got ", grads.size(), " gradients for ", num_params(),
+           " parameters");
+  MT_CHECK(device_step_ready(), name(),
+           ": step_on_device needs a multi-tensor rule and contiguous f32 parameters on one ", "CUDA device");
   NoGrad no_grad;
   const Device d = param(0).data().device();
   if (!device_steps_.defined()) {  // the counts move to the device (Note [Device-side step])

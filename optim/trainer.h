@@ -137,7 +137,7 @@ class PrecisionTrainer {
   const Optimizer& optimizer() const;
   LossScaler& scaler() { return *scaler_; }
   const LossScaler& scaler() const { return *scaler_; }
-  float scale() const { return scaler_->scale(); }  // the next backward's loss scale
+  float scale() const { return scaler_->scale(); }            // the next backward's loss scale
   float last_scale() const { return scaler_->last_scale(); }  // the one the last step's gradients carried
   int64_t steps() const { return scaler_->steps(); }
   int64_t skipped() const { return scaler_->skipped(); }

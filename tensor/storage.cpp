@@ -69,7 +69,7 @@ Storage::~Storage() {
       [&] {
     if (readout_) cuda::readout_free(data_, nbytes_, device_.index);
     else cuda::device_free(data_, device_.index);
-  });
+      });
 }
 
 }  // namespace mixtape

@@ -141,7 +141,8 @@ MT_HOST_DEVICE inline bool loss_scale_update(const LossScaleRule& r, bool found_
   }
   if (++tracker == r.growth_interval) {
     const double grown = double(scale) * r.growth_factor;
-    if (grown <= 0x1p127) scale = clamp_scale(grown, r.min_scale, r.max_scale);  // 2^127: the largest float power of two
+    // 2^127: the largest float power of two
+    if (grown <= 0x1p127) scale = clamp_scale(grown, r.min_scale, r.max_scale);
     tracker = 0;
   }
   return true;

@@ -193,8 +193,8 @@ void check_state(const char* op, const Tensor& fstate, const Tensor& istate) {
   if (istate.defined())
     MT_CHECK(istate.dtype() == DType::i64 && istate.numel() == formulas::kStepI && istate.is_contiguous() &&
                  istate.device() == fstate.device(),
-             op, ": the i64 step state ", istate.meta(), " must hold ", int(formulas::kStepI),
-             " contiguous values on ", fstate.device());
+             op, ": the i64 step state ", istate.meta(), " must hold ", int(formulas::kStepI), " contiguous values on ",
+             fstate.device());
 }
 
 }  // namespace
@@ -223,9 +223,7 @@ std::vector<Tensor> unscale_and_decide_(const std::vector<Tensor>& grads, const 
   }
   on_device(
       fstate.device(), [&] { MT_ASSERT(false, op, " on the CPU"); },
-      [&] {
-    cuda::unscale_and_decide(operands(in), scales, operands(out), fstate, istate, rule, max_grad_norm);
-  });
+      [&] { cuda::unscale_and_decide(operands(in), scales, operands(out), fstate, istate, rule, max_grad_norm); });
   return out;
 }
 
@@ -258,8 +256,8 @@ void multi_adam_update_(const std::vector<Tensor>& params, const std::vector<Ten
       check_rounded_copy(op, &copies[i], p);
     }
     check_adam_hypers(op, lrs[i], beta1, beta2, eps, weight_decays[i], 1);
-    MT_CHECK(step_index[i] >= 0 && step_index[i] < steps.numel(), op, ": step index ", step_index[i],
-             " of parameter ", i, " is outside steps ", steps.meta());
+    MT_CHECK(step_index[i] >= 0 && step_index[i] < steps.numel(), op, ": step index ", step_index[i], " of parameter ",
+             i, " is outside steps ", steps.meta());
   }
   on_device(
       d, [&] { MT_ASSERT(false, op, " on the CPU"); },
@@ -267,7 +265,7 @@ void multi_adam_update_(const std::vector<Tensor>& params, const std::vector<Ten
     cuda::multi_adam_update(operands(params), operands(grads), operands(exp_avgs), operands(exp_avg_sqs),
                             operands(copies), lrs, weight_decays, beta1, beta2, eps, decoupled, steps, step_index,
                             control);
-  });
+      });
 }
 
 void sgd16_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tensor& kahan_comp, double lr,

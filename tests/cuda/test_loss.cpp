@@ -175,9 +175,8 @@ TEST_CASE("cuda cross_entropy names the first out-of-range target, as the CPU do
   CHECK(cuda::runtime_counters().host_syncs == syncs);
   REQUIRE_THROWS_WITH(loss.item(), Catch::Contains(msg));
   REQUIRE_THROWS_WITH(on_cpu(cross_entropy(logits, targets, Reduction::none)), Catch::Contains(msg));
-  REQUIRE_THROWS_WITH(
-      on_cpu(cross_entropy_backward(logits, targets, on_gpu(full({}, 1.0)), Reduction::mean)),
-      Catch::Contains(msg));
+  REQUIRE_THROWS_WITH(on_cpu(cross_entropy_backward(logits, targets, on_gpu(full({}, 1.0)), Reduction::mean)),
+                      Catch::Contains(msg));
   {
     const Tensor pending = cross_entropy(logits, targets);
     REQUIRE_THROWS_WITH(cuda::synchronize(0), Catch::Contains(msg));  // synchronize() reads it too

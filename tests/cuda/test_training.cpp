@@ -310,9 +310,10 @@ struct Counted {
 
 }  // namespace
 
-TEST_CASE("cuda training step fp16 backoff AdamW: no host synchronization, few launches, no allocation after the "
-          "first step",
-          "[cuda]") {
+TEST_CASE(
+    "cuda training step fp16 backoff AdamW: no host synchronization, few launches, no allocation after the "
+    "first step",
+    "[cuda]") {
   MT_REQUIRE_GPU();
   auto model = make_cnn_like(41);
   model->to(gpu());
@@ -401,8 +402,8 @@ TEST_CASE("cuda training step: the skip decided on the device skips (an inf in o
   const std::vector<Tensor> after = snapshot();
   REQUIRE(after.size() == before.size());
   for (size_t k = 0; k < before.size(); ++k)
-    require_bit_identical(after[k], before[k], "weights and optimizer state after a skipped step, tensor " +
-                                                   std::to_string(k));
+    require_bit_identical(after[k], before[k],
+                          "weights and optimizer state after a skipped step, tensor " + std::to_string(k));
   // The next clean step applies again at the lower scale.
   CHECK(run_step(2, false).applied());
   CHECK(trainer.last_scale() == scale / 2);

@@ -168,18 +168,31 @@ void Optimizer::apply_all(const std::vector<size_t>&, const std::vector<Tensor>&
   throw Error(detail::cat(name(), ": no multi-tensor update rule (Note [Device-side step])"));
 }
 
+void Optimizer::allocate_state() {
+  const std::vector<std::string> names = buffer_names();
+  for (size_t i = 0; i < num_params(); ++i) {
+    ParamState& st = state_[i];
+    if (st.buffers.size() == names.size()) continue;
+    st.buffers.clear();
+    for (size_t b = 0; b < names.size(); ++b) st.buffers.push_back(zeros_like(param(i).data()));
+  }
+  if (device_step_ready()) place_steps_on_device();
+}
+
+void Optimizer::place_steps_on_device() {
+  if (device_steps_.defined()) return;
+  std::vector<int64_t> steps;
+  for (const ParamState& st : state_) steps.push_back(st.step);
+  device_steps_ = from_vector(steps, {int64_t(steps.size())}).to(param(0).data().device());
+}
+
 void Optimizer::step_on_device(const std::vector<Tensor>& grads, const Tensor& control) {
   MT_CHECK(grads.size() == num_params(), name(), ": step_on_device got ", grads.size(), " gradients for ", num_params(),
            " parameters");
   MT_CHECK(device_step_ready(), name(),
            ": step_on_device needs a multi-tensor rule and contiguous f32 parameters on one ", "CUDA device");
   NoGrad no_grad;
-  const Device d = param(0).data().device();
-  if (!device_steps_.defined()) {  // the counts move to the device (Note [Device-side step])
-    std::vector<int64_t> steps;
-    for (const ParamState& st : state_) steps.push_back(st.step);
-    device_steps_ = from_vector(steps, {int64_t(steps.size())}).to(d);
-  }
+  place_steps_on_device();  // the counts move to the device (Note [Device-side step])
   const std::vector<std::string> names = buffer_names();
   std::vector<size_t> index;
   std::vector<Tensor> params, gs, copies;

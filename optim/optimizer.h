@@ -67,6 +67,12 @@ class Optimizer {
   // Whether step_on_device can run: the rule has a multi-tensor kernel (has_multi_tensor_rule)
   // and every parameter is a contiguous f32 tensor on one CUDA device.
   bool device_step_ready() const;
+  // Allocates every parameter's state buffers now (zeros, as the first update would) and, when
+  // device_step_ready(), the device step counts. A GPU training loop calls it before its first
+  // step, so that the state does not take the cached blocks the first step's temporaries freed
+  // and the second step allocates nothing new (Note [Caching allocator]). Changes no result:
+  // the buffers start at zero either way, and a parameter's state is saved once it has a step.
+  void allocate_state();
   // step() with each parameter's own gradient, unscaled (training without a loss scale).
   void step();
   // Drops every parameter's gradient (the next backward starts from nothing).
@@ -153,6 +159,7 @@ class Optimizer {
   // while they live in state_[i].step. pull_steps() brings them back to the host fields.
   Tensor device_steps_;
   void pull_steps() const;
+  void place_steps_on_device();
   double default_lr_;
   double default_weight_decay_;
 };

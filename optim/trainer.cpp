@@ -170,8 +170,10 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
         params_, [spec](std::vector<Variable> m) { return make_fp32_optimizer(std::move(m), spec); },
         MasterWeightsOptions{.max_grad_norm = options_.max_grad_norm});
     // The decision lives on the device when both the rule and the update can run there.
-    if (device_.is_cuda() && scaler_->device_rule() && masters_->optimizer().device_step_ready())
+    if (device_.is_cuda() && scaler_->device_rule() && masters_->optimizer().device_step_ready()) {
       scaler_->keep_on(device_);
+      masters_->optimizer().allocate_state();  // before the first step's temporaries
+    }
   }
 }
 

@@ -250,7 +250,7 @@ void* readout_malloc(size_t nbytes, int device) {
   std::lock_guard<std::mutex> lock(r.mutex);
   const size_t n = (nbytes + 15) / 16 * 16;
   if (n == 0) return nullptr;
-  for (size_t i = 0; i < r.free.size(); ++i)
+  for (size_t i = r.free.size(); i-- > 0;)  // the piece of this size given back last
     if (r.free[i].second == n) {
       const size_t off = r.free[i].first;
       r.free.erase(r.free.begin() + std::ptrdiff_t(i));

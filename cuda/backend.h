@@ -7,6 +7,7 @@
 
 #include "tensor/core/op_kinds.h"
 #include "tensor/core/strided.h"
+#include "tensor/core/update_formulas.h"
 
 namespace mixtape::cuda {
 

@@ -13,9 +13,10 @@
 // result in every dtype, with no atomics. A scatter with fp32 atomicAdd would be faster for
 // huge index counts but order-dependent in the last bit.
 //
-// Out-of-range indices: the CPU throws at the first bad position. The launchers check every
-// index first with a one-block kernel and read the first bad position back to the host (one
-// 8-byte copy, which waits for the stream), so a bad index throws the same clear message.
+// Out-of-range indices: the CPU throws at the first bad position. The launchers queue a one-block
+// check of every index whose result the host reads with its next synchronization (Note [Deferred
+// device checks] in cuda/runtime.h), so a bad index throws the CPU's message, naming the op, then;
+// the kernels themselves skip a bad index, so no load leaves the table meanwhile.
 #include <climits>
 
 #include "cuda/backend.h"
@@ -25,54 +26,17 @@ namespace mixtape::cuda {
 
 namespace {
 
-inline constexpr int kCheckBlock = 1024;
-
-// One block of kCheckBlock threads: *first_bad = the smallest row-major position p < n whose
-// index lies outside [0, V), or n when every index is valid.
-__global__ void first_bad_index_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, int64_t n, int64_t V,
-                                       int64_t* first_bad) {
-  __shared__ int64_t scratch[32];
-  int64_t best = n;
-  for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
-    int64_t o[1];
-    ic.offsets(p, o);
-    const int64_t k = idx[o[0]];
-    if ((k < 0 || k >= V) && p < best) best = p;  // p grows: the first hit is this thread's minimum
-  }
-  for (int s = 16; s > 0; s >>= 1) best = min(best, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)best, s));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) scratch[warp] = best;
-  __syncthreads();
-  if (warp == 0) {
-    best = lane < int(blockDim.x >> 5) ? scratch[lane] : n;
-    for (int s = 16; s > 0; s >>= 1) best = min(best, (int64_t)__shfl_xor_sync(0xffffffffu, (long long)best, s));
-    if (lane == 0) *first_bad = best;
-  }
+// Queues the check that every index lies in [0, V) (Note [Deferred device checks]); a bad one
+// throws the CPU's message at the host's next read. `table` names the [V, D] tensor in it.
+void check_indices(const Strided& indices, int64_t V, const char* op, const char* table_name, const Strided& table) {
+  defer_index_check(
+      indices, V, [op = std::string(op), table = detail::cat(table_name, " ", table.meta()), V](int64_t p, int64_t k) {
+        return detail::cat(op, ": index ", k, " (at position ", p, ") is out of range for ", V, " rows (", table, ")");
+      });
 }
 
-// Throws the CPU's message when an index of `indices` is outside [0, V).
-// `table` names the [V, D] tensor in the message.
-void check_indices(const Strided& indices, const OffsetCalculator<1>& ic, int64_t V, const char* op,
-                   const char* table_name, const Strided& table) {
-  const int64_t n = indices.numel();
-  if (n == 0) return;
-  const int device = indices.device().index;
-  Workspace flag({1}, DType::i64, indices.device());
-  const int64_t* pidx = static_cast<const int64_t*>(indices.raw_data());
-  first_bad_index_kernel<<<1, kCheckBlock, 0, stream_of(indices)>>>(pidx, ic, n, V, flag.data<int64_t>());
-  MT_CUDA_CHECK_LAUNCH("first_bad_index_kernel");
-  int64_t bad = n;
-  copy_device_to_host(&bad, flag.raw_data(), sizeof bad, device);
-  if (bad >= n) return;
-  int64_t o[1];
-  ic.offsets(bad, o);
-  int64_t k = 0;
-  copy_device_to_host(&k, pidx + o[0], sizeof k, device);
-  throw Error(detail::cat(op, ": index ", k, " (at position ", bad, ") is out of range for ", V, " rows (", table_name,
-                          " ", table.meta(), ")"));
-}
-
-// out [n, D] contiguous: out[row, j] = weight[idx[row], j]; indices already checked.
+// out [n, D] contiguous: out[row, j] = weight[idx[row], j]; a bad index (reported by the check)
+// leaves its row unwritten.
 template <class T>
 __global__ void embedding_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, const T* __restrict__ w,
                                  int64_t ws0, int64_t ws1, T* __restrict__ out, int64_t n, int64_t D, int64_t V) {
@@ -82,7 +46,7 @@ __global__ void embedding_kernel(const int64_t* __restrict__ idx, OffsetCalculat
     int64_t o[1];
     ic.offsets(row, o);
     const int64_t k = idx[o[0]];
-    if (k < 0 || k >= V) continue;  // never taken after check_indices; keeps every load in bounds
+    if (k < 0 || k >= V) continue;  // keeps every load in bounds; check_indices reports it
     out[e] = w[k * ws0 + j * ws1];
   }
 }
@@ -191,7 +155,7 @@ void embedding(const Strided& indices, const Strided& weight, const Strided& out
   DeviceGuard guard(weight.device().index);
   const int64_t V = weight.size(0), D = weight.size(1), n = indices.numel();
   const OffsetCalculator<1> ic = make_offset_calculator<1>(indices.shape(), {indices.strides()});
-  check_indices(indices, ic, V, "embedding", "weight", weight);
+  check_indices(indices, V, "embedding", "weight", weight);
   if (n == 0 || D == 0) return;
   MT_CHECK(out.is_contiguous(), "embedding: output must be contiguous, got ", out.meta());
   dispatch_floating(weight.dtype(), "embedding", [&](auto tag) {
@@ -207,7 +171,7 @@ void embedding_backward(const Strided& indices, const Strided& dy, const Strided
   DeviceGuard guard(dy.device().index);
   const int64_t V = dweight.size(0), D = dweight.size(1), n = indices.numel();
   const OffsetCalculator<1> ic = make_offset_calculator<1>(indices.shape(), {indices.strides()});
-  check_indices(indices, ic, V, "embedding backward", "dweight", dweight);
+  check_indices(indices, V, "embedding backward", "dweight", dweight);
   if (V == 0 || D == 0) return;
   MT_CHECK(dweight.is_contiguous(), "embedding backward: dweight must be contiguous, got ", dweight.meta());
   MT_CHECK(n == 0 || V <= INT64_MAX / n, "embedding backward: ", V, " rows x ", n,

@@ -12,10 +12,11 @@
 // are written with mul_rn so nvcc does not contract them into an FMA.
 //
 // Note [Cross-entropy target check]
-// The CPU kernel checks every target inside its loop. Here a block whose target is outside
-// [0, C) records its row (atomicMin on a device word, so the lowest bad position wins, as the
-// CPU reports the first) and skips the row; the launcher copies the word back (one 8-byte read,
-// which waits for the stream) and throws the CPU's message with the offending value.
+// The CPU kernel checks every target inside its loop. Here the launchers queue a one-block check
+// of the targets (defer_index_check: the first bad position and its value, as the CPU reports
+// the first) whose result the host reads at its next synchronization (Note [Deferred device
+// checks] in cuda/runtime.h) and then throws the CPU's message; a block whose target is outside
+// [0, C) skips its row, so nothing is read out of bounds meanwhile.
 #include <algorithm>
 #include <climits>
 #include <type_traits>
@@ -130,12 +131,12 @@ __global__ void softmax_backward_kernel(const T* __restrict__ y, const T* __rest
 
 // One block per row r (row-major over logits' dims other than 1 = the target's position).
 // rows: offsets of (logits, targets, out) -- out's strides are zero when reduced, and then the
-// row's loss goes to row_loss[r] (f64) for loss_total_kernel. An out-of-range target records
-// r in *bad (Note [Cross-entropy target check]).
+// row's loss goes to row_loss[r] (f64) for loss_total_kernel. A row with an out-of-range target
+// is skipped (Note [Cross-entropy target check]).
 template <class T>
 __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __restrict__ targets, T* __restrict__ out,
-                                     double* __restrict__ row_loss, unsigned long long* __restrict__ bad,
-                                     OffsetCalculator<3> rows, int64_t C, int64_t sx, bool reduce) {
+                                     double* __restrict__ row_loss, OffsetCalculator<3> rows, int64_t C, int64_t sx,
+                                     bool reduce) {
   using A = compute_t<T>;
   __shared__ A scratch[32];
   const int64_t r = blockIdx.x;
@@ -143,10 +144,7 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
   rows.offsets(r, ro);
   const int64_t t = targets[ro[1]];
   if (t < 0 || t >= C) {  // the same t in every thread: the whole block leaves
-    if (threadIdx.x == 0) {
-      atomicMin(bad, static_cast<unsigned long long>(r));
-      if (reduce) row_loss[r] = 0.0;
-    }
+    if (threadIdx.x == 0 && reduce) row_loss[r] = 0.0;
     return;
   }
   const T* row = x + ro[0];
@@ -163,19 +161,15 @@ __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __r
 // rows: offsets of (logits, targets, dy, dlogits).
 template <class T>
 __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const int64_t* __restrict__ targets,
-                                              const T* __restrict__ dy, T* __restrict__ dx,
-                                              unsigned long long* __restrict__ bad, OffsetCalculator<4> rows, int64_t C,
-                                              int64_t sx, int64_t sd, bool reduce, double divisor) {
+                                              const T* __restrict__ dy, T* __restrict__ dx, OffsetCalculator<4> rows,
+                                              int64_t C, int64_t sx, int64_t sd, bool reduce, double divisor) {
   using A = compute_t<T>;
   __shared__ A scratch[32];
   const int64_t r = blockIdx.x;
   int64_t ro[4];
   rows.offsets(r, ro);
   const int64_t t = targets[ro[1]];
-  if (t < 0 || t >= C) {
-    if (threadIdx.x == 0) atomicMin(bad, static_cast<unsigned long long>(r));
-    return;
-  }
+  if (t < 0 || t >= C) return;  // reported by the check
   const T* row = x + ro[0];
   T* drow = dx + ro[3];
   A mx, sum;
@@ -187,31 +181,14 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const int
   }
 }
 
-// An 8-byte word on the device set to "no bad target" (all ones).
-Workspace bad_target_word(const Strided& like, Stream st) {
-  Workspace w({1}, DType::i64, like.device());
-  memset_async(w.raw_data(), 0xFF, sizeof(unsigned long long), st);
-  return w;
-}
-
-// Reads the word back; throws the CPU kernel's message for the first bad target.
-void check_bad_target(const Workspace& word, const Strided& logits, const Strided& targets) {
-  unsigned long long pos = ~0ull;
-  copy_device_to_host(&pos, word.raw_data(), sizeof(pos), word.view().device().index);
-  if (pos == ~0ull) return;
-  // The offending value: unravel the position over targets' shape and read that one element.
-  int64_t rest = int64_t(pos), off = 0;
-  for (int64_t d = targets.dim() - 1; d >= 0; --d) {
-    const int64_t size = targets.shape()[size_t(d)];
-    off += (rest % size) * targets.strides()[size_t(d)];
-    rest /= size;
-  }
-  int64_t t = 0;
-  copy_device_to_host(&t, static_cast<const int64_t*>(targets.raw_data()) + off, sizeof(t), targets.device().index);
+// Queues the check of every target against [0, C) (Note [Cross-entropy target check]).
+void check_targets(const char* op, const Strided& logits, const Strided& targets) {
   const int64_t C = logits.shape()[1];
-  throw Error(detail::cat("cross_entropy: target ", t, " (at position ", int64_t(pos), ") is out of range for ", C,
-                          " classes (logits ", logits.meta(), ", targets ", targets.meta(),
-                          "); targets must lie in [0, ", C, ")"));
+  defer_index_check(targets, C,
+                    [op = std::string(op), lm = logits.meta(), tm = targets.meta(), C](int64_t p, int64_t t) {
+    return detail::cat(op, ": target ", t, " (at position ", p, ") is out of range for ", C, " classes (logits ", lm,
+                       ", targets ", tm, "); targets must lie in [0, ", C, ")");
+  });
 }
 
 // ---- pointwise losses (BCE with logits, MSE) ----------------------------------------------
@@ -406,15 +383,14 @@ void cross_entropy(const Strided& logits, const Strided& targets, bool reduce, d
       }
       return;
     }
-    Workspace bad = bad_target_word(logits, st);
+    check_targets("cross_entropy", logits, targets);
     const OffsetCalculator<3> calc = make_offset_calculator<3>(
         lv.outer_shape, {lv.outer_strides, targets.strides(), elem_strides(out, reduce, lv.outer_shape.size())});
     cross_entropy_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
-        static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), po, pl,
-        static_cast<unsigned long long*>(bad.raw_data()), calc, lv.len, lv.stride, reduce);
+        static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), po, pl, calc, lv.len,
+        lv.stride, reduce);
     MT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
     if (reduce) launch_loss_total<T>(pl, rows, divisor, po, st);
-    check_bad_target(bad, logits, targets);
   });
 }
 
@@ -431,13 +407,12 @@ void cross_entropy_backward(const Strided& logits, const Strided& targets, const
       {lv.outer_strides, targets.strides(), elem_strides(dy, reduce, lv.outer_shape.size()), dv.outer_strides});
   dispatch_floating(logits.dtype(), "cross_entropy backward", [&](auto tag) {
     using T = decltype(tag);
-    Workspace bad = bad_target_word(logits, st);
+    check_targets("cross_entropy", logits, targets);
     cross_entropy_backward_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
         static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()),
-        static_cast<const T*>(dy.raw_data()), static_cast<T*>(dlogits.raw_data()),
-        static_cast<unsigned long long*>(bad.raw_data()), calc, lv.len, lv.stride, dv.stride, reduce, divisor);
+        static_cast<const T*>(dy.raw_data()), static_cast<T*>(dlogits.raw_data()), calc, lv.len, lv.stride, dv.stride,
+        reduce, divisor);
     MT_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
-    check_bad_target(bad, logits, targets);
   });
 }
 

@@ -33,6 +33,10 @@ void memset_async(void*, int, size_t, Stream) { unavailable("cuda::memset_async"
 void copy_host_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_host_to_device"); }
 void copy_device_to_host(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_host"); }
 void copy_device_to_device(void*, const void*, size_t, int) { unavailable("cuda::copy_device_to_device"); }
+void* readout_malloc(size_t, int) { unavailable("cuda::readout_malloc"); }
+void readout_free(void*, size_t, int) noexcept {}
+int64_t* defer_check(int, CheckMessage) { unavailable("cuda::defer_check"); }
+void check_deferred(int) {}
 
 #define MT_CUDA_LAUNCHER(name, params) \
   void name params { unavailable("cuda::" #name); }

@@ -19,6 +19,7 @@
 // master copy] in tensor/ops/optim.h) as one more operand, Q* q, written with store<Q> of the new
 // fp32 value in the same pass; without a copy Q is float, q aliases the parameter's layout and
 // has_copy is false, so it is never written.
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/backend.h"
@@ -159,6 +160,181 @@ Q* copy_data(const Strided& copy, const Strided& param) {
   return static_cast<Q*>(copy.defined() ? copy.raw_data() : param.raw_data());
 }
 
+// ---- the device-side step: every parameter at once (Note [Scaled step] in optim/scaled_step.cpp) ----
+//
+// Note [Multi-tensor launches]
+// A step over P parameters launches a fixed number of kernels, not a few per parameter: the
+// tensors go to the kernel by value, kMultiTensors at a time (pointers, sizes and per-tensor
+// settings in a struct of under 4 KiB, the kernel-parameter limit), each split into chunks of
+// kChunk elements, and a grid of kStepBlocks blocks walks the chunks of all of them (block b takes
+// chunks b, b + kStepBlocks, ...). The grid does not depend on the GPU, so every sum runs in the
+// same order on any device and the step is deterministic. Every operand is contiguous (the
+// front-end checks). More than kMultiTensors tensors take one launch per kMultiTensors.
+
+inline constexpr int kMultiTensors = 32;
+inline constexpr int64_t kChunk = 16384;
+inline constexpr int kStepBlocks = 64;
+
+// Where each tensor's chunks start in the list's run of chunks, and the tensor that holds chunk c.
+struct ChunkMap {
+  int64_t first[kMultiTensors + 1];  // first[t]: the first chunk of tensor t; first[count] = all chunks
+  int count;
+
+  __device__ int tensor_of(int64_t c) const {
+    int t = 0;
+    while (c >= first[t + 1]) ++t;
+    return t;
+  }
+};
+
+// Builds first[] for sizes n[0..count).
+void map_chunks(ChunkMap& map, const int64_t* n, int count) {
+  map.count = count;
+  map.first[0] = 0;
+  for (int t = 0; t < count; ++t) map.first[t + 1] = map.first[t] + (n[t] + kChunk - 1) / kChunk;
+}
+
+enum class GradType : uint8_t { f32, f16, bf16 };
+
+__device__ __forceinline__ float load_grad(const void* g, GradType t, int64_t i) {
+  switch (t) {
+    case GradType::f16: return load(static_cast<const __half*>(g)[i]);
+    case GradType::bf16: return load(static_cast<const __nv_bfloat16*>(g)[i]);
+    default: return static_cast<const float*>(g)[i];
+  }
+}
+
+struct UnscaleList {
+  const void* g[kMultiTensors];
+  float* out[kMultiTensors];
+  int64_t n[kMultiTensors];
+  double inv_scale[kMultiTensors];  // 1 / the gradient's own (host) scale
+  GradType type[kMultiTensors];
+  ChunkMap map;
+};
+
+// Steps 1 and 3 (and the sums of 4): out = g / (alpha S) in fp32 -- alpha the gradient's own
+// scale, S the device loss scale, both powers of two, so one rounding of the exact quotient, as
+// ScaledGrad::unscaled computes it -- and this block's partials[3]: sum of out^2 (in double, where
+// the square of a float is exact), max |out| over the finite elements, and whether any stored
+// value or its unscaled value is inf or NaN (the host check's found_inf: an unscaled value past
+// FLT_MAX counts as an overflow).
+__global__ void unscale_check_kernel(UnscaleList L, const float* __restrict__ loss_scale,
+                                     double* __restrict__ partials) {
+  __shared__ double scratch[32];
+  const double s = double(*loss_scale);
+  double sumsq = 0.0, mx = 0.0, bad = 0.0;
+  for (int64_t c = blockIdx.x; c < L.map.first[L.map.count]; c += gridDim.x) {
+    const int t = L.map.tensor_of(c);
+    const int64_t begin = (c - L.map.first[t]) * kChunk, end = min(begin + kChunk, L.n[t]);
+    const double inv = L.inv_scale[t] / s;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const float v = load_grad(L.g[t], L.type[t], i);
+      const float u = float(double(v) * inv);
+      L.out[t][i] = u;
+      if (!isfinite(v) || !isfinite(u)) {
+        bad = 1.0;
+      } else {
+        sumsq += double(u) * double(u);
+        mx = fmax(mx, double(fabsf(u)));
+      }
+    }
+  }
+  sumsq = block_sum(sumsq, scratch);
+  mx = block_max(mx, scratch, 0.0);
+  bad = block_max(bad, scratch, 0.0);
+  if (threadIdx.x == 0) {
+    double* p = partials + 3 * int64_t(blockIdx.x);
+    p[0] = sumsq;
+    p[1] = mx;
+    p[2] = bad;
+  }
+}
+
+// Step 2 and the clip factor of step 4, one thread: sums the partials in block order, applies the
+// loss-scale rule (formulas::loss_scale_update, the host's code) and writes the state
+// (formulas::StepF, StepI) that the update kernels and the host read.
+__global__ void decide_kernel(const double* __restrict__ partials, int rows, float* __restrict__ f,
+                              int64_t* __restrict__ i, formulas::LossScaleRule rule, double max_grad_norm) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  double sumsq = 0.0, mx = 0.0;
+  bool found_inf = false;
+  for (int r = 0; r < rows; ++r) {
+    sumsq += partials[3 * r];
+    mx = fmax(mx, partials[3 * r + 1]);
+    found_inf = found_inf || partials[3 * r + 2] != 0.0;
+  }
+  const double norm = found_inf ? double(INFINITY) : sqrt(sumsq);
+  float scale = f[formulas::kScale];
+  int64_t tracker = i[formulas::kTracker];
+  const bool apply = formulas::loss_scale_update(rule, found_inf, scale, tracker);
+  f[formulas::kScaleUsed] = f[formulas::kScale];
+  f[formulas::kScale] = scale;
+  f[formulas::kApplied] = apply ? 1.0f : 0.0f;
+  f[formulas::kFoundInf] = found_inf ? 1.0f : 0.0f;
+  f[formulas::kMaxAbs] = float(mx);
+  f[formulas::kGradNorm] = apply ? float(norm) : 0.0f;
+  f[formulas::kClip] = apply && max_grad_norm > 0.0 ? float(formulas::clip_coefficient(norm, max_grad_norm)) : 1.0f;
+  i[formulas::kTracker] = tracker;
+  i[formulas::kSteps] += 1;
+  if (!apply) i[formulas::kSkipped] += 1;
+}
+
+enum class CopyType : uint8_t { none, f16, bf16 };
+
+struct AdamList {
+  float* p[kMultiTensors];
+  const float* g[kMultiTensors];
+  float* m[kMultiTensors];
+  float* v[kMultiTensors];
+  void* q[kMultiTensors];  // the rounded 16-bit copy (Note [Fused master copy]), or null
+  CopyType q_type[kMultiTensors];
+  int64_t n[kMultiTensors];
+  double lr[kMultiTensors], weight_decay[kMultiTensors];  // the parameter's group's
+  int32_t step_index[kMultiTensors];                      // the parameter's row in `steps`
+  ChunkMap map;
+};
+
+// Step 5 for every tensor of the list: skipped entirely unless control[kApplied]; the gradient
+// times control[kClip] when clipping (as `coef * g` on the host), then formulas::adam at the
+// parameter's next step count steps[step_index] + 1, and the rounded copy in the same pass.
+__global__ void multi_adam_kernel(AdamList L, const float* __restrict__ control, const int64_t* __restrict__ steps,
+                                  double beta1, double beta2, double eps, bool decoupled) {
+  if (control[formulas::kApplied] == 0.0f) return;
+  const float coef = control[formulas::kClip];
+  for (int64_t c = blockIdx.x; c < L.map.first[L.map.count]; c += gridDim.x) {
+    const int t = L.map.tensor_of(c);
+    const int64_t begin = (c - L.map.first[t]) * kChunk, end = min(begin + kChunk, L.n[t]);
+    const formulas::AdamConsts<float> k = formulas::adam_consts<float>(L.lr[t], beta1, beta2, eps, L.weight_decay[t],
+                                                                       decoupled, steps[L.step_index[t]] + 1);
+    for (int64_t e = begin + threadIdx.x; e < end; e += blockDim.x) {
+      float g = L.g[t][e];
+      if (coef != 1.0f) g = g * coef;
+      float mv = L.m[t][e], vv = L.v[t][e];
+      const float next = formulas::adam<DeviceUpdate<float>>(L.p[t][e], g, mv, vv, k);
+      L.m[t][e] = mv;
+      L.v[t][e] = vv;
+      L.p[t][e] = next;
+      if (L.q_type[t] == CopyType::f16) static_cast<__half*>(L.q[t])[e] = store<__half>(next);
+      else if (L.q_type[t] == CopyType::bf16) static_cast<__nv_bfloat16*>(L.q[t])[e] = store<__nv_bfloat16>(next);
+    }
+  }
+}
+
+// After the updates: steps[index[k]] += 1 for the updated parameters, when the step was applied.
+struct IndexList {
+  int32_t index[kMultiTensors];
+  int count;
+};
+__global__ void advance_steps_kernel(int64_t* __restrict__ steps, IndexList L, const float* __restrict__ control) {
+  if (control[formulas::kApplied] == 0.0f) return;
+  for (int k = threadIdx.x; k < L.count; k += blockDim.x) steps[L.index[k]] += 1;
+}
+
+void check_contiguous(const char* op, const Strided& t, const char* what) {
+  MT_CHECK(t.is_contiguous(), op, ": ", what, " ", t.meta(), " must be contiguous (Note [Multi-tensor launches])");
+}
+
 }  // namespace
 
 void sgd_update(const Strided& param, const Strided& grad, const Strided& momentum_buf, double lr, double momentum,
@@ -253,6 +429,96 @@ void adamw16_update(const Strided& param, const Strided& grad, const Strided& ex
         same_shape_offsets<5>(param.shape(), {&param, &grad, &exp_avg, &exp_avg_sq, &ct}), n, k);
     MT_CUDA_CHECK_LAUNCH("adamw16_kernel");
   });
+}
+
+void unscale_and_decide(const std::vector<Strided>& grads, const std::vector<float>& scales,
+                        const std::vector<Strided>& out, const Strided& fstate, const Strided& istate,
+                        const formulas::LossScaleRule& rule, double max_grad_norm) {
+  const char* op = "unscale_and_decide";
+  DeviceGuard guard(fstate.device().index);
+  const Stream st = stream_of(fstate);
+  const int launches = int((grads.size() + kMultiTensors - 1) / kMultiTensors);
+  // Partial sums of every block of every launch, summed by decide_kernel in this order.
+  Workspace partials = workspace<double>(3 * int64_t(kStepBlocks) * std::max(launches, 1), fstate.device());
+  double* pp = partials.data<double>();
+  if (launches == 0) memset_async(pp, 0, 3 * kStepBlocks * sizeof(double), st);
+  for (int l = 0; l < launches; ++l) {
+    UnscaleList L{};
+    const size_t first = size_t(l) * kMultiTensors;
+    const int count = int(std::min<size_t>(kMultiTensors, grads.size() - first));
+    for (int t = 0; t < count; ++t) {
+      const Strided& g = grads[first + size_t(t)];
+      const Strided& o = out[first + size_t(t)];
+      check_contiguous(op, g, "gradient");
+      check_contiguous(op, o, "output");
+      MT_CHECK(o.dtype() == DType::f32 && o.numel() == g.numel(), op, ": output ", o.meta(), " for gradient ",
+               g.meta());
+      L.g[t] = g.raw_data();
+      L.out[t] = o.data<float>();
+      L.n[t] = g.numel();
+      L.inv_scale[t] = 1.0 / double(scales[first + size_t(t)]);
+      if (g.dtype() == DType::f32) L.type[t] = GradType::f32;
+      else if (g.dtype() == DType::f16) L.type[t] = GradType::f16;
+      else if (g.dtype() == DType::bf16) L.type[t] = GradType::bf16;
+      else throw Error(detail::cat(op, ": no kernel for ", g.meta(), " gradients (need f32, f16 or bf16)"));
+    }
+    map_chunks(L.map, L.n, count);
+    unscale_check_kernel<<<kStepBlocks, kBlock, 0, st>>>(L, fstate.data<float>() + formulas::kScale,
+                                                         pp + 3 * int64_t(kStepBlocks) * l);
+    MT_CUDA_CHECK_LAUNCH("unscale_check_kernel");
+  }
+  decide_kernel<<<1, 32, 0, st>>>(pp, kStepBlocks * std::max(launches, 1), fstate.data<float>(), istate.data<int64_t>(),
+                                  rule, max_grad_norm);
+  MT_CUDA_CHECK_LAUNCH("decide_kernel");
+}
+
+void multi_adam_update(const std::vector<Strided>& params, const std::vector<Strided>& grads,
+                       const std::vector<Strided>& exp_avgs, const std::vector<Strided>& exp_avg_sqs,
+                       const std::vector<Strided>& copies, const std::vector<double>& lrs,
+                       const std::vector<double>& weight_decays, double beta1, double beta2, double eps, bool decoupled,
+                       const Strided& steps, const std::vector<int64_t>& step_index, const Strided& control) {
+  const char* op = decoupled ? "multi_adamw_update" : "multi_adam_update";
+  if (params.empty()) return;
+  DeviceGuard guard(control.device().index);
+  const Stream st = stream_of(control);
+  for (size_t first = 0; first < params.size(); first += kMultiTensors) {
+    AdamList L{};
+    IndexList idx{};
+    const int count = int(std::min<size_t>(kMultiTensors, params.size() - first));
+    for (int t = 0; t < count; ++t) {
+      const size_t k = first + size_t(t);
+      for (const Strided* x : {&params[k], &grads[k], &exp_avgs[k], &exp_avg_sqs[k]}) {
+        check_contiguous(op, *x, "operand");
+        MT_CHECK(x->dtype() == DType::f32 && x->numel() == params[k].numel(), op, ": operand ", x->meta(),
+                 " of parameter ", params[k].meta(), " must be f32 and of its size");
+      }
+      L.p[t] = params[k].data<float>();
+      L.g[t] = grads[k].data<float>();
+      L.m[t] = exp_avgs[k].data<float>();
+      L.v[t] = exp_avg_sqs[k].data<float>();
+      L.q[t] = nullptr;
+      L.q_type[t] = CopyType::none;
+      if (copies[k].defined()) {
+        check_contiguous(op, copies[k], "rounded copy");
+        L.q[t] = copies[k].raw_data();
+        if (copies[k].dtype() == DType::f16) L.q_type[t] = CopyType::f16;
+        else if (copies[k].dtype() == DType::bf16) L.q_type[t] = CopyType::bf16;
+        else throw Error(detail::cat(op, ": the rounded copy ", copies[k].meta(), " must be f16 or bf16"));
+      }
+      L.n[t] = params[k].numel();
+      L.lr[t] = lrs[k];
+      L.weight_decay[t] = weight_decays[k];
+      L.step_index[t] = int32_t(step_index[k]);
+      idx.index[t] = int32_t(step_index[k]);
+    }
+    idx.count = count;
+    map_chunks(L.map, L.n, count);
+    multi_adam_kernel<<<kStepBlocks, kBlock, 0, st>>>(L, control.data<float>(), steps.data<int64_t>(), beta1, beta2,
+                                                      eps, decoupled);
+    MT_CUDA_CHECK_LAUNCH("multi_adam_kernel");
+    advance_steps_kernel<<<1, 32, 0, st>>>(steps.data<int64_t>(), idx, control.data<float>());
+    MT_CUDA_CHECK_LAUNCH("advance_steps_kernel");
+  }
 }
 
 }  // namespace mixtape::cuda

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "tensor/core/block_cache.h"
@@ -68,5 +69,43 @@ void copy_device_to_host(void* dst, const void* src, size_t nbytes, int device);
 void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device);
 // Sets nbytes at dst to `value` on `stream` (a counted launch).
 void memset_async(void* dst, int value, size_t nbytes, Stream stream);
+
+// Note [Readout block]
+// A training step on the GPU decides on the device (Note [Scaled step] in optim/scaled_step.cpp)
+// and checks its indices there (Note [Deferred device checks]); the host wants those numbers only
+// now and then: when it logs, checkpoints, or when something else reads the device anyway. Each
+// device therefore has one small block of device memory, the readout block (kReadoutBytes),
+// that the host reads whole, in one copy, every time it synchronizes with the device:
+//   - copy_device_to_host of a few bytes (kStageBytes or fewer: Tensor::item(), a flag) first
+//     copies them into the block's staging area on the stream and then reads the block: one
+//     synchronization brings the value, every pending check and every readout tensor;
+//   - copy_device_to_host of anything larger, and synchronize(), read the block too when checks
+//     are pending (a larger read is one more synchronization; synchronize() reads the block
+//     instead of waiting for the stream, which is the same wait);
+//   - a read of memory inside the block (a readout tensor: Tensor readout_zeros in
+//     tensor/tensor.h) is served from the host's copy of the last read, with no synchronization,
+//     as long as no work was queued on any device since; otherwise it reads the block again.
+// So the loss scaler's state, the step's skip flag and gradient norm, and a training loop's loss
+// log can sit in the block, and the one read a logging step makes brings all of them.
+// readout_malloc hands out pieces of the block (nullptr when it is full: the caller falls back
+// to device_malloc); readout_free gives them back.
+inline constexpr size_t kReadoutBytes = size_t(16) << 10;
+inline constexpr size_t kStageBytes = 256;
+void* readout_malloc(size_t nbytes, int device);
+void readout_free(void* ptr, size_t nbytes, int device) noexcept;
+
+// Note [Deferred device checks]
+// A launcher that validates values the host cannot see (cross_entropy's targets, embedding's
+// indices) checks them on the device instead of reading them back: defer_check returns a slot of
+// two words in the readout block, which the check kernel writes unconditionally with [the first
+// bad position or -1, the value there]. The host keeps `message` and, at the next read of the
+// block (Note [Readout block]), throws message(position, value) for the first failed check in
+// launch order, so the error names the op, shapes and dtypes as the immediate check did, and a
+// bad index never costs a synchronization of its own. At most kCheckSlots checks wait at a time;
+// one more reads the block first. check_deferred(device) reads now if any check is pending.
+inline constexpr size_t kCheckSlots = 64;
+using CheckMessage = std::function<std::string(int64_t position, int64_t value)>;
+int64_t* defer_check(int device, CheckMessage message);
+void check_deferred(int device);
 
 }  // namespace mixtape::cuda

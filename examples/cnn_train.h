@@ -277,11 +277,28 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
   Progress progress(c.epochs, steps_per_epoch);
   int64_t& step = run.steps;
   CnnPosition& pos = run.position;
+  // The losses wait on the device until a step logs (Note [Readout block]); then they are
+  // counted, in order, into the epoch's sums.
+  LossLog losses(c.log_every, trainer.device());
+  double last_loss = 0.0;
+  const auto count_losses = [&] {
+    for (const double l : losses.take()) {
+      last_loss = l;
+      if (std::isfinite(l)) {
+        pos.loss_sum += l;
+        ++pos.finite;
+      } else {
+        ++run.nonfinite_losses;
+      }
+    }
+  };
   for (; pos.epoch <= c.epochs && step < total_steps; ++pos.epoch, pos.batch = 0, pos.loss_sum = 0, pos.finite = 0) {
     const int epoch = int(pos.epoch);
     progress.start_epoch();
     const auto t_epoch = std::chrono::steady_clock::now();
-    for (data::Batch& b : loader.epoch(epoch, pos.batch)) {
+    EpochBatches batches(loader, epoch, pos.batch, trainer.device());  // Note [Batches staged on the device]
+    while (std::optional<data::Batch> next = batches.next()) {
+      data::Batch& b = *next;
       run.counters.begin_step();
       Tape tape;
       trainer.begin_step(tape);
@@ -299,35 +316,34 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
               mse_loss(nn::fp32_input(OpId::mse_loss, recon), b[0].to(trainer.device()).to(DType::f32)) * c.aux_weight;
         trainer.backward(tape, weighted);
       }
-      const float scale = trainer.scale();  // the scale this step's gradients carry
       const double lr = opt.lr();
-      const bool applied = trainer.step();
+      trainer.step();  // decided where the gradients are; read below only when a step logs
       sched.step();
       metrics.write_telemetry(trainer);
       ++step;
       pos.batch = b.index + 1;
-      const double l = loss.item();
-      if (std::isfinite(l)) {
-        pos.loss_sum += l;
-        ++pos.finite;
-      } else {
-        ++run.nonfinite_losses;
-      }
-      if (c.progress) progress.update(epoch, pos.batch, pos.loss_sum / double(std::max<int64_t>(pos.finite, 1)));
-      if (step % c.log_every == 0)
+      const bool full = losses.add(loss.data());
+      const bool logs = step % c.log_every == 0;
+      if (logs || full) count_losses();  // the one read of a logging step
+      if (c.progress && logs)
+        progress.update(epoch, pos.batch, pos.loss_sum / double(std::max<int64_t>(pos.finite, 1)));
+      if (logs)
         metrics.write({{"event", "step"},
                        {"step", step},
                        {"epoch", epoch},
-                       {"loss", std::isfinite(l) ? nlohmann::json(l) : nlohmann::json(nullptr)},
+                       {"loss", std::isfinite(last_loss) ? nlohmann::json(last_loss) : nlohmann::json(nullptr)},
                        {"lr", lr},
-                       {"scale", scale},
-                       {"skipped", !applied},
+                       {"scale", trainer.last_scale()},  // the scale this step's gradients carried
+                       {"skipped", !trainer.last_applied()},
                        {"grad_norm", trainer.last_grad_norm()}});
-      run.counters.end_step(step % c.log_every == 0 || trainer.sampled());
-      if (c.checkpoint && c.checkpoint->due(step) && step < total_steps)
+      run.counters.end_step(logs || trainer.sampled());
+      if (c.checkpoint && c.checkpoint->due(step) && step < total_steps) {
+        count_losses();
         save_cnn_checkpoint(run, *c.checkpoint, steps_per_epoch);
+      }
       if (step >= total_steps) break;
     }
+    count_losses();
     if (c.progress) progress.update(epoch, pos.batch, pos.loss_sum / double(std::max<int64_t>(pos.finite, 1)), true);
     run.train_secs += seconds_since(t_epoch);
     run.final_train_loss = pos.finite > 0 ? pos.loss_sum / double(pos.finite) : std::nan("");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -11,9 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unistd.h>
+#include <vector>
 
 #include "cuda/runtime.h"
 #include "mixtape.h"
@@ -263,6 +266,80 @@ class StepCounters {
   mixtape::cuda::RuntimeCounters at_;
   uint64_t steps_ = 0, quiet_steps_ = 0, logging_steps_ = 0;
   uint64_t launches_ = 0, syncs_ = 0, logging_syncs_ = 0, allocs_ = 0;
+};
+
+// Note [Batches staged on the device]
+// A host-to-device copy from pageable memory synchronizes the stream (Note [Runtime counters] in
+// cuda/runtime.h), so copying each batch as its step begins would cost every step two
+// synchronizations. On a GPU an epoch's batches are therefore gathered on the host as the loader
+// makes them (from the epoch's first batch to run) and copied over in one transfer per field
+// before its first step; each step's batch is a view of those, already on the device, so
+// PrecisionTrainer::input only casts it there. On the CPU each batch is taken from the loader
+// when its step comes, as before.
+class EpochBatches {
+ public:
+  EpochBatches(mixtape::data::DataLoader& loader, int64_t epoch, int64_t first_batch, mixtape::Device device)
+      : loader_(loader), staged_on_(device) {
+    loader_.start_epoch(epoch, first_batch);
+    if (!device.is_cuda()) return;
+    std::vector<std::vector<mixtape::Tensor>> fields;
+    while (std::optional<mixtape::data::Batch> b = loader_.next()) {
+      fields.resize(b->tensors.size());
+      for (size_t f = 0; f < b->tensors.size(); ++f) fields[f].push_back(b->tensors[f]);
+      batches_.push_back(std::move(*b));
+    }
+    for (size_t f = 0; f < fields.size(); ++f) {
+      const mixtape::Tensor all = mixtape::concat(fields[f], 0).to(device);  // one copy per field
+      int64_t row = 0;
+      for (mixtape::data::Batch& b : batches_) {
+        const int64_t n = b.tensors[f].size(0);
+        b.tensors[f] = all.narrow(0, row, n);
+        row += n;
+      }
+    }
+  }
+  // The next batch (on the device when staged there), or nullopt when the epoch is over.
+  std::optional<mixtape::data::Batch> next() {
+    if (!staged_on_.is_cuda()) return loader_.next();
+    if (next_ == batches_.size()) return std::nullopt;
+    return std::move(batches_[next_++]);
+  }
+
+ private:
+  mixtape::data::DataLoader& loader_;
+  mixtape::Device staged_on_;
+  std::vector<mixtape::data::Batch> batches_;
+  size_t next_ = 0;
+};
+
+// The training losses of the steps since the last read, kept on the device that computed them:
+// each step copies its loss into a readout tensor (no synchronization, Note [Readout block] in
+// cuda/runtime.h), and take() reads them all in the one synchronization of a logging step, which
+// also brings the trainer's step report. On the CPU the same bookkeeping reads plain memory, so a
+// run sums exactly the values it summed when it read each loss at once.
+class LossLog {
+ public:
+  LossLog(int64_t capacity, mixtape::Device device)
+      : buf_(mixtape::readout_zeros({std::max<int64_t>(capacity, 1)}, mixtape::DType::f32, device)) {}
+  // Records a one-element loss; returns whether the log is full (take() before the next add()).
+  bool add(const mixtape::Tensor& loss) {
+    MT_CHECK(n_ < buf_.numel(), "LossLog: full; take() the losses first");
+    mixtape::Tensor slot = buf_.narrow(0, n_, 1);
+    slot.copy_(loss.reshape({1}));
+    return ++n_ == buf_.numel();
+  }
+  // The losses recorded since the last take(), in order (one read of the device, or none).
+  std::vector<double> take() {
+    if (n_ == 0) return {};
+    const std::vector<double> v = buf_.narrow(0, 0, n_).to_vector();
+    n_ = 0;
+    return v;
+  }
+  int64_t pending() const { return n_; }
+
+ private:
+  mixtape::Tensor buf_;
+  int64_t n_ = 0;
 };
 
 // ---- output files (checkpoints: checkpoint.h) --------------------------------------------

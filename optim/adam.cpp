@@ -32,6 +32,23 @@ void Adam::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, Par
                group.weight_decay, decoupled_, step, rounded_copy);
 }
 
+void Adam::apply_all(const std::vector<size_t>& index, const std::vector<Tensor>& params,
+                     const std::vector<Tensor>& grads, const std::vector<ParamState*>& states,
+                     const std::vector<Tensor>& copies, Tensor& steps, const Tensor& control) {
+  std::vector<Tensor> m, v;
+  std::vector<double> lrs, wds;
+  std::vector<int64_t> rows;
+  for (size_t k = 0; k < index.size(); ++k) {
+    m.push_back(states[k]->buffers[0]);
+    v.push_back(states[k]->buffers[1]);
+    lrs.push_back(lr(group_of(index[k])));
+    wds.push_back(weight_decay(group_of(index[k])));
+    rows.push_back(int64_t(index[k]));
+  }
+  multi_adam_update_(params, grads, m, v, copies, lrs, wds, options_.beta1, options_.beta2, options_.eps, decoupled_,
+                     steps, rows, control);
+}
+
 void Adam::save_options(TensorDict& d) const {
   d.set_meta("beta1", state_io::format(options_.beta1));
   d.set_meta("beta2", state_io::format(options_.beta2));

@@ -38,6 +38,10 @@ class Adam : public Optimizer {
   std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
              Tensor* rounded_copy) override;
+  bool has_multi_tensor_rule() const override { return true; }
+  void apply_all(const std::vector<size_t>& index, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<ParamState*>& states, const std::vector<Tensor>& copies, Tensor& steps,
+                 const Tensor& control) override;
   void save_options(TensorDict& dict) const override;
   void load_options(const TensorDict& dict) override;
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tensor/core/update_formulas.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/reduce.h"
 
@@ -38,9 +39,8 @@ double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {
   MT_CHECK(std::isfinite(max_norm) && max_norm >= 0.0, "clip_grad_norm: max_norm must be finite and >= 0, got ",
            max_norm);
   const double norm = grad_norm(grads);
-  if (!std::isfinite(norm)) return norm;
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef >= 1.0) return norm;
+  const double coef = formulas::clip_coefficient(norm, max_norm);  // 1 for an inf or NaN norm
+  if (coef == 1.0) return norm;
   for (Tensor& g : grads)
     if (g.defined()) g = coef * g;
   return norm;

@@ -33,9 +33,6 @@ void check_init(const char* who, float init, float min_scale, float max_scale) {
            min_scale, ", ", max_scale, "]");
 }
 
-// s clamped to [lo, hi]; s, lo and hi powers of two or hi = inf, so the result is one too.
-float clamp_scale(double s, float lo, float hi) { return float(std::clamp(s, double(lo), double(hi))); }
-
 }  // namespace
 
 // ---- gradient check ------------------------------------------------------------------------
@@ -68,6 +65,9 @@ GradCheck check_grads(const std::vector<Variable>& params) {
 // ---- base ------------------------------------------------------------------------------------
 
 bool LossScaler::update(const GradCheck& check) {
+  MT_CHECK(!on_device(), name(), " loss scaler: update() decides on the host, but the state is on ", fstate_.device(),
+           " (unscale_and_decide decides there)");
+  last_scale_ = scale_;
   const bool apply = on_update(check);
   MT_ASSERT(is_power_of_two(scale_), name(), " loss scaler produced scale ", scale_);
   ++steps_;
@@ -76,8 +76,96 @@ bool LossScaler::update(const GradCheck& check) {
   return apply;
 }
 
+float LossScaler::scale() const {
+  pull();
+  return scale_;
+}
+int64_t LossScaler::steps() const {
+  pull();
+  return steps_;
+}
+int64_t LossScaler::skipped() const {
+  pull();
+  return skipped_;
+}
+bool LossScaler::last_skipped() const {
+  pull();
+  return last_skipped_;
+}
+float LossScaler::last_scale() const {
+  pull();
+  return last_scale_;
+}
+
+// ---- the state on a device (Note [Loss scale on the device]) ----------------------------------
+
+void LossScaler::keep_on(Device device) {
+  if (device.is_cpu()) {
+    pull();
+    fstate_ = istate_ = Tensor();
+    return;
+  }
+  MT_CHECK(device_rule().has_value(), name(),
+           " loss scaler: its rule runs on the host only; it cannot keep its state on ", device);
+  pull();
+  fstate_ = readout_zeros({formulas::kStepF}, DType::f32, device);
+  istate_ = readout_zeros({formulas::kStepI}, DType::i64, device);
+  push();
+}
+
+void LossScaler::pull() const {
+  if (!on_device()) return;
+  const std::vector<double> f = fstate_.to_vector(), i = istate_.to_vector();  // one read, or none
+  auto* self = const_cast<LossScaler*>(this);  // the host fields mirror the device state
+  self->scale_ = float(f[formulas::kScale]);
+  self->tracker_ = int64_t(i[formulas::kTracker]);
+  self->steps_ = int64_t(i[formulas::kSteps]);
+  self->skipped_ = int64_t(i[formulas::kSkipped]);
+  self->last_skipped_ = self->steps_ > 0 && f[formulas::kApplied] == 0.0;
+  self->last_scale_ = self->steps_ > 0 ? float(f[formulas::kScaleUsed]) : 0.0f;
+}
+
+void LossScaler::push() {
+  std::vector<float> f(formulas::kStepF, 0.0f);
+  f[formulas::kScale] = scale_;
+  f[formulas::kScaleUsed] = last_scale_;
+  f[formulas::kApplied] = last_skipped_ ? 0.0f : 1.0f;
+  f[formulas::kClip] = 1.0f;
+  std::vector<int64_t> i(formulas::kStepI, 0);
+  i[formulas::kTracker] = tracker_;
+  i[formulas::kSteps] = steps_;
+  i[formulas::kSkipped] = skipped_;
+  fstate_.copy_(from_vector(f, {formulas::kStepF}).to(fstate_.device()));
+  istate_.copy_(from_vector(i, {formulas::kStepI}).to(istate_.device()));
+}
+
+ScaledGrad LossScaler::seed(const Variable& root) const {
+  MT_CHECK(root.defined() && root.numel() == 1, name(), " loss scaler: the seed is for a one-element loss, got ",
+           root.defined() ? root.data().meta() : std::string("an undefined Variable"));
+  if (!on_device()) return ScaledGrad{full(root.shape(), double(scale_), root.dtype(), root.device()), scale_};
+  MT_CHECK(root.device() == fstate_.device(), name(), " loss scaler: the loss ", root.data().meta(),
+           " is not on the scaler's device ", fstate_.device());
+  // S * ones for one element is S itself: a copy of the device scale, in the loss's dtype.
+  const Tensor s = fstate_.narrow(0, formulas::kScale, 1).reshape(root.shape());
+  return ScaledGrad{root.dtype() == DType::f32 ? s.clone() : s.to(root.dtype()), 1.0f};
+}
+
+std::vector<Tensor> LossScaler::unscale_and_decide(const std::vector<Tensor>& grads, const std::vector<float>& scales,
+                                                   double max_grad_norm) {
+  MT_CHECK(on_device(), name(), " loss scaler: unscale_and_decide needs the state on a device (keep_on)");
+  return unscale_and_decide_(grads, scales, fstate_, istate_, *device_rule(), max_grad_norm);
+}
+
+GradCheck LossScaler::last_device_check() const {
+  const std::vector<double> f = fstate_.to_vector();
+  return GradCheck{.found_inf = f[formulas::kFoundInf] != 0.0, .max_abs = f[formulas::kMaxAbs]};
+}
+double LossScaler::last_device_grad_norm() const { return fstate_.to_vector()[formulas::kGradNorm]; }
+bool LossScaler::last_device_applied() const { return fstate_.to_vector()[formulas::kApplied] != 0.0; }
+
 TensorDict LossScaler::state_dict() const {
   using state_io::format;
+  pull();
   TensorDict d;
   d.set_meta("loss_scaler", name());
   d.set_meta("scale", format(double(scale_)));
@@ -106,6 +194,7 @@ void LossScaler::load_state_dict(const TensorDict& d) {
   steps_ = steps;
   skipped_ = skipped;
   last_skipped_ = last;
+  if (on_device()) push();
 }
 
 // ---- static ----------------------------------------------------------------------------------
@@ -125,23 +214,27 @@ BackoffLossScaler::BackoffLossScaler(BackoffOptions o) : LossScaler(o.init_scale
   check_init(who, o.init_scale, o.min_scale, o.max_scale);
 }
 
+std::optional<formulas::LossScaleRule> BackoffLossScaler::device_rule() const {
+  return formulas::LossScaleRule{.kind = formulas::LossScaleRule::Kind::backoff,
+                                 .growth_factor = options_.growth_factor,
+                                 .backoff_factor = options_.backoff_factor,
+                                 .min_scale = options_.min_scale,
+                                 .max_scale = options_.max_scale,
+                                 .growth_interval = options_.growth_interval};
+}
+
+int64_t BackoffLossScaler::growth_tracker() const {
+  steps();  // brings the device state to the host fields, when it is there
+  return tracker_;
+}
+
 bool BackoffLossScaler::on_update(const GradCheck& check) {
-  if (check.found_inf) {
-    scale_ = clamp_scale(double(scale_) * options_.backoff_factor, options_.min_scale, options_.max_scale);
-    growth_tracker_ = 0;
-    return false;
-  }
-  if (++growth_tracker_ == options_.growth_interval) {
-    const double grown = double(scale_) * options_.growth_factor;
-    if (grown <= std::ldexp(1.0, kMaxExp)) scale_ = clamp_scale(grown, options_.min_scale, options_.max_scale);
-    growth_tracker_ = 0;
-  }
-  return true;
+  return formulas::loss_scale_update(*device_rule(), check.found_inf, scale_, tracker_);
 }
 
 void BackoffLossScaler::save_extra(TensorDict& d) const {
   using state_io::format;
-  d.set_meta("growth_tracker", format(growth_tracker_));
+  d.set_meta("growth_tracker", format(tracker_));
   d.set_meta("init_scale", format(double(options_.init_scale)));
   d.set_meta("growth_factor", format(double(options_.growth_factor)));
   d.set_meta("backoff_factor", format(double(options_.backoff_factor)));
@@ -167,7 +260,7 @@ void BackoffLossScaler::load_extra(const TensorDict& d) {
   MT_CHECK(s >= o.min_scale && s <= o.max_scale, name(), " loss scaler: saved scale ", s,
            " outside [min_scale, max_scale]");
   options_ = o;
-  growth_tracker_ = tracker;
+  tracker_ = tracker;
 }
 
 // ---- LogMax ----------------------------------------------------------------------------------

@@ -25,10 +25,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autograd/scaled_grad.h"
 #include "autograd/variable.h"
+#include "tensor/core/update_formulas.h"
 #include "tensor/safetensors.h"
 
 namespace mixtape {
@@ -45,6 +48,22 @@ struct GradCheck {
 // its own scale.
 GradCheck check_grads(const std::vector<Variable>& params);
 
+// Note [Loss scale on the device]
+// Trained on a GPU, a scaler keeps its state there (keep_on): the scale, the rule's counter and
+// the step counts live in two small readout tensors (f32 and i64, laid out by formulas::StepF and
+// StepI in tensor/core/update_formulas.h), the backward pass is seeded from the device scale
+// (seed()), and unscale_and_decide runs steps 1-4 of Note [Scaled step] as two launches: one
+// multi-tensor kernel unscales every gradient into fp32, checks it for inf/NaN and sums its
+// squares, and one decision kernel applies the rule (formulas::loss_scale_update, the host's own
+// code) and the clip factor. The host learns the outcome when it reads the device anyway (Note
+// [Readout block] in cuda/runtime.h): scale(), steps(), skipped(), last_skipped() and
+// state_dict() read the state then, and cost a synchronization only when nothing has read the
+// device since the step. Rules with a device formula: none, static, backoff (device_rule());
+// LogMax keeps its statistics on the host, and a step under it decides on the host.
+// With the state on the device, the seed's ScaledGrad carries scale 1 and its values carry S:
+// the gradients' host-side scales are the per-operator factors alone (1 under loss scaling),
+// and the device scale S, shared by every gradient of the step, is divided out with them.
+
 class LossScaler {
  public:
   virtual ~LossScaler() = default;
@@ -52,15 +71,37 @@ class LossScaler {
   // "none", "static", "backoff", "logmax": names the scaler in messages and state dicts.
   virtual const char* name() const = 0;
   // The scale for the next backward pass (Note [Loss scales are powers of two]).
-  float scale() const { return scale_; }
+  float scale() const;
 
   // Records one step's gradients (taken at scale()) and moves the scale. Returns whether the
   // step should be applied; false means: skip the update and drop the gradients.
   bool update(const GradCheck& check);
 
-  int64_t steps() const { return steps_; }      // update() calls so far
-  int64_t skipped() const { return skipped_; }  // of which returned false
-  bool last_skipped() const { return last_skipped_; }
+  int64_t steps() const;    // update() calls so far
+  int64_t skipped() const;  // of which returned false
+  bool last_skipped() const;
+  float last_scale() const;  // the scale the last step's gradients carried (scale() before it)
+
+  // ---- the state on a device (Note [Loss scale on the device]) ----
+  // The rule as the device runs it; nullopt when it has no device formula.
+  virtual std::optional<formulas::LossScaleRule> device_rule() const { return std::nullopt; }
+  // Moves the state to `device` (a CUDA device with a device_rule(); the CPU brings it back).
+  void keep_on(Device device);
+  bool on_device() const { return fstate_.defined(); }
+  // The backward seed for `root` (one element): {S * ones, S} on the host, {S * ones, 1} with the
+  // state on the device (S copied from there, no synchronization).
+  ScaledGrad seed(const Variable& root) const;
+  // Steps 1-4 on the device: unscales grads[i] / scales[i] / S into fp32 (the returned tensors),
+  // checks, applies the rule and computes the clip factor for max_grad_norm (0: none). Needs
+  // on_device(); grads on its device.
+  std::vector<Tensor> unscale_and_decide(const std::vector<Tensor>& grads, const std::vector<float>& scales,
+                                         double max_grad_norm);
+  // The state the update kernels read (formulas::StepF: kApplied, kClip), and what the last
+  // unscale_and_decide found, read from the device (a synchronization if nothing read it since).
+  const Tensor& device_state() const { return fstate_; }
+  GradCheck last_device_check() const;
+  double last_device_grad_norm() const;
+  bool last_device_applied() const;
 
   // State for checkpoints: metadata only ("loss_scaler" = name(), "scale", "steps",
   // "skipped", and the rule's own counters and statistics, written so that they read back
@@ -78,11 +119,19 @@ class LossScaler {
   virtual void load_extra(const TensorDict& dict) {}
 
   float scale_;
+  int64_t tracker_ = 0;  // the rule's counter of clean steps (backoff)
 
  private:
+  // With the state on the device: the host fields take its values (a read of the readout
+  // tensors), or the device takes theirs.
+  void pull() const;
+  void push();
+
   int64_t steps_ = 0;
   int64_t skipped_ = 0;
   bool last_skipped_ = false;
+  float last_scale_ = 0.0f;  // 0 before the first step
+  Tensor fstate_, istate_;   // Note [Loss scale on the device]; undefined on the host
 };
 
 // Scale 1, every step applied (also one with inf/NaN gradients): training without a scaler.
@@ -90,6 +139,7 @@ class NoLossScaler : public LossScaler {
  public:
   NoLossScaler() : LossScaler(1.0f) {}
   const char* name() const override { return "none"; }
+  std::optional<formulas::LossScaleRule> device_rule() const override { return formulas::LossScaleRule{}; }
 
  protected:
   bool on_update(const GradCheck&) override { return true; }
@@ -100,6 +150,9 @@ class StaticLossScaler : public LossScaler {
  public:
   explicit StaticLossScaler(float scale);
   const char* name() const override { return "static"; }
+  std::optional<formulas::LossScaleRule> device_rule() const override {
+    return formulas::LossScaleRule{.kind = formulas::LossScaleRule::Kind::fixed};
+  }
 
  protected:
   bool on_update(const GradCheck& check) override { return !check.found_inf; }
@@ -123,7 +176,8 @@ class BackoffLossScaler : public LossScaler {
   explicit BackoffLossScaler(BackoffOptions options = {});
   const char* name() const override { return "backoff"; }
   const BackoffOptions& options() const { return options_; }
-  int64_t growth_tracker() const { return growth_tracker_; }  // clean steps since the last change
+  int64_t growth_tracker() const;  // clean steps since the last change
+  std::optional<formulas::LossScaleRule> device_rule() const override;
 
  protected:
   bool on_update(const GradCheck& check) override;
@@ -132,7 +186,6 @@ class BackoffLossScaler : public LossScaler {
 
  private:
   BackoffOptions options_;
-  int64_t growth_tracker_ = 0;
 };
 
 struct LogMaxOptions {

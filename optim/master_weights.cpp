@@ -59,11 +59,9 @@ void MasterWeights::zero_grad() {
   for (Variable& p : params_) p.zero_grad();
 }
 
-bool MasterWeights::step(LossScaler& scaler) {
-  const StepReport r = scaled_step(params_, *inner_, scaler, options_.max_grad_norm, slot_);
-  last_check_ = r.check;
-  last_norm_ = r.grad_norm;
-  return r.applied;
+StepReport MasterWeights::step(LossScaler& scaler) {
+  last_ = scaled_step(params_, *inner_, scaler, options_.max_grad_norm, slot_);
+  return last_;
 }
 
 TensorDict MasterWeights::state_dict() const {

@@ -56,8 +56,8 @@ class MasterWeights {
   MasterWeights& operator=(const MasterWeights&) = delete;
 
   // One training step from the gradients the last backward left (Note [Scaled step]).
-  // Returns whether the update was applied (false: the scaler skipped it).
-  bool step(LossScaler& scaler);
+  // The report reads as whether the update was applied (false: the scaler skipped it).
+  StepReport step(LossScaler& scaler);
   // Drops every gradient.
   void zero_grad();
 
@@ -70,8 +70,9 @@ class MasterWeights {
   bool has_copy(size_t i) const;  // whether parameter i has a separate master
   // The check of the last step() and the global norm of its unscaled gradients before clipping
   // (0 when the step was skipped).
-  const GradCheck& last_check() const { return last_check_; }
-  double last_grad_norm() const { return last_norm_; }
+  GradCheck last_check() const { return last_.check(); }
+  double last_grad_norm() const { return last_.grad_norm(); }
+  const StepReport& last_report() const { return last_; }
 
   // State for checkpoints: "master.<i>" (the fp32 copies of 16-bit parameters; the others are in
   // the model's own state dict) and the inner optimizer's state under "optimizer.". load_state_dict
@@ -87,8 +88,7 @@ class MasterWeights {
   std::vector<size_t> slot_;       // params_[i]'s master is inner_->param(slot_[i])
   std::unique_ptr<Optimizer> inner_;
   MasterWeightsOptions options_;
-  GradCheck last_check_;
-  double last_norm_ = 0.0;
+  StepReport last_;
 };
 
 }  // namespace mixtape

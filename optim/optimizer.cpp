@@ -66,7 +66,15 @@ std::vector<Variable> Optimizer::params() const {
 
 int64_t Optimizer::step_count(size_t index) const {
   MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(), " parameters)");
+  pull_steps();
   return state_[index].step;
+}
+
+void Optimizer::pull_steps() const {
+  if (!device_steps_.defined()) return;
+  const std::vector<int64_t> steps = device_steps_.values<int64_t>();
+  auto& state = const_cast<std::vector<ParamState>&>(state_);  // the host fields mirror the device's counts
+  for (size_t i = 0; i < state.size(); ++i) state[i].step = steps[i];
 }
 
 double Optimizer::lr(size_t group) const {
@@ -92,6 +100,10 @@ void Optimizer::set_lr(size_t group, double lr) {
 
 void Optimizer::update(size_t index, Tensor& param, const Tensor& grad) {
   MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(), " parameters)");
+  if (device_steps_.defined()) {  // back to host step counts (a step that decided on the host)
+    pull_steps();
+    device_steps_ = Tensor();
+  }
   ParamState& st = state_[index];
   const std::vector<std::string> names = buffer_names();
   if (st.buffers.size() != names.size()) {  // first update, or the rule now keeps other buffers
@@ -141,6 +153,74 @@ void Optimizer::step(const std::vector<Tensor>& grads) {
   }
 }
 
+bool Optimizer::device_step_ready() const {
+  if (!has_multi_tensor_rule() || num_params() == 0) return false;
+  const Device d = param(0).data().device();
+  if (!d.is_cuda()) return false;
+  for (const ParamGroup& g : groups_)
+    for (const Variable& p : g.params)
+      if (p.data().device() != d || p.dtype() != DType::f32 || !p.data().is_contiguous()) return false;
+  return true;
+}
+
+void Optimizer::apply_all(const std::vector<size_t>&, const std::vector<Tensor>&, const std::vector<Tensor>&,
+                          const std::vector<ParamState*>&, const std::vector<Tensor>&, Tensor&, const Tensor&) {
+  throw Error(detail::cat(name(), ": no multi-tensor update rule (Note [Device-side step])"));
+}
+
+void Optimizer::allocate_state() {
+  const std::vector<std::string> names = buffer_names();
+  for (size_t i = 0; i < num_params(); ++i) {
+    ParamState& st = state_[i];
+    if (st.buffers.size() == names.size()) continue;
+    st.buffers.clear();
+    for (size_t b = 0; b < names.size(); ++b) st.buffers.push_back(zeros_like(param(i).data()));
+  }
+  if (device_step_ready()) place_steps_on_device();
+}
+
+void Optimizer::place_steps_on_device() {
+  if (device_steps_.defined()) return;
+  std::vector<int64_t> steps;
+  for (const ParamState& st : state_) steps.push_back(st.step);
+  device_steps_ = from_vector(steps, {int64_t(steps.size())}).to(param(0).data().device());
+}
+
+void Optimizer::step_on_device(const std::vector<Tensor>& grads, const Tensor& control) {
+  MT_CHECK(grads.size() == num_params(), name(), ": step_on_device got ", grads.size(), " gradients for ", num_params(),
+           " parameters");
+  MT_CHECK(device_step_ready(), name(),
+           ": step_on_device needs a multi-tensor rule and contiguous f32 parameters on one ", "CUDA device");
+  NoGrad no_grad;
+  place_steps_on_device();  // the counts move to the device (Note [Device-side step])
+  const std::vector<std::string> names = buffer_names();
+  std::vector<size_t> index;
+  std::vector<Tensor> params, gs, copies;
+  std::vector<ParamState*> states;
+  size_t i = 0;
+  for (const ParamGroup& g : groups_) {
+    for (const Variable& p : g.params) {
+      const Tensor& grad = grads[i];
+      if (grad.defined()) {
+        MT_CHECK(grad.shape() == p.shape() && grad.device() == p.device(), name(), ": the gradient ", grad.meta(),
+                 " of parameter ", i, " '", p.name(), "' ", p.data().meta(), " has another shape or device");
+        ParamState& st = state_[i];
+        if (st.buffers.size() != names.size()) {  // first update: the rule's buffers, zeros
+          st.buffers.clear();
+          for (size_t b = 0; b < names.size(); ++b) st.buffers.push_back(zeros_like(p.data()));
+        }
+        index.push_back(i);
+        params.push_back(p.data());
+        gs.push_back(grad);
+        states.push_back(&st);
+        copies.push_back(copies_[i].defined() ? copies_[i].data() : Tensor());
+      }
+      ++i;
+    }
+  }
+  apply_all(index, params, gs, states, copies, device_steps_, control);
+}
+
 void Optimizer::step() {
   std::vector<Tensor> grads;
   for (const ParamGroup& g : groups_) {
@@ -161,6 +241,7 @@ void Optimizer::zero_grad() {
 
 TensorDict Optimizer::state_dict() const {
   using state_io::format;
+  pull_steps();
   TensorDict d;
   d.set_meta("optimizer", name());
   d.set_meta("param_groups", format(int64_t(groups_.size())));
@@ -262,6 +343,11 @@ void Optimizer::load_state_dict(const TensorDict& d) {
     groups_[g].weight_decay = settings[g].second;
   }
   state_ = std::move(state);
+  if (device_steps_.defined()) {  // the loaded counts go where the counting happens
+    std::vector<int64_t> steps;
+    for (const ParamState& st : state_) steps.push_back(st.step);
+    device_steps_.copy_(from_vector(steps, {int64_t(steps.size())}).to(device_steps_.device()));
+  }
 }
 
 }  // namespace mixtape

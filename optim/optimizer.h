@@ -57,6 +57,22 @@ class Optimizer {
   // One update of every parameter i whose grads[i] is defined: grads holds num_params() plain
   // gradients (already unscaled: f32, or f64 for f64 parameters), shaped like the parameters.
   void step(const std::vector<Tensor>& grads);
+  // Note [Device-side step]: the same update for every parameter at once on a GPU, applied only
+  // if the loss scaler's device state `control` says so (formulas::kApplied, read by the kernel),
+  // with the gradients multiplied by its clip factor (kClip): step 5 of Note [Scaled step] when
+  // the decision lives on the device. The step counts move to the device with the first such
+  // step (one i64 per parameter, advanced there on applied steps only); step_count() and
+  // state_dict() read them back. Needs device_step_ready().
+  void step_on_device(const std::vector<Tensor>& grads, const Tensor& control);
+  // Whether step_on_device can run: the rule has a multi-tensor kernel (has_multi_tensor_rule)
+  // and every parameter is a contiguous f32 tensor on one CUDA device.
+  bool device_step_ready() const;
+  // Allocates every parameter's state buffers now (zeros, as the first update would) and, when
+  // device_step_ready(), the device step counts. A GPU training loop calls it before its first
+  // step, so that the state does not take the cached blocks the first step's temporaries freed
+  // and the second step allocates nothing new (Note [Caching allocator]). Changes no result:
+  // the buffers start at zero either way, and a parameter's state is saved once it has a step.
+  void allocate_state();
   // step() with each parameter's own gradient, unscaled (training without a loss scale).
   void step();
   // Drops every parameter's gradient (the next backward starts from nothing).
@@ -113,6 +129,14 @@ class Optimizer {
 
   // Names of the state buffers the rule keeps per parameter (may depend on hyper-parameters).
   virtual std::vector<std::string> buffer_names() const = 0;
+  // The multi-tensor form of apply (Note [Device-side step]) for the parameters `index` (those
+  // with a gradient), params[k] = param(index[k]).data(): one call for all of them. steps holds
+  // every parameter's step count on the device (row = parameter index), control the scaler's
+  // state. Rules without one (the default) leave step_on_device unavailable.
+  virtual bool has_multi_tensor_rule() const { return false; }
+  virtual void apply_all(const std::vector<size_t>& index, const std::vector<Tensor>& params,
+                         const std::vector<Tensor>& grads, const std::vector<ParamState*>& states,
+                         const std::vector<Tensor>& copies, Tensor& steps, const Tensor& control);
   // Applies the rule to `param` at its `step`-th update (1-based) with the group's settings.
   // rounded_copy: nullptr, or the 16-bit tensor the rule's kernel writes round(new param) into.
   virtual void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
@@ -124,12 +148,18 @@ class Optimizer {
 
   void check_lr(double lr) const;
   void check_weight_decay(double wd) const;
+  size_t group_of(size_t index) const { return group_of_[index]; }
 
  private:
   std::vector<ParamGroup> groups_;
   std::vector<size_t> group_of_;   // parameter index -> group
   std::vector<ParamState> state_;  // parameter index -> state
   std::vector<Variable> copies_;   // parameter index -> rounded 16-bit copy (or undefined)
+  // Note [Device-side step]: the step counts on the device (i64 [num_params]), or undefined
+  // while they live in state_[i].step. pull_steps() brings them back to the host fields.
+  Tensor device_steps_;
+  void pull_steps() const;
+  void place_steps_on_device();
   double default_lr_;
   double default_weight_decay_;
 };

@@ -23,6 +23,45 @@ namespace mixtape {
 //              holds (the fp32 masters under MasterWeights, where it cannot underflow), and a
 //              master's update also writes its 16-bit parameter (Note [Fused master copy]);
 //   6. drop    the gradients: the next backward starts from nothing.
+// Where the decision lives is the one switch. On the host (the CPU, and any rule or optimizer
+// without a device form), the steps run as written: the check is read back, and the host
+// branches on it. On a GPU, when the scaler keeps its state there (Note [Loss scale on the
+// device]) and the optimizer has a multi-tensor rule (Note [Device-side step] in
+// optim/optimizer.h), steps 1-4 are one multi-tensor launch that unscales every gradient into
+// fp32 (the unscaled copy is made whether or not the step is applied: the decision is not known
+// on the host, and a skipped step drops it with the gradients), checks it and sums its squares,
+// plus one launch that lets the scaler's rule decide and computes the clip factor; step 5 is one
+// multi-tensor launch that does nothing unless the device says the step is applied, as PyTorch's
+// fused optimizers read GradScaler's found_inf. Nothing is read back: the report reads the
+// decision when the host asks (StepReport). The arithmetic is the same on both sides (the
+// formulas of tensor/core/update_formulas.h); the sums of the norm run in another order.
+namespace {
+
+// Whether this step decides on the device (the one switch of Note [Scaled step]).
+bool decides_on_device(const Optimizer& opt, const LossScaler& scaler) {
+  return scaler.on_device() && opt.device_step_ready();
+}
+
+}  // namespace
+
+StepReport StepReport::decided(bool applied, const GradCheck& check, double grad_norm) {
+  StepReport r;
+  r.applied_ = applied;
+  r.check_ = check;
+  r.grad_norm_ = grad_norm;
+  return r;
+}
+
+StepReport StepReport::on_device(const LossScaler& scaler) {
+  StepReport r;
+  r.device_ = &scaler;
+  return r;
+}
+
+bool StepReport::applied() const { return device_ ? device_->last_device_applied() : applied_; }
+GradCheck StepReport::check() const { return device_ ? device_->last_device_check() : check_; }
+double StepReport::grad_norm() const { return device_ ? device_->last_device_grad_norm() : grad_norm_; }
+
 StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, LossScaler& scaler, double max_grad_norm,
                        const std::vector<size_t>& slot) {
   MT_CHECK(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0,
@@ -33,18 +72,40 @@ StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, Loss
            " parameters for an optimizer over ", opt.num_params());
   NoGrad no_grad;
   StepReport r;
-  r.check = check_grads(params);       // 1
-  r.applied = scaler.update(r.check);  // 2
-  if (r.applied) {
-    std::vector<Tensor> grads(opt.num_params());  // in the optimizer's order; undefined: no gradient
+  std::vector<Tensor> grads(opt.num_params());  // in the optimizer's order; undefined: no gradient
+  if (decides_on_device(opt, scaler)) {
+    std::vector<Tensor> stored;  // 1-4 on the device, in the order of `params`
+    std::vector<float> scales;
+    std::vector<size_t> to;
     for (size_t i = 0; i < params.size(); ++i) {
       const std::optional<ScaledGrad>& g = params[i].grad();
-      const size_t j = slot.empty() ? i : slot[i];
-      MT_ASSERT(j < grads.size() && !grads[j].defined(), "scaled_step: bad optimizer slot ", j);
-      if (g && g->defined()) grads[j] = g->unscaled();  // 3
+      if (!g || !g->defined()) continue;
+      stored.push_back(g->g);
+      scales.push_back(g->scale);
+      to.push_back(slot.empty() ? i : slot[i]);
     }
-    r.grad_norm = max_grad_norm > 0.0 ? clip_grad_norm(grads, max_grad_norm) : grad_norm(grads);  // 4
-    opt.step(grads);                                                                              // 5
+    const std::vector<Tensor> unscaled = scaler.unscale_and_decide(stored, scales, max_grad_norm);  // 1-4
+    for (size_t k = 0; k < to.size(); ++k) {
+      MT_ASSERT(to[k] < grads.size() && !grads[to[k]].defined(), "scaled_step: bad optimizer slot ", to[k]);
+      grads[to[k]] = unscaled[k];
+    }
+    opt.step_on_device(grads, scaler.device_state());  // 5, skipped on the device's decision
+    r = StepReport::on_device(scaler);
+  } else {
+    const GradCheck check = check_grads(params);  // 1
+    const bool applied = scaler.update(check);    // 2
+    double norm = 0.0;
+    if (applied) {
+      for (size_t i = 0; i < params.size(); ++i) {
+        const std::optional<ScaledGrad>& g = params[i].grad();
+        const size_t j = slot.empty() ? i : slot[i];
+        MT_ASSERT(j < grads.size() && !grads[j].defined(), "scaled_step: bad optimizer slot ", j);
+        if (g && g->defined()) grads[j] = g->unscaled();  // 3
+      }
+      norm = max_grad_norm > 0.0 ? clip_grad_norm(grads, max_grad_norm) : grad_norm(grads);  // 4
+      opt.step(grads);                                                                       // 5
+    }
+    r = StepReport::decided(applied, check, norm);
   }
   for (Variable p : params) p.zero_grad();  // 6
   return r;

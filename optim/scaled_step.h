@@ -17,10 +17,26 @@
 
 namespace mixtape {
 
-struct StepReport {
-  bool applied = false;    // false: the scaler skipped the step; nothing but the gradients changed
-  GradCheck check;         // what the scaler saw (inf/NaN, largest |true gradient|)
-  double grad_norm = 0.0;  // global L2 norm of the unscaled gradients before clipping (0 if skipped)
+// What a step did. Decided on the host, it holds the answers; decided on the device (Note
+// [Scaled step]), it reads them from the scaler's device state when asked -- free when the host
+// has read the device since the step, one synchronization otherwise -- and is good until that
+// scaler's next step. A report reads as whether the step was applied.
+class StepReport {
+ public:
+  StepReport() = default;
+  static StepReport decided(bool applied, const GradCheck& check, double grad_norm);
+  static StepReport on_device(const LossScaler& scaler);
+
+  bool applied() const;      // false: the scaler skipped the step; nothing but the gradients changed
+  GradCheck check() const;   // what the scaler saw (inf/NaN, largest |true gradient|)
+  double grad_norm() const;  // global L2 norm of the unscaled gradients before clipping (0 if skipped)
+  operator bool() const { return applied(); }
+
+ private:
+  bool applied_ = false;
+  GradCheck check_;
+  double grad_norm_ = 0.0;
+  const LossScaler* device_ = nullptr;  // decided on the device: read from this scaler's state
 };
 
 // Note [Scaled step]: check, ask the scaler, unscale once, clip, update, drop the gradients.

@@ -169,6 +169,11 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
     masters_ = std::make_unique<MasterWeights>(
         params_, [spec](std::vector<Variable> m) { return make_fp32_optimizer(std::move(m), spec); },
         MasterWeightsOptions{.max_grad_norm = options_.max_grad_norm});
+    // The decision lives on the device when both the rule and the update can run there.
+    if (device_.is_cuda() && scaler_->device_rule() && masters_->optimizer().device_step_ready()) {
+      scaler_->keep_on(device_);
+      masters_->optimizer().allocate_state();  // before the first step's temporaries
+    }
   }
 }
 
@@ -193,7 +198,7 @@ void PrecisionTrainer::attach(Tape& tape) {
 
 void PrecisionTrainer::backward(Tape& tape, const Variable& loss) {
   MT_CHECK(loss.defined() && loss.numel() == 1, "PrecisionTrainer::backward: the loss must be a defined scalar");
-  census_backward([&] { tape.backward(loss, scale()); });
+  census_backward([&] { tape.backward(loss, scaler_->seed(loss)); });
 }
 
 void PrecisionTrainer::backward(Tape& tape, const Variable& root, const ScaledGrad& seed) {
@@ -209,23 +214,14 @@ void PrecisionTrainer::census_backward(const std::function<void()>& run_backward
   total_rounding_ += c;
 }
 
-bool PrecisionTrainer::step() {
-  bool applied = false;
-  if (masters_) {
-    applied = masters_->step(*scaler_);
-    last_norm_ = masters_->last_grad_norm();
-  } else {
-    const StepReport r = scaled_step(*pure_, *scaler_, options_.max_grad_norm);
-    applied = r.applied;
-    last_norm_ = r.grad_norm;
-  }
-  last_applied_ = applied;
+StepReport PrecisionTrainer::step() {
+  last_ = masters_ ? masters_->step(*scaler_) : scaled_step(*pure_, *scaler_, options_.max_grad_norm);
   if (grad_scaling_) {
     last_scales_ = grad_scaling_->step_records();
     last_overflows_ = grad_scaling_->step_overflows();
     grad_scaling_->next_step();
   }
-  return applied;
+  return last_;
 }
 
 void PrecisionTrainer::zero_grad() {
@@ -270,7 +266,7 @@ void PrecisionTrainer::write_telemetry(const std::function<void(std::string_view
     for (const OverflowEvent& e : last_overflows_) {
       nlohmann::json j = {{"event", "overflow"},      {"step", step},     {"node", e.node},
                           {"op", op_name(e.op)},      {"input", e.input}, {"log2_scale", std::log2(double(e.alpha))},
-                          {"recovered", e.recovered}, {"shift", e.shift}, {"skipped", !last_applied_}};
+                          {"recovered", e.recovered}, {"shift", e.shift}, {"skipped", !last_.applied()}};
       if (!prefix.empty()) j["network"] = prefix;
       sink(j.dump());
     }

@@ -28,7 +28,10 @@
 // Device: the trainer works where the model's parameters are. Move the model first
 // (model.to(Device::cuda(0))), then build the trainer: masters, optimizer state and Kahan buffers
 // are created next to the parameters; input() moves each batch there. All parameters must be on
-// one device.
+// one device. On a GPU, under the fp32 and mixed policies with Adam or AdamW and a loss scale of
+// none, static, backoff or gradient, the step decides on the device (Note [Scaled step]): the
+// scaler's state lives there (Note [Loss scale on the device]), and scale(), steps(),
+// skipped(), last_grad_norm() and the step's report read it when asked.
 //
 // Telemetry (autograd/telemetry.h) is off unless telemetry_every > 0; on a sampled step the
 // tape reports every gradient to it and a RoundingCensus (tensor/core/rounding_census.h) counts what the
@@ -125,19 +128,23 @@ class PrecisionTrainer {
   // another tape of this step).
   void backward(Tape& tape, const Variable& root, const ScaledGrad& seed);
   // Checks the gradients, lets the scaler skip the step or applies it, and drops the gradients
-  // (Note [Master weight step]). Returns whether the update was applied.
-  bool step();
+  // (Note [Master weight step]). The report reads as whether the update was applied; on a GPU
+  // the decision stays there until something reads it (Note [Scaled step]).
+  StepReport step();
   void zero_grad();
 
   Optimizer& optimizer();  // for learning-rate schedules
   const Optimizer& optimizer() const;
   LossScaler& scaler() { return *scaler_; }
   const LossScaler& scaler() const { return *scaler_; }
-  float scale() const { return scaler_->scale(); }  // the next backward's loss scale
+  float scale() const { return scaler_->scale(); }            // the next backward's loss scale
+  float last_scale() const { return scaler_->last_scale(); }  // the one the last step's gradients carried
   int64_t steps() const { return scaler_->steps(); }
   int64_t skipped() const { return scaler_->skipped(); }
-  // Global L2 norm of the unscaled gradients of the last applied step (before clipping).
-  double last_grad_norm() const { return last_norm_; }
+  // Global L2 norm of the unscaled gradients of the last applied step (before clipping), and
+  // whether the last step was applied.
+  double last_grad_norm() const { return last_.grad_norm(); }
+  bool last_applied() const { return last_.applied(); }
   // Warnings of the pure update rules (Note [16-bit hyper-parameters]).
   std::vector<std::string> warnings() const;
 
@@ -180,8 +187,7 @@ class PrecisionTrainer {
   std::unique_ptr<Telemetry> telemetry_;
   bool sampled_ = false;
   int64_t step_ = 0;  // begin_step calls so far
-  double last_norm_ = 0.0;
-  bool last_applied_ = true;
+  StepReport last_ = StepReport::decided(true, {}, 0.0);
   std::vector<ScaleRecord> last_scales_;       // the gradient-scaling rule's records of the last step
   std::vector<OverflowEvent> last_overflows_;  // and its overflows
   RoundingCounts last_rounding_, total_rounding_;

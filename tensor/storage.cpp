@@ -49,19 +49,27 @@ void host_free(void* p, size_t nbytes) {
 AllocatorStats host_allocator_stats() { return host_cache().stats(); }
 void empty_host_cache() { host_cache().empty(); }
 
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+Storage::Storage(size_t nbytes, Device device, bool readout) : nbytes_(nbytes), device_(device) {
   on_device(
       device,
       [&] {
     data_ = host_alloc(nbytes);
     MT_CHECK(nbytes == 0 || data_, "Storage: out of host memory allocating ", nbytes, " bytes");
       },
-      [&] { data_ = cuda::device_malloc(nbytes, device.index); });
+      [&] {
+    if (readout && nbytes > 0) data_ = cuda::readout_malloc(nbytes, device.index);
+    readout_ = data_ != nullptr;
+    if (!readout_) data_ = cuda::device_malloc(nbytes, device.index);
+  });
 }
 
 Storage::~Storage() {
   on_device(
-      device_, [&] { host_free(data_, nbytes_); }, [&] { cuda::device_free(data_, device_.index); });
+      device_, [&] { host_free(data_, nbytes_); },
+      [&] {
+    if (readout_) cuda::readout_free(data_, nbytes_, device_.index);
+    else cuda::device_free(data_, device_.index);
+      });
 }
 
 }  // namespace mixtape

@@ -11,7 +11,9 @@ namespace mixtape {
 
 class Storage {
  public:
-  Storage(size_t nbytes, Device device);
+  // readout: on a CUDA device, take the bytes from the device's readout block when it has room
+  // (Note [Readout block] in cuda/runtime.h); elsewhere, or when it is full, ordinary memory.
+  Storage(size_t nbytes, Device device, bool readout = false);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -24,6 +26,7 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  bool readout_ = false;  // in the readout block
 };
 
 // The host side's caching allocator (Note [Host caching allocator] in storage.cpp): what it holds

@@ -391,18 +391,29 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str
 
 // ---- factories ---------------------------------------------------------------------------
 
-Tensor empty(const Shape& shape, DType dtype, Device device) {
-  const int64_t numel = numel_of(shape, "empty");  // negative sizes and overflow throw (Note [Checked sizes])
+namespace {
+Tensor empty_in(const char* op, const Shape& shape, DType dtype, Device device, bool readout) {
+  const int64_t numel = numel_of(shape, op);  // negative sizes and overflow throw (Note [Checked sizes])
   int64_t nbytes = 0;
-  MT_CHECK(!__builtin_mul_overflow(numel, int64_t(dtype_size(dtype)), &nbytes), "empty: shape ", shape_str(shape),
+  MT_CHECK(!__builtin_mul_overflow(numel, int64_t(dtype_size(dtype)), &nbytes), op, ": shape ", shape_str(shape),
            " of ", dtype_name(dtype), " overflows: its size in bytes does not fit in 64 bits");
-  MT_CHECK(!(dtype == DType::f64 && device.is_cuda()), "empty: f64 tensors are CPU-only (asked for ", device, ")");
+  MT_CHECK(!(dtype == DType::f64 && device.is_cuda()), op, ": f64 tensors are CPU-only (asked for ", device, ")");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(nbytes), device);
+  impl->storage = std::make_shared<Storage>(size_t(nbytes), device, readout);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+}  // namespace
+
+Tensor empty(const Shape& shape, DType dtype, Device device) { return empty_in("empty", shape, dtype, device, false); }
+
+Tensor readout_zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty_in("readout_zeros", shape, dtype, device, true);
+  on_device(
+      device, [&] { cpu::fill(t, 0.0); }, [&] { cuda::fill(t, 0.0); });
+  return t;
 }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {

@@ -106,6 +106,10 @@ Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Devic
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
+// zeros() for a few numbers the host reads now and then (a loss log, a loss scaler's state): on a
+// CUDA device they live in its readout block, which every synchronization reads whole, so reading
+// them after one costs nothing (Note [Readout block] in cuda/runtime.h); elsewhere, zeros().
+Tensor readout_zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor empty_like(const Tensor& t);

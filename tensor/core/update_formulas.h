@@ -40,8 +40,8 @@ struct SgdConsts {
 };
 
 template <class C>
-SgdConsts<C> sgd_consts(double lr, double momentum, double dampening, double weight_decay, bool nesterov,
-                        int64_t step) {
+MT_HOST_DEVICE inline SgdConsts<C> sgd_consts(double lr, double momentum, double dampening, double weight_decay,
+                                              bool nesterov, int64_t step) {
   return {C(-lr), C(weight_decay), C(momentum), C(1.0 - dampening), weight_decay != 0.0, step == 1, nesterov};
 }
 
@@ -70,13 +70,16 @@ struct AdamConsts {
   bool l2, shrink_w;  // Adam's L2 penalty in the gradient, AdamW's decay of the weight
 };
 
+// Also computed on the device, per parameter, when the step count lives there (Note [Scaled step]
+// in optim/scaled_step.cpp): ::pow and ::sqrt are the C library's on the host (the same functions
+// as std::pow and std::sqrt for doubles) and CUDA's double-precision ones on the device.
 template <class C>
-AdamConsts<C> adam_consts(double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-                          int64_t step) {
-  const double bias1 = 1.0 - std::pow(beta1, double(step));
-  const double bias2 = 1.0 - std::pow(beta2, double(step));
+MT_HOST_DEVICE inline AdamConsts<C> adam_consts(double lr, double beta1, double beta2, double eps, double weight_decay,
+                                                bool decoupled, int64_t step) {
+  const double bias1 = 1.0 - ::pow(beta1, double(step));
+  const double bias2 = 1.0 - ::pow(beta2, double(step));
   return {C(-lr / bias1),
-          C(std::sqrt(bias2)),
+          C(::sqrt(bias2)),
           C(1.0 - beta1),
           C(beta2),
           C(1.0 - beta2),
@@ -99,6 +102,78 @@ MT_HOST_DEVICE inline C adam(C p, C g, C& m, C& v, const AdamConsts<C>& k) {
   const C denom = D::sqrt(v) / k.bias2_sqrt + k.eps;
   return p + k.neg_step_size * (m / denom);
 }
+
+// ---- loss scaling and clipping: the decisions of a scaled step ----------------------------------
+//
+// The loss scaler's rule and the clip factor, written once: optim/loss_scaler.cpp and
+// optim/clip.cpp call them on the host, and the device-side step (Note [Scaled step] in
+// optim/scaled_step.cpp) calls them in its decision kernel (cuda/optim.cu).
+
+// The rules that run on both devices: none (scale 1, every step applied), fixed (a constant
+// scale, skip on inf/NaN), backoff (PyTorch GradScaler's rule with OpenSeq2Seq's clamps; see
+// BackoffLossScaler in optim/loss_scaler.h). Scales and factors are powers of two (Note [Loss
+// scales are powers of two]); max_scale may be +infinity.
+struct LossScaleRule {
+  enum class Kind : uint8_t { none, fixed, backoff };
+  Kind kind = Kind::none;
+  float growth_factor = 2.0f, backoff_factor = 0.5f, min_scale = 1.0f, max_scale = 16777216.0f;
+  int64_t growth_interval = 2000;
+};
+
+// s clamped to [lo, hi] (std::clamp's comparisons), rounded to float: exact for powers of two.
+MT_HOST_DEVICE inline float clamp_scale(double s, float lo, float hi) {
+  return float(s < double(lo) ? double(lo) : (double(hi) < s ? double(hi) : s));
+}
+
+// One step of the rule: `found_inf` says whether the gradients taken at `scale` hold an inf or
+// NaN; scale and tracker (clean steps since the last change) move to their next values. Returns
+// whether the step is applied. Growth that would leave the float range is skipped.
+MT_HOST_DEVICE inline bool loss_scale_update(const LossScaleRule& r, bool found_inf, float& scale, int64_t& tracker) {
+  switch (r.kind) {
+    case LossScaleRule::Kind::none: return true;
+    case LossScaleRule::Kind::fixed: return !found_inf;
+    case LossScaleRule::Kind::backoff: break;
+  }
+  if (found_inf) {
+    scale = clamp_scale(double(scale) * r.backoff_factor, r.min_scale, r.max_scale);
+    tracker = 0;
+    return false;
+  }
+  if (++tracker == r.growth_interval) {
+    const double grown = double(scale) * r.growth_factor;
+    // 2^127: the largest float power of two
+    if (grown <= 0x1p127) scale = clamp_scale(grown, r.min_scale, r.max_scale);
+    tracker = 0;
+  }
+  return true;
+}
+
+// torch.nn.utils.clip_grad_norm_'s factor for gradients of global L2 norm `norm`: max_norm /
+// (norm + 1e-6) when that is below 1, else 1 (no clipping; also for an inf or NaN norm).
+MT_HOST_DEVICE inline double clip_coefficient(double norm, double max_norm) {
+  if (!(norm - norm == 0.0)) return 1.0;  // inf or NaN: nothing is scaled
+  const double coef = max_norm / (norm + 1e-6);
+  return coef >= 1.0 ? 1.0 : coef;
+}
+
+// The device-side step's state (Note [Scaled step]): the loss scaler's values, in an f32 and an
+// i64 readout tensor (Note [Readout block] in cuda/runtime.h), and what the last step decided.
+enum StepF : int {
+  kScale,      // the scale for the next backward pass
+  kScaleUsed,  // the scale the last step's gradients carried
+  kApplied,    // 1: the last step was applied, 0: skipped
+  kFoundInf,   // 1: its gradients held an inf or NaN
+  kMaxAbs,     // max |unscaled gradient| over the finite elements
+  kGradNorm,   // global L2 norm of the unscaled gradients before clipping (0 when skipped)
+  kClip,       // the clip factor the update multiplies the gradients by (1: none)
+  kStepF
+};
+enum StepI : int {
+  kTracker,  // backoff: clean steps since the scale last changed
+  kSteps,    // scaler updates so far
+  kSkipped,  // of which skipped
+  kStepI
+};
 
 // ---- 16-bit update rules (Zamirai et al., Algorithms 2-5) ----------------------------------------
 

@@ -169,6 +169,105 @@ std::vector<GradStats> grad_stats(const std::vector<Tensor>& gs) {
   return r;
 }
 
+namespace {
+
+std::vector<Strided> operands(const std::vector<Tensor>& ts) {
+  std::vector<Strided> r;
+  r.reserve(ts.size());
+  for (const Tensor& t : ts) r.push_back(t.defined() ? Strided(t) : Strided());
+  return r;
+}
+
+// A multi-tensor operand: defined, on `device`, contiguous.
+void check_multi(const char* op, const Tensor& t, Device device, const char* what, size_t i) {
+  MT_CHECK(t.defined(), op, ": ", what, " ", i, " is undefined");
+  MT_CHECK(t.device() == device, op, ": ", what, " ", i, " ", t.meta(), " is not on ", device);
+  MT_CHECK(t.is_contiguous(), op, ": ", what, " ", i, " ", t.meta(), " must be contiguous");
+}
+
+void check_state(const char* op, const Tensor& fstate, const Tensor& istate) {
+  MT_CHECK(fstate.defined() && fstate.device().is_cuda(), op, ": the step state must be on a CUDA device (the CPU ",
+           "decides on the host), got ", fstate.defined() ? fstate.meta() : std::string("undefined"));
+  MT_CHECK(fstate.dtype() == DType::f32 && fstate.numel() == formulas::kStepF && fstate.is_contiguous(), op,
+           ": the f32 step state ", fstate.meta(), " must hold ", int(formulas::kStepF), " contiguous values");
+  if (istate.defined())
+    MT_CHECK(istate.dtype() == DType::i64 && istate.numel() == formulas::kStepI && istate.is_contiguous() &&
+                 istate.device() == fstate.device(),
+             op, ": the i64 step state ", istate.meta(), " must hold ", int(formulas::kStepI), " contiguous values on ",
+             fstate.device());
+}
+
+}  // namespace
+
+std::vector<Tensor> unscale_and_decide_(const std::vector<Tensor>& grads, const std::vector<float>& scales,
+                                        Tensor& fstate, Tensor& istate, const formulas::LossScaleRule& rule,
+                                        double max_grad_norm) {
+  const char* op = "unscale_and_decide_";
+  check_state(op, fstate, istate);
+  MT_CHECK(istate.defined(), op, ": the i64 step state is undefined");
+  MT_CHECK(grads.size() == scales.size(), op, ": ", grads.size(), " gradients but ", scales.size(), " scales");
+  MT_CHECK(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0, op,
+           ": max_grad_norm must be finite and >= 0 (0 turns clipping off), got ", max_grad_norm);
+  std::vector<Tensor> in, out;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    MT_CHECK(g.defined() && g.device() == fstate.device(), op, ": gradient ", i, " ",
+             g.defined() ? g.meta() : std::string("undefined"), " is not on ", fstate.device());
+    MT_CHECK(g.dtype() == DType::f32 || is_16bit(g.dtype()), op, ": gradient ", i, " ", g.meta(),
+             " must be f32, f16 or bf16");
+    int e = 0;
+    MT_CHECK(std::isnormal(scales[i]) && scales[i] > 0.0f && std::frexp(scales[i], &e) == 0.5f, op, ": the scale ",
+             scales[i], " of gradient ", i, " is not a power of two in [2^-126, 2^127]");
+    in.push_back(g.contiguous());
+    out.push_back(empty(g.shape(), DType::f32, g.device()));
+  }
+  on_device(
+      fstate.device(), [&] { MT_ASSERT(false, op, " on the CPU"); },
+      [&] { cuda::unscale_and_decide(operands(in), scales, operands(out), fstate, istate, rule, max_grad_norm); });
+  return out;
+}
+
+void multi_adam_update_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                        const std::vector<Tensor>& copies, const std::vector<double>& lrs,
+                        const std::vector<double>& weight_decays, double beta1, double beta2, double eps,
+                        bool decoupled, Tensor& steps, const std::vector<int64_t>& step_index, const Tensor& control) {
+  const char* op = decoupled ? "multi_adamw_update_" : "multi_adam_update_";
+  check_state(op, control, Tensor());
+  const size_t n = params.size();
+  MT_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n && copies.size() == n &&
+               lrs.size() == n && weight_decays.size() == n && step_index.size() == n,
+           op, ": every list needs one entry per parameter (", n, ")");
+  MT_CHECK(steps.defined() && steps.dtype() == DType::i64 && steps.dim() == 1 && steps.is_contiguous() &&
+               steps.device() == control.device(),
+           op, ": steps must be a contiguous 1-d i64 tensor on ", control.device());
+  const Device d = control.device();
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& p = params[i];
+    check_multi(op, p, d, "parameter", i);
+    check_multi(op, grads[i], d, "gradient", i);
+    check_multi(op, exp_avgs[i], d, "exp_avg", i);
+    check_multi(op, exp_avg_sqs[i], d, "exp_avg_sq", i);
+    for (const Tensor* t : {&p, &grads[i], &exp_avgs[i], &exp_avg_sqs[i]})
+      MT_CHECK(t->dtype() == DType::f32 && t->shape() == p.shape(), op, ": ", t->meta(), " of parameter ", i, " ",
+               p.meta(), " must be f32 and shaped like it");
+    if (copies[i].defined()) {
+      check_multi(op, copies[i], d, "rounded copy", i);
+      check_rounded_copy(op, &copies[i], p);
+    }
+    check_adam_hypers(op, lrs[i], beta1, beta2, eps, weight_decays[i], 1);
+    MT_CHECK(step_index[i] >= 0 && step_index[i] < steps.numel(), op, ": step index ", step_index[i], " of parameter ",
+             i, " is outside steps ", steps.meta());
+  }
+  on_device(
+      d, [&] { MT_ASSERT(false, op, " on the CPU"); },
+      [&] {
+    cuda::multi_adam_update(operands(params), operands(grads), operands(exp_avgs), operands(exp_avg_sqs),
+                            operands(copies), lrs, weight_decays, beta1, beta2, eps, decoupled, steps, step_index,
+                            control);
+      });
+}
+
 void sgd16_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tensor& kahan_comp, double lr,
                    double momentum, double weight_decay, Rounding rounding, uint64_t seed, uint64_t offset) {
   const char* op = "sgd16_update_";

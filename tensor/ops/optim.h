@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensor/core/update_formulas.h"
 #include "tensor/tensor.h"
 
 namespace mixtape {
@@ -70,6 +71,33 @@ GradStats grad_stats(const Tensor& g);
 // that is read back once, instead of one host round trip per tensor; anything else (CPU
 // tensors, mixed devices, f64) takes the per-tensor path.
 std::vector<GradStats> grad_stats(const std::vector<Tensor>& gs);
+
+// ---- the device-side step: every parameter at once (Note [Scaled step] in optim/scaled_step.cpp) ----
+//
+// CUDA only (the CPU decides on the host, optim/scaled_step.cpp), all tensors on one device,
+// contiguous; each is a fixed number of launches whatever the number of tensors (Note
+// [Multi-tensor launches] in cuda/optim.cu). The state tensors are the loss scaler's, laid out by
+// formulas::StepF (f32) and StepI (i64) in tensor/core/update_formulas.h.
+
+// Steps 1-4: returns grads[i] / (scales[i] * S) in fp32, S = fstate[kScale] (scales[i]: the
+// gradient's own power-of-two scale); checks them for inf/NaN, measures their global L2 norm,
+// applies `rule` to fstate and istate (scale, counter, step counts, kApplied) and sets
+// fstate[kClip] to the clip factor for max_grad_norm (0: none; 1 when nothing is clipped).
+// grads: f32, f16 or bf16. Two launches (one more per 32 gradients beyond the first 32).
+std::vector<Tensor> unscale_and_decide_(const std::vector<Tensor>& grads, const std::vector<float>& scales,
+                                        Tensor& fstate, Tensor& istate, const formulas::LossScaleRule& rule,
+                                        double max_grad_norm);
+
+// adam_update_ of every params[i] with grads[i] x control[kClip], at its step steps[step_index[i]] + 1
+// (steps: i64, one row per parameter of the optimizer, advanced in place by the launch), with
+// lrs[i] and weight_decays[i]; copies[i] defined: its rounded copy (Note [Fused master copy]).
+// Nothing is written unless control[kApplied] is 1: the scaler's skip, read on the device.
+// Two launches per 32 parameters.
+void multi_adam_update_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                        const std::vector<Tensor>& copies, const std::vector<double>& lrs,
+                        const std::vector<double>& weight_decays, double beta1, double beta2, double eps,
+                        bool decoupled, Tensor& steps, const std::vector<int64_t>& step_index, const Tensor& control);
 
 // ---- pure 16-bit updates (Zamirai et al., "Revisiting BFloat16 Training", Algorithms 2-5) ----
 //

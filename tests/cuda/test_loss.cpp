@@ -167,13 +167,22 @@ TEST_CASE("cuda cross_entropy names the first out-of-range target, as the CPU do
   const Tensor logits = on_gpu(random({12, 5}, DType::f32, 1));
   std::vector<int64_t> t = {0, 1, 2, 3, 4, 7, 0, 1, -1, 2, 3, 4};
   const Tensor targets = on_gpu(from_vector(t, {12}));
-  const std::string msg = "target 7 (at position 5) is out of range for 5 classes";
-  REQUIRE_THROWS_WITH(cross_entropy(logits, targets), Catch::Contains(msg));
-  REQUIRE_THROWS_WITH(cross_entropy(logits, targets, Reduction::none), Catch::Contains(msg));
-  REQUIRE_THROWS_WITH(cross_entropy_backward(logits, targets, on_gpu(full({}, 1.0)), Reduction::mean),
+  const std::string msg = "cross_entropy: target 7 (at position 5) is out of range for 5 classes";
+  // The check waits on the device until the host reads it anyway (Note [Deferred device checks]):
+  // the op itself does not synchronize, the next read throws, naming the op.
+  const uint64_t syncs = cuda::runtime_counters().host_syncs;
+  const Tensor loss = cross_entropy(logits, targets);
+  CHECK(cuda::runtime_counters().host_syncs == syncs);
+  REQUIRE_THROWS_WITH(loss.item(), Catch::Contains(msg));
+  REQUIRE_THROWS_WITH(on_cpu(cross_entropy(logits, targets, Reduction::none)), Catch::Contains(msg));
+  REQUIRE_THROWS_WITH(on_cpu(cross_entropy_backward(logits, targets, on_gpu(full({}, 1.0)), Reduction::mean)),
                       Catch::Contains(msg));
+  {
+    const Tensor pending = cross_entropy(logits, targets);
+    REQUIRE_THROWS_WITH(cuda::synchronize(0), Catch::Contains(msg));  // synchronize() reads it too
+  }
   t[5] = 4;
-  REQUIRE_THROWS_WITH(cross_entropy(logits, on_gpu(from_vector(t, {12}))),
+  REQUIRE_THROWS_WITH(cross_entropy(logits, on_gpu(from_vector(t, {12}))).item(),
                       Catch::Contains("target -1 (at position 8)"));
   t[8] = 0;
   CHECK(std::isfinite(cross_entropy(logits, on_gpu(from_vector(t, {12}))).item()));

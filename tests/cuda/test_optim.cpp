@@ -224,3 +224,153 @@ TEST_CASE("cuda 16-bit updates: the rounding modes really differ", "[cuda]") {
   CHECK(fraction_identical(results[1], p0) < 0.9);
   CHECK(fraction_identical(results[2], p0) < 0.9);
 }
+
+// ---- the device-side step (Note [Scaled step] in optim/scaled_step.cpp) -------------------------
+
+namespace {
+
+// The loss scaler's device state (formulas::StepF, StepI) with scale S and tracker t.
+struct StepState {
+  Tensor f, i;
+  StepState(float scale, int64_t tracker) {
+    std::vector<float> fv(formulas::kStepF, 0.0f);
+    fv[formulas::kScale] = scale;
+    fv[formulas::kClip] = 1.0f;
+    std::vector<int64_t> iv(formulas::kStepI, 0);
+    iv[formulas::kTracker] = tracker;
+    f = on_gpu(from_vector(fv, {formulas::kStepF}));
+    i = on_gpu(from_vector(iv, {formulas::kStepI}));
+  }
+  double at(int k) const { return on_cpu(f).to_vector()[size_t(k)]; }
+  int64_t count(int k) const { return on_cpu(i).values<int64_t>()[size_t(k)]; }
+};
+
+}  // namespace
+
+TEST_CASE("cuda unscale_and_decide: the host's unscale, check, rule and clip factor in two launches", "[cuda]") {
+  MT_REQUIRE_GPU();
+  // 37 gradients (two launches of the multi-tensor kernel), ragged sizes, one spanning several
+  // chunks, f32 and f16, each with its own power-of-two scale on top of the loss scale S.
+  std::vector<Shape> shapes;
+  for (int k = 0; k < 36; ++k) shapes.push_back({int64_t(1 + 37 * k)});
+  shapes.push_back({3, 20011});
+  const formulas::LossScaleRule backoff{.kind = formulas::LossScaleRule::Kind::backoff, .growth_interval = 2};
+  enum class Plant { none, inf, nan, overflow };
+  for (Plant plant : {Plant::none, Plant::inf, Plant::nan, Plant::overflow})
+    for (double max_norm : {0.0, 0.5, 1e9}) {
+      const float S = 1024.0f;
+      std::vector<Tensor> cpu, gpu_grads;
+      std::vector<float> scales;
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        const DType dt = k % 3 == 0 ? DType::f16 : DType::f32;
+        Tensor g = random(shapes[k], dt, 100 + k, -4.0, 4.0);
+        if (k == 5 && plant != Plant::none) {
+          const double v = plant == Plant::inf ? INFINITY : plant == Plant::nan ? NAN : 3e38;
+          g = g.to(DType::f32);  // f32: 3e38 is finite here and overflows when divided by a scale below 1
+          g.flat_set(3, v);
+        }
+        const float alpha = k == 5 && plant == Plant::overflow ? 0.25f / S : float(1 << (k % 4));
+        cpu.push_back(g);
+        gpu_grads.push_back(on_gpu(g));
+        scales.push_back(alpha);
+      }
+      StepState st(S, 1);
+      const std::vector<Tensor> out = unscale_and_decide_(gpu_grads, scales, st.f, st.i, backoff, max_norm);
+      // The reference: ScaledGrad::unscaled, the host check, clip.h's norm, the host rule.
+      std::vector<Tensor> ref;
+      bool found_inf = false;
+      for (size_t k = 0; k < cpu.size(); ++k) {
+        ref.push_back(ScaledGrad{cpu[k], scales[k] * S}.unscaled());
+        for (double v : ref.back().to_vector()) found_inf = found_inf || !std::isfinite(v);
+      }
+      for (size_t k = 0; k < cpu.size(); ++k)
+        require_bit_identical(on_cpu(out[k]), ref[k], "unscaled gradient " + std::to_string(k));
+      BackoffLossScaler host({.init_scale = S, .growth_interval = 2});
+      host.load_state_dict([&] {
+        TensorDict d = host.state_dict();
+        d.set_meta("growth_tracker", "1");
+        return d;
+      }());
+      const bool applied = host.update(GradCheck{.found_inf = found_inf});
+      INFO("plant " << int(plant) << ", max_norm " << max_norm);
+      CHECK(st.at(formulas::kFoundInf) == (found_inf ? 1.0 : 0.0));
+      CHECK(found_inf == (plant != Plant::none));
+      CHECK(st.at(formulas::kApplied) == (applied ? 1.0 : 0.0));
+      CHECK(st.at(formulas::kScale) == host.scale());  // grown after 2 clean steps, halved on an overflow
+      CHECK(st.at(formulas::kScaleUsed) == S);
+      CHECK(st.count(formulas::kTracker) == host.growth_tracker());
+      CHECK(st.count(formulas::kSteps) == 1);
+      CHECK(st.count(formulas::kSkipped) == (applied ? 0 : 1));
+      const double norm = applied ? grad_norm(ref) : 0.0;
+      CHECK(std::fabs(st.at(formulas::kGradNorm) - norm) <= 1e-6 * norm);
+      const double coef = applied && max_norm > 0 ? formulas::clip_coefficient(norm, max_norm) : 1.0;
+      CHECK(std::fabs(st.at(formulas::kClip) - coef) <= 1e-6 * coef);
+      if (max_norm == 0.5 && applied) CHECK(st.at(formulas::kClip) < 1.0);
+    }
+}
+
+TEST_CASE("cuda multi_adam_update: adam_update_ of every tensor in one launch, skipped on the device's word",
+          "[cuda]") {
+  MT_REQUIRE_GPU();
+  // 35 parameters (two launches), ragged, one over several chunks; rounded copies on some.
+  std::vector<Shape> shapes;
+  for (int k = 0; k < 34; ++k) shapes.push_back({int64_t(1 + 53 * k)});
+  shapes.push_back({2, 20011});
+  for (bool decoupled : {false, true}) {
+    const size_t n = shapes.size();
+    std::vector<Tensor> p_c, m_c, v_c, q_c, p_g, m_g, v_g, q_g;
+    std::vector<double> lrs, wds;
+    std::vector<int64_t> rows;
+    for (size_t k = 0; k < n; ++k) {
+      p_c.push_back(random(shapes[k], DType::f32, 500 + k));
+      m_c.push_back(zeros(shapes[k]));
+      v_c.push_back(zeros(shapes[k]));
+      const DType qt = k % 3 == 0 ? DType::f16 : k % 3 == 1 ? DType::bf16 : DType::f32;
+      q_c.push_back(qt == DType::f32 ? Tensor() : p_c[k].to(qt));
+      p_g.push_back(on_gpu(p_c[k]));
+      m_g.push_back(on_gpu(m_c[k]));
+      v_g.push_back(on_gpu(v_c[k]));
+      q_g.push_back(q_c[k].defined() ? on_gpu(q_c[k]) : Tensor());
+      lrs.push_back(k % 2 ? 1e-3 : 3e-2);  // two groups' settings
+      wds.push_back(k % 2 ? 0.0 : 1e-2);
+      rows.push_back(int64_t(n - 1 - k));  // any row of `steps`
+    }
+    std::vector<int64_t> step0(n, 0);
+    for (size_t k = 0; k < n; ++k) step0[size_t(rows[k])] = int64_t(k % 4);  // different counts per parameter
+    Tensor steps = on_gpu(from_vector(step0, {int64_t(n)}));
+    std::vector<int64_t> count = step0;
+    for (const auto& [applied, clip] : {std::pair{1.0f, 1.0f}, std::pair{1.0f, 0.25f}, std::pair{0.0f, 0.5f}}) {
+      StepState control(1.0f, 0);
+      std::vector<float> fv(formulas::kStepF, 0.0f);
+      fv[formulas::kApplied] = applied;
+      fv[formulas::kClip] = clip;
+      control.f = on_gpu(from_vector(fv, {formulas::kStepF}));
+      std::vector<Tensor> g_c, g_g;
+      for (size_t k = 0; k < n; ++k) {
+        g_c.push_back(random(shapes[k], DType::f32, 900 + k + size_t(clip * 100), -0.5, 0.5));
+        g_g.push_back(on_gpu(g_c[k]));
+      }
+      multi_adam_update_(p_g, g_g, m_g, v_g, q_g, lrs, wds, 0.9, 0.999, 1e-8, decoupled, steps, rows, control.f);
+      for (size_t k = 0; k < n; ++k) {
+        if (applied == 0.0f) continue;  // the reference does nothing either
+        const int64_t row = rows[k];
+        const Tensor g = clip == 1.0f ? g_c[k] : g_c[k] * double(clip);  // the host's `coef * g`
+        Tensor* q = q_c[k].defined() ? &q_c[k] : nullptr;
+        adam_update_(p_c[k], g, m_c[k], v_c[k], lrs[k], 0.9, 0.999, 1e-8, wds[k], decoupled, count[size_t(row)] + 1, q);
+        ++count[size_t(row)];
+      }
+      for (size_t k = 0; k < n; ++k) {
+        const std::string what = std::string(decoupled ? "AdamW" : "Adam") + " parameter " + std::to_string(k) +
+                                 (applied == 0.0f ? " (skipped step)" : "") + " clip " + std::to_string(clip);
+        // The bias corrections come from the device's pow (CUDA's, within an ulp of the C
+        // library's): 4 ulps of fp32; on the emulated device the same bits.
+        require_close(p_g[k], p_c[k], what + ": param", 4.0);
+        require_close(m_g[k], m_c[k], what + ": exp_avg", 4.0);
+        require_close(v_g[k], v_c[k], what + ": exp_avg_sq", 4.0);
+        if (q_c[k].defined()) require_close(q_g[k], q_c[k], what + ": rounded copy", 1.0);
+      }
+      CHECK(on_cpu(steps).values<int64_t>() == count);  // advanced on applied steps only
+    }
+    CHECK(on_cpu(steps).values<int64_t>() != step0);  // the applied steps moved the counts
+  }
+}

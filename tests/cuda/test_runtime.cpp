@@ -80,3 +80,32 @@ TEST_CASE("cuda runtime counters count launches, host synchronizations and real 
   CHECK(cuda::runtime_counters().device_allocs == reused + 1);
   CHECK(back.values<float>()[0] == 2.0f * host.values<float>()[0]);
 }
+
+TEST_CASE("cuda readout block: one read brings a small value and every readout tensor", "[cuda]") {
+  MT_REQUIRE_GPU();
+  // Note [Readout block]: a readout tensor written on the device is read with the next
+  // synchronization, whatever caused it; reading it again costs nothing until more work is queued.
+  Tensor a = readout_zeros({3}, DType::f32, gpu());
+  Tensor b = readout_zeros({2}, DType::i64, gpu());
+  a.copy_(on_gpu(from_vector(std::vector<float>{1.5f, -2.0f, 4.0f}, {3})));
+  b.copy_(on_gpu(from_vector(std::vector<int64_t>{7, -9}, {2})));
+  const Tensor x = unary(UnaryOp::mul_scalar, on_gpu(full({1}, 3.0)), 2.0);
+  const uint64_t before = cuda::runtime_counters().host_syncs;
+  CHECK(x.item() == 6.0);  // a small read: staged into the block, one synchronization
+  CHECK(cuda::runtime_counters().host_syncs == before + 1);
+  CHECK(a.values<float>() == std::vector<float>{1.5f, -2.0f, 4.0f});  // came with it
+  CHECK(b.values<int64_t>() == std::vector<int64_t>{7, -9});
+  CHECK(cuda::runtime_counters().host_syncs == before + 1);
+  {
+    Tensor slot = a.narrow(0, 1, 1);
+    slot.copy_(x);  // work queued after the read: the next read of `a` goes to the device
+  }
+  CHECK(a.values<float>() == std::vector<float>{1.5f, 6.0f, 4.0f});
+  CHECK(cuda::runtime_counters().host_syncs == before + 2);
+  // A readout tensor's piece goes back to the block and serves the next one of its size.
+  const void* where = a.raw_data();
+  a = Tensor();
+  const Tensor c = readout_zeros({3}, DType::f32, gpu());
+  CHECK(c.raw_data() == where);
+  CHECK(c.values<float>() == std::vector<float>{0.0f, 0.0f, 0.0f});
+}

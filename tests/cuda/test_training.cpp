@@ -281,3 +281,165 @@ TEST_CASE("cuda Module::to(cuda) and back returns every parameter and buffer bit
     }
   }
 }
+
+// ---- the training step without host round trips (Note [Scaled step], DESIGN.md section 7) -------
+
+namespace {
+
+// [B, 1, 8, 8] -> conv(1 -> 4) - BN - ReLU - maxpool 2 -> conv(4 -> 8) - BN - ReLU - maxpool 2 ->
+// flatten -> linear(32 -> 16) - ReLU - linear(16 -> 10): the cnn example's layers, small.
+std::shared_ptr<nn::Sequential> make_cnn_like(uint64_t seed) {
+  Generator gen(seed);
+  return std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Conv2d>(1, 4, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(4),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Conv2d>(4, 8, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(8),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(8 * 2 * 2, 16, true, gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(16, 10, true, gen));
+}
+
+// The runtime counters of what ran between construction and the call.
+struct Counted {
+  cuda::RuntimeCounters at = cuda::runtime_counters();
+  cuda::RuntimeCounters since() const {
+    const cuda::RuntimeCounters now = cuda::runtime_counters();
+    return {now.launches - at.launches, now.host_syncs - at.host_syncs, now.device_allocs - at.device_allocs};
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "cuda training step fp16 backoff AdamW: no host synchronization, few launches, no allocation after the "
+    "first step",
+    "[cuda]") {
+  MT_REQUIRE_GPU();
+  auto model = make_cnn_like(41);
+  model->to(gpu());
+  PrecisionOptions o = policy(nn::Precision::fp16, "backoff");
+  o.max_grad_norm = 1.0;  // clipping's norm on the device too
+  PrecisionTrainer trainer(*model, {.kind = OptimizerKind::adamw, .lr = 1e-3}, o);
+  REQUIRE(trainer.scaler().on_device());
+  const Batches data = make_batches(6, 42);
+  // The batches go to the device before the steps are counted: what is measured is the step.
+  std::vector<Tensor> xs, ys;
+  for (size_t s = 0; s < data.x.size(); ++s) {
+    xs.push_back(trainer.input(data.x[s]));
+    ys.push_back(trainer.input(data.y[s]));
+  }
+  Tensor losses = readout_zeros({int64_t(xs.size())}, DType::f32, gpu());  // the loop's loss log
+  for (size_t s = 0; s < xs.size(); ++s) {
+    const Counted counted;
+    Tape tape;
+    trainer.begin_step(tape);
+    const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, (*model)(Variable(xs[s]))), ys[s]);
+    trainer.backward(tape, loss);
+    trainer.step();
+    Tensor slot = losses.narrow(0, int64_t(s), 1);
+    slot.copy_(loss.data().reshape({1}));
+    const cuda::RuntimeCounters c = counted.since();
+    INFO("step " << s + 1 << ": " << c.launches << " launches, " << c.host_syncs << " host synchronizations, "
+                 << c.device_allocs << " device allocations");
+    if (s == 0) continue;  // the first step allocates what the others reuse
+    CHECK(c.host_syncs == 0);
+    CHECK(c.launches <= 80);
+    CHECK(c.device_allocs == 0);
+  }
+  // A step that logs reads everything in one synchronization: the losses, the scale, the skip
+  // flag and the gradient norm all come with the read of the readout block.
+  const Counted logging;
+  const std::vector<double> l = losses.to_vector();
+  const float scale = trainer.last_scale();
+  const bool applied = trainer.last_applied();
+  const double norm = trainer.last_grad_norm();
+  CHECK(trainer.steps() == 6);
+  CHECK(logging.since().host_syncs == 1);
+  CHECK(applied);
+  CHECK(scale == 65536.0f);
+  CHECK(norm > 0.0);
+  CHECK(l.back() < l.front());  // it trains
+}
+
+TEST_CASE("cuda training step: the skip decided on the device skips (an inf in one gradient)", "[cuda]") {
+  MT_REQUIRE_GPU();
+  auto model = make_cnn_like(43);
+  model->to(gpu());
+  PrecisionTrainer trainer(*model, {.kind = OptimizerKind::adamw, .lr = 1e-2, .weight_decay = 1e-2},
+                           policy(nn::Precision::fp16, "backoff"));
+  REQUIRE(trainer.scaler().on_device());
+  const Batches data = make_batches(3, 44);
+  const auto run_step = [&](size_t s, bool plant_inf) {
+    Tape tape;
+    trainer.begin_step(tape);
+    const Variable loss = cross_entropy(
+        nn::fp32_input(OpId::cross_entropy, (*model)(Variable(trainer.input(data.x[s])))), trainer.input(data.y[s]));
+    trainer.backward(tape, loss);
+    if (plant_inf) {  // one element of one weight gradient becomes inf
+      Tensor g = model->parameters()[2].grad()->g;
+      g.narrow(0, 0, 1).copy_(on_gpu(full({1}, INFINITY, g.dtype())).reshape(g.narrow(0, 0, 1).shape()));
+    }
+    return trainer.step();
+  };
+  CHECK(run_step(0, false).applied());
+  const auto snapshot = [&] {
+    std::vector<Tensor> w;
+    for (const Variable& p : model->parameters()) w.push_back(on_cpu(p.data()));
+    for (const auto& [name, t] : trainer.state_dict().tensors) w.push_back(on_cpu(t));
+    return w;
+  };
+  const std::vector<Tensor> before = snapshot();
+  const float scale = trainer.scale();
+  const int64_t count = trainer.optimizer().step_count(0);
+  const StepReport r = run_step(1, true);
+  CHECK_FALSE(r.applied());
+  CHECK(r.check().found_inf);
+  CHECK(r.grad_norm() == 0.0);
+  CHECK(trainer.scale() == scale / 2);  // backed off
+  CHECK(trainer.last_scale() == scale);
+  CHECK(trainer.skipped() == 1);
+  CHECK(trainer.optimizer().step_count(0) == count);  // the skipped step does not count
+  const std::vector<Tensor> after = snapshot();
+  REQUIRE(after.size() == before.size());
+  for (size_t k = 0; k < before.size(); ++k)
+    require_bit_identical(after[k], before[k],
+                          "weights and optimizer state after a skipped step, tensor " + std::to_string(k));
+  // The next clean step applies again at the lower scale.
+  CHECK(run_step(2, false).applied());
+  CHECK(trainer.last_scale() == scale / 2);
+  CHECK(trainer.optimizer().step_count(0) == count + 1);
+}
+
+TEST_CASE("cuda training step decided on the device matches the same step decided on the host", "[cuda]") {
+  MT_REQUIRE_GPU();
+  // The same model, batches and AdamW on the GPU, once with the backoff scaler's state on the device
+  // (Note [Loss scale on the device]) and once on the host: the gradients are the same bits, so
+  // the weights differ only by the device's pow in Adam's bias corrections (the same bits on the
+  // emulated device) and the order of the norm's sum (clipping at 0.5 is active).
+  const Batches data = make_batches(4, 45);
+  std::vector<std::vector<Tensor>> weights;
+  for (bool on_device : {true, false}) {
+    auto model = make_cnn_like(46);
+    model->to(gpu());
+    nn::apply_precision(*model, nn::Precision::fp16);
+    std::vector<Variable> params = model->parameters();
+    MasterWeights mw(
+        params, [](std::vector<Variable> m) { return std::make_unique<AdamW>(std::move(m), AdamWOptions{.lr = 1e-2}); },
+        {.max_grad_norm = 0.5});
+    BackoffLossScaler scaler({.init_scale = 1024.0f, .growth_interval = 2});
+    if (on_device) scaler.keep_on(gpu());
+    for (size_t s = 0; s < data.x.size(); ++s) {
+      Tape tape;
+      const Variable x(on_gpu(data.x[s]).to(DType::f16));
+      const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, (*model)(x)), on_gpu(data.y[s]));
+      tape.backward(loss, scaler.seed(loss));
+      CHECK(mw.step(scaler).applied());
+    }
+    CHECK(scaler.scale() == 4096.0f);  // grown twice
+    std::vector<Tensor> w;
+    for (size_t i = 0; i < params.size(); ++i) w.push_back(on_cpu(mw.master(i).data()));
+    weights.push_back(w);
+  }
+  for (size_t k = 0; k < weights[0].size(); ++k)
+    require_close(weights[0][k], weights[1][k], "master " + std::to_string(k), 16.0, 1e-6);
+}

@@ -311,14 +311,14 @@ TEST_CASE("scaled_step drives a pure 16-bit optimizer under loss scaling", "[opt
   BackoffLossScaler scaler({.init_scale = 1024.0f});
   a.set_grad(ScaledGrad{from_vector(std::vector<double>{0.25 * 1024, 0.5 * 1024}, {2}, DType::f16), 1024.0f});
   b.set_grad(ScaledGrad{from_vector(std::vector<double>{0.25, 0.5}, {2}, DType::f16), 1.0f});
-  CHECK(scaled_step(oa, scaler).applied);
+  CHECK(scaled_step(oa, scaler).applied());
   ob.step();
   CHECK(bytes_of(a.data()) == bytes_of(b.data()));
   CHECK(a.data().to_vector() == std::vector<double>{0.96875, -0.5625});
   const std::vector<uint8_t> before = bytes_of(a.data());
   const std::vector<uint8_t> mom = bytes_of(oa.state_dict().at("state.0.momentum_buffer"));
   a.set_grad(ScaledGrad{from_vector(std::vector<double>{INFINITY, 1.0}, {2}, DType::f16), 1024.0f});
-  CHECK_FALSE(scaled_step(oa, scaler).applied);
+  CHECK_FALSE(scaled_step(oa, scaler).applied());
   CHECK(bytes_of(a.data()) == before);
   CHECK(bytes_of(oa.state_dict().at("state.0.momentum_buffer")) == mom);
   CHECK(oa.step_count(0) == 1);

@@ -1,6 +1,5 @@
 #include "tensor/cpu/convert.h"
 
-#include <atomic>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -9,6 +8,7 @@
 #include "tensor/core/error.h"
 #include "tensor/core/rng.h"
 #include "tensor/core/rounding_census.h"
+#include "tensor/cpu/vector_paths.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -403,21 +403,19 @@ bool cpu_has_avx512() {
 #endif  // MT_HAVE_X86_PATHS
 
 // The paths this CPU can run, the reference first and the preferred one last.
-std::vector<const ConvertPath*> supported_paths() {
-  std::vector<const ConvertPath*> paths{&kScalarPath};
+VectorPaths<ConvertPath>& paths() {
+  static VectorPaths<ConvertPath> table("conversion", [] {
+    std::vector<const ConvertPath*> p{&kScalarPath};
 #if MT_HAVE_X86_PATHS
-  if (cpu_has_avx2()) paths.push_back(&kAvx2Path);
-  if (cpu_has_avx512()) paths.push_back(&kAvx512Path);
+    if (cpu_has_avx2()) p.push_back(&kAvx2Path);
+    if (cpu_has_avx512()) p.push_back(&kAvx512Path);
 #endif
-  return paths;
+    return p;
+  }());
+  return table;
 }
 
-std::atomic<const ConvertPath*>& active_path() {
-  static std::atomic<const ConvertPath*> active{supported_paths().back()};
-  return active;
-}
-
-const ConvertPath& path() { return *active_path().load(std::memory_order_relaxed); }
+const ConvertPath& path() { return paths().active(); }
 
 }  // namespace
 
@@ -459,23 +457,8 @@ void store_n(const float* src, float* dst, int64_t n) { load_n(src, dst, n); }
 
 const char* conversion_path() { return path().name; }
 
-std::vector<std::string> conversion_paths() {
-  std::vector<std::string> names;
-  for (const ConvertPath* p : supported_paths()) names.emplace_back(p->name);
-  return names;
-}
+std::vector<std::string> conversion_paths() { return paths().names(); }
 
-void set_conversion_path(std::string_view name) {
-  std::string known;
-  for (const ConvertPath* p : supported_paths()) {
-    if (name == p->name) {
-      active_path().store(p, std::memory_order_relaxed);
-      return;
-    }
-    known += known.empty() ? p->name : std::string(", ") + p->name;
-  }
-  throw Error(
-      detail::cat("set_conversion_path: '", name, "' is not a conversion path this CPU supports (", known, ")"));
-}
+void set_conversion_path(std::string_view name) { paths().select(name, "set_conversion_path"); }
 
 }  // namespace mixtape::cpu

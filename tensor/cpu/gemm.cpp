@@ -19,7 +19,6 @@
 // the reference is three loops.
 #include "tensor/cpu/gemm.h"
 
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -28,6 +27,7 @@
 #include "tensor/core/error.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/gemm_blocks.h"
+#include "tensor/cpu/vector_paths.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -238,8 +238,8 @@ CpuFeatures cpu_features() {
 #endif  // MT_HAVE_X86_PATHS
 
 // The paths this CPU can run, the reference first and the default last.
-const std::vector<const GemmPath*>& supported_paths() {
-  static const std::vector<const GemmPath*> paths = [] {
+VectorPaths<GemmPath>& paths() {
+  static VectorPaths<GemmPath> table("GEMM", [] {
     std::vector<const GemmPath*> p{&kScalarPath};
 #if MT_HAVE_X86_PATHS
     const CpuFeatures f = cpu_features();
@@ -248,13 +248,8 @@ const std::vector<const GemmPath*>& supported_paths() {
     if (f.avx512bf16) p.push_back(&kAvx512Bf16Path);
 #endif
     return p;
-  }();
-  return paths;
-}
-
-std::atomic<const GemmPath*>& active_path() {
-  static std::atomic<const GemmPath*> active{supported_paths().back()};
-  return active;
+  }());
+  return table;
 }
 
 // The operand X shifted to start at its element (r0, c0).
@@ -275,30 +270,16 @@ void gemm(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A
       for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
     return;
   }
-  const BlockFn block = active_path().load(std::memory_order_relaxed)->block;
+  const BlockFn block = paths().active().block;
   gemm_blocked(M, N, K, accumulate, C, ldc,
                [&](int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t k0, int64_t k, bool acc, float* c,
                    int64_t ldc_c) { block(arith, m, n, k, at(A, i0, k0), at(B, k0, j0), acc, c, ldc_c); });
 }
 
-const char* gemm_path() { return active_path().load(std::memory_order_relaxed)->name; }
+const char* gemm_path() { return paths().active().name; }
 
-std::vector<std::string> gemm_paths() {
-  std::vector<std::string> names;
-  for (const GemmPath* p : supported_paths()) names.emplace_back(p->name);
-  return names;
-}
+std::vector<std::string> gemm_paths() { return paths().names(); }
 
-void set_gemm_path(std::string_view name) {
-  std::string known;
-  for (const GemmPath* p : supported_paths()) {
-    if (name == p->name) {
-      active_path().store(p, std::memory_order_relaxed);
-      return;
-    }
-    known += known.empty() ? p->name : std::string(", ") + p->name;
-  }
-  MT_CHECK(false, "set_gemm_path: '", name, "' is not a GEMM path this CPU supports (", known, ")");
-}
+void set_gemm_path(std::string_view name) { paths().select(name, "set_gemm_path"); }
 
 }  // namespace mixtape::cpu

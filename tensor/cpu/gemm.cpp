@@ -10,8 +10,8 @@
 //     gradient has long lost its meaning; they also mean that a loss scale commutes with a bf16
 //     GEMM only above that range.
 // Because each element's sequence is fixed, the scalar reference below, the AVX2 path and the
-// AVX-512 paths compute the same bits (tests/tensor/test_gemm.cpp compares them on every shape
-// class and on ties, subnormals, inf and NaN), and the blocks of gemm_blocks.h make the result
+// AVX-512 paths compute the same bits, a NaN's payload aside (tests/tensor/test_gemm.cpp
+// compares them on every shape class and on ties, subnormals, inf and NaN), and the blocks of gemm_blocks.h make the result
 // independent of the thread count. The hardware's vdpbf16ps was checked against the reference's
 // formula on 32 million random lanes (an AMD Zen 5 CPU): the same bits in every lane.
 //

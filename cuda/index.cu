@@ -110,12 +110,6 @@ void dispatch_condition(DType dtype, F&& f) {
   else dispatch_floating(dtype, "where (condition)", f);
 }
 
-Shape strides_without(const Strided& t, int64_t dim) {
-  Shape s = t.strides();
-  s[size_t(dim)] = 0;
-  return s;
-}
-
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------------------

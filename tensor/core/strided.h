@@ -72,4 +72,12 @@ class Strided {
   bool defined_ = false;
 };
 
+// t's strides with dim `dim` set to 0: for walking another tensor's positions while the
+// coordinate along `dim` comes from elsewhere (gather's index values).
+inline Shape strides_without(const Strided& t, int64_t dim) {
+  Shape s = t.strides();
+  s[size_t(dim)] = 0;
+  return s;
+}
+
 }  // namespace mixtape

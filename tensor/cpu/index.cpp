@@ -6,15 +6,6 @@
 
 namespace mixtape::cpu {
 
-namespace {
-// x's strides for walking index's positions: dim `dim` is taken from the index value instead.
-Shape strides_without(const Strided& t, int64_t dim) {
-  Shape s = t.strides();
-  s[size_t(dim)] = 0;
-  return s;
-}
-}  // namespace
-
 void first_bad_index(const Strided& index, int64_t size, const Strided& first_bad) {
   const int64_t* pidx = static_cast<const int64_t*>(index.raw_data());
   int64_t* out = static_cast<int64_t*>(first_bad.raw_data());

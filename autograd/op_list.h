@@ -43,7 +43,9 @@
   /* min, var, std (autograd/functions/reduce.cpp); indexing (autograd/functions/index.cpp) */ \
   MT_OP(min, "min") MT_OP(var, "var") MT_OP(std, "std")                                 \
   MT_OP(gather, "gather") MT_OP(index_select, "index_select") MT_OP(where, "where")     \
-  MT_OP(masked_fill, "masked_fill")
+  MT_OP(masked_fill, "masked_fill")                                                    \
+  /* one LSTM layer's recurrence as one node (autograd/functions/lstm.cpp) */           \
+  MT_OP(lstm_layer, "lstm_layer")
 // clang-format on
 
 namespace mixtape {

@@ -10,6 +10,7 @@
 #include "autograd/functions/dropout.h"
 #include "autograd/functions/shape.h"
 #include "autograd/functions/view.h"
+#include "autograd/scaling.h"
 #include "nn/dropout.h"
 #include "nn/init.h"
 
@@ -88,22 +89,31 @@ LSTMOutput LSTM::forward(const Variable& x, const std::optional<LSTMState>& stat
     Shape proj_shape = layer_in.shape();
     proj_shape[2] = 4 * H;
     const Variable proj = reshape(linear(reshape(layer_in, {T * B, in}), w_ih, b_ih), proj_shape);
-    const std::vector<Variable> steps = split(proj, 1, tdim);
-
-    Variable h = h0[size_t(l)], c = c0[size_t(l)];
-    std::vector<Variable> outs;
-    outs.reserve(size_t(T));
-    for (int64_t t = 0; t < T; ++t) {
-      // gates (B, 4H) = proj_t + h W_hh^T + b_hh
-      const Variable gates = squeeze(steps[size_t(t)], tdim) + linear(h, w_hh, b_hh);
-      auto [c_next, h_next] = lstm_cell(gates, c);
-      c = c_next;
-      h = h_next;
-      outs.push_back(h);
+    if (!scaling_rule_active()) {
+      // The recurrence as one node (Note [LSTM layer node]): the same forward, and one GEMM
+      // for the weight gradient of all T steps.
+      LstmLayerResult r = lstm_layer(proj, w_hh, b_hh, h0[size_t(l)], c0[size_t(l)], tdim);
+      h_n.push_back(r.h);
+      c_n.push_back(r.c);
+      layer_in = r.out;
+    } else {
+      // Gradient scaling chooses a scale per recurrent GEMM: the unrolled graph.
+      const std::vector<Variable> steps = split(proj, 1, tdim);
+      Variable h = h0[size_t(l)], c = c0[size_t(l)];
+      std::vector<Variable> outs;
+      outs.reserve(size_t(T));
+      for (int64_t t = 0; t < T; ++t) {
+        // gates (B, 4H) = proj_t + h W_hh^T + b_hh
+        const Variable gates = squeeze(steps[size_t(t)], tdim) + linear(h, w_hh, b_hh);
+        auto [c_next, h_next] = lstm_cell(gates, c);
+        c = c_next;
+        h = h_next;
+        outs.push_back(h);
+      }
+      h_n.push_back(h);
+      c_n.push_back(c);
+      layer_in = stack(outs, tdim);
     }
-    h_n.push_back(h);
-    c_n.push_back(c);
-    layer_in = stack(outs, tdim);
     if (l + 1 < L) layer_in = dropout(layer_in, o.dropout, is_training(), dropout_gen_);
   }
   return {layer_in, {stack(h_n, 0), stack(c_n, 0)}};

@@ -12,6 +12,9 @@
 // backward is one concat, not T scatters). Each step then adds one recurrent GEMM,
 // linear(h, W_hh, b_hh), and runs the fused lstm_cell op. The step outputs h_t are stacked
 // along the time dim. Parameters are cast to the input's dtype once per forward, not per step.
+// Without a gradient-scaling rule on the tape, the steps of a layer are recorded as one node
+// that runs the same ops and forms the recurrent weight gradient with one GEMM over all steps
+// (Note [LSTM layer node] in autograd/functions/lstm.cpp); with a rule, the unrolled graph.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,9 @@
 #include "autograd/functions/lstm.h"
 
 #include "autograd/tape.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/ops/linalg.h"
+#include "tensor/ops/shape.h"
 
 namespace mixtape {
 
@@ -15,6 +18,90 @@ LstmCellResult<Variable> lstm_cell(const Variable& gates, const Variable& c_prev
     return std::vector<Tensor>{g.d_gates, g.d_c_prev};
   });
   return {vs[0], vs[1]};
+}
+
+// Note [LSTM layer node]
+// The unrolled graph (nn/lstm.h, Note [LSTM layer schedule]) records T recurrent linear nodes,
+// T cells and a split; its backward forms T weight gradients dW_t = dG_t^T h_{t-1} (each a GEMM
+// with a reduction of only B) and sums them through the branch rule, T - 1 additions of a
+// [4H, H] tensor, rounded to the compute dtype after each one in 16 bits. This node runs the
+// same forward, op for op (so the forward values are identical), and backpropagates through
+// time itself:
+//
+//   for t = T-1 .. 0:  dh_t  = dout_t + dh              (the two uses of h_t: output, next step)
+//                      dG_t, dc = lstm_cell_backward(G_t, c_{t-1}, dc, dh_t)
+//                      dh    = dG_t W_hh                 (B, H) = (B, 4H) (4H, H)
+//   dW_hh = dG^T Hprev:  (4H, H) = (T*B, 4H)^T (T*B, H)  one GEMM, reduction T*B, rounded once
+//   db_hh = the sum of dG's T*B rows;  dproj = dG;  dh0 = dh;  dc0 = dc
+//
+// Every activation gradient is computed exactly as the unrolled graph computes it; only the
+// weight and bias gradients are summed in a different order (one fp32 accumulation instead of T
+// separately rounded pieces), which in 16 bits is also the more accurate sum. The scale passes
+// through, as it does through every unrolled op when no ScalingRule is active. Under gradient
+// scaling (Zhao et al.) each step's recurrent GEMM chooses its own beta, so dG_t would carry T
+// different scales: nn::LSTM records the unrolled graph then, and this node refuses a rule.
+LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Variable& b_hh, const Variable& h0,
+                           const Variable& c0, int64_t time_dim) {
+  MT_CHECK(proj.defined() && w_hh.defined() && h0.defined() && c0.defined(), "lstm_layer: got an undefined Variable");
+  MT_CHECK(time_dim == 0 || time_dim == 1, "lstm_layer: time_dim must be 0 or 1, got ", time_dim);
+  MT_CHECK(proj.dim() == 3 && w_hh.dim() == 2 && w_hh.size(0) == proj.size(2) && w_hh.size(0) == 4 * w_hh.size(1),
+           "lstm_layer: expected proj [., ., 4H] and w_hh [4H, H], got ", proj.data().meta(), " and ",
+           w_hh.data().meta());
+  const int64_t T = proj.size(time_dim), B = proj.size(1 - time_dim), H = w_hh.size(1);
+  for (const Variable* s : {&h0, &c0})
+    MT_CHECK(s->shape() == Shape({B, H}), "lstm_layer: the initial states must be [", B, ", ", H, "], got ",
+             s->data().meta());
+  MT_CHECK(!b_hh.defined() || b_hh.shape() == Shape({4 * H}), "lstm_layer: b_hh must be [", 4 * H, "], got ",
+           b_hh.data().meta());
+  MT_CHECK(T > 0, "lstm_layer: the sequence ", proj.data().meta(), " has no steps");
+
+  const Tensor x = proj.data(), w = w_hh.data(), b = b_hh.defined() ? b_hh.data() : Tensor();
+  // gates[t]: G_t [B, 4H]; cs[t], hs[t]: the state before step t (cs[T], hs[T]: after the last).
+  std::vector<Tensor> gates(static_cast<size_t>(T)), cs(static_cast<size_t>(T + 1)), hs(static_cast<size_t>(T + 1));
+  cs[0] = c0.data();
+  hs[0] = h0.data();
+  for (int64_t t = 0; t < T; ++t) {
+    const size_t i = size_t(t);
+    // The unrolled graph's ops in its order: proj_t + (h W_hh^T + b_hh), each rounded once.
+    gates[i] = add(x.select(time_dim, t), linear(hs[i], w, b));
+    LstmCellResult<Tensor> step = mixtape::lstm_cell(gates[i], cs[i]);
+    cs[i + 1] = std::move(step.c);
+    hs[i + 1] = std::move(step.h);
+  }
+  Tensor out = stack(std::vector<Tensor>(hs.begin() + 1, hs.end()), time_dim);
+  Tensor h_n = hs.back(), c_n = cs.back();
+  hs.pop_back();  // backward needs h_0 .. h_{T-1} and c_0 .. c_{T-1}
+  cs.pop_back();
+
+  std::vector<Variable> vs =
+      record_multi(OpId::lstm_layer, {proj, w_hh, b_hh, h0, c0}, {out, h_n, c_n},
+                   [gates = std::move(gates), cs = std::move(cs), hs = std::move(hs), w, time_dim, T, B, H](
+                       const std::vector<Tensor>& dys, const std::vector<bool>& needs) {
+    MT_CHECK(!scaling_rule_active(),
+             "lstm_layer: recorded without a gradient-scaling rule but run backward with one; set the rule on the "
+             "tape before the forward pass (nn::LSTM then records the unrolled graph)");
+    const Tensor& dout = dys[0];
+    Tensor dh = dys[1], dc = dys[2];
+    std::vector<Tensor> dgs(static_cast<size_t>(T));
+    for (int64_t t = T - 1; t >= 0; --t) {
+      const size_t i = size_t(t);
+      LstmCellGrads g = lstm_cell_backward(gates[i], cs[i], dc, add(dout.select(time_dim, t), dh));
+      dc = std::move(g.d_c_prev);
+      if (t > 0 || needs[3]) dh = linear_backward_input(g.d_gates, w);  // (B, H) = (B, 4H) (4H, H)
+      dgs[i] = std::move(g.d_gates);
+    }
+    std::vector<Tensor> dx(5);
+    const Tensor dG = stack(dgs, time_dim);  // proj's layout
+    if (needs[0]) dx[0] = dG;
+    const Tensor dG_rows = dG.reshape({T * B, 4 * H});
+    if (needs[1])  // (4H, H) = (T*B, 4H)^T (T*B, H), rows in proj's (t, b) or (b, t) order
+      dx[1] = linear_backward_weight(dG_rows, stack(hs, time_dim).reshape({T * B, H}));
+    if (needs[2]) dx[2] = linear_backward_bias(dG_rows);
+    if (needs[3]) dx[3] = dh;
+    if (needs[4]) dx[4] = dc;
+    return dx;
+      });
+  return {vs[0], vs[1], vs[2]};
 }
 
 }  // namespace mixtape

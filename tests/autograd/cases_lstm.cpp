@@ -47,4 +47,27 @@ MT_OP_CASE(OpCase{"lstm_cell unrolled over 3 steps",
 },
            /*tol16=*/8.0});
 
+// The fused layer (Note [LSTM layer node]): T = 3 steps, B = 2, H = 2, every output used.
+// Inputs: proj [B, T, 4H] (batch first), w_hh [4H, H], b_hh [4H], h0 [B, H], c0 [B, H].
+MT_OP_CASE(OpCase{"lstm_layer batch first, all outputs used",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({2, 3, 8}, dt, 231), rand_input({8, 2}, dt, 232), rand_input({8}, dt, 233),
+                             rand_input({2, 2}, dt, 234), rand_noncontig({2, 2}, dt, 235)};
+                  },
+                  [](const V& v) {
+  LstmLayerResult r = lstm_layer(v[0], v[1], v[2], v[3], v[4], 1);
+  return concat({reshape(r.out, {2, 6}), r.h, r.c}, 1);  // [2, 10]
+},
+           /*tol16=*/8.0});
+
+// Time major, a non-contiguous projection, no recurrent bias, only the sequence output used
+// (the tape zero-fills dh_n and dc_n).
+MT_OP_CASE(OpCase{"lstm_layer time major, no bias, out only",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_noncontig({4, 2, 8}, dt, 241), rand_input({8, 2}, dt, 242),
+                             rand_input({2, 2}, dt, 243), rand_input({2, 2}, dt, 244)};
+                  },
+                  [](const V& v) { return lstm_layer(v[0], v[1], Variable(), v[2], v[3], 0).out; },
+                  /*tol16=*/8.0});
+
 }  // namespace

@@ -159,3 +159,103 @@ TEST_CASE("LSTM validates its input and state shapes", "[nn][lstm][errors]") {
   CHECK_THROWS_WITH(lstm(Variable(zeros({2, 5, 3})), nn::LSTMState{Variable(zeros({2, 2, 4})), Variable()}),
                     Contains("an undefined Variable"));
 }
+
+namespace {
+
+// A rule that answers 1 everywhere: with it, nn::LSTM records the unrolled graph, and in f32 and
+// f64 the gradients are those of plain backward (no 16-bit param_grad path is involved).
+struct IdentityRule : ScalingRule {
+  float gemm_beta(const GemmGradQuery&) override { return 1.0f; }
+  float cast_beta(const CastGradQuery&) override { return 1.0f; }
+  float param_beta(const ParamGradQuery&) override { return 1.0f; }
+};
+
+struct LstmRun {
+  Tensor out, dx;
+  std::vector<Tensor> grads;  // one per parameter
+  size_t nodes = 0;           // recorded on the tape
+};
+
+LstmRun run_lstm(nn::LSTM& lstm, const Tensor& x, const Tensor& seed, bool unrolled) {
+  lstm.zero_grad();
+  IdentityRule rule;
+  Variable xv(x, true);
+  Tape tape;
+  if (unrolled) tape.set_scaling_rule(&rule);
+  auto [out, state] = lstm(xv);
+  LstmRun r{out.data(), {}, {}, tape.size()};
+  // out and both final states reach the loss, so every output of the layer node has a gradient.
+  Variable loss = sum(out * Variable(seed)) + sum(state.h) + sum(state.c * state.c);
+  tape.backward(loss);
+  r.dx = xv.grad()->g;
+  for (const Variable& p : lstm.parameters()) r.grads.push_back(p.grad()->g);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("LSTM layer node: the unrolled graph's forward and gradients, with one node per layer",
+          "[nn][lstm][autograd]") {
+  // Note [LSTM layer node]: same ops forward and for every activation gradient; the weight and
+  // bias gradients of W_hh are one sum over all steps instead of T partial sums.
+  for (DType dt : {DType::f64, DType::f32}) {
+    for (bool batch_first : {true, false}) {
+      INFO(dtype_name(dt) << (batch_first ? " batch first" : " time major"));
+      Generator gen(31);
+      nn::LSTM lstm(nn::LSTMOptions{5, 6, 2, batch_first}, gen);
+      if (dt == DType::f64) lstm.to(DType::f64);
+      const Shape xs = batch_first ? Shape{3, 7, 5} : Shape{7, 3, 5};
+      const Shape os = batch_first ? Shape{3, 7, 6} : Shape{7, 3, 6};
+      const Tensor x = randn(xs, 41, dt), seed = randn(os, 42, dt);
+      const LstmRun fused = run_lstm(lstm, x, seed, false), unrolled = run_lstm(lstm, x, seed, true);
+      CHECK(fused.nodes < unrolled.nodes / 4);
+      CHECK(max_diff(fused.out, unrolled.out) == 0.0);  // bit for bit
+      // Activation gradients follow the same ops; the input gradient sums dG W_ih over the same
+      // dG, so it is bit-identical too.
+      CHECK(max_diff(fused.dx, unrolled.dx) == 0.0);
+      const auto names = lstm.named_parameters();
+      REQUIRE(fused.grads.size() == unrolled.grads.size());
+      for (size_t i = 0; i < fused.grads.size(); ++i) {
+        INFO(names[i].first);
+        const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+        double scale = 0.0;
+        for (double v : unrolled.grads[i].to_vector()) scale = std::max(scale, std::abs(v));
+        CHECK(max_diff(fused.grads[i], unrolled.grads[i]) <= tol * scale);
+        // W_ih and b_ih of the first layer see the same dG rows and one GEMM either way.
+        if (names[i].first == "weight_ih_l0" || names[i].first == "bias_ih_l0")
+          CHECK(max_diff(fused.grads[i], unrolled.grads[i]) == 0.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("LSTM layer node in 16 bits: the forward is the unrolled graph's, bit for bit", "[nn][lstm][mixed]") {
+  Generator gen(12);
+  nn::LSTM lstm(nn::LSTMOptions{4, 8, 1, true}, gen);
+  const Tensor x = randn({2, 9, 4}, 13, DType::f32);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    IdentityRule rule;
+    Tensor fused, unrolled;
+    {
+      Tape tape;
+      fused = lstm(Variable(x.to(dt))).output.data();
+    }
+    {
+      Tape tape;
+      tape.set_scaling_rule(&rule);
+      unrolled = lstm(Variable(x.to(dt))).output.data();
+    }
+    CHECK(fused.to_vector() == unrolled.to_vector());
+  }
+}
+
+TEST_CASE("LSTM layer node refuses a scaling rule set after its forward", "[nn][lstm][errors]") {
+  Generator gen(3);
+  nn::LSTM lstm(3, 4, 1, false, true, 0.0, gen);
+  IdentityRule rule;
+  Tape tape;
+  Variable out = lstm(Variable(randn({2, 2, 3}, 5, DType::f32))).output;
+  tape.set_scaling_rule(&rule);
+  CHECK_THROWS_WITH(tape.backward(sum(out)), Contains("lstm_layer: recorded without a gradient-scaling rule"));
+}

@@ -43,7 +43,8 @@ struct Result {
   std::vector<double> losses;
 };
 
-Result train(int threads, const char* precision, const char* loss_scale, int steps) {
+Result train(int threads, const char* precision, const char* loss_scale, int steps,
+             UpdateRounding rounding = UpdateRounding::stochastic) {
   set_num_threads(threads);
   Generator gen(3);
   auto model = make_model(gen);
@@ -51,6 +52,7 @@ Result train(int threads, const char* precision, const char* loss_scale, int ste
   opt.precision = nn::precision_from_name(precision);
   opt.loss_scale = parse_loss_scale(loss_scale);
   opt.seed = 11;
+  opt.rounding = rounding;
   PrecisionTrainer trainer(*model, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = 1e-3, .weight_decay = 1e-4}, opt);
   Generator data_gen(5);
   const Tensor x = normal({64, 1, 28, 28}, 0.0, 1.0, data_gen);
@@ -84,12 +86,20 @@ TEST_CASE("training gives the same bits with 1 and 2 threads", "[threads]") {
   struct Policy {
     const char* precision;
     const char* loss_scale;
+    UpdateRounding rounding = UpdateRounding::stochastic;
   };
-  const Policy policies[] = {{"fp32", "none"}, {"bf16", "none"}, {"fp16", "backoff"}, {"bf16-pure", "none"}};
+  // The optimizer updates split over the threads too (the 16-bit ones with a Philox word or a
+  // Kahan compensation per element).
+  const Policy policies[] = {{"fp32", "none"},
+                             {"bf16", "none"},
+                             {"fp16", "backoff"},
+                             {"bf16-pure", "none"},
+                             {"bf16-pure", "none", UpdateRounding::kahan},
+                             {"bf16-pure", "none", UpdateRounding::nearest}};
   for (const Policy& p : policies) {
-    INFO(p.precision << " loss scale " << p.loss_scale);
-    const Result one = train(1, p.precision, p.loss_scale, 3);
-    const Result two = train(2, p.precision, p.loss_scale, 3);
+    INFO(p.precision << " loss scale " << p.loss_scale << " rounding " << int(p.rounding));
+    const Result one = train(1, p.precision, p.loss_scale, 3, p.rounding);
+    const Result two = train(2, p.precision, p.loss_scale, 3, p.rounding);
     CHECK(one.losses == two.losses);
     REQUIRE(one.tensors.size() == two.tensors.size());
     size_t differ = 0;

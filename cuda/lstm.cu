@@ -1,5 +1,6 @@
 // LSTM cell on the GPU, forward and backward side by side; mirrors tensor/cpu/lstm.cpp (Note
-// [LSTM cell backward] there: the backward recomputes the activations from gates and c_prev).
+// [LSTM cell backward] there: the backward recomputes the activations from gates and c_prev, or
+// reads the ones the forward saved in `acts` [B, 5H], i | f | g | o | tanh(c), compute type).
 // Shapes: gates [B, 4H] (chunks i, f, g, o), everything else [B, H]; inputs any strides.
 //
 // Note [LSTM cell numerics on the GPU]
@@ -70,19 +71,41 @@ struct Gates {
         o(sigmoid(C(load(gates(b, 3 * H + j))))) {}
 };
 
-// One thread per (b, j), row-major over [B, H].
+// One thread per (b, j), row-major over [B, H]. acts: nullptr, or [B, 5H] contiguous.
 template <class T>
 __global__ void lstm_cell_kernel(Strided2d<const T> gates, Strided2d<const T> c_prev, Strided2d<T> c, Strided2d<T> h,
-                                 int64_t B, int64_t H) {
+                                 compute_t<T>* acts, int64_t B, int64_t H) {
   using C = compute_t<T>;
   const int64_t total = B * H;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = e / H, j = e - b * H;
     const Gates<T> a(gates, b, j, H);
     const C cv = add_rn(mul_rn(a.f, C(load(c_prev(b, j)))), mul_rn(a.i, a.g));
+    const C tc = tanh_c(cv);  // from the unrounded c
     c(b, j) = store<T>(cv);
-    h(b, j) = store<T>(mul_rn(a.o, tanh_c(cv)));  // from the unrounded c
+    h(b, j) = store<T>(mul_rn(a.o, tc));
+    if (acts) {
+      C* s = acts + b * 5 * H + j;
+      s[0] = a.i;
+      s[H] = a.f;
+      s[2 * H] = a.g;
+      s[3 * H] = a.o;
+      s[4 * H] = tc;
+    }
   }
+}
+
+// The gradients of one (b, j) from its activations: the CPU's expressions, each rounded alone.
+template <class T, class C = compute_t<T>>
+__device__ __forceinline__ void cell_grads(C i, C f, C g, C o, C tc, C cp, C gc, C gh, Strided2d<T> d_gates,
+                                           Strided2d<T> d_c_prev, int64_t b, int64_t j, int64_t H) {
+  const C one = C(1);
+  const C dc_tot = add_rn(gc, mul_rn(gh, mul_rn(o, sub_rn(one, mul_rn(tc, tc)))));
+  d_gates(b, j) = store<T>(mul_rn(dc_tot, mul_rn(g, mul_rn(i, sub_rn(one, i)))));
+  d_gates(b, H + j) = store<T>(mul_rn(dc_tot, mul_rn(cp, mul_rn(f, sub_rn(one, f)))));
+  d_gates(b, 2 * H + j) = store<T>(mul_rn(dc_tot, mul_rn(i, sub_rn(one, mul_rn(g, g)))));
+  d_gates(b, 3 * H + j) = store<T>(mul_rn(gh, mul_rn(tc, mul_rn(o, sub_rn(one, o)))));
+  d_c_prev(b, j) = store<T>(mul_rn(dc_tot, f));
 }
 
 template <class T>
@@ -90,33 +113,41 @@ __global__ void lstm_cell_backward_kernel(Strided2d<const T> gates, Strided2d<co
                                           Strided2d<const T> dh, Strided2d<T> d_gates, Strided2d<T> d_c_prev, int64_t B,
                                           int64_t H) {
   using C = compute_t<T>;
-  const C one = C(1);
   const int64_t total = B * H;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = e / H, j = e - b * H;
     const Gates<T> a(gates, b, j, H);
     const C cp = load(c_prev(b, j));
     const C tc = tanh_c(add_rn(mul_rn(a.f, cp), mul_rn(a.i, a.g)));
-    const C gh = load(dh(b, j));
-    const C dc_tot = add_rn(C(load(dc(b, j))), mul_rn(gh, mul_rn(a.o, sub_rn(one, mul_rn(tc, tc)))));
-    d_gates(b, j) = store<T>(mul_rn(dc_tot, mul_rn(a.g, mul_rn(a.i, sub_rn(one, a.i)))));
-    d_gates(b, H + j) = store<T>(mul_rn(dc_tot, mul_rn(cp, mul_rn(a.f, sub_rn(one, a.f)))));
-    d_gates(b, 2 * H + j) = store<T>(mul_rn(dc_tot, mul_rn(a.i, sub_rn(one, mul_rn(a.g, a.g)))));
-    d_gates(b, 3 * H + j) = store<T>(mul_rn(gh, mul_rn(tc, mul_rn(a.o, sub_rn(one, a.o)))));
-    d_c_prev(b, j) = store<T>(mul_rn(dc_tot, a.f));
+    cell_grads<T>(a.i, a.f, a.g, a.o, tc, cp, C(load(dc(b, j))), C(load(dh(b, j))), d_gates, d_c_prev, b, j, H);
+  }
+}
+
+template <class T>
+__global__ void lstm_cell_backward_saved_kernel(const compute_t<T>* acts, Strided2d<const T> c_prev,
+                                                Strided2d<const T> dc, Strided2d<const T> dh, Strided2d<T> d_gates,
+                                                Strided2d<T> d_c_prev, int64_t B, int64_t H) {
+  using C = compute_t<T>;
+  const int64_t total = B * H;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = e / H, j = e - b * H;
+    const C* s = acts + b * 5 * H + j;
+    cell_grads<T>(s[0], s[H], s[2 * H], s[3 * H], s[4 * H], C(load(c_prev(b, j))), C(load(dc(b, j))), C(load(dh(b, j))),
+                  d_gates, d_c_prev, b, j, H);
   }
 }
 
 }  // namespace
 
-void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h) {
+void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h, const Strided& acts) {
   DeviceGuard guard(gates.device().index);
   const int64_t B = c_prev.size(0), H = c_prev.size(1);
   if (B * H == 0) return;
   dispatch_floating(c.dtype(), "lstm_cell", [&](auto tag) {
     using T = decltype(tag);
+    compute_t<T>* const pa = acts.defined() ? static_cast<compute_t<T>*>(acts.raw_data()) : nullptr;
     lstm_cell_kernel<T><<<grid_for(B * H), kBlock, 0, stream_of(gates)>>>(
-        strided<const T>(gates), strided<const T>(c_prev), strided<T>(c), strided<T>(h), B, H);
+        strided<const T>(gates), strided<const T>(c_prev), strided<T>(c), strided<T>(h), pa, B, H);
     MT_CUDA_CHECK_LAUNCH("lstm_cell_kernel");
   });
 }
@@ -132,6 +163,20 @@ void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strid
         strided<const T>(gates), strided<const T>(c_prev), strided<const T>(dc), strided<const T>(dh),
         strided<T>(d_gates), strided<T>(d_c_prev), B, H);
     MT_CUDA_CHECK_LAUNCH("lstm_cell_backward_kernel");
+  });
+}
+
+void lstm_cell_backward_saved(const Strided& acts, const Strided& c_prev, const Strided& dc, const Strided& dh,
+                              const Strided& d_gates, const Strided& d_c_prev) {
+  DeviceGuard guard(acts.device().index);
+  const int64_t B = c_prev.size(0), H = c_prev.size(1);
+  if (B * H == 0) return;
+  dispatch_floating(d_gates.dtype(), "lstm_cell_backward", [&](auto tag) {
+    using T = decltype(tag);
+    lstm_cell_backward_saved_kernel<T><<<grid_for(B * H), kBlock, 0, stream_of(acts)>>>(
+        static_cast<const compute_t<T>*>(acts.raw_data()), strided<const T>(c_prev), strided<const T>(dc),
+        strided<const T>(dh), strided<T>(d_gates), strided<T>(d_c_prev), B, H);
+    MT_CUDA_CHECK_LAUNCH("lstm_cell_backward_saved_kernel");
   });
 }
 

@@ -29,11 +29,14 @@ LstmCellResult<Variable> lstm_cell(const Variable& gates, const Variable& c_prev
 // time itself:
 //
 //   for t = T-1 .. 0:  dh_t  = dout_t + dh              (the two uses of h_t: output, next step)
-//                      dG_t, dc = lstm_cell_backward(G_t, c_{t-1}, dc, dh_t)
+//                      dG_t, dc = the cell backward of step t, from its saved activations
 //                      dh    = dG_t W_hh                 (B, H) = (B, 4H) (4H, H)
 //   dW_hh = dG^T Hprev:  (4H, H) = (T*B, 4H)^T (T*B, H)  one GEMM, reduction T*B, rounded once
 //   db_hh = the sum of dG's T*B rows;  dproj = dG;  dh0 = dh;  dc0 = dc
 //
+// The cells save their activations (lstm_cell_saving: 5H compute-type values per row, where the
+// unrolled graph keeps the 4H gates and recomputes them), which gives the same bits with five
+// transcendentals less per element (Note [LSTM cell backward]).
 // Every activation gradient is computed exactly as the unrolled graph computes it; only the
 // weight and bias gradients are summed in a different order (one fp32 accumulation instead of T
 // separately rounded pieces), which in 16 bits is also the more accurate sum. The scale passes
@@ -56,15 +59,17 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
   MT_CHECK(T > 0, "lstm_layer: the sequence ", proj.data().meta(), " has no steps");
 
   const Tensor x = proj.data(), w = w_hh.data(), b = b_hh.defined() ? b_hh.data() : Tensor();
-  // gates[t]: G_t [B, 4H]; cs[t], hs[t]: the state before step t (cs[T], hs[T]: after the last).
-  std::vector<Tensor> gates(static_cast<size_t>(T)), cs(static_cast<size_t>(T + 1)), hs(static_cast<size_t>(T + 1));
+  // acts[t]: step t's activations (lstm_cell_saving); cs[t], hs[t]: the state before step t
+  // (cs[T], hs[T]: after the last).
+  std::vector<Tensor> acts(static_cast<size_t>(T)), cs(static_cast<size_t>(T + 1)), hs(static_cast<size_t>(T + 1));
   cs[0] = c0.data();
   hs[0] = h0.data();
   for (int64_t t = 0; t < T; ++t) {
     const size_t i = size_t(t);
     // The unrolled graph's ops in its order: proj_t + (h W_hh^T + b_hh), each rounded once.
-    gates[i] = add(x.select(time_dim, t), linear(hs[i], w, b));
-    LstmCellResult<Tensor> step = mixtape::lstm_cell(gates[i], cs[i]);
+    const Tensor gates = add(x.select(time_dim, t), linear(hs[i], w, b));
+    LstmCellSaved step = lstm_cell_saving(gates, cs[i]);
+    acts[i] = std::move(step.acts);
     cs[i + 1] = std::move(step.c);
     hs[i + 1] = std::move(step.h);
   }
@@ -73,10 +78,9 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
   hs.pop_back();  // backward needs h_0 .. h_{T-1} and c_0 .. c_{T-1}
   cs.pop_back();
 
-  std::vector<Variable> vs =
-      record_multi(OpId::lstm_layer, {proj, w_hh, b_hh, h0, c0}, {out, h_n, c_n},
-                   [gates = std::move(gates), cs = std::move(cs), hs = std::move(hs), w, time_dim, T, B, H](
-                       const std::vector<Tensor>& dys, const std::vector<bool>& needs) {
+  std::vector<Variable> vs = record_multi(OpId::lstm_layer, {proj, w_hh, b_hh, h0, c0}, {out, h_n, c_n},
+                                          [acts = std::move(acts), cs = std::move(cs), hs = std::move(hs), w, time_dim,
+                                           T, B, H](const std::vector<Tensor>& dys, const std::vector<bool>& needs) {
     MT_CHECK(!scaling_rule_active(),
              "lstm_layer: recorded without a gradient-scaling rule but run backward with one; set the rule on the "
              "tape before the forward pass (nn::LSTM then records the unrolled graph)");
@@ -85,7 +89,7 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
     std::vector<Tensor> dgs(static_cast<size_t>(T));
     for (int64_t t = T - 1; t >= 0; --t) {
       const size_t i = size_t(t);
-      LstmCellGrads g = lstm_cell_backward(gates[i], cs[i], dc, add(dout.select(time_dim, t), dh));
+      LstmCellGrads g = lstm_cell_backward_saved(acts[i], cs[i], dc, add(dout.select(time_dim, t), dh));
       dc = std::move(g.d_c_prev);
       if (t > 0 || needs[3]) dh = linear_backward_input(g.d_gates, w);  // (B, H) = (B, 4H) (4H, H)
       dgs[i] = std::move(g.d_gates);
@@ -100,7 +104,7 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
     if (needs[3]) dx[3] = dh;
     if (needs[4]) dx[4] = dc;
     return dx;
-      });
+  });
   return {vs[0], vs[1], vs[2]};
 }
 

@@ -14,6 +14,11 @@
 //   d_c_prev = dc_tot * f
 // Every product has exactly one factor that comes from (dc, dh), so a power-of-two scale on
 // both passes through bit-exactly (absent under/overflow).
+// A caller that keeps a whole sequence anyway (the LSTM layer node, Note [LSTM layer node]) may
+// instead save the activations i | f | g | o | tc in the compute type (lstm_cell with `acts`,
+// then lstm_cell_backward_saved): five transcendentals less per element for 5H compute-type
+// values per row. The values are the recomputed ones (no contraction: Note [No contracted
+// multiply-adds]), so both backward kernels give the same bits.
 #include "tensor/cpu/lstm.h"
 
 #include <cmath>
@@ -46,25 +51,68 @@ struct Rows {
 // Each batch row b is computed by one thread (Note [Deterministic threads] in parallel.h): its
 // operands are read into fp32 rows (convert.h), every element is computed exactly as the formulas
 // above say, and each output row is rounded once.
-void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h) {
+void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h, const Strided& acts) {
   dispatch_floating(c.dtype(), "lstm_cell", [&]<class T>() {
     using C = compute_t<T>;
     const int64_t B = c_prev.size(0), H = c_prev.size(1);
     const Rows<const T> pg(gates), pcp(c_prev);
     const Rows<T> pc(c), ph(h);
+    C* const pa = acts.defined() ? acts.data<C>() : nullptr;  // [B, 5H], contiguous
     parallel_for(B, grain_for(8 * H), [&](int64_t b0, int64_t b1) {
       std::vector<C> buf(static_cast<size_t>(7 * H));  // gates [4H], c_prev, c, h
       C *g = buf.data(), *cp = g + 4 * H, *cv = cp + H, *hv = cv + H;
       for (int64_t b = b0; b < b1; ++b) {
         load_row_to(pg.row(b), pg.s1, 4 * H, g);
         load_row_to(pcp.row(b), pcp.s1, H, cp);
+        C* const a = pa ? pa + b * 5 * H : nullptr;
         for (int64_t j = 0; j < H; ++j) {
           const C i = sigmoid(g[j]), f = sigmoid(g[H + j]), gg = tanh_c(g[2 * H + j]), o = sigmoid(g[3 * H + j]);
           cv[j] = f * cp[j] + i * gg;
-          hv[j] = o * tanh_c(cv[j]);  // from the unrounded c
+          const C tc = tanh_c(cv[j]);  // from the unrounded c
+          hv[j] = o * tc;
+          if (a) {
+            a[j] = i;
+            a[H + j] = f;
+            a[2 * H + j] = gg;
+            a[3 * H + j] = o;
+            a[4 * H + j] = tc;
+          }
         }
         store_row(cv, pc.row(b), pc.s1, H);
         store_row(hv, ph.row(b), ph.s1, H);
+      }
+    });
+  });
+}
+
+void lstm_cell_backward_saved(const Strided& acts, const Strided& c_prev, const Strided& dc, const Strided& dh,
+                              const Strided& d_gates, const Strided& d_c_prev) {
+  dispatch_floating(d_gates.dtype(), "lstm_cell_backward", [&]<class T>() {
+    using C = compute_t<T>;
+    const int64_t B = c_prev.size(0), H = c_prev.size(1);
+    const C* const pa = acts.data<C>();  // [B, 5H], contiguous
+    const Rows<const T> pcp(c_prev), pdc(dc), pdh(dh);
+    const Rows<T> pdg(d_gates), pdcp(d_c_prev);
+    parallel_for(B, grain_for(12 * H), [&](int64_t b0, int64_t b1) {
+      std::vector<C> buf(static_cast<size_t>(8 * H));  // c_prev, dc, dh, d_gates [4H], d_c_prev
+      C *cp = buf.data(), *gc = cp + H, *gh = gc + H, *dg = gh + H, *dcp = dg + 4 * H;
+      for (int64_t b = b0; b < b1; ++b) {
+        load_row_to(pcp.row(b), pcp.s1, H, cp);
+        load_row_to(pdc.row(b), pdc.s1, H, gc);
+        load_row_to(pdh.row(b), pdh.s1, H, gh);
+        const C* const a = pa + b * 5 * H;
+        for (int64_t j = 0; j < H; ++j) {
+          // The expressions of lstm_cell_backward below, on the saved values.
+          const C i = a[j], f = a[H + j], gg = a[2 * H + j], o = a[3 * H + j], tc = a[4 * H + j];
+          const C dc_tot = gc[j] + gh[j] * (o * (C(1) - tc * tc));
+          dg[j] = dc_tot * (gg * (i * (C(1) - i)));
+          dg[H + j] = dc_tot * (cp[j] * (f * (C(1) - f)));
+          dg[2 * H + j] = dc_tot * (i * (C(1) - gg * gg));
+          dg[3 * H + j] = gh[j] * (tc * (o * (C(1) - o)));
+          dcp[j] = dc_tot * f;
+        }
+        store_row(dg, pdg.row(b), pdg.s1, 4 * H);
+        store_row(dcp, pdcp.row(b), pdcp.s1, H);
       }
     });
   });

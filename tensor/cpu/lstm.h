@@ -6,8 +6,14 @@
 
 namespace mixtape::cpu {
 
-void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h);
+// acts: undefined, or a contiguous [B, 5H] tensor of the compute type (f32; f64 for f64) that
+// receives i | f | g | o | tanh(c) unrounded, for lstm_cell_backward_saved.
+void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h, const Strided& acts);
 void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strided& dc, const Strided& dh,
                         const Strided& d_gates, const Strided& d_c_prev);
+// The same gradients from the saved activations instead of recomputing them (Note [LSTM cell
+// backward]): the same expressions on the same values, so the same bits.
+void lstm_cell_backward_saved(const Strided& acts, const Strided& c_prev, const Strided& dc, const Strided& dh,
+                              const Strided& d_gates, const Strided& d_c_prev);
 
 }  // namespace mixtape::cpu

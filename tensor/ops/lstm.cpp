@@ -24,26 +24,64 @@ void check_cell_inputs(const char* op, const Tensor& gates, const Tensor& c_prev
 
 }  // namespace
 
-LstmCellResult<Tensor> lstm_cell(const Tensor& gates, const Tensor& c_prev) {
-  check_cell_inputs("lstm_cell", gates, c_prev);
+namespace {
+
+LstmCellSaved cell_forward(const char* op, const Tensor& gates, const Tensor& c_prev, bool save) {
+  check_cell_inputs(op, gates, c_prev);
   Tensor c = empty(c_prev.shape(), c_prev.dtype(), c_prev.device());
   Tensor h = empty(c_prev.shape(), c_prev.dtype(), c_prev.device());
+  const DType compute = c_prev.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor acts = save ? empty({c_prev.size(0), 5 * c_prev.size(1)}, compute, c_prev.device()) : Tensor();
   on_device(
-      gates.device(), [&] { cpu::lstm_cell(gates, c_prev, c, h); }, [&] { cuda::lstm_cell(gates, c_prev, c, h); });
-  return {c, h};
+      gates.device(), [&] { cpu::lstm_cell(gates, c_prev, c, h, acts); },
+      [&] { cuda::lstm_cell(gates, c_prev, c, h, acts); });
+  return {c, h, acts};
+}
+
+void check_cell_grads(const char* op, const Tensor& c_prev, const Tensor& dc, const Tensor& dh) {
+  ops::check_same(op, {&c_prev, &dc, &dh});
+  MT_CHECK(dc.shape() == c_prev.shape() && dh.shape() == c_prev.shape(), op, ": dc ", dc.meta(), " and dh ", dh.meta(),
+           " must match c_prev ", c_prev.meta());
+}
+
+}  // namespace
+
+LstmCellResult<Tensor> lstm_cell(const Tensor& gates, const Tensor& c_prev) {
+  LstmCellSaved r = cell_forward("lstm_cell", gates, c_prev, false);
+  return {r.c, r.h};
+}
+
+LstmCellSaved lstm_cell_saving(const Tensor& gates, const Tensor& c_prev) {
+  return cell_forward("lstm_cell", gates, c_prev, true);
 }
 
 LstmCellGrads lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& dc, const Tensor& dh) {
   const char* op = "lstm_cell backward";
   check_cell_inputs(op, gates, c_prev);
-  ops::check_same(op, {&c_prev, &dc, &dh});
-  MT_CHECK(dc.shape() == c_prev.shape() && dh.shape() == c_prev.shape(), op, ": dc ", dc.meta(), " and dh ", dh.meta(),
-           " must match c_prev ", c_prev.meta());
+  check_cell_grads(op, c_prev, dc, dh);
   Tensor d_gates = empty(gates.shape(), gates.dtype(), gates.device());
   Tensor d_c_prev = empty(c_prev.shape(), c_prev.dtype(), c_prev.device());
   on_device(
       gates.device(), [&] { cpu::lstm_cell_backward(gates, c_prev, dc, dh, d_gates, d_c_prev); },
       [&] { cuda::lstm_cell_backward(gates, c_prev, dc, dh, d_gates, d_c_prev); });
+  return {d_gates, d_c_prev};
+}
+
+LstmCellGrads lstm_cell_backward_saved(const Tensor& acts, const Tensor& c_prev, const Tensor& dc, const Tensor& dh) {
+  const char* op = "lstm_cell backward";
+  check_cell_grads(op, c_prev, dc, dh);
+  ops::check_floating(op, c_prev);
+  const DType compute = c_prev.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  MT_CHECK(acts.defined() && acts.device() == c_prev.device() && acts.dtype() == compute && acts.is_contiguous() &&
+               acts.shape() == Shape({c_prev.size(0), 5 * c_prev.size(1)}),
+           op, ": the saved activations must be a contiguous ", dtype_name(compute), "[", c_prev.size(0), ", ",
+           5 * c_prev.size(1), "] on ", c_prev.device().str(), ", got ", acts.defined() ? acts.meta() : "none");
+  const int64_t B = c_prev.size(0), H = c_prev.size(1);
+  Tensor d_gates = empty({B, 4 * H}, c_prev.dtype(), c_prev.device());
+  Tensor d_c_prev = empty(c_prev.shape(), c_prev.dtype(), c_prev.device());
+  on_device(
+      c_prev.device(), [&] { cpu::lstm_cell_backward_saved(acts, c_prev, dc, dh, d_gates, d_c_prev); },
+      [&] { cuda::lstm_cell_backward_saved(acts, c_prev, dc, dh, d_gates, d_c_prev); });
   return {d_gates, d_c_prev};
 }
 

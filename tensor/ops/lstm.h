@@ -27,9 +27,18 @@ struct LstmCellGrads {
 
 LstmCellResult<Tensor> lstm_cell(const Tensor& gates, const Tensor& c_prev);
 
+// The forward that also returns the activations for lstm_cell_backward_saved: acts [B, 5H],
+// i | f | g | o | tanh(c), unrounded, in the compute type (f32; f64 for f64 tensors).
+struct LstmCellSaved {
+  Tensor c, h, acts;
+};
+LstmCellSaved lstm_cell_saving(const Tensor& gates, const Tensor& c_prev);
+
 // Gradients of lstm_cell from dc and dh (both [B, H]; either may be all zeros). Recomputes the
 // gate activations and c from the forward inputs (Note [LSTM cell backward] in cpu/lstm.cpp).
 // Linear in (dc, dh), so a power-of-two gradient scale shared by both passes through exactly.
 LstmCellGrads lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& dc, const Tensor& dh);
+// The same gradients, bit for bit, from the activations lstm_cell_saving returned.
+LstmCellGrads lstm_cell_backward_saved(const Tensor& acts, const Tensor& c_prev, const Tensor& dc, const Tensor& dh);
 
 }  // namespace mixtape

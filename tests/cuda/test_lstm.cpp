@@ -68,3 +68,27 @@ TEST_CASE("cuda lstm_cell reads the gate chunks of a wider matrix", "[cuda]") {
   require_lstm_close(got.c, want.c, "narrowed gates: c");
   require_lstm_close(got.h, want.h, "narrowed gates: h");
 }
+
+TEST_CASE("cuda lstm_cell saves the CPU's activations and its backward from them matches the CPU", "[cuda]") {
+  MT_REQUIRE_GPU();
+  uint64_t seed = 90;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (const auto& [B, H] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {33, 17}, {64, 128}}) {
+      ++seed;
+      const std::string what = std::string(dtype_name(dt)) + " B=" + std::to_string(B) + " H=" + std::to_string(H);
+      const Tensor gates = random({B, 4 * H}, dt, seed, -6.0, 6.0);
+      const Tensor c_prev = random({B, H}, dt, seed + 1, -3.0, 3.0);
+      const Tensor dc = random({B, H}, dt, seed + 2), dh = random({B, H}, dt, seed + 3);
+      const LstmCellSaved want = lstm_cell_saving(gates, c_prev);
+      const LstmCellSaved got = lstm_cell_saving(gpu_input(gates, true), gpu_input(c_prev, true));
+      require_lstm_close(got.c, want.c, what + ": c");
+      require_lstm_close(got.h, want.h, what + ": h");
+      require_lstm_close(got.acts, want.acts, what + ": saved activations");
+      // The backward from the CPU's saved activations on both devices: the same arithmetic.
+      const LstmCellGrads gw = lstm_cell_backward_saved(want.acts, c_prev, dc, dh);
+      const LstmCellGrads gg = lstm_cell_backward_saved(on_gpu(want.acts), gpu_input(c_prev, true), gpu_input(dc, true),
+                                                        gpu_input(dh, false));
+      require_close(gg.d_gates, gw.d_gates, what + ": d_gates", 0.0, 0.0);
+      require_close(gg.d_c_prev, gw.d_c_prev, what + ": d_c_prev", 0.0, 0.0);
+    }
+}

@@ -361,3 +361,34 @@ TEST_CASE("lstm_cell names the op and the shapes on bad input", "[lstm]") {
   CHECK_THROWS_WITH(lstm_cell_backward(zeros({2, 12}), zeros({2, 3}), zeros({2, 3}), zeros({3, 2})),
                     Contains("lstm_cell backward") && Contains("f32[3, 2]"));
 }
+
+TEST_CASE("lstm_cell with saved activations: the same outputs and gradients, bit for bit", "[lstm]") {
+  // Note [LSTM cell backward]: the saved i | f | g | o | tanh(c) are the values the backward
+  // would recompute, so lstm_cell_backward_saved gives lstm_cell_backward's bits.
+  Generator gen(21);
+  for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    INFO(dtype_name(dt));
+    const int64_t B = 5, H = 37;
+    // Pre-activations over [-6, 6] (saturated and linear regions); non-contiguous operands.
+    const Tensor gates = uniform({4 * H, B}, -6.0, 6.0, gen, dt).t();
+    const Tensor c_prev = uniform({H, B}, -3.0, 3.0, gen, dt).t();
+    const Tensor dc = uniform({B, H}, -1.0, 1.0, gen, dt), dh = uniform({H, B}, -1.0, 1.0, gen, dt).t();
+    const LstmCellResult<Tensor> plain = lstm_cell(gates, c_prev);
+    const LstmCellSaved saved = lstm_cell_saving(gates, c_prev);
+    CHECK(saved.acts.dtype() == (dt == DType::f64 ? DType::f64 : DType::f32));
+    CHECK(saved.acts.shape() == Shape{B, 5 * H});
+    CHECK(saved.c.to_vector() == plain.c.to_vector());
+    CHECK(saved.h.to_vector() == plain.h.to_vector());
+    // The saved activations are the gate functions of the (widened) gates and tanh of c.
+    const Tensor g32 = gates.to(saved.acts.dtype());
+    CHECK(saved.acts.narrow(1, 0, H).to_vector() == sigmoid(g32.narrow(1, 0, H)).to_vector());
+    CHECK(saved.acts.narrow(1, 2 * H, H).to_vector() == tanh(g32.narrow(1, 2 * H, H)).to_vector());
+    const LstmCellGrads want = lstm_cell_backward(gates, c_prev, dc, dh);
+    const LstmCellGrads got = lstm_cell_backward_saved(saved.acts, c_prev, dc, dh);
+    CHECK(got.d_gates.to_vector() == want.d_gates.to_vector());
+    CHECK(got.d_c_prev.to_vector() == want.d_c_prev.to_vector());
+  }
+  CHECK_THROWS_WITH(
+      lstm_cell_backward_saved(zeros({2, 12}), zeros({2, 3}), zeros({2, 3}), zeros({2, 3})),
+      Contains("lstm_cell backward: the saved activations must be a contiguous f32[2, 15]") && Contains("f32[2, 12]"));
+}

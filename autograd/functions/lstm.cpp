@@ -59,6 +59,9 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
   MT_CHECK(T > 0, "lstm_layer: the sequence ", proj.data().meta(), " has no steps");
 
   const Tensor x = proj.data(), w = w_hh.data(), b = b_hh.defined() ? b_hh.data() : Tensor();
+  // W_hh with W_hh^T's rows contiguous: each step's GEMM then packs its right operand by copying
+  // rows instead of transposing it again (T times). The arithmetic does not depend on the layout.
+  const Tensor w_rows = w.t().contiguous().t();
   // acts[t]: step t's activations (lstm_cell_saving); cs[t], hs[t]: the state before step t
   // (cs[T], hs[T]: after the last).
   std::vector<Tensor> acts(static_cast<size_t>(T)), cs(static_cast<size_t>(T + 1)), hs(static_cast<size_t>(T + 1));
@@ -67,7 +70,7 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
   for (int64_t t = 0; t < T; ++t) {
     const size_t i = size_t(t);
     // The unrolled graph's ops in its order: proj_t + (h W_hh^T + b_hh), each rounded once.
-    const Tensor gates = add(x.select(time_dim, t), linear(hs[i], w, b));
+    const Tensor gates = add(x.select(time_dim, t), linear(hs[i], w_rows, b));
     LstmCellSaved step = lstm_cell_saving(gates, cs[i]);
     acts[i] = std::move(step.acts);
     cs[i + 1] = std::move(step.c);

@@ -3,6 +3,7 @@
 
 #include "autograd/autograd.h"
 #include "data/data.h"
+#include "dist/dist.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "tensor/safetensors.h"

@@ -74,22 +74,35 @@ int floor_log2(double x) {
   return e - 1;
 }
 
+// The exponents of Note [Gradient scaling as implemented] points 2 and 3: the bound rounded up
+// and at least 1 (2^0), the cap rounded down (kNoCap when there is none).
+constexpr int kNoCap = 1 << 20;
+int bound_exponent(double bound) {
+  if (bound > 1.0) return std::isfinite(bound) ? ceil_log2(bound) : kMaxExp;
+  return 0;
+}
+int cap_exponent(double cap) {
+  if (cap < kInf) return cap > 0.0 ? floor_log2(cap) : kMinExp;
+  return kNoCap;
+}
+// min(2^k_bound, 2^k_cap), within float's normal powers of two.
+void choose_between(BetaChoice& c, int k_bound, int k_cap) {
+  int k = k_bound;
+  c.capped = false;
+  if (k_cap < k) {
+    k = k_cap;
+    c.capped = true;
+  }
+  c.beta = std::ldexp(1.0f, std::clamp(k, kMinExp, kMaxExp));
+}
+
 // Note [Gradient scaling as implemented] points 2 and 3: min(bound rounded up and at least 1, cap
 // rounded down).
 BetaChoice power_of_two_between(double bound, double cap) {
   BetaChoice c;
   c.underflow_bound = bound;
   c.cap = cap;
-  int k = 0;
-  if (bound > 1.0) k = std::isfinite(bound) ? ceil_log2(bound) : kMaxExp;
-  if (cap < kInf) {
-    const int k_cap = cap > 0.0 ? floor_log2(cap) : kMinExp;
-    if (k_cap < k) {
-      k = k_cap;
-      c.capped = true;
-    }
-  }
-  c.beta = std::ldexp(1.0f, std::clamp(k, kMinExp, kMaxExp));
+  choose_between(c, bound_exponent(bound), cap_exponent(cap));
   return c;
 }
 
@@ -301,6 +314,48 @@ ScaleRecord GradientScalingRule::begin_record(const GradSite& site, ScaleRecord:
   return r;
 }
 
+// Note [Scales agreed across processes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// In data-parallel training (docs/data-parallel.md) every process runs the same graph on its own
+// shard of the batch, so each query of a backward pass is asked on every process, in the same
+// order, with different statistics. The processes must take the same beta: their parameter
+// gradients are summed in 16 bits at a common scale, and a cached beta (update_period > 1) must be
+// cached everywhere or nowhere. What to agree on follows from the two halves of the choice:
+//   underflow  beta >= bound_r keeps process r's predicted underflow rate <= gamma'; all of them
+//              hold for beta >= max_r bound_r: the largest of the bounds' exponents;
+//   overflow   beta <= cap_r keeps process r's gradient finite; all of them hold for
+//              beta <= min_r cap_r: the smallest of the caps' exponents;
+// and beta = min(2^max k_bound, 2^min k_cap), as for one process. Agreeing on the exponents, not
+// on pooled statistics, keeps the overflow guarantee exact on every process (a pooled max|dY|
+// would be the same number; a pooled sigma would predict the underflow of the global batch, not
+// of each process's own gradient). Both extremes travel in one element-wise maximum over the
+// processes (the cap exponent negated), with two flags: some process saw an inf or NaN (then
+// every process takes beta = 1 and caches nothing, as one process does: the step is skipped
+// anyway), and some process cannot cache. The tape's overflow guard asks any_process() before it
+// recomputes a node (Note [Overflow guard] in tape.cpp), so every process recomputes the same
+// nodes with the same shift. Without an agreement nothing of this runs.
+bool GradientScalingRule::agree(BetaChoice& c, bool finite, bool& cacheable) {
+  if (!agreement_) return finite;
+  constexpr double kNone = -double(kNoCap);
+  double votes[4] = {finite ? double(bound_exponent(c.underflow_bound)) : kNone,
+                     finite ? -double(cap_exponent(c.cap)) : kNone, finite ? 0.0 : 1.0, cacheable ? 0.0 : 1.0};
+  agreement_->max_over_processes(votes);
+  if (votes[2] > 0.0) {
+    cacheable = false;
+    return false;
+  }
+  choose_between(c, int(votes[0]), int(-votes[1]));
+  cacheable = votes[3] == 0.0;
+  return true;
+}
+
+bool GradientScalingRule::any_process(bool local) {
+  if (!agreement_) return local;
+  double vote[1] = {local ? 1.0 : 0.0};
+  agreement_->max_over_processes(vote);
+  return vote[0] > 0.0;
+}
+
 float GradientScalingRule::gemm_beta(const GemmGradQuery& q) {
   MT_ASSERT(q.dy && q.dy->defined());
   ScaleRecord r = begin_record(q.site, ScaleRecord::Kind::gemm, q.op, q.dy->g.dtype(), q.dy->scale);
@@ -314,10 +369,16 @@ float GradientScalingRule::gemm_beta(const GemmGradQuery& q) {
   }
   const TensorMoments dy = tensor_moments(q.dy->g);
   const TensorMoments w = tensor_moments(*q.w);
-  if (dy.nonfinite > 0 || w.nonfinite > 0) return finish(q.site, r, false);
-  r.sigma = gemm_sigma(q.reduction, dy.rms, w.rms);
-  take(r, choose_gemm_beta(r.sigma, q.reduction, dy.max_abs, w.max_abs, options_.underflow_threshold, *f));
-  return finish(q.site, r, r.sigma > 0.0);  // an all-zero dY says nothing about later steps
+  const bool finite = dy.nonfinite == 0 && w.nonfinite == 0;
+  BetaChoice c;
+  if (finite) {
+    r.sigma = gemm_sigma(q.reduction, dy.rms, w.rms);
+    c = choose_gemm_beta(r.sigma, q.reduction, dy.max_abs, w.max_abs, options_.underflow_threshold, *f);
+  }
+  bool cacheable = finite && r.sigma > 0.0;  // an all-zero dY says nothing about later steps
+  if (!agree(c, finite, cacheable)) return finish(q.site, r, false);
+  take(r, c);
+  return finish(q.site, r, cacheable);
 }
 
 float GradientScalingRule::param_beta(const ParamGradQuery& q) {
@@ -328,9 +389,15 @@ float GradientScalingRule::param_beta(const ParamGradQuery& q) {
   if (!f) return finish(q.site, r, false);
   // Never cached: the exact maximum is at hand every step, and only it makes the cap exact.
   const TensorMoments m = tensor_moments(*q.g);
-  if (m.nonfinite > 0) return finish(q.site, r, false);
-  r.sigma = m.rms;
-  take(r, choose_param_beta(m.rms, m.max_abs, options_.underflow_threshold, *f));
+  const bool finite = m.nonfinite == 0;
+  BetaChoice c;
+  if (finite) {
+    r.sigma = m.rms;
+    c = choose_param_beta(m.rms, m.max_abs, options_.underflow_threshold, *f);
+  }
+  bool cacheable = false;
+  if (!agree(c, finite, cacheable)) return finish(q.site, r, false);
+  take(r, c);
   return finish(q.site, r, false);
 }
 
@@ -346,11 +413,18 @@ float GradientScalingRule::cast_beta(const CastGradQuery& q) {
     return finish(q.site, again, false);
   }
   const LogAbsMoments m = log_abs_moments(q.dy->g);
-  if (m.nonfinite > 0 || m.count == 0) return finish(q.site, r, false);
-  r.mu = m.mu;
-  r.sigma = m.sigma;
-  take(r, choose_cast_beta(m.mu, m.sigma, m.max_abs, options_.underflow_threshold, *f));
-  return finish(q.site, r, true);
+  const bool finite = m.nonfinite == 0;
+  BetaChoice c;  // all zeros (count 0): beta 1, not cached
+  if (finite && m.count > 0) {
+    r.mu = m.mu;
+    r.sigma = m.sigma;
+    c = choose_cast_beta(m.mu, m.sigma, m.max_abs, options_.underflow_threshold, *f);
+  }
+  bool cacheable = finite && m.count > 0;
+  if (!agree(c, finite, cacheable)) return finish(q.site, r, false);
+  if (m.count == 0 && !agreement_) return finish(q.site, r, false);
+  take(r, c);
+  return finish(q.site, r, cacheable);
 }
 
 }  // namespace mixtape

@@ -20,6 +20,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,16 @@ BetaChoice choose_param_beta(double sigma, double max_g, double gamma, const For
 
 // ---- the rule -----------------------------------------------------------------------------
 
+// How the processes of a data-parallel run agree on each beta (Note [Scales agreed across
+// processes] in gradient_scaling.cpp); implemented by dist/data_parallel.h.
+class ScaleAgreement {
+ public:
+  virtual ~ScaleAgreement() = default;
+  // In place: the element-wise maximum of `votes` over every process of the group (the same
+  // length on every process, asked in the same order).
+  virtual void max_over_processes(std::span<double> votes) = 0;
+};
+
 struct GradientScalingOptions {
   double underflow_threshold = 1e-3;  // gamma', in (0, 1)
   int64_t update_period = 1;          // K: recompute each node's beta every K steps (paper: 100)
@@ -113,6 +124,12 @@ class GradientScalingRule : public ScalingRule {
   float cast_beta(const CastGradQuery& q) override;
   float param_beta(const ParamGradQuery& q) override;
   void on_overflow(const OverflowEvent& e) override { step_overflows_.push_back(e); }
+  bool any_process(bool local) override;
+
+  // Data-parallel training: every beta is agreed with the other processes before it is used
+  // (Note [Scales agreed across processes]). Null (the default): this process decides alone.
+  void set_agreement(ScaleAgreement* agreement) { agreement_ = agreement; }
+  ScaleAgreement* agreement() const { return agreement_; }
 
   // Advances the step counter: a node's beta is recomputed once update_period steps have passed
   // since it was computed. Call once per training step (after backward); it also starts the
@@ -153,11 +170,15 @@ class GradientScalingRule : public ScalingRule {
   // Looks up (node, query); a hit must be young enough and of the same kind and op.
   const ScaleRecord* cached(const GradSite& site, ScaleRecord::Kind kind, OpId op) const;
   float finish(const GradSite& site, ScaleRecord r, bool cacheable);
+  // Note [Scales agreed across processes]: with an agreement, c becomes the choice every process
+  // takes; returns false (beta 1, nothing cached) when this or another process saw an inf/NaN.
+  bool agree(BetaChoice& c, bool finite, bool& cacheable);
   void begin_query(const GradSite& site);
   // begin_query, then a record of the query's site, kind, op, format and incoming scale.
   ScaleRecord begin_record(const GradSite& site, ScaleRecord::Kind kind, OpId op, DType format, float alpha);
 
   GradientScalingOptions options_;
+  ScaleAgreement* agreement_ = nullptr;
   int64_t step_ = 0;
   uint64_t pass_ = 0;  // GradSite::pass of the records held
   std::map<std::pair<int64_t, int32_t>, Cached> cache_;

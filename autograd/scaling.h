@@ -77,6 +77,9 @@ class ScalingRule {
   virtual float param_beta(const ParamGradQuery& q) = 0;
   // The tape reports every overflow its guard saw (recovered or not).
   virtual void on_overflow(const OverflowEvent& e) {}
+  // Whether `local` holds on any process of a data-parallel group (Note [Scales agreed across
+  // processes] in gradient_scaling.cpp); one process decides alone.
+  virtual bool any_process(bool local) { return local; }
 };
 
 // The local power-of-two factors, from the active tape's ScalingRule (1 when there is none).

@@ -167,20 +167,22 @@ std::vector<ScaledGrad> guarded_backward(ScalingRule& rule, const Node& node, si
                                          const std::function<void()>& enter) {
   std::vector<ScaledGrad> dxs = node.backward(dys, needs);
   const int bad = first_nonfinite(dxs, needs);
-  if (bad < 0 || first_nonfinite(dys, {}) >= 0) return dxs;
+  // In data-parallel training every process recomputes the node when any of them has to, with
+  // the same shifts (Note [Scales agreed across processes] in gradient_scaling.cpp).
+  if (!rule.any_process(bad >= 0 && first_nonfinite(dys, {}) < 0)) return dxs;
   float alpha = 1.0f;
   for (const ScaledGrad& d : dys)
     if (d.defined()) alpha = d.scale;
   OverflowEvent e{.op = node.op, .node = int64_t(k), .input = bad, .alpha = alpha};
   for (int s : {8, 16, 24}) {
     const float f = std::ldexp(1.0f, -s);
-    if (!is_power_of_two(double(alpha) * f)) break;
+    if (rule.any_process(!is_power_of_two(double(alpha) * f))) break;
     std::vector<ScaledGrad> lower(dys.size());
     for (size_t o = 0; o < dys.size(); ++o)
       if (dys[o].defined()) lower[o] = {rescale(dys[o].g, f), dys[o].scale * f};
     enter();
     std::vector<ScaledGrad> again = node.backward(lower, needs);
-    if (first_nonfinite(again, needs) < 0) {
+    if (!rule.any_process(first_nonfinite(again, needs) >= 0)) {
       e.shift = s;
       e.recovered = true;
       rule.on_overflow(e);

@@ -6,6 +6,7 @@
 //   ./char_lstm --data book.txt --hidden 512 --epochs 20 --temperature 0.6 --prompt "Q:"
 //   ./char_lstm --precision fp16 --loss-scale backoff     # mixed precision (optim/trainer.h)
 //   ./char_lstm --precision bf16-pure --update-rounding kahan
+//   mpirun -np 2 ./char_lstm --threads 1 --precision fp16 --loss-scale backoff   # data parallel
 //
 // Training draws random windows of --seq-len characters (every position is a prediction:
 // input[t] -> target[t] = the next character); each window starts from a zero state. Validation
@@ -254,6 +255,7 @@ struct Learner {
   CharLSTM& model;
   PrecisionTrainer& trainer;
   LRScheduler* sched;
+  dist::DataParallel* dp = nullptr;  // data parallel (Note [Data-parallel examples] in common.h)
 };
 
 void print_setup(const Config& c, const examples::CommonFlags& flags, const Text& text, const Learner& l,
@@ -305,6 +307,11 @@ StepResult train_step(Learner& l, const data::TextBatch& batch, StepTimes& times
     const auto t_bwd = Clock::now();
     l.trainer.backward(tape, loss);
     r.loss_nats = loss.item();  // waits for the backward pass
+    if (l.dp) {                 // the global batch's loss, the same on every rank
+      double v[1] = {r.loss_nats};
+      l.dp->mean_over_ranks(v);
+      r.loss_nats = v[0];
+    }
     times.forward += std::chrono::duration<double>(t_bwd - t_fwd).count();
     times.backward += examples::seconds_since(t_bwd);
   }
@@ -327,7 +334,7 @@ class ProgressLine {
   void update(int epoch, const Plan& plan, int64_t s, int64_t steps_here, int64_t step, double train_bpc, double lr,
               Clock::time_point t0, double eval_secs) {
     const auto now = Clock::now();
-    if (!(now - last_ > every_ || s == steps_here)) return;
+    if (quiet || !(now - last_ > every_ || s == steps_here)) return;
     last_ = now;
     const double secs = std::chrono::duration<double>(now - t0).count() - eval_secs;
     const double rate = double(step) / std::max(secs, 1e-9);
@@ -336,8 +343,9 @@ class ProgressLine {
                  double(plan.total_steps - step) / rate, tty_ ? "" : "\n");
   }
   void end_epoch() {
-    if (tty_) std::fputc('\n', stderr);
+    if (tty_ && !quiet) std::fputc('\n', stderr);
   }
+  bool quiet = false;  // a data-parallel rank other than 0
 
  private:
   bool tty_ = isatty(fileno(stderr)) != 0;
@@ -428,7 +436,8 @@ void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, 
   while (run.step < end) {
     const int64_t s = ++run.step - first;
     run.counters.begin_step();
-    const data::TextBatch batch = text.corpus.random_batch(data::TextSplit::train, plan.batch_size, c.seq_len, gen);
+    data::TextBatch batch = text.corpus.random_batch(data::TextSplit::train, plan.batch_size, c.seq_len, gen);
+    if (l.dp) batch = {l.dp->shard_rows(batch.input), l.dp->shard_rows(batch.target)};  // this rank's windows
     const StepResult r = train_step(l, batch, run.times);
     metrics.write_telemetry(l.trainer);
     // A step the scaler skipped (inf/NaN gradients, as fp16 produces while a dynamic scale
@@ -618,8 +627,11 @@ int main(int argc, char** argv) {
   checkpoint.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
+  std::shared_ptr<dist::DataParallel> dp;
   try {
     c.finish(app, flags);
+    dp = examples::data_parallel(flags.batch_size, "char_lstm");
+    checkpoint.set_ranks(dp->rank(), dp->size());
     const Device device = device_flag.resolve();
     examples::check_output_dir(c.out_dir);
     checkpoint.finish(c.out_dir);
@@ -631,22 +643,25 @@ int main(int argc, char** argv) {
     Generator gen(flags.seed);  // the initial weights, then the training windows
     CharLSTM model(text.corpus.vocab().size(), model_size(c), gen);
     model.lstm->set_dropout_seed(flags.seed ^ 0x5eedd407ull);
-    model.to(device);  // before the trainer: its masters and optimizer state follow the parameters
+    dp->broadcast(model);  // rank 0's initial state on every rank (nothing with one process)
+    model.to(device);      // before the trainer: its masters and optimizer state follow the parameters
     PrecisionTrainer trainer(model, optimizer_spec(c, flags.lr), precision.options(flags.seed, c.clip));
+    if (dp->distributed()) trainer.set_data_parallel(dp);
     const Plan plan = plan_run(c, flags);
     const std::unique_ptr<LRScheduler> sched = make_schedule(trainer.optimizer(), c, plan, flags.lr);
-    Learner learner{model, trainer, sched.get()};
+    Learner learner{model, trainer, sched.get(), dp->distributed() ? dp.get() : nullptr};
     print_setup(c, flags, text, learner, plan, device);
 
     const examples::RunIdentity id = run_identity(learner, c, flags, text);
     RunState run;
+    run.progress.quiet = !dp->is_root();
     if (const std::optional<TensorDict> saved = checkpoint.resume_state(id)) {
       examples::load_training_state(*saved, "", model, trainer, sched.get());
       load_progress(*saved, run, gen);
       std::printf("resumed from %s at step %lld\n", checkpoint.path().c_str(), (long long)run.step);
     }
 
-    examples::Metrics metrics(flags.metrics, checkpoint.resuming());
+    examples::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
     const int first_epoch = int(std::min(run.step, plan.total_steps - 1) / c.steps_per_epoch) + 1;
     for (int epoch = first_epoch; epoch <= plan.epochs; ++epoch) {
       train_epoch(learner, text, gen, c, plan, epoch, metrics, checkpoint, id, run);
@@ -663,6 +678,7 @@ int main(int argc, char** argv) {
     report_run(learner, run, wall, text.unigram, device, metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\nchar_lstm: %s\n", e.what());
+    if (dp && dp->distributed()) dist::abort_all(1);  // the other ranks may wait in a collective
     return 1;
   }
   return 0;

@@ -120,6 +120,12 @@ class Checkpointer {
   }
 
   const std::string& path() const { return path_; }
+  // A data-parallel run (Note [Data-parallel examples]): only rank 0 saves, and a checkpoint
+  // resumes on as many ranks as saved it (metadata run.ranks, absent for one process).
+  void set_ranks(int rank, int size) {
+    rank_ = rank;
+    ranks_ = size;
+  }
   // Whether step `step` (counted from the run's start) ends with a save.
   bool due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
 
@@ -139,6 +145,10 @@ class Checkpointer {
     }
     mixtape::TensorDict ckpt = mixtape::load_safetensors(path_);
     std::string differences;
+    const std::string saved_ranks = ckpt.has_meta("run.ranks") ? ckpt.meta("run.ranks") : std::string("1");
+    if (saved_ranks != std::to_string(ranks_))
+      differences +=
+          "\n  ranks: the checkpoint was saved by " + saved_ranks + ", this run has " + std::to_string(ranks_);
     for (const auto& [key, value] : id) {
       const std::string saved = ckpt.has_meta("run." + key) ? ckpt.meta("run." + key) : std::string("(none)");
       if (saved != value)
@@ -151,7 +161,9 @@ class Checkpointer {
 
   // Adds the identity and saves `ckpt` atomically at path().
   void save(mixtape::TensorDict ckpt, const RunIdentity& id) const {
+    if (rank_ != 0) return;
     for (const auto& [key, value] : id) ckpt.set_meta("run." + key, value);
+    if (ranks_ > 1) ckpt.set_meta("run.ranks", std::to_string(ranks_));
     mixtape::save_safetensors(path_, ckpt);
   }
 
@@ -160,6 +172,7 @@ class Checkpointer {
   std::string path_;
   int64_t every_ = 0;
   bool resume_ = false;
+  int rank_ = 0, ranks_ = 1;
 };
 
 // progress.<key> as an integer (a checkpoint's progress entries; Note [Resumable runs]).

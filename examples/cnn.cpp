@@ -8,6 +8,8 @@
 //   ./cnn --precision fp16 --loss-scale backoff --epochs 2     # the main job: mixed precision
 //   ./cnn --smoke --metrics m.jsonl --out-dir /tmp              # a few steps, for CI
 //   ./cnn --device cpu                                          # default --device auto: cuda:0 if any
+//   mpirun -np 2 ./cnn --device cpu --threads 1 --precision fp16 --loss-scale backoff
+//                                                               # data parallel (docs/data-parallel.md)
 #include <cstdio>
 
 #include "cnn_train.h"
@@ -101,8 +103,11 @@ int main(int argc, char** argv) {
   checkpoint.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
+  std::shared_ptr<dist::DataParallel> dp;
   try {
     o.finish(app, flags);
+    dp = examples::data_parallel(flags.batch_size, "cnn");
+    checkpoint.set_ranks(dp->rank(), dp->size());
     const Device device = device_flag.resolve();
     examples::check_output_dir(o.out_dir);
     checkpoint.finish(o.out_dir);
@@ -127,15 +132,18 @@ int main(int argc, char** argv) {
                                      .seed = flags.seed,
                                      .log_every = o.log_every,
                                      .max_steps = flags.max_steps,
+                                     .progress = dp->is_root(),
                                      .device = device,
-                                     .checkpoint = &checkpoint};
+                                     .checkpoint = &checkpoint,
+                                     .dp = dp->distributed() ? dp : nullptr};
     const PrecisionOptions options = precision.options(flags.seed);
-    examples::Metrics metrics(flags.metrics, checkpoint.resuming());
+    examples::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
     const examples::CnnRun run = examples::train_cnn(config, options, train, test, metrics);
 
     report_run(run, device, examples::seconds_since(t_start), checkpoint.path(), metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cnn: error: %s\n", e.what());
+    if (dp && dp->distributed()) dist::abort_all(1);  // the other ranks may wait in a collective
     return 1;
   }
   return 0;

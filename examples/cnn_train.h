@@ -48,6 +48,8 @@ struct CnnConfig {
   double adam_eps = 1e-8;
   // --checkpoint / --resume (examples/checkpoint.h); null: no checkpoints.
   const Checkpointer* checkpoint = nullptr;
+  // Data-parallel training (Note [Data-parallel examples] in common.h); null: one process.
+  std::shared_ptr<mixtape::dist::DataParallel> dp;
 };
 
 struct CnnEval {
@@ -238,11 +240,13 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
     run.with_decoder = std::make_shared<CnnWithDecoder>(run.model, c.width, gen);
     root = run.with_decoder.get();
   }
-  root->to(c.device);  // before the trainer: masters and optimizer state follow the parameters
+  if (c.dp) c.dp->broadcast(*root);  // rank 0's initial state on every rank
+  root->to(c.device);                // before the trainer: masters and optimizer state follow the parameters
   run.trainer = std::make_unique<PrecisionTrainer>(
       *root, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = c.lr, .weight_decay = c.weight_decay, .eps = c.adam_eps},
       precision);
   PrecisionTrainer& trainer = *run.trainer;
+  if (c.dp) trainer.set_data_parallel(c.dp);
   nn::Sequential& model = *run.model;
   if (c.verbose)
     std::printf("%s\n%lld parameters\nprecision: %s\n", model.str().c_str(), (long long)model.num_parameters(),
@@ -282,7 +286,9 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
   LossLog losses(c.log_every, trainer.device());
   double last_loss = 0.0;
   const auto count_losses = [&] {
-    for (const double l : losses.take()) {
+    std::vector<double> taken = losses.take();
+    if (c.dp) c.dp->mean_over_ranks(taken);  // the global batch's loss, the same on every rank
+    for (const double l : taken) {
       last_loss = l;
       if (std::isfinite(l)) {
         pos.loss_sum += l;
@@ -299,6 +305,8 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
     EpochBatches batches(loader, epoch, pos.batch, trainer.device());  // Note [Batches staged on the device]
     while (std::optional<data::Batch> next = batches.next()) {
       data::Batch& b = *next;
+      if (c.dp)
+        for (Tensor& t : b.tensors) t = c.dp->shard_rows(t);  // this rank's rows of the global batch
       run.counters.begin_step();
       Tape tape;
       trainer.begin_step(tape);

@@ -384,6 +384,7 @@ class Progress {
       : epochs_(epochs), steps_(steps_per_epoch), tty_(isatty(fileno(stderr)) != 0) {}
   void start_epoch() { t0_ = std::chrono::steady_clock::now(); }
   void update(int epoch, int64_t step, double loss, bool force = false) {
+    if (quiet) return;
     const auto now = std::chrono::steady_clock::now();
     if (!force && now - last_ < (tty_ ? std::chrono::milliseconds(500) : std::chrono::milliseconds(15000))) return;
     last_ = now;
@@ -400,7 +401,30 @@ class Progress {
   int64_t steps_;
   bool tty_;
   std::chrono::steady_clock::time_point t0_{}, last_{};
+
+ public:
+  bool quiet = false;  // a data-parallel rank other than 0 (Note [Data-parallel examples])
 };
+
+// Note [Data-parallel examples]
+// `mpirun -np N ./cnn ...` (likewise char_lstm, dcgan) trains one model on N ranks: each builds
+// the same model, takes rank 0's parameters (DataParallel::broadcast), trains on rows
+// [rank B/N, (rank + 1) B/N) of every global batch of --batch-size B, and the trainer averages
+// the gradients (docs/data-parallel.md). The losses reported are the means over the ranks. Only
+// rank 0 prints, writes --metrics and saves checkpoints; every rank reads the checkpoint it
+// resumes from. Without mpirun the program is the single-process one, unchanged.
+inline std::shared_ptr<mixtape::dist::DataParallel> data_parallel(int64_t batch_size, const char* program) {
+  auto dp = std::make_shared<mixtape::dist::DataParallel>(mixtape::dist::world());
+  if (!dp->distributed()) return dp;
+  MT_CHECK(batch_size % dp->size() == 0, program, ": --batch-size ", batch_size, " does not split into ", dp->size(),
+           " equal shards (one per rank); choose a multiple of ", dp->size());
+  if (!dp->is_root())
+    MT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, program, ": cannot silence rank ", dp->rank(),
+             "'s output");
+  std::printf("%s: data parallel, %s, %lld rows per rank of each batch of %lld\n", program, dp->describe().c_str(),
+              (long long)(batch_size / dp->size()), (long long)batch_size);
+  return dp;
+}
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

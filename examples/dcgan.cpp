@@ -32,6 +32,7 @@
 //   ./dcgan --precision fp16 --loss-scale backoff --epochs 2           # mixed precision
 //   ./dcgan --smoke --metrics m.jsonl --out-dir /tmp                    # CI: a few dozen steps
 //   ./dcgan --device cpu                    # default --device auto: cuda:0 when a GPU is visible
+//   mpirun -np 2 ./dcgan --device cpu --threads 1 --precision fp16 --loss-scale backoff   # data parallel
 //
 // Both networks, their trainers and the labels live on --device; images are loaded and batched on
 // the host and copied over per batch, noise is drawn on the host (the same numbers on every
@@ -198,11 +199,16 @@ void write_sample_grid(nn::Sequential& G, const Tensor& fixed_z, bool train_mode
 // The two networks and their trainers, with what every step and every sample grid reuses.
 struct Gan {
   Gan(const DcganFlags& o, int64_t channels, const examples::CommonFlags& flags,
-      const examples::PrecisionFlags& precision, Device device);
+      const examples::PrecisionFlags& precision, Device device, std::shared_ptr<dist::DataParallel> dp);
 
-  void write_samples(const std::string& path) { write_sample_grid(*G, fixed_z, sample_train, path); }
+  // Rank 0 draws the grids (Note [Data-parallel examples] in common.h).
+  void write_samples(const std::string& path) {
+    if (dp->is_root()) write_sample_grid(*G, fixed_z, sample_train, path);
+  }
 
-  int64_t nz, nc, batch;
+  int64_t nz, nc, batch;  // batch: this rank's rows of each global batch (all of them on one process)
+  int64_t global_batch;
+  std::shared_ptr<dist::DataParallel> dp;
   Device device;
   std::shared_ptr<nn::Sequential> G, D;
   std::unique_ptr<PrecisionTrainer> g_trainer, d_trainer;
@@ -216,13 +222,21 @@ struct Gan {
 // Both networks start from N(0, 0.02) weights drawn from --seed (G's first) and move to the
 // device before their trainers are built: masters and optimizer state follow the parameters.
 Gan::Gan(const DcganFlags& o, int64_t channels, const examples::CommonFlags& flags,
-         const examples::PrecisionFlags& precision, Device device)
-    : nz(o.nz), nc(channels), batch(flags.batch_size), device(device), noise_gen(flags.seed + 1) {
+         const examples::PrecisionFlags& precision, Device device, std::shared_ptr<dist::DataParallel> dp_)
+    : nz(o.nz),
+      nc(channels),
+      batch(dp_->shard_size(flags.batch_size)),
+      global_batch(flags.batch_size),
+      dp(std::move(dp_)),
+      device(device),
+      noise_gen(flags.seed + 1) {
   Generator init_gen(flags.seed);
   G = examples::make_generator(nz, o.ngf, nc, o.num_stages());
   D = examples::make_discriminator(o.ndf, nc, o.num_stages());
   nn::init::dcgan_init(*G, init_gen);
   nn::init::dcgan_init(*D, init_gen);
+  dp->broadcast(*G);  // rank 0's initial state on every rank (nothing with one process)
+  dp->broadcast(*D);
   G->to(device);
   D->to(device);
   std::printf("generator %s\n%lld parameters\ndiscriminator %s\n%lld parameters\n", G->str().c_str(),
@@ -230,6 +244,10 @@ Gan::Gan(const DcganFlags& o, int64_t channels, const examples::CommonFlags& fla
   const OptimizerSpec adam{.kind = OptimizerKind::adam, .lr = flags.lr, .beta1 = o.beta1};
   g_trainer = std::make_unique<PrecisionTrainer>(*G, adam, precision.options(flags.seed));
   d_trainer = std::make_unique<PrecisionTrainer>(*D, adam, precision.options(flags.seed + 1));
+  if (dp->distributed()) {
+    g_trainer->set_data_parallel(dp);
+    d_trainer->set_data_parallel(dp);
+  }
   std::printf("device: %s\nprecision: G %s\n           D %s\n",
               examples::device_description(device, flags.threads).c_str(), g_trainer->describe().c_str(),
               d_trainer->describe().c_str());
@@ -290,7 +308,9 @@ struct PhaseTimes {
 // G's, each through its own trainer) with each phase timed; telemetry of sampled steps goes to
 // `metrics`.
 examples::GanStepResult train_step(Gan& gan, const Tensor& real_images, PhaseTimes& times, examples::Metrics& metrics) {
-  const Tensor z = gan.g_trainer->input(normal({gan.batch, gan.nz, 1, 1}, 0.0, 1.0, gan.noise_gen));
+  // The global batch's noise, drawn on every rank; this rank's rows of it.
+  const Tensor z =
+      gan.g_trainer->input(gan.dp->shard_rows(normal({gan.global_batch, gan.nz, 1, 1}, 0.0, 1.0, gan.noise_gen)));
   const examples::GanNets nets{*gan.G,          *gan.D,          *gan.g_trainer, *gan.d_trainer,
                                gan.real_labels, gan.fake_labels, gan.d_params};
   return examples::gan_step(nets, real_images, z, [&](examples::GanPhase phase) {
@@ -403,7 +423,12 @@ void train_epoch(Gan& gan, data::DataLoader& loader, Position& p, const DcganFla
   for (data::Batch& b : loader.epoch(epoch, p.batch)) {
     e.times.lap(e.times.data);
     run.counters.begin_step();
-    const examples::GanStepResult r = train_step(gan, b[0], e.times, metrics);
+    examples::GanStepResult r = train_step(gan, gan.dp->shard_rows(b[0]), e.times, metrics);
+    if (gan.dp->distributed()) {  // the global batch's losses, the same on every rank
+      double v[4] = {r.loss_d, r.loss_g, r.d_real, r.d_fake};
+      gan.dp->mean_over_ranks(v);
+      r.loss_d = v[0], r.loss_g = v[1], r.d_real = v[2], r.d_fake = v[3];
+    }
     ++run.step;
     ++e.steps;
     // A step a scaler skipped changed nothing; a non-finite loss whose step was applied means
@@ -524,8 +549,11 @@ int main(int argc, char** argv) {
   checkpoint.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
+  std::shared_ptr<dist::DataParallel> dp;
   try {
     o.finish(app, flags);
+    dp = examples::data_parallel(flags.batch_size, "dcgan");
+    checkpoint.set_ranks(dp->rank(), dp->size());
     const Device device = device_flag.resolve();
     examples::check_output_dir(o.out_dir);
     checkpoint.finish(o.out_dir);
@@ -533,7 +561,7 @@ int main(int argc, char** argv) {
     const auto t_start = Clock::now();
 
     const Tensor images = load_images(o, flags.batch_size);
-    Gan gan(o, images.size(1), flags, precision, device);
+    Gan gan(o, images.size(1), flags, precision, device, dp);
     data::DataLoader loader(data::TensorDataset({images}),
                             {.batch_size = flags.batch_size, .shuffle = true, .drop_last = true, .seed = flags.seed});
     const int64_t batches = loader.batches_per_epoch();
@@ -546,8 +574,9 @@ int main(int argc, char** argv) {
                   (long long)run.step, (long long)p.epoch, (long long)p.batch);
     }
     run.stop = flags.max_steps > 0 && run.step >= flags.max_steps;
-    examples::Metrics metrics(flags.metrics, checkpoint.resuming());
+    examples::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
     examples::Progress progress(flags.epochs, batches);
+    progress.quiet = !dp->is_root();
 
     for (; p.epoch <= flags.epochs && !run.stop; ++p.epoch, p.batch = 0, p.stats = {}) {
       train_epoch(gan, loader, p, o, flags.max_steps, checkpoint, id, progress, metrics, run);
@@ -560,6 +589,7 @@ int main(int argc, char** argv) {
     report_run(gan, run, device, examples::seconds_since(t_start), checkpoint.path(), metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dcgan: error: %s\n", e.what());
+    if (dp && dp->distributed()) dist::abort_all(1);  // the other ranks may wait in a collective
     return 1;
   }
   return 0;

@@ -127,7 +127,7 @@ std::unique_ptr<Pure16Optimizer> make_pure_optimizer(std::vector<Variable> param
 }  // namespace
 
 PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optimizer, PrecisionOptions options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)), model_(&model) {
   const char* who = "PrecisionTrainer";
   MT_CHECK(options_.telemetry_every >= 0, who, ": telemetry_every must be >= 0, got ", options_.telemetry_every);
   MT_CHECK(std::isfinite(options_.max_grad_norm) && options_.max_grad_norm >= 0.0, who,
@@ -214,13 +214,23 @@ void PrecisionTrainer::census_backward(const std::function<void()>& run_backward
   total_rounding_ += c;
 }
 
+void PrecisionTrainer::set_data_parallel(std::shared_ptr<dist::DataParallel> dp) {
+  MT_CHECK(dp != nullptr, "PrecisionTrainer::set_data_parallel: no DataParallel");
+  MT_CHECK(!dp->distributed() || device_.is_cpu(), "PrecisionTrainer::set_data_parallel: the model is on ", device_,
+           "; data parallelism over MPI trains on the CPU (docs/data-parallel.md: GPUs need a NCCL communicator)");
+  dp_ = dp->distributed() ? std::move(dp) : nullptr;  // one process: the single-process path, unchanged
+  if (grad_scaling_) grad_scaling_->set_agreement(dp_.get());
+}
+
 StepReport PrecisionTrainer::step() {
+  if (dp_) dp_->all_reduce_gradients(params_);  // Note [Gradient all-reduce] in dist/data_parallel.cpp
   last_ = masters_ ? masters_->step(*scaler_) : scaled_step(*pure_, *scaler_, options_.max_grad_norm);
   if (grad_scaling_) {
     last_scales_ = grad_scaling_->step_records();
     last_overflows_ = grad_scaling_->step_overflows();
     grad_scaling_->next_step();
   }
+  if (dp_) dp_->sync_buffers(*model_);
   return last_;
 }
 

@@ -48,6 +48,7 @@
 
 #include "autograd/telemetry.h"
 #include "autograd/gradient_scaling.h"
+#include "dist/data_parallel.h"
 #include "nn/module.h"
 #include "nn/precision.h"
 #include "optim/loss_scaler.h"
@@ -133,6 +134,14 @@ class PrecisionTrainer {
   StepReport step();
   void zero_grad();
 
+  // Data-parallel training (dist/data_parallel.h, docs/data-parallel.md): from now on step()
+  // averages the gradients over the ranks before it checks them, gradient scaling agrees each
+  // beta with the other ranks, and after each step the model's buffers are rank 0's. The
+  // parameters must already be the same on every rank (DataParallel::broadcast). With one
+  // process nothing changes. Throws for a model on a GPU (the MPI communicator works on the CPU).
+  void set_data_parallel(std::shared_ptr<dist::DataParallel> dp);
+  const dist::DataParallel* data_parallel() const { return dp_.get(); }
+
   Optimizer& optimizer();  // for learning-rate schedules
   const Optimizer& optimizer() const;
   LossScaler& scaler() { return *scaler_; }
@@ -178,6 +187,8 @@ class PrecisionTrainer {
   void census_backward(const std::function<void()>& run_backward);
 
   PrecisionOptions options_;
+  nn::Module* model_ = nullptr;  // for its buffers under data parallelism
+  std::shared_ptr<dist::DataParallel> dp_;
   std::vector<Variable> params_;
   Device device_;
   std::unique_ptr<MasterWeights> masters_;  // fp32 and mixed policies

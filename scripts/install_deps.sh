@@ -15,6 +15,8 @@ packages=(
   # the sanitizer and fuzzing build (preset asan): clang with its sanitizer and libFuzzer runtimes,
   # and LLVM's OpenMP runtime, which clang's -fopenmp links (docs/fuzzing.md)
   clang libclang-rt-14-dev libomp-dev
+  # data-parallel training across processes (docs/data-parallel.md): Open MPI's headers, library and mpirun
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

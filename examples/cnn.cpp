@@ -59,7 +59,7 @@ struct CnnFlags {
 
 // The closing lines and the "summary" event.
 void report_run(const examples::CnnRun& run, Device device, double wall, const std::string& ckpt_path,
-                examples::Metrics& metrics) {
+                const dist::DataParallel& dp, examples::Metrics& metrics) {
   const PrecisionTrainer& trainer = *run.trainer;
   const int64_t step = run.steps;
   const examples::CnnEval& last = run.last;
@@ -72,6 +72,9 @@ void report_run(const examples::CnnRun& run, Device device, double wall, const s
       ckpt_path.c_str());
   if (run.nonfinite_losses > 0)
     std::printf("%lld training steps had an inf or NaN loss\n", (long long)run.nonfinite_losses);
+  if (dp.distributed())  // rank 0's own time in the gradient all-reduce (DataParallel::all_reduce_gradients)
+    std::printf("%d ranks: the gradient all-reduce took %.2f s of %.1f s training (%.1f%%)\n", dp.size(),
+                dp.total_sync_seconds(), train_secs, 100.0 * dp.total_sync_seconds() / train_secs);
   nlohmann::json summary = {{"event", "summary"},
                             {"device", device.str()},
                             {"final_test_accuracy", last.accuracy},
@@ -81,6 +84,10 @@ void report_run(const examples::CnnRun& run, Device device, double wall, const s
                             {"steps_per_s", double(step) / train_secs},
                             {"nonfinite_losses", run.nonfinite_losses}};
   examples::add_precision_summary(summary, trainer);
+  if (dp.distributed()) {
+    summary["ranks"] = dp.size();
+    summary["all_reduce_s"] = dp.total_sync_seconds();
+  }
   run.counters.add_to(summary);
   metrics.write(summary);
 }
@@ -140,7 +147,7 @@ int main(int argc, char** argv) {
     examples::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
     const examples::CnnRun run = examples::train_cnn(config, options, train, test, metrics);
 
-    report_run(run, device, examples::seconds_since(t_start), checkpoint.path(), metrics);
+    report_run(run, device, examples::seconds_since(t_start), checkpoint.path(), *dp, metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cnn: error: %s\n", e.what());
     if (dp && dp->distributed()) dist::abort_all(1);  // the other ranks may wait in a collective

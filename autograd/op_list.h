@@ -43,7 +43,9 @@
   /* min, var, std (autograd/functions/reduce.cpp); indexing (autograd/functions/index.cpp) */ \
   MT_OP(min, "min") MT_OP(var, "var") MT_OP(std, "std")                                 \
   MT_OP(gather, "gather") MT_OP(index_select, "index_select") MT_OP(where, "where")     \
-  MT_OP(masked_fill, "masked_fill")
+  MT_OP(masked_fill, "masked_fill")                                                   \
+  /* layer norm, group norm (autograd/functions/norm.cpp) */                           \
+  MT_OP(layer_norm, "layer_norm") MT_OP(group_norm, "group_norm")
 // clang-format on
 
 namespace mixtape {

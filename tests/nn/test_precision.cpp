@@ -240,7 +240,6 @@ TEST_CASE("every entry of the fp32 allow-list keeps its op in fp32", "[precision
     check_cast_input(
         OpId::mse_loss, [&](const Variable& x) { return loss(x, probs); }, logits);
   };
-
   // accumulate: sum and mean of 4096 ones and the values k 2^-10, k = 1..1000 (as the format
   // holds them). Accumulated in 16 bits the ones alone stall at 2^p (2048 in f16, 256 in bf16),
   // where + 1 is a tie that rounds back down; the op must give the exact sum rounded once.
@@ -352,6 +351,43 @@ TEST_CASE("every entry of the fp32 allow-list keeps its op in fp32", "[precision
       // The normalized output: the f32 result rounded once.
       CHECK(bytes_of(y16.data()) == bytes_of(y32.data().to(dt)));
     }
+  };
+
+  // layer_norm and group_norm through their modules: groups of a large mean and a small spread
+  // (a 16-bit sum would lose the spread) and of +-2000 (16 x 2000^2 overflows an f16 sum of
+  // squares). y must be the f32 computation on the same values rounded once, and the f32
+  // parameters' gradients must come back in f32.
+  auto check_norm = [&](OpId op, nn::UnaryModule& m16, nn::UnaryModule& m32, const Shape& shape) {
+    std::vector<double> v(size_t(numel_of(shape)));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = i < v.size() / 2 ? 300.0 + 0.25 * double(i % 8) : (i % 2 ? 2000.0 : -2000.0) + double(i % 5);
+    for (DType dt : k16) {
+      INFO(op_name(op) << " on " << dtype_name(dt));
+      const Tensor x16 = from_vector(v, shape, dt);
+      Variable y16;
+      {
+        Tape tape;
+        y16 = m16(Variable(x16, true));
+        CHECK(has_node(tape, op));
+        tape.backward(sum(y16 * y16));
+      }
+      const Variable y32 = m32(Variable(x16.to(DType::f32)));
+      REQUIRE(y16.dtype() == dt);
+      CHECK(bytes_of(y16.data()) == bytes_of(y32.data().to(dt)));
+      for (const Variable& p : m16.parameters()) {
+        REQUIRE(p.grad().has_value());
+        CHECK(p.grad()->g.dtype() == DType::f32);
+      }
+      m16.zero_grad();
+    }
+  };
+  checks[OpId::layer_norm] = [&] {
+    nn::LayerNorm m16({16}), m32({16});
+    check_norm(OpId::layer_norm, m16, m32, {4, 16});
+  };
+  checks[OpId::group_norm] = [&] {
+    nn::GroupNorm m16(2, 4), m32(2, 4);
+    check_norm(OpId::group_norm, m16, m32, {4, 4, 2, 2});
   };
 
   // The GEMM-like ops on the Gemm inputs, each through its differentiable op.

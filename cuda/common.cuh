@@ -66,10 +66,12 @@ class DeviceGuard {
 // The stream of an operand's device (Note [One stream per device] in runtime.h).
 inline Stream stream_of(const Strided& t) { return stream(t.device().index); }
 
-// Queues a check that every i64 of `indices` lies in [0, limit); a failure throws
-// message(position, value) at the host's next read of the readout block (Note [Deferred device
-// checks] in cuda/runtime.h). One launch (none for an empty tensor). cuda/checks.cu.
-void defer_index_check(const Strided& indices, int64_t limit, CheckMessage message);
+// Queues a check that every i64 of `indices` lies in [0, limit) or equals `allowed` (when given:
+// cross_entropy's ignore_index); a failure throws message(position, value) at the host's next
+// read of the readout block (Note [Deferred device checks] in cuda/runtime.h). One launch (none
+// for an empty tensor). cuda/checks.cu.
+void defer_index_check(const Strided& indices, int64_t limit, CheckMessage message, bool has_allowed = false,
+                       int64_t allowed = 0);
 
 // ---- storage types and conversions ------------------------------------------------------------
 

@@ -240,6 +240,28 @@ TEST_CASE("every entry of the fp32 allow-list keeps its op in fp32", "[precision
     check_cast_input(
         OpId::mse_loss, [&](const Variable& x) { return loss(x, probs); }, logits);
   };
+  checks[OpId::nll_loss] = [&] {
+    nn::NLLLoss loss(Reduction::mean, {from_vector(std::vector<double>{1, 2, 1, 0.5, 1}, {5}), 4, 0.0});
+    check_cast_input(
+        OpId::nll_loss, [&](const Variable& x) { return loss(x, labels); }, log_softmax(logits, 1));
+  };
+  checks[OpId::binary_cross_entropy] = [&] {
+    nn::BCELoss loss;
+    check_cast_input(
+        OpId::binary_cross_entropy, [&](const Variable& x) { return loss(x, probs); },
+        uniform({4, 5}, 0.01, 0.99, gen));
+  };
+  checks[OpId::l1_loss] = [&] {
+    nn::L1Loss loss;
+    check_cast_input(
+        OpId::l1_loss, [&](const Variable& x) { return loss(x, probs); }, logits);
+  };
+  checks[OpId::smooth_l1_loss] = [&] {
+    nn::SmoothL1Loss loss(Reduction::sum, 0.5);
+    check_cast_input(
+        OpId::smooth_l1_loss, [&](const Variable& x) { return loss(x, probs); }, logits);
+  };
+
   // accumulate: sum and mean of 4096 ones and the values k 2^-10, k = 1..1000 (as the format
   // holds them). Accumulated in 16 bits the ones alone stall at 2^p (2048 in f16, 256 in bf16),
   // where + 1 is a tie that rounds back down; the op must give the exact sum rounded once.
@@ -506,5 +528,32 @@ TEST_CASE("apply_precision: pure policies store parameters in 16 bits, batch-nor
       INFO(name);
       CHECK(t.dtype() == (name.find("num_batches_tracked") != std::string::npos ? DType::i64 : DType::f32));
     }
+  }
+}
+
+TEST_CASE("BCELoss on 16-bit probabilities: the overflow of Note [BCE on probabilities] and its remedy",
+          "[precision]") {
+  // A confident wrong discriminator: p = sigmoid(-8) = 3.4e-4 for a real sample (t = 1), 64
+  // samples, loss scale 2^16. dL/dp = -1 / (64 p) x 2^16 = -3.0e6: beyond f16's 65504.
+  const double S = 65536.0;
+  const Tensor logits32 = full({64, 1}, -8.0, DType::f32), real = ones({64, 1});
+  nn::BCELoss loss;
+  {  // 16-bit sigmoid, then BCELoss: the gradient into the sigmoid overflows when rounded to f16
+    Variable z(logits32.to(DType::f16), true);
+    Tape tape;
+    const Variable l = loss(sigmoid(z), real);
+    CHECK(l.dtype() == DType::f32);
+    tape.backward(l, ScaledGrad{full({}, S), float(S)});
+    REQUIRE(z.grad().has_value());
+    CHECK(std::isinf(z.grad()->g.flat_get(0)));
+  }
+  {  // the remedy: the sigmoid in fp32 too (cast first); what crosses the cast is (p - t) g
+    Variable z(logits32.to(DType::f16), true);
+    Tape tape;
+    const Variable l = loss(sigmoid(cast(z, DType::f32)), real);
+    tape.backward(l, ScaledGrad{full({}, S), float(S)});
+    REQUIRE(z.grad().has_value());
+    const double want = (1.0 / (1.0 + std::exp(8.0)) - 1.0) / 64.0 * S;  // (p - 1) / n x S
+    CHECK(z.grad()->g.flat_get(0) == Approx(want).epsilon(2e-3));
   }
 }

@@ -173,7 +173,8 @@ TEST_CASE("layer_norm and group_norm reject bad inputs with messages naming the 
   CHECK_THAT(error_of([&] { group_norm(x, 4); }),
              Contains("group_norm: the 6 channels of input f32[2, 6, 3] must split into num_groups = 4 equal groups"));
   CHECK_THAT(error_of([&] { group_norm(zeros({6}), 2); }), Contains("group_norm: expected input [N, C, ...]"));
-  CHECK_THAT(error_of([&] { group_norm(x, 3, zeros({6}), zeros({6}, DType::f64)); }), Contains("must share a dtype"));
+  CHECK_THAT(error_of([&] { group_norm(x, 3, zeros({6}), zeros({6}, DType::f64)); }),
+             Contains("group_norm: bias f64[6] must have the input's dtype or f32"));
   CHECK_THAT(error_of([&] { group_norm(x.to(DType::i64), 3); }), Contains("group_norm"));
   CHECK_THAT(error_of([&] { group_norm(x, 3, Tensor(), Tensor(), -1.0); }), Contains("eps must be finite and >= 0"));
   // An empty batch is fine and gives empty results.

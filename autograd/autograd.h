@@ -18,6 +18,7 @@
 #include "autograd/functions/linalg.h"
 #include "autograd/functions/loss.h"
 #include "autograd/functions/lstm.h"
+#include "autograd/functions/norm.h"
 #include "autograd/functions/pool.h"
 #include "autograd/functions/reduce.h"
 #include "autograd/functions/shape.h"

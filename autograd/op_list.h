@@ -45,7 +45,12 @@
   MT_OP(gather, "gather") MT_OP(index_select, "index_select") MT_OP(where, "where")     \
   MT_OP(masked_fill, "masked_fill")                                                    \
   /* one LSTM layer's recurrence as one node (autograd/functions/lstm.cpp) */           \
-  MT_OP(lstm_layer, "lstm_layer")
+  MT_OP(lstm_layer, "lstm_layer")                                                      \
+  /* layer norm, group norm (autograd/functions/norm.cpp) */                           \
+  MT_OP(layer_norm, "layer_norm") MT_OP(group_norm, "group_norm")                     \
+  /* losses (autograd/functions/loss.cpp) */                                           \
+  MT_OP(nll_loss, "nll_loss") MT_OP(binary_cross_entropy, "binary_cross_entropy")       \
+  MT_OP(l1_loss, "l1_loss") MT_OP(smooth_l1_loss, "smooth_l1_loss")
 // clang-format on
 
 namespace mixtape {

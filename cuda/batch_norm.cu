@@ -30,51 +30,6 @@ __device__ __forceinline__ float from_double<float>(double v) {
   return __double2float_rn(v);
 }
 
-// ---- per-channel vectors of any floating dtype ----------------------------------------------
-
-// A [C] tensor (weight, bias, running stats, dweight, dbias) seen by a kernel; p == nullptr
-// when the tensor is undefined.
-struct ChanVec {
-  void* p = nullptr;
-  int64_t stride = 0;
-  int kind = 0;  // 0 f32, 1 f64, 2 f16, 3 bf16
-};
-
-ChanVec chan_vec(const Strided& t, const char* op) {
-  ChanVec v;
-  if (!t.defined()) return v;
-  v.p = t.raw_data();
-  v.stride = t.strides()[0];
-  switch (t.dtype()) {
-    case DType::f32: v.kind = 0; break;
-    case DType::f64: v.kind = 1; break;
-    case DType::f16: v.kind = 2; break;
-    case DType::bf16: v.kind = 3; break;
-    default: throw Error(detail::cat(op, ": per-channel tensor ", t.meta(), " must be floating"));
-  }
-  return v;
-}
-
-__device__ double chan_read(const ChanVec& v, int64_t c) {
-  const int64_t o = c * v.stride;
-  switch (v.kind) {
-    case 0: return double(static_cast<const float*>(v.p)[o]);
-    case 1: return static_cast<const double*>(v.p)[o];
-    case 2: return double(__half2float(static_cast<const __half*>(v.p)[o]));
-    default: return double(__bfloat162float(static_cast<const __nv_bfloat16*>(v.p)[o]));
-  }
-}
-
-__device__ void chan_write(const ChanVec& v, int64_t c, double x) {
-  const int64_t o = c * v.stride;
-  switch (v.kind) {
-    case 0: static_cast<float*>(v.p)[o] = store<float>(x); return;
-    case 1: static_cast<double*>(v.p)[o] = x; return;
-    case 2: static_cast<__half*>(v.p)[o] = store<__half>(x); return;
-    default: static_cast<__nv_bfloat16*>(v.p)[o] = store<__nv_bfloat16>(x); return;
-  }
-}
-
 // The positions of a tensor seen as channels (dim 1) x positions (every other dim), as in the
 // CPU's channel_view: the positions' shape, one stride vector per operand, and each operand's
 // channel stride.
@@ -98,8 +53,8 @@ inline constexpr int kBnBlock = 256;  // threads per channel block (a multiple o
 template <class T>
 __global__ void batch_norm_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t x_cs, int64_t y_cs,
                                           OffsetCalculator<2> pos, int64_t n, ChanVec w, ChanVec b, ChanVec rm,
-                                          ChanVec rv, bool training, double momentum, double eps, compute_t<T>* mean,
-                                          compute_t<T>* invstd) {
+                                          ChanVec rv, bool training, double momentum, const int64_t* count, double eps,
+                                          compute_t<T>* mean, compute_t<T>* invstd) {
   using A = compute_t<T>;
   __shared__ double scratch[32];
   const int64_t c = blockIdx.x;
@@ -123,6 +78,8 @@ __global__ void batch_norm_forward_kernel(const T* __restrict__ x, T* __restrict
     var = block_sum(q, scratch) / double(n);
     if (threadIdx.x == 0 && rm.p) {
       // Running variance tracks the unbiased estimate (PyTorch semantics); n > 1 was checked.
+      // A counter makes it the cumulative average (momentum = None): momentum = 1 / count.
+      if (count) momentum = 1.0 / double(*count < 1 ? int64_t(1) : *count);
       const double keep = 1.0 - momentum;
       chan_write(rm, c, __dadd_rn(__dmul_rn(keep, chan_read(rm, c)), __dmul_rn(momentum, m)));
       const double unbiased = __dmul_rn(__dmul_rn(momentum, var), double(n)) / double(n - 1);
@@ -205,8 +162,8 @@ __global__ void batch_norm_backward_kernel(const T* __restrict__ dy, const T* __
 // ---- launchers ------------------------------------------------------------------------------------
 
 void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& bias, const Strided& running_mean,
-                        const Strided& running_var, bool training, double momentum, double eps, const Strided& y,
-                        const Strided& mean, const Strided& invstd) {
+                        const Strided& running_var, bool training, double momentum, double eps, const Strided& count,
+                        const Strided& y, const Strided& mean, const Strided& invstd) {
   DeviceGuard guard(x.device().index);
   const int64_t C = x.size(1);
   if (C == 0) return;
@@ -222,7 +179,8 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
     using A = compute_t<T>;
     batch_norm_forward_kernel<T><<<unsigned(C), kBnBlock, 0, stream_of(x)>>>(
         static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()), x.strides()[1], y.strides()[1], pos, n, w,
-        b, rm, rv, training, momentum, eps, static_cast<A*>(mean.raw_data()), static_cast<A*>(invstd.raw_data()));
+        b, rm, rv, training, momentum, count.defined() ? static_cast<const int64_t*>(count.raw_data()) : nullptr, eps,
+        static_cast<A*>(mean.raw_data()), static_cast<A*>(invstd.raw_data()));
     MT_CUDA_CHECK_LAUNCH("batch_norm_forward_kernel");
   });
 }

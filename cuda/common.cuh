@@ -66,10 +66,12 @@ class DeviceGuard {
 // The stream of an operand's device (Note [One stream per device] in runtime.h).
 inline Stream stream_of(const Strided& t) { return stream(t.device().index); }
 
-// Queues a check that every i64 of `indices` lies in [0, limit); a failure throws
-// message(position, value) at the host's next read of the readout block (Note [Deferred device
-// checks] in cuda/runtime.h). One launch (none for an empty tensor). cuda/checks.cu.
-void defer_index_check(const Strided& indices, int64_t limit, CheckMessage message);
+// Queues a check that every i64 of `indices` lies in [0, limit) or equals `allowed` (when given:
+// cross_entropy's ignore_index); a failure throws message(position, value) at the host's next
+// read of the readout block (Note [Deferred device checks] in cuda/runtime.h). One launch (none
+// for an empty tensor). cuda/checks.cu.
+void defer_index_check(const Strided& indices, int64_t limit, CheckMessage message, bool has_allowed = false,
+                       int64_t allowed = 0);
 
 // ---- storage types and conversions ------------------------------------------------------------
 
@@ -254,6 +256,52 @@ OffsetCalculator<N> offsets_for(const Shape& shape, const std::array<const Strid
     st[size_t(k)] = s;
   }
   return make_offset_calculator<N>(shape, st);
+}
+
+// ---- per-channel vectors of any floating dtype ----------------------------------------------
+
+// A [C] tensor (weight, bias, running stats, dweight, dbias of batch norm, layer norm and group
+// norm) seen by a kernel; p == nullptr when the tensor is undefined. Read as double, written from
+// double with the CPU's store<T>(double) rounding.
+struct ChanVec {
+  void* p = nullptr;
+  int64_t stride = 0;
+  int kind = 0;  // 0 f32, 1 f64, 2 f16, 3 bf16
+};
+
+inline ChanVec chan_vec(const Strided& t, const char* op) {
+  ChanVec v;
+  if (!t.defined()) return v;
+  v.p = t.raw_data();
+  v.stride = t.strides()[0];
+  switch (t.dtype()) {
+    case DType::f32: v.kind = 0; break;
+    case DType::f64: v.kind = 1; break;
+    case DType::f16: v.kind = 2; break;
+    case DType::bf16: v.kind = 3; break;
+    default: throw Error(detail::cat(op, ": per-channel tensor ", t.meta(), " must be floating"));
+  }
+  return v;
+}
+
+__device__ inline double chan_read(const ChanVec& v, int64_t c) {
+  const int64_t o = c * v.stride;
+  switch (v.kind) {
+    case 0: return double(static_cast<const float*>(v.p)[o]);
+    case 1: return static_cast<const double*>(v.p)[o];
+    case 2: return double(__half2float(static_cast<const __half*>(v.p)[o]));
+    default: return double(__bfloat162float(static_cast<const __nv_bfloat16*>(v.p)[o]));
+  }
+}
+
+__device__ inline void chan_write(const ChanVec& v, int64_t c, double x) {
+  const int64_t o = c * v.stride;
+  switch (v.kind) {
+    case 0: static_cast<float*>(v.p)[o] = store<float>(x); return;
+    case 1: static_cast<double*>(v.p)[o] = x; return;
+    case 2: static_cast<__half*>(v.p)[o] = store<__half>(x); return;
+    default: static_cast<__nv_bfloat16*>(v.p)[o] = store<__nv_bfloat16>(x); return;
+  }
 }
 
 // ---- reductions ------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// softmax / log_softmax and the losses (cross entropy, BCE with logits, MSE), forward and
-// backward side by side. Mirrors tensor/cpu/loss.cpp; the front-ends (tensor/ops/loss.cpp)
+// softmax / log_softmax and the losses (cross entropy and nll_loss, BCE with logits, BCE on
+// probabilities, L1, smooth L1, MSE), forward and backward side by side. Mirrors tensor/cpu/loss.cpp; the front-ends (tensor/ops/loss.cpp)
 // validate shapes and allocate outputs contiguous.
 //
 // Note [CUDA loss numerics]
@@ -23,6 +23,7 @@
 
 #include "cuda/backend.h"
 #include "cuda/common.cuh"
+#include "tensor/core/loss_formulas.h"
 #include "tensor/core/rows.h"
 
 namespace mixtape::cuda {
@@ -127,69 +128,180 @@ __global__ void softmax_backward_kernel(const T* __restrict__ y, const T* __rest
   }
 }
 
-// ---- cross entropy -------------------------------------------------------------------------
+// ---- cross entropy and nll_loss -----------------------------------------------------------
 
-// One block per row r (row-major over logits' dims other than 1 = the target's position).
-// rows: offsets of (logits, targets, out) -- out's strides are zero when reduced, and then the
-// row's loss goes to row_loss[r] (f64) for loss_total_kernel. A row with an out-of-range target
-// is skipped (Note [Cross-entropy target check]).
+// A class loss's options as the kernels see them (tensor/cpu/loss.h).
+struct ClassArgs {
+  ChanVec w;  // class weights, p == nullptr without
+  int64_t ignore_index;
+  double eps;  // label smoothing
+  bool log_probs;
+};
+
+// One row's -log p_c (Note [Cross-entropy options] in tensor/cpu/loss.cpp).
+template <class T, class A>
+struct DevClassRow {
+  const T* row;
+  int64_t stride;
+  bool log_probs;
+  A mx, log_sum, sum;
+  __device__ A x(int64_t c) const { return A(load(row[c * stride])); }
+  __device__ A nll(int64_t c) const { return log_probs ? A(-x(c)) : A(log_sum - (x(c) - mx)); }
+  __device__ A weight(const ChanVec& w, int64_t c) const { return w.p ? A(__double2float_rn(chan_read(w, c))) : A(1); }
+};
+
+template <class T, class A>
+__device__ DevClassRow<T, A> class_row(const T* row, int64_t C, int64_t stride, bool log_probs, A* scratch) {
+  DevClassRow<T, A> r{row, stride, log_probs, A(0), A(0), A(1)};
+  if (!log_probs) {  // block-uniform
+    row_max_sum(row, C, stride, scratch, r.mx, r.sum);
+    r.log_sum = dev_log(r.sum);
+  }
+  return r;
+}
+
+// One block per row r (row-major over the input's dims other than 1 = the target's position).
+// rows: offsets of (input, targets, out) -- out's strides are zero when reduced, and then the
+// row's loss and target weight go to row_loss[r] and row_w[r] (f64) for class_total_kernel. A
+// row whose target is ignored adds nothing; one outside [0, C) is skipped (Note [Cross-entropy
+// target check]).
 template <class T>
 __global__ void cross_entropy_kernel(const T* __restrict__ x, const int64_t* __restrict__ targets, T* __restrict__ out,
-                                     double* __restrict__ row_loss, OffsetCalculator<3> rows, int64_t C, int64_t sx,
-                                     bool reduce) {
+                                     double* __restrict__ row_loss, double* __restrict__ row_w,
+                                     OffsetCalculator<3> rows, int64_t C, int64_t sx, bool reduce, ClassArgs ca) {
   using A = compute_t<T>;
   __shared__ A scratch[32];
+  __shared__ double dscratch[32];
   const int64_t r = blockIdx.x;
   int64_t ro[3];
   rows.offsets(r, ro);
   const int64_t t = targets[ro[1]];
-  if (t < 0 || t >= C) {  // the same t in every thread: the whole block leaves
-    if (threadIdx.x == 0 && reduce) row_loss[r] = 0.0;
+  const bool ignored = t == ca.ignore_index;
+  if (ignored || t < 0 || t >= C) {  // the same t in every thread: the whole block leaves
+    if (threadIdx.x == 0) {
+      if (reduce) row_loss[r] = 0.0, row_w[r] = 0.0;
+      else if (ignored) out[ro[2]] = store<T>(A(0));
+    }
     return;
   }
-  const T* row = x + ro[0];
-  A mx, sum;
-  row_max_sum(row, C, sx, scratch, mx, sum);
+  const DevClassRow<T, A> row = class_row(x + ro[0], C, sx, ca.log_probs, scratch);
+  double smooth = 0.0;
+  if (ca.eps > 0.0) {  // block-uniform
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      smooth += ca.w.p ? double(mul_rn(row.weight(ca.w, c), row.nll(c))) : double(row.nll(c));
+    smooth = block_sum(smooth, dscratch);
+  }
   if (threadIdx.x != 0) return;
-  // -log_softmax(x)[t] = log(sum) - (x_t - max)
-  const A loss = dev_log(sum) - (A(load(row[t * sx])) - mx);
-  if (reduce) row_loss[r] = double(loss);
-  else out[ro[2]] = store<T>(loss);
+  A loss = row.nll(t);
+  if (ca.w.p) loss = mul_rn(row.weight(ca.w, t), loss);
+  if (ca.eps > 0.0)
+    loss = add_rn(mul_rn(A(1.0 - ca.eps), loss), mul_rn(A(ca.eps / double(C)), __double2float_rn(smooth)));
+  if (reduce) {
+    row_loss[r] = double(loss);
+    row_w[r] = double(row.weight(ca.w, t));
+  } else {
+    out[ro[2]] = store<T>(loss);
+  }
 }
 
-// dlogits_k = (softmax_k - [k == t]) g, g = dy[0] / divisor (reduced) or dy at the row.
-// rows: offsets of (logits, targets, dy, dlogits).
+// One block: out[0] = round(sum(row_loss) / (mean ? sum(row_w) : 1)), sums in f64.
+template <class T>
+__global__ void class_total_kernel(const double* __restrict__ row_loss, const double* __restrict__ row_w, int64_t count,
+                                   bool mean, T* __restrict__ out) {
+  using A = compute_t<T>;
+  __shared__ double scratch[32];
+  double s = 0.0, ws = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    s += row_loss[i];
+    ws += row_w[i];
+  }
+  s = block_sum(s, scratch);
+  ws = block_sum(ws, scratch);
+  if (threadIdx.x == 0) out[0] = store<T>(A(s / (mean ? ws : 1.0)));
+}
+
+// One block: sums[0] = the weights of the targets that are neither ignored nor out of range (the
+// mean's divisor), sums[1] = every class weight (label smoothing's W), each in f64.
+__global__ void class_weight_sums_kernel(const int64_t* __restrict__ targets, OffsetCalculator<1> tc, int64_t n,
+                                         int64_t C, ClassArgs ca, double* __restrict__ sums) {
+  __shared__ double scratch[32];
+  double s = 0.0, all = 0.0;
+  for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
+    int64_t o[1];
+    tc.offsets(p, o);
+    const int64_t t = targets[o[0]];
+    if (t == ca.ignore_index || t < 0 || t >= C) continue;
+    s += ca.w.p ? double(__double2float_rn(chan_read(ca.w, t))) : 1.0;
+  }
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    all += ca.w.p ? double(__double2float_rn(chan_read(ca.w, c))) : 1.0;
+  s = block_sum(s, scratch);
+  all = block_sum(all, scratch);
+  if (threadIdx.x == 0) sums[0] = s, sums[1] = all;
+}
+
+// dx_k = d loss / d x_k * g (ClassRow::grad in tensor/cpu/loss.cpp), g = dy[0] / sums[0] (mean),
+// dy[0] (sum) or dy at the row. rows: offsets of (input, targets, dy, dx).
 template <class T>
 __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const int64_t* __restrict__ targets,
                                               const T* __restrict__ dy, T* __restrict__ dx, OffsetCalculator<4> rows,
-                                              int64_t C, int64_t sx, int64_t sd, bool reduce, double divisor) {
+                                              int64_t C, int64_t sx, int64_t sd, bool reduce,
+                                              const double* __restrict__ sums, bool mean, ClassArgs ca) {
   using A = compute_t<T>;
   __shared__ A scratch[32];
   const int64_t r = blockIdx.x;
   int64_t ro[4];
   rows.offsets(r, ro);
   const int64_t t = targets[ro[1]];
-  if (t < 0 || t >= C) return;  // reported by the check
-  const T* row = x + ro[0];
   T* drow = dx + ro[3];
-  A mx, sum;
-  row_max_sum(row, C, sx, scratch, mx, sum);
-  const A g = reduce ? A(A(load(dy[0])) / A(divisor)) : A(load(dy[ro[2]]));
+  if (t == ca.ignore_index) {
+    for (int64_t k = threadIdx.x; k < C; k += blockDim.x) drow[k * sd] = store<T>(A(0));
+    return;
+  }
+  if (t < 0 || t >= C) return;  // reported by the check
+  const DevClassRow<T, A> row = class_row(x + ro[0], C, sx, ca.log_probs, scratch);
+  const A g = reduce ? A(A(load(dy[0])) / A(mean ? sums[0] : 1.0)) : A(load(dy[ro[2]]));
+  const A wt = row.weight(ca.w, t);
+  const A W = ca.w.p && ca.eps > 0.0 ? A(__double2float_rn(sums[1])) : A(C);  // sums: only with smoothing
   for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
-    const A p = A(dev_exp(A(load(row[k * sx])) - mx) / sum);
-    drow[k * sd] = store<T>(A((k == t ? A(p - A(1)) : p) * g));
+    A d;
+    if (ca.log_probs) {
+      d = k == t ? A(A(-wt) * g) : A(0);
+    } else {
+      const A p = A(dev_exp(row.x(k) - row.mx) / row.sum);
+      const A hit = k == t ? A(p - A(1)) : p;
+      if (!ca.w.p && ca.eps == 0.0) {
+        d = A(hit * g);
+      } else {
+        d = mul_rn(mul_rn(wt, A(1.0 - ca.eps)), hit);
+        if (ca.eps > 0.0) d = add_rn(d, mul_rn(A(ca.eps / double(C)), sub_rn(mul_rn(W, p), row.weight(ca.w, k))));
+        d = A(d * g);
+      }
+    }
+    drow[k * sd] = store<T>(d);
   }
 }
 
-// Queues the check of every target against [0, C) (Note [Cross-entropy target check]).
-void check_targets(const char* op, const Strided& logits, const Strided& targets) {
+// Queues the check of every target against [0, C) or ignore_index (Note [Cross-entropy target
+// check]), with the CPU's message.
+void check_targets(const char* op, const Strided& logits, const Strided& targets, int64_t ignore_index) {
   const int64_t C = logits.shape()[1];
-  defer_index_check(targets, C,
-                    [op = std::string(op), lm = logits.meta(), tm = targets.meta(), C](int64_t p, int64_t t) {
-    return detail::cat(op, ": target ", t, " (at position ", p, ") is out of range for ", C, " classes (logits ", lm,
-                       ", targets ", tm, "); targets must lie in [0, ", C, ")");
-  });
+  const char* what = std::string(op) == "nll_loss" ? "input " : "logits ";
+  defer_index_check(
+      targets, C,
+      [op = std::string(op), what, lm = logits.meta(), tm = targets.meta(), C](int64_t p, int64_t t) {
+    return detail::cat(op, ": target ", t, " (at position ", p, ") is out of range for ", C, " classes (", what, lm,
+                       ", targets ", tm, "); targets must lie in [0, ", C, ") or equal ignore_index");
+      },
+      true, ignore_index);
 }
+
+ClassArgs class_args(const Strided& weight, int64_t ignore_index, double label_smoothing, bool log_probs,
+                     const char* op) {
+  return ClassArgs{chan_vec(weight, op), ignore_index, label_smoothing, log_probs};
+}
+
+const char* class_loss_name(bool log_probs) { return log_probs ? "nll_loss" : "cross_entropy"; }
 
 // ---- pointwise losses (BCE with logits, MSE) ----------------------------------------------
 
@@ -222,6 +334,53 @@ struct MseGrad {
     const A d = A(A(2) * (a - b)) * g;
     da = d;
     db = A(-d);
+  }
+};
+
+// binary_cross_entropy, l1_loss, smooth_l1_loss: the shared formulas (tensor/core/loss_formulas.h).
+struct DevLossMath {
+  static __device__ __forceinline__ float log(float v) { return dev_log(v); }
+  static __device__ __forceinline__ float log1p(float v) { return dev_log1p(v); }
+};
+struct BceProbLoss {
+  template <class A>
+  __device__ A operator()(A x, A t) const {
+    return formulas::bce_forward<DevLossMath>(x, t);
+  }
+};
+struct BceProbGrad {
+  template <class A>
+  __device__ void operator()(A x, A t, A g, A& da, A& db) const {
+    da = formulas::bce_grad_input(x, t, g);
+    db = formulas::bce_grad_target<DevLossMath>(x, g);
+  }
+};
+struct L1Loss {
+  template <class A>
+  __device__ A operator()(A a, A b) const {
+    return formulas::l1_forward(a, b);
+  }
+};
+struct L1Grad {
+  template <class A>
+  __device__ void operator()(A a, A b, A g, A& da, A& db) const {
+    da = formulas::l1_grad(a, b, g);
+    db = A(-da);
+  }
+};
+struct SmoothL1Loss {
+  float beta;
+  template <class A>
+  __device__ A operator()(A a, A b) const {
+    return formulas::smooth_l1_forward(a, b, A(beta));
+  }
+};
+struct SmoothL1Grad {
+  float beta;
+  template <class A>
+  __device__ void operator()(A a, A b, A g, A& da, A& db) const {
+    da = formulas::smooth_l1_grad(a, b, A(beta), g);
+    db = A(-da);
   }
 };
 
@@ -364,54 +523,77 @@ void softmax_backward(const Strided& y, const Strided& dy, int64_t dim, bool log
   });
 }
 
-void cross_entropy(const Strided& logits, const Strided& targets, bool reduce, double divisor, const Strided& out) {
+void cross_entropy(const Strided& logits, const Strided& targets, const Strided& weight, int64_t ignore_index,
+                   double label_smoothing, bool log_probs, bool reduce, bool mean, const Strided& out) {
   DeviceGuard guard(logits.device().index);
   const Stream st = stream_of(logits);
   const RowView lv = row_view(logits, 1);
   const int64_t rows = numel_of(lv.outer_shape);
-  MT_CHECK(rows <= INT_MAX, "cross_entropy: ", rows, " rows exceed the CUDA grid (", logits.meta(), ")");
-  dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+  const char* op = class_loss_name(log_probs);
+  MT_CHECK(rows <= INT_MAX, op, ": ", rows, " rows exceed the CUDA grid (", logits.meta(), ")");
+  const ClassArgs ca = class_args(weight, ignore_index, label_smoothing, log_probs, op);
+  dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     T* po = static_cast<T*>(out.raw_data());
-    // Per-row losses (f64) when reduced; one word for the empty reduced loss.
-    Workspace row_loss = reduce ? workspace<double>(std::max<int64_t>(rows, 1), logits.device()) : Workspace();
+    // Per-row losses and target weights (f64) when reduced; one word each for the empty loss.
+    const int64_t words = std::max<int64_t>(rows, 1);
+    Workspace row_loss = reduce ? workspace<double>(2 * words, logits.device()) : Workspace();
     double* pl = reduce ? static_cast<double*>(row_loss.raw_data()) : nullptr;
+    double* pw = reduce ? pl + words : nullptr;
     if (rows == 0) {  // an empty reduced loss is 0 / divisor, as the CPU's empty sum
       if (reduce) {
-        memset_async(pl, 0, sizeof(double), st);
-        launch_loss_total<T>(pl, 1, divisor, po, st);
+        memset_async(pl, 0, 2 * sizeof(double), st);
+        class_total_kernel<T><<<1, kBlock, 0, st>>>(pl, pw, 1, mean, po);
+        MT_CUDA_CHECK_LAUNCH("class_total_kernel");
       }
       return;
     }
-    check_targets("cross_entropy", logits, targets);
+    check_targets(op, logits, targets, ignore_index);
     const OffsetCalculator<3> calc = make_offset_calculator<3>(
         lv.outer_shape, {lv.outer_strides, targets.strides(), elem_strides(out, reduce, lv.outer_shape.size())});
     cross_entropy_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
-        static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), po, pl, calc, lv.len,
-        lv.stride, reduce);
+        static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()), po, pl, pw, calc,
+        lv.len, lv.stride, reduce, ca);
     MT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
-    if (reduce) launch_loss_total<T>(pl, rows, divisor, po, st);
+    if (reduce) {
+      class_total_kernel<T><<<1, kBlock, 0, st>>>(pl, pw, rows, mean, po);
+      MT_CUDA_CHECK_LAUNCH("class_total_kernel");
+    }
   });
 }
 
-void cross_entropy_backward(const Strided& logits, const Strided& targets, const Strided& dy, bool reduce,
-                            double divisor, const Strided& dlogits) {
+void cross_entropy_backward(const Strided& logits, const Strided& targets, const Strided& weight, int64_t ignore_index,
+                            double label_smoothing, bool log_probs, const Strided& dy, bool reduce, bool mean,
+                            const Strided& dlogits) {
   DeviceGuard guard(logits.device().index);
   const Stream st = stream_of(logits);
   const RowView lv = row_view(logits, 1), dv = row_view(dlogits, 1);
   const int64_t rows = numel_of(lv.outer_shape);
   if (rows == 0) return;
-  MT_CHECK(rows <= INT_MAX, "cross_entropy backward: ", rows, " rows exceed the CUDA grid (", logits.meta(), ")");
+  const char* op = class_loss_name(log_probs);
+  MT_CHECK(rows <= INT_MAX, op, " backward: ", rows, " rows exceed the CUDA grid (", logits.meta(), ")");
+  const ClassArgs ca = class_args(weight, ignore_index, label_smoothing, log_probs, op);
   const OffsetCalculator<4> calc = make_offset_calculator<4>(
       lv.outer_shape,
       {lv.outer_strides, targets.strides(), elem_strides(dy, reduce, lv.outer_shape.size()), dv.outer_strides});
-  dispatch_floating(logits.dtype(), "cross_entropy backward", [&](auto tag) {
+  // The mean's divisor and the sum of the class weights, when the row kernel needs them.
+  Workspace sums;
+  double* ps = nullptr;
+  if ((reduce && mean) || (ca.w.p && label_smoothing > 0.0)) {
+    sums = workspace<double>(2, logits.device());
+    ps = static_cast<double*>(sums.raw_data());
+    const OffsetCalculator<1> tc = make_offset_calculator<1>(targets.shape(), {targets.strides()});
+    class_weight_sums_kernel<<<1, kBlock, 0, st>>>(static_cast<const int64_t*>(targets.raw_data()), tc, targets.numel(),
+                                                   lv.len, ca, ps);
+    MT_CUDA_CHECK_LAUNCH("class_weight_sums_kernel");
+  }
+  dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    check_targets("cross_entropy", logits, targets);
+    check_targets(op, logits, targets, ignore_index);
     cross_entropy_backward_kernel<T><<<unsigned(rows), row_threads(lv.len), 0, st>>>(
         static_cast<const T*>(logits.raw_data()), static_cast<const int64_t*>(targets.raw_data()),
         static_cast<const T*>(dy.raw_data()), static_cast<T*>(dlogits.raw_data()), calc, lv.len, lv.stride, dv.stride,
-        reduce, divisor);
+        reduce, ps, reduce && mean, ca);
     MT_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
   });
 }
@@ -423,6 +605,33 @@ void bce_with_logits(const Strided& x, const Strided& t, bool reduce, double div
 void bce_with_logits_backward(const Strided& x, const Strided& t, const Strided& dy, bool reduce, double divisor,
                               const Strided& dx, const Strided& dt) {
   pointwise_loss_backward("binary_cross_entropy_with_logits backward", x, t, dy, reduce, divisor, dx, dt, BceGrad{});
+}
+
+void bce(const Strided& x, const Strided& t, bool reduce, double divisor, const Strided& out) {
+  pointwise_loss("binary_cross_entropy", x, t, reduce, divisor, out, BceProbLoss{});
+}
+
+void bce_backward(const Strided& x, const Strided& t, const Strided& dy, bool reduce, double divisor, const Strided& dx,
+                  const Strided& dt) {
+  pointwise_loss_backward("binary_cross_entropy backward", x, t, dy, reduce, divisor, dx, dt, BceProbGrad{});
+}
+
+void l1_loss(const Strided& a, const Strided& b, bool reduce, double divisor, const Strided& out) {
+  pointwise_loss("l1_loss", a, b, reduce, divisor, out, L1Loss{});
+}
+
+void l1_loss_backward(const Strided& a, const Strided& b, const Strided& dy, bool reduce, double divisor,
+                      const Strided& da, const Strided& db) {
+  pointwise_loss_backward("l1_loss backward", a, b, dy, reduce, divisor, da, db, L1Grad{});
+}
+
+void smooth_l1_loss(const Strided& a, const Strided& b, double beta, bool reduce, double divisor, const Strided& out) {
+  pointwise_loss("smooth_l1_loss", a, b, reduce, divisor, out, SmoothL1Loss{float(beta)});
+}
+
+void smooth_l1_loss_backward(const Strided& a, const Strided& b, double beta, const Strided& dy, bool reduce,
+                             double divisor, const Strided& da, const Strided& db) {
+  pointwise_loss_backward("smooth_l1_loss backward", a, b, dy, reduce, divisor, da, db, SmoothL1Grad{float(beta)});
 }
 
 void mse_loss(const Strided& a, const Strided& b, bool reduce, double divisor, const Strided& out) {

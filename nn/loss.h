@@ -12,12 +12,53 @@
 
 namespace mixtape::nn {
 
-// logits [N, C] (or [N, C, d...]) against i64 class indices [N] (or [N, d...]).
+// logits [N, C] (or [N, C, d...]) against i64 class indices [N] (or [N, d...]); class weights
+// (f32 [C], moved to the logits' device and dtype on use), ignore_index and label_smoothing as
+// torch.nn.CrossEntropyLoss (tensor/ops/loss.h).
 class CrossEntropyLoss : public Module {
  public:
-  explicit CrossEntropyLoss(Reduction reduction = Reduction::mean);
+  explicit CrossEntropyLoss(Reduction reduction = Reduction::mean, ClassLossOptions options = {});
   Variable forward(const Variable& logits, const Tensor& targets);
   Variable operator()(const Variable& logits, const Tensor& targets) { return forward(logits, targets); }
+  std::string extra_repr() const override;
+
+ private:
+  Reduction reduction_;
+  ClassLossOptions options_;
+};
+
+// Log-probabilities (a LogSoftmax's output) against class indices, as torch.nn.NLLLoss (class
+// weights and ignore_index as CrossEntropyLoss's; no label smoothing).
+class NLLLoss : public Module {
+ public:
+  explicit NLLLoss(Reduction reduction = Reduction::mean, ClassLossOptions options = {});
+  Variable forward(const Variable& log_probs, const Tensor& targets);
+  Variable operator()(const Variable& log_probs, const Tensor& targets) { return forward(log_probs, targets); }
+  std::string extra_repr() const override;
+
+ private:
+  Reduction reduction_;
+  ClassLossOptions options_;
+};
+
+// Note [BCE on probabilities]
+// BCELoss takes probabilities, the output of a Sigmoid (the classic DCGAN discriminator), and is
+// a cast_input entry of the fp32 allow-list: a 16-bit input is cast to f32 and the loss, its logs
+// clamped to >= -100 as PyTorch's, is computed and returned in f32. The cast cannot give back the
+// precision a 16-bit sigmoid has already lost, and the gradient is the hazard: dL/dp =
+// (p - t) / (p (1 - p)) g is about g / p for a confident wrong answer, and the cast's backward
+// rounds it to 16 bits on its way to the sigmoid. With a loss scale S and a mean over n elements
+// (g = S / n) it overflows f16 where p < S / (65504 n): at S = 2^16 and n = 64, for every p below
+// 1/64. (PyTorch's autocast refuses binary_cross_entropy for this reason.) The remedy keeps the
+// bounded gradient in 16 bits: run the final Sigmoid in fp32 as well (cast the logits to f32
+// with the differentiable cast, then Sigmoid, then BCELoss), so that what crosses the cast is the
+// sigmoid's input gradient (p - t) g, at most g in magnitude; or use BCEWithLogitsLoss, which
+// fuses the two. tests/nn/test_precision.cpp shows both the overflow and the remedy.
+class BCELoss : public Module {
+ public:
+  explicit BCELoss(Reduction reduction = Reduction::mean);
+  Variable forward(const Variable& probs, const Tensor& targets);
+  Variable operator()(const Variable& probs, const Tensor& targets) { return forward(probs, targets); }
   std::string extra_repr() const override;
 
  private:
@@ -46,6 +87,31 @@ class MSELoss : public Module {
 
  private:
   Reduction reduction_;
+};
+
+// |input - target|, input and target of one shape.
+class L1Loss : public Module {
+ public:
+  explicit L1Loss(Reduction reduction = Reduction::mean);
+  Variable forward(const Variable& input, const Tensor& target);
+  Variable operator()(const Variable& input, const Tensor& target) { return forward(input, target); }
+  std::string extra_repr() const override;
+
+ private:
+  Reduction reduction_;
+};
+
+// 0.5 d^2 / beta where |d| < beta, |d| - 0.5 beta elsewhere (d = input - target, beta >= 0).
+class SmoothL1Loss : public Module {
+ public:
+  explicit SmoothL1Loss(Reduction reduction = Reduction::mean, double beta = 1.0);
+  Variable forward(const Variable& input, const Tensor& target);
+  Variable operator()(const Variable& input, const Tensor& target) { return forward(input, target); }
+  std::string extra_repr() const override;
+
+ private:
+  Reduction reduction_;
+  double beta_;
 };
 
 }  // namespace mixtape::nn

@@ -24,7 +24,9 @@
 //   accumulate   the op takes and returns 16-bit tensors but its kernel computes in fp32 (or
 //                wider) and rounds once: batch_norm (batch statistics, normalization, and the
 //                running statistics, which stay f32 buffers: Module::to leaves buffers alone
-//                for 16-bit dtypes), sum and mean (wide accumulators, one rounding), var and
+//                for 16-bit dtypes), layer_norm and group_norm (the same, without running
+//                statistics: Note [Normalization in mixed precision] in nn/norm.cpp), sum
+//                and mean (wide accumulators, one rounding), var and
 //                std (two passes in f64, one rounding: Note [Variance] in tensor/cpu/reduce.h),
 //                and the GEMM-like ops (fp32 accumulation, DESIGN.md section 1).
 // tests/nn/test_precision.cpp checks every entry.
@@ -60,7 +62,13 @@ inline constexpr Fp32ListEntry kFp32AllowList[] = {
     {OpId::cross_entropy, Fp32Rule::cast_input},
     {OpId::bce_with_logits, Fp32Rule::cast_input},
     {OpId::mse_loss, Fp32Rule::cast_input},
+    {OpId::nll_loss, Fp32Rule::cast_input},
+    {OpId::binary_cross_entropy, Fp32Rule::cast_input},
+    {OpId::l1_loss, Fp32Rule::cast_input},
+    {OpId::smooth_l1_loss, Fp32Rule::cast_input},
     {OpId::batch_norm, Fp32Rule::accumulate},
+    {OpId::layer_norm, Fp32Rule::accumulate},
+    {OpId::group_norm, Fp32Rule::accumulate},
     {OpId::sum, Fp32Rule::accumulate},
     {OpId::mean, Fp32Rule::accumulate},
     {OpId::var, Fp32Rule::accumulate},

@@ -11,6 +11,7 @@
 #include "tensor/ops/linalg.h"
 #include "tensor/ops/loss.h"
 #include "tensor/ops/lstm.h"
+#include "tensor/ops/norm.h"
 #include "tensor/ops/optim.h"
 #include "tensor/ops/pool.h"
 #include "tensor/ops/reduce.h"

@@ -13,8 +13,25 @@ namespace mixtape {
 Variable softmax(const Variable& x, int64_t dim);
 Variable log_softmax(const Variable& x, int64_t dim);
 
-// logits [N, C] (or [N, C, d...]) against i64 class targets [N] (or [N, d...]).
-Variable cross_entropy(const Variable& logits, const Tensor& targets, Reduction reduction = Reduction::mean);
+// logits [N, C] (or [N, C, d...]) against i64 class targets [N] (or [N, d...]); class weights,
+// ignore_index and label smoothing in `options` (tensor/ops/loss.h; the weights are constants).
+Variable cross_entropy(const Variable& logits, const Tensor& targets, Reduction reduction = Reduction::mean,
+                       const ClassLossOptions& options = {});
+// Log-probabilities [N, C] (or [N, C, d...]) against class targets, as cross_entropy's.
+Variable nll_loss(const Variable& log_probs, const Tensor& targets, Reduction reduction = Reduction::mean,
+                  const ClassLossOptions& options = {});
+
+// Probabilities in [0, 1] against targets of the same shape; differentiable in both.
+Variable binary_cross_entropy(const Variable& probs, const Variable& targets, Reduction reduction = Reduction::mean);
+Variable binary_cross_entropy(const Variable& probs, const Tensor& targets, Reduction reduction = Reduction::mean);
+
+// |input - target| and the smooth L1 loss (beta >= 0); differentiable in both inputs.
+Variable l1_loss(const Variable& input, const Variable& target, Reduction reduction = Reduction::mean);
+Variable l1_loss(const Variable& input, const Tensor& target, Reduction reduction = Reduction::mean);
+Variable smooth_l1_loss(const Variable& input, const Variable& target, Reduction reduction = Reduction::mean,
+                        double beta = 1.0);
+Variable smooth_l1_loss(const Variable& input, const Tensor& target, Reduction reduction = Reduction::mean,
+                        double beta = 1.0);
 
 // Differentiable in both logits and targets (d/dt = -logits).
 Variable binary_cross_entropy_with_logits(const Variable& logits, const Variable& targets,

@@ -1,5 +1,6 @@
 #include "tensor/cpu/batch_norm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -69,8 +70,9 @@ struct LaneSum {
 }  // namespace
 
 void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& bias, const Strided& running_mean,
-                        const Strided& running_var, bool training, double momentum, double eps, const Strided& y,
-                        const Strided& mean, const Strided& invstd) {
+                        const Strided& running_var, bool training, double momentum, double eps, const Strided& count,
+                        const Strided& y, const Strided& mean, const Strided& invstd) {
+  if (count.defined()) momentum = 1.0 / double(std::max<int64_t>(1, count.data<int64_t>()[0]));
   const int64_t C = x.size(1);
   const ChannelView xv = channel_view(x), yv = channel_view(y);
   const int64_t n = numel_of(xv.pos_shape);

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/core/loss_formulas.h"
 #include "tensor/cpu/loops.h"
 
 namespace mixtape::cpu {
@@ -125,70 +126,165 @@ void softmax_backward(const Strided& y, const Strided& dy, int64_t dim, bool log
   });
 }
 
-// ---- cross entropy -----------------------------------------------------------------------
+// ---- cross entropy and nll_loss -----------------------------------------------------------
 
 namespace {
-void check_target(int64_t t, int64_t C, int64_t position, const Strided& logits, const Strided& targets) {
-  MT_CHECK(t >= 0 && t < C, "cross_entropy: target ", t, " (at position ", position, ") is out of range for ", C,
-           " classes (logits ", logits.meta(), ", targets ", targets.meta(), "); targets must lie in [0, ", C, ")");
+
+void check_target(int64_t t, int64_t C, int64_t position, const Strided& logits, const Strided& targets,
+                  const char* op) {
+  MT_CHECK(t >= 0 && t < C, op, ": target ", t, " (at position ", position, ") is out of range for ", C, " classes (",
+           std::string(op) == "nll_loss" ? "input " : "logits ", logits.meta(), ", targets ", targets.meta(),
+           "); targets must lie in [0, ", C, ") or equal ignore_index");
 }
+
+// Class weights as doubles; empty when not given (every weight 1).
+std::vector<double> class_weights(const Strided& w) {
+  std::vector<double> v;
+  if (!w.defined()) return v;
+  v.resize(size_t(w.numel()));
+  dispatch_floating(w.dtype(), "cross_entropy weight", [&]<class T>() {
+    const T* p = static_cast<const T*>(w.raw_data());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = double(load(p[int64_t(i) * w.strides()[0]]));
+  });
+  return v;
+}
+
+// One row of a class loss: -log p_c of every class c from logits (max-subtracted log-softmax)
+// or from log-probabilities (nll_loss: -x_c).
+template <class T>
+struct ClassRow {
+  using A = compute_t<T>;
+  const T* row;
+  int64_t C, stride;
+  bool log_probs;
+  A mx = A(0), log_sum = A(0), sum_a = A(1);
+
+  ClassRow(const T* r, int64_t c, int64_t s, bool lp) : row(r), C(c), stride(s), log_probs(lp) {
+    if (log_probs) return;
+    double sum;
+    row_max_sum(row, C, stride, mx, sum);
+    log_sum = A(std::log(sum));
+    sum_a = A(sum);
+  }
+  A x(int64_t c) const { return A(load(row[c * stride])); }
+  // -log_softmax(x)[c] = log(sum) - (x_c - max), or -x_c.
+  A nll(int64_t c) const { return log_probs ? A(-x(c)) : A(log_sum - (x(c) - mx)); }
+  A prob(int64_t c) const { return A(std::exp(x(c) - mx) / sum_a); }
+
+  // Note [Cross-entropy options]
+  // loss = w_t (1 - eps) nll_t + (eps / C) sum_c w_c nll_c (PyTorch's label smoothing: the target
+  // distribution (1 - eps) onehot(t) + eps / C), with w = 1 without class weights and eps = 0
+  // without smoothing; the unweighted, unsmoothed loss is nll_t with nothing multiplied in. The
+  // smoothing sum is accumulated in double.
+  A loss(int64_t t, const std::vector<double>& w, double eps) const {
+    A l = nll(t);
+    if (!w.empty()) l = A(A(w[size_t(t)]) * l);
+    if (eps > 0.0) {
+      double s = 0.0;
+      for (int64_t c = 0; c < C; ++c) s += w.empty() ? double(nll(c)) : double(A(A(w[size_t(c)]) * nll(c)));
+      l = A(A(1.0 - eps) * l + A(eps / double(C)) * A(s));
+    }
+    return l;
+  }
+  // d loss / d x_k times g (the gradient of `loss` above):
+  //   logits:    (w_t (1 - eps) (p_k - [k == t]) + (eps / C) (W p_k - w_k)) g,  W = sum_c w_c
+  //   log-probs: -w_t [k == t] g
+  // g is multiplied last, so a power-of-two scale passes through exactly.
+  A grad(int64_t k, int64_t t, const std::vector<double>& w, double eps, A wsum, A g) const {
+    const A wt = w.empty() ? A(1) : A(w[size_t(t)]);
+    if (log_probs) return k == t ? A(A(-wt) * g) : A(0);
+    const A p = prob(k);
+    if (w.empty() && eps == 0.0) return A((k == t ? A(p - A(1)) : p) * g);
+    const A wk = w.empty() ? A(1) : A(w[size_t(k)]);
+    const A hit = k == t ? A(p - A(1)) : p;
+    A d = A(A(wt * A(1.0 - eps)) * hit);
+    if (eps > 0.0) d = A(d + A(eps / double(C)) * A(wsum * p - wk));
+    return A(d * g);
+  }
+};
+
+const char* class_loss_name(bool log_probs) { return log_probs ? "nll_loss" : "cross_entropy"; }
+
+// The mean's divisor: the sum of the weights of the targets that are not ignored.
+template <class T>
+double target_weight_sum(const Strided& targets, const std::vector<double>& w, int64_t ignore_index) {
+  const int64_t* pt = static_cast<const int64_t*>(targets.raw_data());
+  double s = 0.0;
+  for_each_offset<1>(targets.shape(), {targets.strides()}, [&](const std::array<int64_t, 1>& o) {
+    const int64_t t = pt[o[0]];
+    if (t == ignore_index) return;
+    // An out-of-range target is reported by the caller's loop; it adds nothing here.
+    if (w.empty()) s += 1.0;
+    else if (t >= 0 && t < int64_t(w.size())) s += double(compute_t<T>(w[size_t(t)]));
+  });
+  return s;
+}
+
 }  // namespace
 
-void cross_entropy(const Strided& logits, const Strided& targets, bool reduce, double divisor, const Strided& out) {
+void cross_entropy(const Strided& logits, const Strided& targets, const Strided& weight, int64_t ignore_index,
+                   double label_smoothing, bool log_probs, bool reduce, bool mean, const Strided& out) {
   const RowView lv = row_view(logits, 1);
   const int64_t* pt = static_cast<const int64_t*>(targets.raw_data());
-  dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
+  const std::vector<double> w = class_weights(weight);
+  const char* op = class_loss_name(log_probs);
+  dispatch_floating(logits.dtype(), op, [&]<class T>() {
     using A = compute_t<T>;
     const T* px = static_cast<const T*>(logits.raw_data());
     T* po = static_cast<T*>(out.raw_data());
-    double total = 0.0;
+    double total = 0.0, wsum = 0.0;
     int64_t position = 0;
     for_each_offset<3>(lv.outer_shape,
                        {lv.outer_strides, targets.strides(), elem_strides(out, reduce, lv.outer_shape.size())},
                        [&](const std::array<int64_t, 3>& o) {
       const int64_t t = pt[o[1]];
-      check_target(t, lv.len, position++, logits, targets);
-      const T* row = px + o[0];
-      A mx;
-      double sum;
-      row_max_sum(row, lv.len, lv.stride, mx, sum);
-      // -log_softmax(x)[t] = log(sum) - (x_t - max)
-      const A log_sum = A(std::log(sum));
-      const A loss = log_sum - (A(load(row[t * lv.stride])) - mx);
+      ++position;
+      if (t == ignore_index) {  // contributes nothing, counts nothing
+        if (!reduce) po[o[2]] = store<T>(A(0));
+        return;
+      }
+      check_target(t, lv.len, position - 1, logits, targets, op);
+      const A loss = ClassRow<T>(px + o[0], lv.len, lv.stride, log_probs).loss(t, w, label_smoothing);
+      wsum += w.empty() ? 1.0 : double(A(w[size_t(t)]));
       if (reduce) total += double(loss);
       else po[o[2]] = store<T>(loss);
     });
-    if (reduce) po[0] = store<T>(A(total / divisor));
+    if (reduce) po[0] = store<T>(A(total / (mean ? wsum : 1.0)));
   });
 }
 
-void cross_entropy_backward(const Strided& logits, const Strided& targets, const Strided& dy, bool reduce,
-                            double divisor, const Strided& dlogits) {
+void cross_entropy_backward(const Strided& logits, const Strided& targets, const Strided& weight, int64_t ignore_index,
+                            double label_smoothing, bool log_probs, const Strided& dy, bool reduce, bool mean,
+                            const Strided& dlogits) {
   const RowView lv = row_view(logits, 1), dv = row_view(dlogits, 1);
   const int64_t* pt = static_cast<const int64_t*>(targets.raw_data());
-  dispatch_floating(logits.dtype(), "cross_entropy backward", [&]<class T>() {
+  const std::vector<double> w = class_weights(weight);
+  const char* op = class_loss_name(log_probs);
+  dispatch_floating(logits.dtype(), op, [&]<class T>() {
     using A = compute_t<T>;
     const T* px = static_cast<const T*>(logits.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pd = static_cast<T*>(dlogits.raw_data());
+    const double divisor = reduce && mean ? target_weight_sum<T>(targets, w, ignore_index) : 1.0;
+    double wall = 0.0;  // W = sum of every class weight (label smoothing)
+    for (double v : w) wall += double(A(v));
+    const A wsum = w.empty() ? A(lv.len) : A(wall);
     int64_t position = 0;
     for_each_offset<4>(
         lv.outer_shape,
         {lv.outer_strides, targets.strides(), elem_strides(dy, reduce, lv.outer_shape.size()), dv.outer_strides},
         [&](const std::array<int64_t, 4>& o) {
       const int64_t t = pt[o[1]];
-      check_target(t, lv.len, position++, logits, targets);
-      const T* row = px + o[0];
+      ++position;
       T* drow = pd + o[3];
-      A mx;
-      double sum;
-      row_max_sum(row, lv.len, lv.stride, mx, sum);
-      const A sum_a = A(sum);
-      const A g = grad_factor<A>(pdy, o[2], reduce, divisor);
-      for (int64_t k = 0; k < lv.len; ++k) {
-        const A p = A(std::exp(A(load(row[k * lv.stride])) - mx) / sum_a);
-        drow[k * dv.stride] = store<T>(A((k == t ? p - A(1) : p) * g));
+      if (t == ignore_index) {
+        for (int64_t k = 0; k < lv.len; ++k) drow[k * dv.stride] = store<T>(A(0));
+        return;
       }
+      check_target(t, lv.len, position - 1, logits, targets, op);
+      const ClassRow<T> row(px + o[0], lv.len, lv.stride, log_probs);
+      const A g = grad_factor<A>(pdy, o[2], reduce, divisor);
+      for (int64_t k = 0; k < lv.len; ++k) drow[k * dv.stride] = store<T>(row.grad(k, t, w, label_smoothing, wsum, g));
         });
   });
 }
@@ -212,6 +308,76 @@ void bce_with_logits_backward(const Strided& x, const Strided& t, const Strided&
       const A e = std::exp(-std::abs(xi));
       const A sig = xi >= A(0) ? A(1) / (A(1) + e) : e / (A(1) + e);
       return std::pair<A, A>{A((sig - ti) * g), A(-xi * g)};
+    });
+  });
+}
+
+// ---- binary cross entropy, L1, smooth L1 (tensor/core/loss_formulas.h) --------------------
+
+namespace {
+struct LossMath {
+  template <class C>
+  static C log(C x) {
+    return std::log(x);
+  }
+  template <class C>
+  static C log1p(C x) {
+    return std::log1p(x);
+  }
+};
+}  // namespace
+
+void bce(const Strided& x, const Strided& t, bool reduce, double divisor, const Strided& out) {
+  dispatch_floating(x.dtype(), "binary_cross_entropy", [&]<class T>() {
+    using A = compute_t<T>;
+    pointwise_loss<T>(x, t, reduce, divisor, out, [](A xi, A ti) { return formulas::bce_forward<LossMath>(xi, ti); });
+  });
+}
+
+void bce_backward(const Strided& x, const Strided& t, const Strided& dy, bool reduce, double divisor, const Strided& dx,
+                  const Strided& dt) {
+  dispatch_floating(x.dtype(), "binary_cross_entropy backward", [&]<class T>() {
+    using A = compute_t<T>;
+    pointwise_loss_backward<T>(x, t, dy, reduce, divisor, dx, dt, [](A xi, A ti, A g) {
+      return std::pair<A, A>{formulas::bce_grad_input(xi, ti, g), formulas::bce_grad_target<LossMath>(xi, g)};
+    });
+  });
+}
+
+void l1_loss(const Strided& a, const Strided& b, bool reduce, double divisor, const Strided& out) {
+  dispatch_floating(a.dtype(), "l1_loss", [&]<class T>() {
+    using A = compute_t<T>;
+    pointwise_loss<T>(a, b, reduce, divisor, out, [](A ai, A bi) { return formulas::l1_forward(ai, bi); });
+  });
+}
+
+void l1_loss_backward(const Strided& a, const Strided& b, const Strided& dy, bool reduce, double divisor,
+                      const Strided& da, const Strided& db) {
+  dispatch_floating(a.dtype(), "l1_loss backward", [&]<class T>() {
+    using A = compute_t<T>;
+    pointwise_loss_backward<T>(a, b, dy, reduce, divisor, da, db, [](A ai, A bi, A g) {
+      const A d = formulas::l1_grad(ai, bi, g);
+      return std::pair<A, A>{d, A(-d)};
+    });
+  });
+}
+
+void smooth_l1_loss(const Strided& a, const Strided& b, double beta, bool reduce, double divisor, const Strided& out) {
+  dispatch_floating(a.dtype(), "smooth_l1_loss", [&]<class T>() {
+    using A = compute_t<T>;
+    const A bt = A(beta);
+    pointwise_loss<T>(a, b, reduce, divisor, out, [bt](A ai, A bi) { return formulas::smooth_l1_forward(ai, bi, bt); });
+  });
+}
+
+void smooth_l1_loss_backward(const Strided& a, const Strided& b, double beta, const Strided& dy, bool reduce,
+                             double divisor, const Strided& da, const Strided& db) {
+  dispatch_floating(a.dtype(), "smooth_l1_loss backward", [&]<class T>() {
+    using A = compute_t<T>;
+    const A bt = A(beta);
+    pointwise_loss_backward<T>(a, b, dy, reduce, divisor, da, db, [bt](A ai, A bi, A g) {
+      const A d = formulas::smooth_l1_grad(ai, bi, bt, g);
+      return std::pair<A, A>{d, A(-d)};
     });
   });
 }

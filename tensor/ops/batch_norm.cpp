@@ -31,7 +31,7 @@ void check_channel_vec(const Tensor& t, const Tensor& x, const char* what, bool 
 
 BatchNormOutput batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                    const Tensor& running_mean, const Tensor& running_var, bool training,
-                                   double momentum, double eps) {
+                                   double momentum, double eps, const Tensor& cumulative_count) {
   ops::check_same("batch_norm", {&x});
   ops::check_floating("batch_norm", x);
   MT_CHECK(x.dim() >= 2, "batch_norm: expected input [N, C, ...] with at least 2 dims, got ", x.meta());
@@ -50,6 +50,11 @@ BatchNormOutput batch_norm_forward(const Tensor& x, const Tensor& weight, const 
                " must have the input's dtype or f32 (input ", x.meta(), ")");
   MT_CHECK(eps >= 0.0 && std::isfinite(eps), "batch_norm: eps must be finite and >= 0, got ", eps);
   MT_CHECK(momentum >= 0.0 && momentum <= 1.0, "batch_norm: momentum must be in [0, 1], got ", momentum);
+  if (cumulative_count.defined())
+    MT_CHECK(cumulative_count.dtype() == DType::i64 && cumulative_count.numel() == 1 &&
+                 cumulative_count.device() == x.device(),
+             "batch_norm: cumulative_count must be a one-element i64 counter on the input's device, got ",
+             cumulative_count.meta(), " (input ", x.meta(), ")");
   if (training) {
     const int64_t per_channel = x.numel() / std::max<int64_t>(1, x.size(1));
     MT_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, got input ", x.meta());
@@ -63,8 +68,12 @@ BatchNormOutput batch_norm_forward(const Tensor& x, const Tensor& weight, const 
   Tensor rm = running_mean, rv = running_var;  // updated in place in training mode
   on_device(
       x.device(),
-      [&] { cpu::batch_norm_forward(x, weight, bias, rm, rv, training, momentum, eps, r.y, r.mean, r.invstd); },
-      [&] { cuda::batch_norm_forward(x, weight, bias, rm, rv, training, momentum, eps, r.y, r.mean, r.invstd); });
+      [&] {
+    cpu::batch_norm_forward(x, weight, bias, rm, rv, training, momentum, eps, cumulative_count, r.y, r.mean, r.invstd);
+      },
+      [&] {
+    cuda::batch_norm_forward(x, weight, bias, rm, rv, training, momentum, eps, cumulative_count, r.y, r.mean, r.invstd);
+  });
   return r;
 }
 

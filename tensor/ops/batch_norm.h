@@ -18,6 +18,11 @@ namespace mixtape {
 //     running = (1 - momentum) * running + momentum * batch_stat,
 //   using the unbiased batch variance for running_var (the biased one normalizes).
 // Eval mode normalizes with the running statistics.
+// cumulative_count: optional i64 0-dim counter on x's device (BatchNorm's num_batches_tracked,
+//   already advanced for this batch). When given, the running statistics take the cumulative
+//   moving average of every batch so far, as PyTorch's momentum = None: momentum = 1 / count,
+//   read by the kernel from the counter (no host round trip on a GPU; a count below 1 counts
+//   as 1).
 //
 //   y = (x - mean) * invstd * weight + bias,   invstd = 1 / sqrt(var + eps)
 
@@ -29,7 +34,7 @@ struct BatchNormOutput {
 
 BatchNormOutput batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                    const Tensor& running_mean, const Tensor& running_var, bool training,
-                                   double momentum = 0.1, double eps = 1e-5);
+                                   double momentum = 0.1, double eps = 1e-5, const Tensor& cumulative_count = Tensor());
 
 inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                          const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5) {

@@ -27,14 +27,43 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim);
 Tensor log_softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim);
 
-// ---- cross entropy -----------------------------------------------------------------------
+// ---- cross entropy and nll_loss ----------------------------------------------------------
+// The options of torch.nn.functional.cross_entropy / nll_loss:
+//   weight           optional class weights [C] (floating, on the input's device; a constant,
+//                    no gradient): loss_i is multiplied by weight[target_i]
+//   ignore_index     a target equal to it contributes 0 to the loss and to the mean's divisor,
+//                    and gets a zero gradient (it may be any value, also one inside [0, C))
+//   label_smoothing  in [0, 1] (cross_entropy only): the target distribution becomes
+//                    (1 - eps) onehot(t) + eps / C (Note [Cross-entropy options] in
+//                    tensor/cpu/loss.cpp)
+// mean divides the sum of the losses by the sum of weight[target_i] over the targets that are
+// not ignored (their count without weights; with every target ignored that is 0 / 0 = NaN, as
+// PyTorch's); none gives the losses in the targets' shape, 0 at ignored targets.
+struct ClassLossOptions {
+  Tensor weight;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+
 // Fused log_softmax + negative log-likelihood over the class dim 1.
 //   logits [N, C] with targets i64 [N], or logits [N, C, d1, ...] with targets [N, d1, ...];
-//   loss_i = logsumexp(logits_i) - logits_i[target_i]; targets must lie in [0, C).
-// mean divides by the number of targets; none returns the losses in the targets' shape.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction = Reduction::mean);
-// dlogits = (softmax(logits) - onehot(targets)) * g, g = dy (none, sum) or dy / count (mean).
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dy, Reduction reduction);
+//   loss_i = logsumexp(logits_i) - logits_i[target_i]; targets must lie in [0, C) (or equal
+//   ignore_index).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction = Reduction::mean,
+                     const ClassLossOptions& options = {});
+// dlogits = (softmax(logits) - onehot(targets)) * g, g = dy (none, sum) or dy / divisor (mean),
+// with the weights and the smoothing applied as in the forward.
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& dy, Reduction reduction,
+                              const ClassLossOptions& options = {});
+
+// Negative log-likelihood of log-probabilities (the output of log_softmax), as
+// torch.nn.functional.nll_loss: loss_i = -weight[t_i] * log_probs_i[t_i], shapes and options as
+// cross_entropy's (label_smoothing must be 0).
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction = Reduction::mean,
+                const ClassLossOptions& options = {});
+// dlog_probs = -weight[t] * g at the target, 0 elsewhere.
+Tensor nll_loss_backward(const Tensor& log_probs, const Tensor& targets, const Tensor& dy, Reduction reduction,
+                         const ClassLossOptions& options = {});
 
 // Gradients of a two-input loss; each undefined unless requested.
 struct LossGrads {
@@ -50,6 +79,29 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 // d/dx = (sigmoid(x) - t) * g,  d/dt = -x * g  (g as for cross_entropy_backward).
 LossGrads binary_cross_entropy_with_logits_backward(const Tensor& logits, const Tensor& targets, const Tensor& dy,
                                                     Reduction reduction, bool need_dlogits, bool need_dtargets);
+
+// ---- binary cross entropy on probabilities -----------------------------------------------
+// probs (in [0, 1]; a value outside gives NaN) and targets of one shape and floating dtype, as
+// torch.nn.functional.binary_cross_entropy:
+//   loss = -(t log(p) + (1 - t) log(1 - p)),  each log clamped to >= -100.
+// The fp32 treatment it needs in mixed precision: Note [BCE on probabilities] in nn/loss.h.
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& targets, Reduction reduction = Reduction::mean);
+// d/dp = (p - t) / max(p (1 - p), 1e-12) * g,  d/dt = (log(1 - p) - log(p)) * g (logs clamped).
+LossGrads binary_cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dy,
+                                        Reduction reduction, bool need_dprobs, bool need_dtargets);
+
+// ---- L1 and smooth L1 ----------------------------------------------------------------------
+// |a - b| over two tensors of one shape and dtype (torch.nn.functional.l1_loss).
+Tensor l1_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::mean);
+// da = sign(a - b) g (0 where a == b),  db = -da.
+LossGrads l1_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Reduction reduction, bool need_da,
+                           bool need_db);
+// Huber-like: d = a - b, 0.5 d^2 / beta where |d| < beta, |d| - 0.5 beta elsewhere; beta >= 0
+// (0: l1_loss), as torch.nn.functional.smooth_l1_loss.
+Tensor smooth_l1_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::mean, double beta = 1.0);
+// da = (d / beta where |d| < beta, else sign(d)) g,  db = -da.
+LossGrads smooth_l1_loss_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Reduction reduction, double beta,
+                                  bool need_da, bool need_db);
 
 // ---- mean squared error ------------------------------------------------------------------
 // (a - b)^2 over two tensors of one shape and dtype (no broadcasting).

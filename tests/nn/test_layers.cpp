@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <optional>
 
 #include "mixtape.h"
 #include "nn/nn.h"
@@ -305,4 +307,92 @@ TEST_CASE("GELU, SiLU, ELU, Softplus and Hardtanh compute PyTorch's values and g
   CHECK_THROWS_WITH(nn::Softplus(0.0), Contains("Softplus: beta must be finite and nonzero"));
   CHECK_THROWS_WITH(nn::ELU(std::nan("")), Contains("ELU: alpha must be finite"));
   CHECK_THROWS_WITH(nn::Hardtanh(1.0, -1.0), Contains("Hardtanh: min_val 1 > max_val -1"));
+}
+
+TEST_CASE("BatchNorm with momentum None keeps the cumulative average, and its count is in the checkpoint",
+          "[nn][layers][batch_norm]") {
+  // PyTorch's momentum=None: running = (1 - 1/n) running + (1/n) batch, n = num_batches_tracked,
+  // so after n batches the running mean is the plain average of the n batch means (and the
+  // running variance that of the unbiased batch variances, the initial 0 and 1 forgotten).
+  const std::vector<Tensor> batches = {randn({6, 3}, 31), randn({6, 3}, 32) * 2.0 + 1.0, randn({6, 3}, 33) - 0.5};
+  nn::BatchNorm1d bn(3, 1e-5, std::nullopt);
+  CHECK(bn.str() == "BatchNorm1d(3, eps=1e-05, momentum=None)");
+  std::vector<double> sum_mean(3, 0.0), sum_var(3, 0.0);
+  for (size_t k = 0; k < batches.size(); ++k) {
+    bn(Variable(batches[k]));
+    for (int64_t c = 0; c < 3; ++c) {
+      const std::vector<double> col = batches[k].select(1, c).to_vector();
+      double m = 0.0, v = 0.0;
+      for (double e : col) m += e / 6.0;
+      for (double e : col) v += (e - m) * (e - m) / 5.0;
+      sum_mean[size_t(c)] += m;
+      sum_var[size_t(c)] += v;
+      const double n = double(k + 1);
+      CHECK(bn.running_mean().flat_get(c) == Approx(sum_mean[size_t(c)] / n).epsilon(1e-5));
+      CHECK(bn.running_var().flat_get(c) == Approx(sum_var[size_t(c)] / n).epsilon(1e-5));
+    }
+    CHECK(bn.num_batches_tracked().item() == double(k + 1));
+  }
+
+  // Interrupted after two batches and resumed from a safetensors checkpoint: the same bits as
+  // the uninterrupted run, because the count travels with the running statistics.
+  nn::BatchNorm1d first(3, 1e-5, std::nullopt), straight(3, 1e-5, std::nullopt);
+  for (size_t k = 0; k < 2; ++k) {
+    first(Variable(batches[k]));
+    straight(Variable(batches[k]));
+  }
+  const std::string path = "bn_cumulative_checkpoint.safetensors";
+  save_safetensors(path, first.state_dict());
+  nn::BatchNorm1d resumed(3, 1e-5, std::nullopt);
+  resumed.load_state_dict(load_safetensors(path));
+  std::remove(path.c_str());
+  CHECK(resumed.num_batches_tracked().item() == 2.0);
+  resumed(Variable(batches[2]));
+  straight(Variable(batches[2]));
+  CHECK(resumed.running_mean().to_vector() == straight.running_mean().to_vector());
+  CHECK(resumed.running_var().to_vector() == straight.running_var().to_vector());
+
+  // A fixed momentum still blends as before; eval and track_running_stats = false do not count.
+  nn::BatchNorm2d fixed(2);
+  fixed(Variable(randn({2, 2, 3, 3}, 34)));
+  CHECK(fixed.num_batches_tracked().item() == 1.0);
+  CHECK_THROWS_WITH(nn::BatchNorm1d(3, 1e-5, 1.5), Contains("momentum must be in [0, 1] or None, got 1.5"));
+}
+
+TEST_CASE("LayerNorm and GroupNorm normalize, hold their parameters and check their input", "[nn][layers]") {
+  nn::LayerNorm ln({4});
+  CHECK(ln.str() == "LayerNorm([4], eps=1e-05)");
+  CHECK(ln.parameters().size() == 2);
+  CHECK(ln.named_buffers().empty());
+  const Tensor x = from_vector(std::vector<double>{1, 2, 3, 4, 10, 10, 10, 14}, {2, 4});
+  const Tensor y = ln(Variable(x)).data();
+  // Row 0: mean 2.5, biased var 1.25; row 1: mean 11, biased var 3.
+  CHECK(y.flat_get(0) == Approx(-1.5 / std::sqrt(1.25 + 1e-5)).epsilon(1e-6));
+  CHECK(y.flat_get(7) == Approx(3.0 / std::sqrt(3.0 + 1e-5)).epsilon(1e-6));
+  ln.eval();  // no running statistics: eval computes the same
+  CHECK(ln(Variable(x)).data().to_vector() == y.to_vector());
+  CHECK(nn::LayerNorm({4}, 1e-5, false).parameters().empty());
+  CHECK_THROWS_WITH(ln(Variable(zeros({2, 3}))), Contains("layer_norm: the last 1 dims of input f32[2, 3]"));
+
+  nn::GroupNorm gn(2, 4);
+  CHECK(gn.str() == "GroupNorm(2, 4, eps=1e-05)");
+  CHECK(gn.weight.shape() == Shape{4});
+  // Channels {0, 1} and {2, 3} of each sample form the groups.
+  const Tensor xg = from_vector(std::vector<double>{1, 3, 5, 5, 2, 2, 2, 6}, {1, 4, 2});
+  const Tensor yg = gn(Variable(xg)).data();
+  CHECK(yg.flat_get(0) == Approx(-2.5 / std::sqrt(2.75 + 1e-5)).epsilon(1e-6));  // 1 3 5 5: mean 3.5
+  CHECK(yg.flat_get(4) == Approx(-1.0 / std::sqrt(3.0 + 1e-5)).epsilon(1e-6));   // 2 2 2 6: mean 3
+  CHECK_THROWS_WITH(nn::GroupNorm(3, 4), Contains("GroupNorm: num_channels must be a positive multiple of num_groups"));
+  CHECK_THROWS_WITH(gn(Variable(zeros({2, 3, 5}))), Contains("GroupNorm(2, 4, eps=1e-05): expected input [N, 4, ...]"));
+
+  // Mixed precision: f32 parameters stay f32 and get f32 gradients; y is 16-bit.
+  for (DType dt : {DType::f16, DType::bf16}) {
+    Tape tape;
+    const Variable h = gn(Variable(randn({3, 4, 5}, 35).to(dt)));
+    CHECK(h.dtype() == dt);
+    tape.backward(sum(h * h));
+    REQUIRE(gn.weight.grad().has_value());
+    CHECK(gn.weight.grad()->g.dtype() == DType::f32);
+    gn.zero_grad();
+  }
 }

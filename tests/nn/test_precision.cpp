@@ -240,6 +240,27 @@ TEST_CASE("every entry of the fp32 allow-list keeps its op in fp32", "[precision
     check_cast_input(
         OpId::mse_loss, [&](const Variable& x) { return loss(x, probs); }, logits);
   };
+  checks[OpId::nll_loss] = [&] {
+    nn::NLLLoss loss(Reduction::mean, {from_vector(std::vector<double>{1, 2, 1, 0.5, 1}, {5}), 4, 0.0});
+    check_cast_input(
+        OpId::nll_loss, [&](const Variable& x) { return loss(x, labels); }, log_softmax(logits, 1));
+  };
+  checks[OpId::binary_cross_entropy] = [&] {
+    nn::BCELoss loss;
+    check_cast_input(
+        OpId::binary_cross_entropy, [&](const Variable& x) { return loss(x, probs); },
+        uniform({4, 5}, 0.01, 0.99, gen));
+  };
+  checks[OpId::l1_loss] = [&] {
+    nn::L1Loss loss;
+    check_cast_input(
+        OpId::l1_loss, [&](const Variable& x) { return loss(x, probs); }, logits);
+  };
+  checks[OpId::smooth_l1_loss] = [&] {
+    nn::SmoothL1Loss loss(Reduction::sum, 0.5);
+    check_cast_input(
+        OpId::smooth_l1_loss, [&](const Variable& x) { return loss(x, probs); }, logits);
+  };
 
   // accumulate: sum and mean of 4096 ones and the values k 2^-10, k = 1..1000 (as the format
   // holds them). Accumulated in 16 bits the ones alone stall at 2^p (2048 in f16, 256 in bf16),
@@ -352,6 +373,43 @@ TEST_CASE("every entry of the fp32 allow-list keeps its op in fp32", "[precision
       // The normalized output: the f32 result rounded once.
       CHECK(bytes_of(y16.data()) == bytes_of(y32.data().to(dt)));
     }
+  };
+
+  // layer_norm and group_norm through their modules: groups of a large mean and a small spread
+  // (a 16-bit sum would lose the spread) and of +-2000 (16 x 2000^2 overflows an f16 sum of
+  // squares). y must be the f32 computation on the same values rounded once, and the f32
+  // parameters' gradients must come back in f32.
+  auto check_norm = [&](OpId op, nn::UnaryModule& m16, nn::UnaryModule& m32, const Shape& shape) {
+    std::vector<double> v(size_t(numel_of(shape)));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = i < v.size() / 2 ? 300.0 + 0.25 * double(i % 8) : (i % 2 ? 2000.0 : -2000.0) + double(i % 5);
+    for (DType dt : k16) {
+      INFO(op_name(op) << " on " << dtype_name(dt));
+      const Tensor x16 = from_vector(v, shape, dt);
+      Variable y16;
+      {
+        Tape tape;
+        y16 = m16(Variable(x16, true));
+        CHECK(has_node(tape, op));
+        tape.backward(sum(y16 * y16));
+      }
+      const Variable y32 = m32(Variable(x16.to(DType::f32)));
+      REQUIRE(y16.dtype() == dt);
+      CHECK(bytes_of(y16.data()) == bytes_of(y32.data().to(dt)));
+      for (const Variable& p : m16.parameters()) {
+        REQUIRE(p.grad().has_value());
+        CHECK(p.grad()->g.dtype() == DType::f32);
+      }
+      m16.zero_grad();
+    }
+  };
+  checks[OpId::layer_norm] = [&] {
+    nn::LayerNorm m16({16}), m32({16});
+    check_norm(OpId::layer_norm, m16, m32, {4, 16});
+  };
+  checks[OpId::group_norm] = [&] {
+    nn::GroupNorm m16(2, 4), m32(2, 4);
+    check_norm(OpId::group_norm, m16, m32, {4, 4, 2, 2});
   };
 
   // The GEMM-like ops on the Gemm inputs, each through its differentiable op.
@@ -470,5 +528,32 @@ TEST_CASE("apply_precision: pure policies store parameters in 16 bits, batch-nor
       INFO(name);
       CHECK(t.dtype() == (name.find("num_batches_tracked") != std::string::npos ? DType::i64 : DType::f32));
     }
+  }
+}
+
+TEST_CASE("BCELoss on 16-bit probabilities: the overflow of Note [BCE on probabilities] and its remedy",
+          "[precision]") {
+  // A confident wrong discriminator: p = sigmoid(-8) = 3.4e-4 for a real sample (t = 1), 64
+  // samples, loss scale 2^16. dL/dp = -1 / (64 p) x 2^16 = -3.0e6: beyond f16's 65504.
+  const double S = 65536.0;
+  const Tensor logits32 = full({64, 1}, -8.0, DType::f32), real = ones({64, 1});
+  nn::BCELoss loss;
+  {  // 16-bit sigmoid, then BCELoss: the gradient into the sigmoid overflows when rounded to f16
+    Variable z(logits32.to(DType::f16), true);
+    Tape tape;
+    const Variable l = loss(sigmoid(z), real);
+    CHECK(l.dtype() == DType::f32);
+    tape.backward(l, ScaledGrad{full({}, S), float(S)});
+    REQUIRE(z.grad().has_value());
+    CHECK(std::isinf(z.grad()->g.flat_get(0)));
+  }
+  {  // the remedy: the sigmoid in fp32 too (cast first); what crosses the cast is (p - t) g
+    Variable z(logits32.to(DType::f16), true);
+    Tape tape;
+    const Variable l = loss(sigmoid(cast(z, DType::f32)), real);
+    tape.backward(l, ScaledGrad{full({}, S), float(S)});
+    REQUIRE(z.grad().has_value());
+    const double want = (1.0 / (1.0 + std::exp(8.0)) - 1.0) / 64.0 * S;  // (p - 1) / n x S
+    CHECK(z.grad()->g.flat_get(0) == Approx(want).epsilon(2e-3));
   }
 }

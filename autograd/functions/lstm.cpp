@@ -67,11 +67,19 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
   std::vector<Tensor> acts(static_cast<size_t>(T)), cs(static_cast<size_t>(T + 1)), hs(static_cast<size_t>(T + 1));
   cs[0] = c0.data();
   hs[0] = h0.data();
+  const bool recording = should_record({&proj, &w_hh, &b_hh, &h0, &c0});  // else no activations are kept
   for (int64_t t = 0; t < T; ++t) {
     const size_t i = size_t(t);
     // The unrolled graph's ops in its order: proj_t + (h W_hh^T + b_hh), each rounded once.
     const Tensor gates = add(x.select(time_dim, t), linear(hs[i], w_rows, b));
-    LstmCellSaved step = lstm_cell_saving(gates, cs[i]);
+    LstmCellSaved step;
+    if (recording) {
+      step = lstm_cell_saving(gates, cs[i]);
+    } else {
+      LstmCellResult<Tensor> r = mixtape::lstm_cell(gates, cs[i]);
+      step.c = std::move(r.c);
+      step.h = std::move(r.h);
+    }
     acts[i] = std::move(step.acts);
     cs[i + 1] = std::move(step.c);
     hs[i + 1] = std::move(step.h);

@@ -37,6 +37,18 @@ inline C sigmoid(C x) {
   return C(1) / (C(1) + std::exp(-x));
 }
 
+// Element j of a row's gradients (the Note's formulas) from its activations i, f, g, o, tc = tanh(c),
+// c_prev cp and the incoming gc = dc, gh = dh: d_gates into dg [4H], d_c_prev into dcp [H].
+template <class C>
+inline void cell_grads(C i, C f, C gg, C o, C tc, C cp, C gc, C gh, C* dg, C* dcp, int64_t H, int64_t j) {
+  const C dc_tot = gc + gh * (o * (C(1) - tc * tc));
+  dg[j] = dc_tot * (gg * (i * (C(1) - i)));
+  dg[H + j] = dc_tot * (cp * (f * (C(1) - f)));
+  dg[2 * H + j] = dc_tot * (i * (C(1) - gg * gg));
+  dg[3 * H + j] = gh * (tc * (o * (C(1) - o)));
+  dcp[j] = dc_tot * f;
+}
+
 // A 2-D operand: row b starts at p + b s0, its elements are s1 apart.
 template <class T>
 struct Rows {
@@ -102,14 +114,7 @@ void lstm_cell_backward_saved(const Strided& acts, const Strided& c_prev, const 
         load_row_to(pdh.row(b), pdh.s1, H, gh);
         const C* const a = pa + b * 5 * H;
         for (int64_t j = 0; j < H; ++j) {
-          // The expressions of lstm_cell_backward below, on the saved values.
-          const C i = a[j], f = a[H + j], gg = a[2 * H + j], o = a[3 * H + j], tc = a[4 * H + j];
-          const C dc_tot = gc[j] + gh[j] * (o * (C(1) - tc * tc));
-          dg[j] = dc_tot * (gg * (i * (C(1) - i)));
-          dg[H + j] = dc_tot * (cp[j] * (f * (C(1) - f)));
-          dg[2 * H + j] = dc_tot * (i * (C(1) - gg * gg));
-          dg[3 * H + j] = gh[j] * (tc * (o * (C(1) - o)));
-          dcp[j] = dc_tot * f;
+          cell_grads(a[j], a[H + j], a[2 * H + j], a[3 * H + j], a[4 * H + j], cp[j], gc[j], gh[j], dg, dcp, H, j);
         }
         store_row(dg, pdg.row(b), pdg.s1, 4 * H);
         store_row(dcp, pdcp.row(b), pdcp.s1, H);
@@ -135,13 +140,7 @@ void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strid
         load_row_to(pdh.row(b), pdh.s1, H, gh);
         for (int64_t j = 0; j < H; ++j) {
           const C i = sigmoid(g[j]), f = sigmoid(g[H + j]), gg = tanh_c(g[2 * H + j]), o = sigmoid(g[3 * H + j]);
-          const C tc = tanh_c(f * cp[j] + i * gg);
-          const C dc_tot = gc[j] + gh[j] * (o * (C(1) - tc * tc));
-          dg[j] = dc_tot * (gg * (i * (C(1) - i)));
-          dg[H + j] = dc_tot * (cp[j] * (f * (C(1) - f)));
-          dg[2 * H + j] = dc_tot * (i * (C(1) - gg * gg));
-          dg[3 * H + j] = gh[j] * (tc * (o * (C(1) - o)));
-          dcp[j] = dc_tot * f;
+          cell_grads(i, f, gg, o, tanh_c(f * cp[j] + i * gg), cp[j], gc[j], gh[j], dg, dcp, H, j);
         }
         store_row(dg, pdg.row(b), pdg.s1, 4 * H);
         store_row(dcp, pdcp.row(b), pdcp.s1, H);

@@ -59,8 +59,9 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
   MT_CHECK(T > 0, "lstm_layer: the sequence ", proj.data().meta(), " has no steps");
 
   const Tensor x = proj.data(), w = w_hh.data(), b = b_hh.defined() ? b_hh.data() : Tensor();
-  // W_hh with W_hh^T's rows contiguous: each step's GEMM then packs its right operand by copying
-  // rows instead of transposing it again (T times). The arithmetic does not depend on the layout.
+  // W_hh with W_hh^T's rows contiguous: each step's GEMM then reads its right operand in place
+  // instead of transposing it into packed panels again, T times (tensor/cpu/gemm_tiles.inc). The
+  // arithmetic does not depend on the layout.
   const Tensor w_rows = w.t().contiguous().t();
   // acts[t]: step t's activations (lstm_cell_saving); cs[t], hs[t]: the state before step t
   // (cs[T], hs[T]: after the last).

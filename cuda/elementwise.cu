@@ -57,7 +57,7 @@ __device__ __forceinline__ float dtanh(float x) {
 
 // ---- the formulas: shared with the CPU (tensor/core/elementwise_formulas.h) ---------------------------
 
-// Note [Branch-free leaky ReLU] (cpu/elementwise.cpp): x * slope gives the same bits as the
+// Note [Branch-free leaky ReLU] (tensor/cpu/math.h): x * slope gives the same bits as the
 // branch in every case; on the GPU the select costs nothing either way.
 template <class C>
 __device__ __forceinline__ C leaky_slope(C x, C a) {

@@ -12,65 +12,6 @@
 
 namespace mixtape::cpu {
 
-namespace {
-
-// Note [Branch-free leaky ReLU]
-// `x > 0 ? x : x * a` compiles to a branch (with -ftrapping-math the compiler may not evaluate the
-// multiply on both paths), which mispredicts on half the elements of zero-mean activations: about
-// 7-10 ns per element against 1-1.5 ns for this form. Multiplying by the slope picked from a
-// two-entry table gives the same bits in every case (x * 1 == x, including -0, inf and NaN).
-template <class C>
-inline C leaky_slope(C x, C a) {
-  const C slope[2] = {a, C(1)};
-  return slope[x > C(0)];
-}
-
-// The host's scalar math for the shared formulas (tensor/core/elementwise_formulas.h).
-struct HostMath {
-  template <class C>
-  static C exp(C x) {
-    return std::exp(x);
-  }
-  template <class C>
-  static C log(C x) {
-    return std::log(x);
-  }
-  template <class C>
-  static C sqrt(C x) {
-    return std::sqrt(x);
-  }
-  template <class C>
-  static C abs(C x) {
-    return std::abs(x);
-  }
-  template <class C>
-  static C pow(C x, C a) {
-    return std::pow(x, a);
-  }
-  template <class C>
-  static C erfc(C x) {
-    return std::erfc(x);
-  }
-  template <class C>
-  static C expm1(C x) {
-    return std::expm1(x);
-  }
-  template <class C>
-  static C log1p(C x) {
-    return std::log1p(x);
-  }
-  template <class C>
-  static C tanh(C x) {
-    return tanh_c(x);
-  }  // Note [Float tanh]
-  template <class C>
-  static C leaky_slope(C x, C a) {
-    return cpu::leaky_slope(x, a);
-  }
-};
-
-}  // namespace
-
 // Each kernel walks its output in row pieces (loops.h), converts a chunk of each operand to the
 // compute type (convert.h), applies the formula to the chunk, and rounds the chunk once.
 

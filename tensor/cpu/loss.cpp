@@ -9,6 +9,7 @@
 
 #include "tensor/core/loss_formulas.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/math.h"
 
 namespace mixtape::cpu {
 
@@ -314,23 +315,10 @@ void bce_with_logits_backward(const Strided& x, const Strided& t, const Strided&
 
 // ---- binary cross entropy, L1, smooth L1 (tensor/core/loss_formulas.h) --------------------
 
-namespace {
-struct LossMath {
-  template <class C>
-  static C log(C x) {
-    return std::log(x);
-  }
-  template <class C>
-  static C log1p(C x) {
-    return std::log1p(x);
-  }
-};
-}  // namespace
-
 void bce(const Strided& x, const Strided& t, bool reduce, double divisor, const Strided& out) {
   dispatch_floating(x.dtype(), "binary_cross_entropy", [&]<class T>() {
     using A = compute_t<T>;
-    pointwise_loss<T>(x, t, reduce, divisor, out, [](A xi, A ti) { return formulas::bce_forward<LossMath>(xi, ti); });
+    pointwise_loss<T>(x, t, reduce, divisor, out, [](A xi, A ti) { return formulas::bce_forward<HostMath>(xi, ti); });
   });
 }
 
@@ -339,7 +327,7 @@ void bce_backward(const Strided& x, const Strided& t, const Strided& dy, bool re
   dispatch_floating(x.dtype(), "binary_cross_entropy backward", [&]<class T>() {
     using A = compute_t<T>;
     pointwise_loss_backward<T>(x, t, dy, reduce, divisor, dx, dt, [](A xi, A ti, A g) {
-      return std::pair<A, A>{formulas::bce_grad_input(xi, ti, g), formulas::bce_grad_target<LossMath>(xi, g)};
+      return std::pair<A, A>{formulas::bce_grad_input(xi, ti, g), formulas::bce_grad_target<HostMath>(xi, g)};
     });
   });
 }

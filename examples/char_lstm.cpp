@@ -279,50 +279,37 @@ void print_setup(const Config& c, const examples::CommonFlags& flags, const Text
 
 // ---- one training step -----------------------------------------------------------------------
 
-// Seconds spent in each part of the training steps, summed over the run. GPU kernels run
-// asynchronously, so each part is timed to a synchronize at its end.
+// Seconds spent in each part of the training steps that were timed. GPU kernels run
+// asynchronously, so each part is timed to a synchronize at its end: on a GPU only the steps that
+// log are timed (they synchronize anyway), on the CPU every step.
 struct StepTimes {
   double forward = 0.0, backward = 0.0, update = 0.0;
-};
-
-struct StepResult {
-  double loss_nats;
-  float scale;   // the loss scale this step's gradients carried
-  double lr;     // the learning rate the update used
-  bool applied;  // false: the loss scaler skipped the step
+  int64_t steps = 0;  // the steps timed
 };
 
 // One step on a batch of windows: forward in the compute dtype, backward seeded with the loss
-// scale, then the trainer checks, unscales, clips and updates, and the schedule moves on.
-StepResult train_step(Learner& l, const data::TextBatch& batch, StepTimes& times) {
+// scale, then the trainer checks, unscales, clips and updates, and the schedule moves on. Returns
+// the loss, where it was computed; nothing is read back (Note [Scaled step]) unless `timed`.
+Tensor train_step(Learner& l, const data::TextBatch& batch, bool timed, StepTimes& times) {
   const Device device = l.trainer.device();
-  StepResult r;
-  {
-    const auto t_fwd = Clock::now();
-    Tape tape;
-    l.trainer.begin_step(tape);
-    const Variable loss =
-        sequence_loss(l.model.forward(batch.input, std::nullopt, l.trainer.compute_dtype()).logits, batch.target);
-    examples::synchronize(device);  // GPU kernels run asynchronously: time each phase to its end
-    const auto t_bwd = Clock::now();
-    l.trainer.backward(tape, loss);
-    r.loss_nats = loss.item();  // waits for the backward pass
-    if (l.dp) {                 // the global batch's loss, the same on every rank
-      double v[1] = {r.loss_nats};
-      l.dp->mean_over_ranks(v);
-      r.loss_nats = v[0];
-    }
-    times.forward += std::chrono::duration<double>(t_bwd - t_fwd).count();
-    times.backward += examples::seconds_since(t_bwd);
-  }
+  const auto lap = [&](Clock::time_point since) {
+    examples::synchronize(device);
+    return examples::seconds_since(since);
+  };
+  const auto t_fwd = Clock::now();
+  Tape tape;
+  l.trainer.begin_step(tape);
+  const Variable loss =
+      sequence_loss(l.model.forward(batch.input, std::nullopt, l.trainer.compute_dtype()).logits, batch.target);
+  if (timed) times.forward += lap(t_fwd);
+  const auto t_bwd = Clock::now();
+  l.trainer.backward(tape, loss);
+  if (timed) times.backward += lap(t_bwd);
   const auto t_upd = Clock::now();
-  r.scale = l.trainer.scale();
-  r.lr = l.trainer.optimizer().lr();
-  r.applied = l.trainer.step();
+  l.trainer.step();  // decided where the gradients are; read when a step logs
   if (l.sched) l.sched->step();
-  examples::synchronize(device);
-  times.update += examples::seconds_since(t_upd);
-  return r;
+  if (timed) times.update += lap(t_upd), ++times.steps;
+  return loss.data();
 }
 
 // ---- the training loop -----------------------------------------------------------------------
@@ -433,50 +420,80 @@ void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, 
   const int64_t steps_here = end - first;
   double& epoch_nats = run.epoch_nats;
   int64_t& epoch_n = run.epoch_n;
-  while (run.step < end) {
-    const int64_t s = ++run.step - first;
-    run.counters.begin_step();
-    data::TextBatch batch = text.corpus.random_batch(data::TextSplit::train, plan.batch_size, c.seq_len, gen);
-    if (l.dp) batch = {l.dp->shard_rows(batch.input), l.dp->shard_rows(batch.target)};  // this rank's windows
-    const StepResult r = train_step(l, batch, run.times);
-    metrics.write_telemetry(l.trainer);
-    // A step the scaler skipped (inf/NaN gradients, as fp16 produces while a dynamic scale
-    // finds its level) changed nothing; a non-finite loss whose step was applied (no loss
-    // scale to skip it, or a finite gradient) means training diverged.
-    MT_CHECK(std::isfinite(r.loss_nats) || !r.applied, "the training loss became ", r.loss_nats, " at step ", run.step,
-             " under ", l.trainer.describe(), " (try a smaller --lr or a --clip", examples::diverged_hint(l.trainer));
-    run.skipped_in_window += !r.applied;
-
-    if (std::isfinite(r.loss_nats)) {
-      epoch_nats += r.loss_nats;
+  examples::StagedDraws windows(l.trainer.device(), [&] {  // Note [Draws staged on the device]
+    data::TextBatch b = text.corpus.random_batch(data::TextSplit::train, plan.batch_size, c.seq_len, gen);
+    return std::vector<Tensor>{b.input, b.target};
+  });
+  // The losses wait on the device until a step logs (Note [Readout block]); then they are
+  // counted, in order, into the sums, with the steps the scaler skipped meanwhile.
+  examples::LossLog losses(c.log_every, l.trainer.device());
+  int64_t logged_up_to = run.step;             // the last step whose loss is counted
+  int64_t skipped_seen = l.trainer.skipped();  // the scaler's count at that step
+  const auto count_losses = [&] {
+    std::vector<double> taken = losses.take();
+    if (l.dp) l.dp->mean_over_ranks(taken);  // the global batch's loss, the same on every rank
+    const int64_t skipped = l.trainer.skipped() - skipped_seen;
+    skipped_seen = l.trainer.skipped();
+    run.skipped_in_window += skipped;
+    // A step the scaler skipped (inf/NaN gradients, as fp16 produces while a dynamic scale finds
+    // its level) changed nothing; more non-finite losses than skipped steps mean a step with a
+    // non-finite loss was applied (no loss scale to skip it, or a finite gradient): training
+    // diverged. (A non-finite loss has non-finite gradients, which every skipping scaler skips.)
+    int64_t nonfinite = 0;
+    for (size_t i = 0; i < taken.size(); ++i) {
+      const double nats = taken[i];
+      if (!std::isfinite(nats)) {
+        MT_CHECK(++nonfinite <= skipped, "the training loss became ", nats, " at step ", logged_up_to + int64_t(i) + 1,
+                 " under ", l.trainer.describe(), " (try a smaller --lr or a --clip",
+                 examples::diverged_hint(l.trainer));
+        continue;
+      }
+      epoch_nats += nats;
       ++epoch_n;
-      run.window_nats += r.loss_nats;
+      run.window_nats += nats;
       ++run.window_n;
     }
-    if ((run.step % c.log_every == 0 || run.step == plan.total_steps) && run.window_n > 0) {
+    logged_up_to += int64_t(taken.size());
+  };
+  while (run.step < end) {
+    const int64_t s = ++run.step - first;
+    const bool logs = run.step % c.log_every == 0 || run.step == plan.total_steps;
+    const bool reads = logs || run.step == end;  // counts the losses: a step event, or the epoch's end
+    const std::vector<Tensor> drawn = windows.next(checkpoint.steps_until_due(run.step, end));
+    data::TextBatch batch{drawn[0], drawn[1]};
+    run.counters.begin_step();
+    if (l.dp) batch = {l.dp->shard_rows(batch.input), l.dp->shard_rows(batch.target)};  // this rank's windows
+    const double lr = l.trainer.optimizer().lr();  // the learning rate this step's update uses
+    const bool full = losses.add(train_step(l, batch, reads || !l.trainer.device().is_cuda(), run.times));
+    metrics.write_telemetry(l.trainer);
+    if (reads || full) count_losses();  // the one read of a logging step
+    if (logs && run.window_n > 0) {
       const double nats = run.window_nats / double(run.window_n);
       metrics.write({{"event", "step"},
                      {"step", run.step},
                      {"epoch", epoch},
                      {"loss", nats},
                      {"bpc", nats / kLn2},
-                     {"lr", r.lr},
+                     {"lr", lr},
                      {"grad_norm", l.trainer.last_grad_norm()},
-                     {"scale", r.scale},
-                     {"skipped", !r.applied},
+                     {"scale", l.trainer.last_scale()},  // the scale this step's gradients carried
+                     {"skipped", !l.trainer.last_applied()},
                      {"skipped_since_last", run.skipped_in_window}});
       run.window_nats = 0.0;
       run.window_n = 0;
       run.skipped_in_window = 0;
     }
-    const bool logged = run.step % c.log_every == 0 || run.step == plan.total_steps || l.trainer.sampled();
-    run.counters.end_step(logged);
-    run.progress.update(epoch, plan, s, steps_here, run.step, epoch_nats / double(std::max<int64_t>(epoch_n, 1)) / kLn2,
-                        r.lr, run.t0, run.eval_time);
-    if (checkpoint.due(run.step) && run.step < plan.total_steps)
+    run.counters.end_step(reads || l.trainer.sampled());
+    if (reads)
+      run.progress.update(epoch, plan, s, steps_here, run.step,
+                          epoch_nats / double(std::max<int64_t>(epoch_n, 1)) / kLn2, lr, run.t0, run.eval_time);
+    if (checkpoint.due(run.step) && run.step < plan.total_steps) {
+      count_losses();
       checkpoint.save(char_lstm_checkpoint(l, run, gen, text.corpus.vocab(), run.step == first + c.steps_per_epoch),
                       id);
+    }
   }
+  count_losses();
   run.progress.end_epoch();
   run.epoch_secs = examples::seconds_since(t_epoch);
   run.train_time += run.epoch_secs;
@@ -583,6 +600,7 @@ void print_sample(CharLSTM& model, const data::CharVocab& vocab, const std::stri
 void report_run(const Learner& l, const RunState& run, double wall, double unigram, Device device,
                 examples::Metrics& metrics) {
   const double step = double(run.step);
+  const double timed = double(std::max<int64_t>(run.times.steps, 1));
   nlohmann::json summary = {{"event", "summary"},
                             {"device", device.str()},
                             {"steps", run.step},
@@ -594,18 +612,18 @@ void report_run(const Learner& l, const RunState& run, double wall, double unigr
                             {"train_s", run.train_time},
                             {"eval_s", run.eval_time},
                             {"steps_per_s", step / std::max(run.train_time, 1e-9)},
-                            {"forward_ms", 1e3 * run.times.forward / step},
-                            {"backward_ms", 1e3 * run.times.backward / step},
-                            {"update_ms", 1e3 * run.times.update / step}};
+                            {"forward_ms", 1e3 * run.times.forward / timed},
+                            {"backward_ms", 1e3 * run.times.backward / timed},
+                            {"update_ms", 1e3 * run.times.update / timed}};
   examples::add_precision_summary(summary, l.trainer);
   run.counters.add_to(summary);
   metrics.write(summary);
   std::printf("%s\n", examples::precision_summary(l.trainer).c_str());
   std::printf("%lld steps in %.1f s (train %.1f s, %.2f steps/s; eval %.1f s)\n", (long long)run.step, wall,
               run.train_time, step / std::max(run.train_time, 1e-9), run.eval_time);
-  std::printf("per step: forward %.0f ms, backward %.0f ms, clip + update %.0f ms, the rest %.0f ms\n",
-              1e3 * run.times.forward / step, 1e3 * run.times.backward / step, 1e3 * run.times.update / step,
-              1e3 * (run.train_time - run.times.forward - run.times.backward - run.times.update) / step);
+  std::printf("per timed step (%lld of them): forward %.0f ms, backward %.0f ms, clip + update %.0f ms\n",
+              (long long)run.times.steps, 1e3 * run.times.forward / timed, 1e3 * run.times.backward / timed,
+              1e3 * run.times.update / timed);
 }
 
 }  // namespace

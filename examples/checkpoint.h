@@ -128,6 +128,11 @@ class Checkpointer {
   }
   // Whether step `step` (counted from the run's start) ends with a save.
   bool due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
+  // Steps from `step` (included) to the first one at which a save is due, or to `last`.
+  int64_t steps_until_due(int64_t step, int64_t last) const {
+    const int64_t due_step = every_ > 0 ? (step + every_ - 1) / every_ * every_ : last;
+    return std::min(due_step, last) - step + 1;
+  }
 
   // Whether this run continues a saved one (--resume and a file at path()).
   bool resuming() const {

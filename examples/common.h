@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -312,32 +313,88 @@ class EpochBatches {
   size_t next_ = 0;
 };
 
+// Note [Draws staged on the device]
+// Some of a step's inputs are drawn on the host from a generator the checkpoint records
+// (char_lstm's windows, dcgan's noise). On a GPU, copying them as the step begins would
+// synchronize (pageable memory), so the draws of a run of steps are made together, in step
+// order, and copied in one transfer per field before the first of them (as EpochBatches stages
+// an epoch). The caller ends a run where a checkpoint may be saved (steps_until_checkpoint), so
+// the generator a checkpoint records has drawn exactly the steps before it; a run is at most
+// kMaxStaged steps, to bound the memory. On the CPU each step draws when it comes. Either way a
+// step gets the same values.
+class StagedDraws {
+ public:
+  static constexpr int64_t kMaxStaged = 256;
+  using Draw = std::function<std::vector<mixtape::Tensor>()>;  // one step's fields, on the host
+  StagedDraws(mixtape::Device device, Draw draw) : device_(device), draw_(std::move(draw)) {}
+  // The next step's fields; on a GPU, when none are staged, those of the next `steps` steps (at
+  // least this one) are drawn and copied first.
+  std::vector<mixtape::Tensor> next(int64_t steps) {
+    if (!device_.is_cuda()) return draw_();
+    if (next_ == staged_.size()) stage(std::clamp<int64_t>(steps, 1, kMaxStaged));
+    return std::move(staged_[next_++]);
+  }
+
+ private:
+  void stage(int64_t n) {
+    staged_.assign(size_t(n), {});
+    next_ = 0;
+    std::vector<std::vector<mixtape::Tensor>> fields;
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<mixtape::Tensor> step = draw_();
+      fields.resize(step.size());
+      for (size_t f = 0; f < step.size(); ++f) fields[f].push_back(std::move(step[f]));
+    }
+    for (std::vector<mixtape::Tensor>& field : fields) {
+      const mixtape::Tensor all = mixtape::concat(field, 0).to(device_);  // one copy per field
+      int64_t row = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t rows = field[size_t(i)].size(0);
+        staged_[size_t(i)].push_back(all.narrow(0, row, rows));
+        row += rows;
+      }
+    }
+  }
+
+  mixtape::Device device_;
+  Draw draw_;
+  std::vector<std::vector<mixtape::Tensor>> staged_;
+  size_t next_ = 0;
+};
+
 // The training losses of the steps since the last read, kept on the device that computed them:
-// each step copies its loss into a readout tensor (no synchronization, Note [Readout block] in
-// cuda/runtime.h), and take() reads them all in the one synchronization of a logging step, which
-// also brings the trainer's step report. On the CPU the same bookkeeping reads plain memory, so a
-// run sums exactly the values it summed when it read each loss at once.
+// each step copies its loss (or, with width w, its w one-element values) into a readout tensor
+// (no synchronization, Note [Readout block] in cuda/runtime.h), and take() reads them all in the
+// one synchronization of a logging step, which also brings the trainer's step report. On the CPU
+// the same bookkeeping reads plain memory, so a run sums exactly the values it summed when it
+// read each loss at once.
 class LossLog {
  public:
-  LossLog(int64_t capacity, mixtape::Device device)
-      : buf_(mixtape::readout_zeros({std::max<int64_t>(capacity, 1)}, mixtape::DType::f32, device)) {}
-  // Records a one-element loss; returns whether the log is full (take() before the next add()).
-  bool add(const mixtape::Tensor& loss) {
-    MT_CHECK(n_ < buf_.numel(), "LossLog: full; take() the losses first");
-    mixtape::Tensor slot = buf_.narrow(0, n_, 1);
-    slot.copy_(loss.reshape({1}));
-    return ++n_ == buf_.numel();
+  LossLog(int64_t capacity, mixtape::Device device, int64_t width = 1)
+      : width_(width),
+        buf_(mixtape::readout_zeros({std::max<int64_t>(capacity, 1) * width}, mixtape::DType::f32, device)) {}
+  // Records a step's one-element values (width of them); returns whether the log is full (take()
+  // before the next add()).
+  bool add(const mixtape::Tensor& loss) { return add(std::vector<mixtape::Tensor>{loss}); }
+  bool add(const std::vector<mixtape::Tensor>& values) {
+    MT_CHECK(int64_t(values.size()) == width_, "LossLog: ", values.size(), " values for a log of width ", width_);
+    MT_CHECK(n_ < capacity(), "LossLog: full; take() the losses first");
+    for (int64_t j = 0; j < width_; ++j) buf_.narrow(0, n_ * width_ + j, 1).copy_(values[size_t(j)].reshape({1}));
+    return ++n_ == capacity();
   }
-  // The losses recorded since the last take(), in order (one read of the device, or none).
+  // The values recorded since the last take(), step by step (width per step), in order: one read
+  // of the device, or none.
   std::vector<double> take() {
     if (n_ == 0) return {};
-    const std::vector<double> v = buf_.narrow(0, 0, n_).to_vector();
+    const std::vector<double> v = buf_.narrow(0, 0, n_ * width_).to_vector();
     n_ = 0;
     return v;
   }
   int64_t pending() const { return n_; }
+  int64_t capacity() const { return buf_.numel() / width_; }
 
  private:
+  int64_t width_;
   mixtape::Tensor buf_;
   int64_t n_ = 0;
 };

@@ -262,16 +262,20 @@ Gan::Gan(const DcganFlags& o, int64_t channels, const examples::CommonFlags& fla
 
 // ---- one training step -----------------------------------------------------------------------
 
-// Milliseconds per step spent in each phase, summed over an epoch. On a GPU each phase ends with a
-// synchronize, so the time is that of its kernels, not of queueing them.
+// Milliseconds spent in each phase, summed over an epoch's timed steps. On a GPU each phase of a
+// timed step ends with a synchronize, so the time is that of its kernels, not of queueing them;
+// there only the steps that log are timed (they synchronize anyway), on the CPU every step.
 struct PhaseTimes {
   double g_fwd = 0, d_fwd = 0, d_bwd = 0, d_opt = 0, dg_fwd = 0, dg_bwd = 0, g_bwd = 0, g_opt = 0, data = 0;
+  int64_t steps = 0;  // the steps timed
   Device device = Device::cpu();
+  bool timing = true;     // whether the step in progress is timed
   Clock::time_point t{};  // the end of the last phase
 
   void start() { t = Clock::now(); }
-  // The time since the last phase ended goes to `slot`.
+  // The time since the last phase ended goes to `slot` (a timed step).
   void lap(double& slot) {
+    if (!timing) return;
     examples::synchronize(device);
     const auto now = Clock::now();
     slot += std::chrono::duration<double, std::milli>(now - t).count();
@@ -293,10 +297,10 @@ struct PhaseTimes {
   }
   PhaseTimes& operator+=(const PhaseTimes& o) {
     g_fwd += o.g_fwd, d_fwd += o.d_fwd, d_bwd += o.d_bwd, d_opt += o.d_opt, dg_fwd += o.dg_fwd;
-    dg_bwd += o.dg_bwd, g_bwd += o.g_bwd, g_opt += o.g_opt, data += o.data;
+    dg_bwd += o.dg_bwd, g_bwd += o.g_bwd, g_opt += o.g_opt, data += o.data, steps += o.steps;
     return *this;
   }
-  nlohmann::json per_step(int64_t steps) const {
+  nlohmann::json per_step() const {
     const double n = double(std::max<int64_t>(steps, 1));
     return {{"g_forward", g_fwd / n},   {"d_forward", d_fwd / n},          {"d_backward", d_bwd / n},
             {"d_optimizer", d_opt / n}, {"d_on_fake_forward", dg_fwd / n}, {"d_on_fake_backward", dg_bwd / n},
@@ -304,13 +308,12 @@ struct PhaseTimes {
   }
 };
 
-// One step on a batch of real images (host, [B, nc, S, S]): examples::gan_step (D's update, then
-// G's, each through its own trainer) with each phase timed; telemetry of sampled steps goes to
-// `metrics`.
-examples::GanStepResult train_step(Gan& gan, const Tensor& real_images, PhaseTimes& times, examples::Metrics& metrics) {
-  // The global batch's noise, drawn on every rank; this rank's rows of it.
-  const Tensor z =
-      gan.g_trainer->input(gan.dp->shard_rows(normal({gan.global_batch, gan.nz, 1, 1}, 0.0, 1.0, gan.noise_gen)));
+// One step on a batch of real images ([B, nc, S, S], on the host or staged on the device) and the
+// global batch's noise: examples::gan_step (D's update, then G's, each through its own trainer)
+// with each phase timed when the step is; telemetry of sampled steps goes to `metrics`.
+examples::GanStepResult train_step(Gan& gan, const Tensor& real_images, const Tensor& noise, PhaseTimes& times,
+                                   examples::Metrics& metrics) {
+  const Tensor z = gan.g_trainer->input(gan.dp->shard_rows(noise));  // this rank's rows of the noise
   const examples::GanNets nets{*gan.G,          *gan.D,          *gan.g_trainer, *gan.d_trainer,
                                gan.real_labels, gan.fake_labels, gan.d_params};
   return examples::gan_step(nets, real_images, z, [&](examples::GanPhase phase) {
@@ -322,11 +325,17 @@ examples::GanStepResult train_step(Gan& gan, const Tensor& real_images, PhaseTim
 
 // ---- the training loop -----------------------------------------------------------------------
 
+// A step's values as read back: its losses and D's mean probabilities on real and fake images.
+struct GanValues {
+  double loss_d = 0, loss_g = 0, d_real = 0, d_fake = 0;
+  bool finite() const { return std::isfinite(loss_d) && std::isfinite(loss_g); }
+};
+
 // What the whole run has done so far.
 struct RunState {
   int64_t step = 0;
   double train_secs = 0.0;          // training steps only, without sample grids and checkpoints
-  examples::GanStepResult last;     // the last step whose losses were finite
+  GanValues last;                   // the last step whose losses were finite
   PhaseTimes times;                 // summed over the epochs
   examples::StepCounters counters;  // launches, host synchronizations and allocations per step
   bool stop = false;                // --max-steps reached
@@ -419,57 +428,91 @@ void train_epoch(Gan& gan, data::DataLoader& loader, Position& p, const DcganFla
   EpochStats& e = p.stats;
   e.times = PhaseTimes{};
   e.times.device = gan.device;
-  e.times.start();
-  for (data::Batch& b : loader.epoch(epoch, p.batch)) {
-    e.times.lap(e.times.data);
-    run.counters.begin_step();
-    examples::GanStepResult r = train_step(gan, gan.dp->shard_rows(b[0]), e.times, metrics);
-    if (gan.dp->distributed()) {  // the global batch's losses, the same on every rank
-      double v[4] = {r.loss_d, r.loss_g, r.d_real, r.d_fake};
-      gan.dp->mean_over_ranks(v);
-      r.loss_d = v[0], r.loss_g = v[1], r.d_real = v[2], r.d_fake = v[3];
+  const bool on_gpu = gan.device.is_cuda();
+  const int64_t batches = loader.batches_per_epoch();
+  const int64_t epoch_end = run.step + (batches - p.batch);  // this epoch's last step, or --max-steps
+  const int64_t last_step = max_steps > 0 ? std::min(epoch_end, max_steps) : epoch_end;
+  examples::EpochBatches images(loader, epoch, p.batch, gan.device);  // Note [Batches staged on the device]
+  examples::StagedDraws noise(gan.device, [&] {                       // Note [Draws staged on the device]
+    return std::vector<Tensor>{normal({gan.global_batch, gan.nz, 1, 1}, 0.0, 1.0, gan.noise_gen)};
+  });
+  // The step values wait on the device until a step logs (Note [Readout block]); then they are
+  // counted, in order, into the epoch's sums, with the steps each scaler skipped meanwhile.
+  examples::LossLog log(o.log_every, gan.device, 4);
+  int64_t counted_up_to = run.step;  // the last step whose values are counted
+  int64_t skipped_d = gan.d_trainer->skipped(), skipped_g = gan.g_trainer->skipped();
+  GanValues last;  // the last step counted
+  const auto count = [&] {
+    std::vector<double> v = log.take();
+    if (gan.dp->distributed()) gan.dp->mean_over_ranks(v);  // the global batch's values, the same on every rank
+    const int64_t new_skipped_d = gan.d_trainer->skipped() - skipped_d;
+    const int64_t new_skipped_g = gan.g_trainer->skipped() - skipped_g;
+    skipped_d += new_skipped_d, skipped_g += new_skipped_g;
+    int64_t nonfinite_d = 0, nonfinite_g = 0;
+    for (size_t i = 0; i + 3 < v.size(); i += 4) {
+      last = {.loss_d = v[i], .loss_g = v[i + 1], .d_real = v[i + 2], .d_fake = v[i + 3]};
+      // A step a scaler skipped changed nothing; more non-finite losses than skipped steps mean
+      // a step with a non-finite loss was applied: training diverged. (A non-finite loss has
+      // non-finite gradients, which every skipping scaler skips.)
+      nonfinite_d += !std::isfinite(last.loss_d);
+      nonfinite_g += !std::isfinite(last.loss_g);
+      MT_CHECK(nonfinite_d <= new_skipped_d && nonfinite_g <= new_skipped_g, "the losses became loss_d ", last.loss_d,
+               ", loss_g ", last.loss_g, " at step ", counted_up_to + int64_t(i / 4) + 1, " under ",
+               gan.g_trainer->describe(), " (try a smaller --lr", examples::diverged_hint(*gan.g_trainer));
+      if (last.finite()) {
+        e.sum_d += last.loss_d;
+        e.sum_g += last.loss_g;
+        e.sum_real += last.d_real;
+        e.sum_fake += last.d_fake;
+        ++e.scored;
+        run.last = last;
+      }
     }
+    counted_up_to += int64_t(v.size() / 4);
+  };
+  e.times.start();
+  while (std::optional<data::Batch> next = images.next()) {
+    data::Batch& b = *next;
+    const bool logs = (run.step + 1) % o.log_every == 0;
+    const bool reads = logs || run.step + 1 >= last_step;
+    e.times.timing = reads || !on_gpu;
+    e.times.lap(e.times.data);
+    const Tensor z = noise.next(checkpoint.steps_until_due(run.step + 1, last_step))[0];
+    run.counters.begin_step();
+    const examples::GanStepResult r = train_step(gan, gan.dp->shard_rows(b[0]), z, e.times, metrics);
+    e.times.steps += e.times.timing;
     ++run.step;
     ++e.steps;
-    // A step a scaler skipped changed nothing; a non-finite loss whose step was applied means
-    // training diverged.
-    MT_CHECK((std::isfinite(r.loss_d) || !r.applied_d) && (std::isfinite(r.loss_g) || !r.applied_g),
-             "the losses became loss_d ", r.loss_d, ", loss_g ", r.loss_g, " at step ", run.step, " under ",
-             gan.g_trainer->describe(), " (try a smaller --lr", examples::diverged_hint(*gan.g_trainer));
-    if (r.finite()) {
-      e.sum_d += r.loss_d;
-      e.sum_g += r.loss_g;
-      e.sum_real += r.d_real;
-      e.sum_fake += r.d_fake;
-      ++e.scored;
-      run.last = r;
-    }
-    progress.update(epoch, e.steps, e.sum_d / e.n());
-    if (run.step % o.log_every == 0 && r.finite())
+    if (log.add(r.values()) || reads) count();  // the one read of a step that logs
+    if (reads) progress.update(epoch, e.steps, e.sum_d / e.n());
+    if (logs && last.finite())
       metrics.write({{"event", "step"},
                      {"step", run.step},
                      {"epoch", epoch},
-                     {"loss", r.loss_d},
-                     {"loss_d", r.loss_d},
-                     {"loss_g", r.loss_g},
-                     {"d_real", r.d_real},
-                     {"d_fake", r.d_fake},
+                     {"loss", last.loss_d},
+                     {"loss_d", last.loss_d},
+                     {"loss_g", last.loss_g},
+                     {"d_real", last.d_real},
+                     {"d_fake", last.d_fake},
                      {"lr", gan.d_trainer->optimizer().lr()},
-                     {"d_scale", r.scale_d},
-                     {"d_skipped", !r.applied_d},
-                     {"g_scale", r.scale_g},
-                     {"g_skipped", !r.applied_g}});
-    run.counters.end_step((run.step % o.log_every == 0 && r.finite()) || gan.g_trainer->sampled() ||
-                          gan.d_trainer->sampled());
+                     {"d_scale", gan.d_trainer->last_scale()},  // the scales this step's gradients carried
+                     {"d_skipped", !gan.d_trainer->last_applied()},
+                     {"g_scale", gan.g_trainer->last_scale()},
+                     {"g_skipped", !gan.g_trainer->last_applied()}});
+    run.counters.end_step(reads || gan.g_trainer->sampled() || gan.d_trainer->sampled());
     if (o.sample_every > 0 && run.step % o.sample_every == 0) gan.write_samples(step_png(o.out_dir, run.step));
     p.batch = b.index + 1;
     if (max_steps > 0 && run.step >= max_steps) {
       run.stop = true;
       break;
     }
-    if (checkpoint.due(run.step)) checkpoint.save(dcgan_checkpoint(gan, run.step, p, loader.batches_per_epoch()), id);
+    if (checkpoint.due(run.step)) {
+      count();
+      checkpoint.save(dcgan_checkpoint(gan, run.step, p, batches), id);
+    }
     e.times.start();
   }
+  count();
   progress.update(epoch, e.steps, e.sum_d / e.n(), true);
   run.train_secs += examples::seconds_since(t_epoch);
   run.times += e.times;
@@ -486,7 +529,7 @@ std::string epoch_png(const std::string& dir, int epoch) {
 // The epoch's averages and phase times, on stdout and as an "eval" event.
 void report_epoch(int epoch, const EpochStats& e, const std::string& png, examples::Metrics& metrics) {
   const double n = e.n();
-  const nlohmann::json ms = e.times.per_step(e.steps);
+  const nlohmann::json ms = e.times.per_step();
   std::printf("epoch %d: loss_d %.4f  loss_g %.4f  D(x) %.3f  D(G(z)) %.3f  -> %s\n", epoch, e.sum_d / n, e.sum_g / n,
               e.sum_real / n, e.sum_fake / n, png.c_str());
   std::printf(
@@ -520,7 +563,7 @@ void report_run(const Gan& gan, const RunState& run, Device device, double wall,
                             {"final_loss_g", run.last.loss_g},
                             {"final_d_real", run.last.d_real},
                             {"final_d_fake", run.last.d_fake},
-                            {"ms_per_step", run.times.per_step(run.step)},
+                            {"ms_per_step", run.times.per_step()},
                             {"wall_s", wall},
                             {"steps_per_s", double(run.step) / run.train_secs}};
   examples::add_precision_summary(summary, *gan.g_trainer, "g_");

@@ -49,8 +49,8 @@ inline std::shared_ptr<mixtape::nn::Sequential> make_discriminator(int64_t ndf, 
 }
 
 // Mean of sigmoid(logits): the discriminator's average probability that its inputs are real.
-inline double mean_prob(const mixtape::Variable& logits) {
-  return mixtape::mean(mixtape::sigmoid(logits.data())).item();
+inline mixtape::Tensor mean_prob(const mixtape::Variable& logits) {
+  return mixtape::mean(mixtape::sigmoid(logits.data()));
 }
 
 inline void set_requires_grad(mixtape::nn::Module& m, bool on) {
@@ -66,13 +66,12 @@ struct GanNets {
   const std::vector<mixtape::Variable>& d_params;
 };
 
+// A step's losses and D's mean probabilities that real (fake) images are real, as one-element
+// tensors where they were computed: gan_step reads nothing back (the example logs them,
+// examples::LossLog). Whether each network's scaler skipped its step is in its trainer.
 struct GanStepResult {
-  double loss_d = 0, loss_g = 0;
-  double d_real = 0, d_fake = 0;              // D's mean probability that real (fake) images are real
-  float scale_d = 0, scale_g = 0;             // the loss scales this step's gradients carried
-  bool applied_d = false, applied_g = false;  // false: the network's loss scaler skipped the step
-
-  bool finite() const { return std::isfinite(loss_d) && std::isfinite(loss_g); }
+  mixtape::Tensor loss_d, loss_g, d_real, d_fake;
+  std::vector<mixtape::Tensor> values() const { return {loss_d, loss_g, d_real, d_fake}; }
 };
 
 // The phases of a step, in order; gan_step reports the end of each.
@@ -126,10 +125,9 @@ GanStepResult gan_step(const GanNets& gan, const mixtape::Tensor& real_images, c
     on_phase(GanPhase::d_fwd);
     d_trainer.backward(d_tape, err);
     on_phase(GanPhase::d_bwd);
-    r.scale_d = d_trainer.scale();
-    r.applied_d = d_trainer.step();
+    d_trainer.step();
     on_phase(GanPhase::d_opt);
-    r.loss_d = err.item();
+    r.loss_d = err.data();
     r.d_real = mean_prob(out_real);
     r.d_fake = mean_prob(out_fake);
   }
@@ -143,7 +141,6 @@ GanStepResult gan_step(const GanNets& gan, const mixtape::Tensor& real_images, c
     const Variable err =
         binary_cross_entropy_with_logits(nn::fp32_input(OpId::bce_with_logits, D(fake_in)), gan.real_labels);
     on_phase(GanPhase::dg_fwd);
-    r.scale_g = g_trainer.scale();
     g_trainer.backward(dg_tape, err);  // seeded with G's loss scale
     set_requires_grad(D, true);
     for (const Variable& p : gan.d_params)
@@ -151,9 +148,9 @@ GanStepResult gan_step(const GanNets& gan, const mixtape::Tensor& real_images, c
     on_phase(GanPhase::dg_bwd);
     g_trainer.backward(g_tape, fake, *fake_in.grad());
     on_phase(GanPhase::g_bwd);
-    r.applied_g = g_trainer.step();
+    g_trainer.step();
     on_phase(GanPhase::g_opt);
-    r.loss_g = err.item();
+    r.loss_g = err.data();
   }
   return r;
 }

@@ -10,7 +10,8 @@
 //   2. one thread per (v, column) finds the run of v by binary search and sums dy over it in
 //      double, in increasing p, and stores once.
 // Because the order of the double additions is the CPU's, dweight is bit-identical to the CPU
-// result in every dtype, with no atomics. A scatter with fp32 atomicAdd would be faster for
+// result in every dtype, with no atomics. The row padding_idx (when there is one) is written as zero,
+// as the CPU's, which skips its positions. A scatter with fp32 atomicAdd would be faster for
 // huge index counts but order-dependent in the last bit.
 //
 // Out-of-range indices: the CPU throws at the first bad position. The launchers queue a one-block
@@ -125,10 +126,14 @@ void bitonic_sort(int64_t* keys, int64_t npad, Stream s) {
 template <class T>
 __global__ void embedding_backward_kernel(const int64_t* __restrict__ keys, int64_t n, const T* __restrict__ dy,
                                           OffsetCalculator<1> dyc, int64_t dstride, T* __restrict__ dw, int64_t V,
-                                          int64_t D) {
+                                          int64_t D, int64_t padding_idx) {
   const int64_t total = V * D;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t v = e / D, j = e - v * D;
+    if (v == padding_idx) {  // no gradient for the padding row
+      dw[e] = store<T>(0.0);
+      continue;
+    }
     const int64_t lo_key = v * n;
     // First key >= v * n.
     int64_t lo = 0, hi = n;
@@ -167,7 +172,7 @@ void embedding(const Strided& indices, const Strided& weight, const Strided& out
   });
 }
 
-void embedding_backward(const Strided& indices, const Strided& dy, const Strided& dweight) {
+void embedding_backward(const Strided& indices, const Strided& dy, int64_t padding_idx, const Strided& dweight) {
   DeviceGuard guard(dy.device().index);
   const int64_t V = dweight.size(0), D = dweight.size(1), n = indices.numel();
   const OffsetCalculator<1> ic = make_offset_calculator<1>(indices.shape(), {indices.strides()});
@@ -194,8 +199,9 @@ void embedding_backward(const Strided& indices, const Strided& dy, const Strided
   const OffsetCalculator<1> dyc = make_offset_calculator<1>(indices.shape(), {lead});
   dispatch_floating(dy.dtype(), "embedding backward", [&](auto tag) {
     using T = decltype(tag);
-    embedding_backward_kernel<T><<<grid_for(V * D), kBlock, 0, s>>>(
-        pk, n, static_cast<const T*>(dy.raw_data()), dyc, dys.back(), static_cast<T*>(dweight.raw_data()), V, D);
+    embedding_backward_kernel<T><<<grid_for(V * D), kBlock, 0, s>>>(pk, n, static_cast<const T*>(dy.raw_data()), dyc,
+                                                                    dys.back(), static_cast<T*>(dweight.raw_data()), V,
+                                                                    D, padding_idx);
     MT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
   });
 }

@@ -1,7 +1,9 @@
-// LSTM cell on the GPU, forward and backward side by side; mirrors tensor/cpu/lstm.cpp (Note
-// [LSTM cell backward] there: the backward recomputes the activations from gates and c_prev, or
-// reads the ones the forward saved in `acts` [B, 5H], i | f | g | o | tanh(c), compute type).
-// Shapes: gates [B, 4H] (chunks i, f, g, o), everything else [B, H]; inputs any strides.
+// LSTM and GRU cells on the GPU, forward and backward side by side; mirrors tensor/cpu/lstm.cpp
+// (Note [LSTM cell backward] there: the backward recomputes the activations from gates and
+// c_prev, or reads the ones the forward saved in `acts` [B, 5H], i | f | g | o | tanh(c), compute
+// type; Note [GRU cell backward]: recomputed from gx, gh and h_prev). Shapes: LSTM gates [B, 4H]
+// (chunks i, f, g, o), GRU gx and gh [B, 3H] (chunks r, z, n), everything else [B, H]; inputs
+// any strides. One thread per (b, j); the GRU kernels follow the LSTM's numerics (the Note below).
 //
 // Note [LSTM cell numerics on the GPU]
 // The arithmetic is the CPU's fp32 expression tree with each + - * / rounded on its own (the
@@ -137,6 +139,53 @@ __global__ void lstm_cell_backward_saved_kernel(const compute_t<T>* acts, Stride
   }
 }
 
+// The GRU activations of one (b, j) and h' = n + z * (h_prev - n): the CPU's GruGates.
+template <class T, class C = compute_t<T>>
+struct GruGates {
+  C r, z, gh_n, n;
+  __device__ __forceinline__ GruGates(const Strided2d<const T>& gx, const Strided2d<const T>& gh, int64_t b, int64_t j,
+                                      int64_t H)
+      : r(sigmoid(add_rn(C(load(gx(b, j))), C(load(gh(b, j)))))),
+        z(sigmoid(add_rn(C(load(gx(b, H + j))), C(load(gh(b, H + j)))))),
+        gh_n(load(gh(b, 2 * H + j))),
+        n(tanh_c(add_rn(C(load(gx(b, 2 * H + j))), mul_rn(r, gh_n)))) {}
+  __device__ __forceinline__ C h(C hp) const { return add_rn(n, mul_rn(z, sub_rn(hp, n))); }
+};
+
+template <class T>
+__global__ void gru_cell_kernel(Strided2d<const T> gx, Strided2d<const T> gh, Strided2d<const T> h_prev, Strided2d<T> h,
+                                int64_t B, int64_t H) {
+  using C = compute_t<T>;
+  const int64_t total = B * H;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = e / H, j = e - b * H;
+    h(b, j) = store<T>(GruGates<T>(gx, gh, b, j, H).h(C(load(h_prev(b, j)))));
+  }
+}
+
+// Note [GRU cell backward]'s expressions in the CPU's order, each operation rounded alone.
+template <class T>
+__global__ void gru_cell_backward_kernel(Strided2d<const T> gx, Strided2d<const T> gh, Strided2d<const T> h_prev,
+                                         Strided2d<const T> dh, Strided2d<T> d_gx, Strided2d<T> d_gh,
+                                         Strided2d<T> d_h_prev, int64_t B, int64_t H) {
+  using C = compute_t<T>;
+  const C one = C(1);
+  const int64_t total = B * H;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = e / H, j = e - b * H;
+    const GruGates<T> a(gx, gh, b, j, H);
+    const C gd = load(dh(b, j)), hp = load(h_prev(b, j));
+    const C dn_pre = mul_rn(mul_rn(gd, sub_rn(one, a.z)), sub_rn(one, mul_rn(a.n, a.n)));
+    const C dz_pre = mul_rn(mul_rn(gd, sub_rn(hp, a.n)), mul_rn(a.z, sub_rn(one, a.z)));
+    const C dr_pre = mul_rn(mul_rn(dn_pre, a.gh_n), mul_rn(a.r, sub_rn(one, a.r)));
+    d_gx(b, j) = d_gh(b, j) = store<T>(dr_pre);
+    d_gx(b, H + j) = d_gh(b, H + j) = store<T>(dz_pre);
+    d_gx(b, 2 * H + j) = store<T>(dn_pre);
+    d_gh(b, 2 * H + j) = store<T>(mul_rn(dn_pre, a.r));
+    d_h_prev(b, j) = store<T>(mul_rn(gd, a.z));
+  }
+}
+
 }  // namespace
 
 void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, const Strided& h, const Strided& acts) {
@@ -177,6 +226,32 @@ void lstm_cell_backward_saved(const Strided& acts, const Strided& c_prev, const 
         static_cast<const compute_t<T>*>(acts.raw_data()), strided<const T>(c_prev), strided<const T>(dc),
         strided<const T>(dh), strided<T>(d_gates), strided<T>(d_c_prev), B, H);
     MT_CUDA_CHECK_LAUNCH("lstm_cell_backward_saved_kernel");
+  });
+}
+
+void gru_cell(const Strided& gx, const Strided& gh, const Strided& h_prev, const Strided& h) {
+  DeviceGuard guard(gx.device().index);
+  const int64_t B = h_prev.size(0), H = h_prev.size(1);
+  if (B * H == 0) return;
+  dispatch_floating(h.dtype(), "gru_cell", [&](auto tag) {
+    using T = decltype(tag);
+    gru_cell_kernel<T><<<grid_for(B * H), kBlock, 0, stream_of(gx)>>>(strided<const T>(gx), strided<const T>(gh),
+                                                                      strided<const T>(h_prev), strided<T>(h), B, H);
+    MT_CUDA_CHECK_LAUNCH("gru_cell_kernel");
+  });
+}
+
+void gru_cell_backward(const Strided& gx, const Strided& gh, const Strided& h_prev, const Strided& dh,
+                       const Strided& d_gx, const Strided& d_gh, const Strided& d_h_prev) {
+  DeviceGuard guard(gx.device().index);
+  const int64_t B = h_prev.size(0), H = h_prev.size(1);
+  if (B * H == 0) return;
+  dispatch_floating(d_gx.dtype(), "gru_cell_backward", [&](auto tag) {
+    using T = decltype(tag);
+    gru_cell_backward_kernel<T><<<grid_for(B * H), kBlock, 0, stream_of(gx)>>>(
+        strided<const T>(gx), strided<const T>(gh), strided<const T>(h_prev), strided<const T>(dh), strided<T>(d_gx),
+        strided<T>(d_gh), strided<T>(d_h_prev), B, H);
+    MT_CUDA_CHECK_LAUNCH("gru_cell_backward_kernel");
   });
 }
 

@@ -1,16 +1,17 @@
-// char_lstm: a character-level language model, Embedding -> 2-layer LSTM -> Linear, trained
-// on the fortunes corpus (Debian package fortunes) or any text file or folder.
+// char_lstm: a character-level language model, Embedding -> 2-layer LSTM (or GRU, --cell gru) ->
+// Linear, trained on the fortunes corpus (Debian package fortunes) or any text file or folder.
 //
 //   ./char_lstm                                   # default run: ~5-10 min on 2 cores
 //   ./char_lstm --smoke                           # tiny model, 60 steps, a few seconds (CI)
 //   ./char_lstm --data book.txt --hidden 512 --epochs 20 --temperature 0.6 --prompt "Q:"
 //   ./char_lstm --precision fp16 --loss-scale backoff     # mixed precision (optim/trainer.h)
 //   ./char_lstm --precision bf16-pure --update-rounding kahan
+//   ./char_lstm --cell gru                        # GRU layers instead of LSTM layers
 //   mpirun -np 2 ./char_lstm --threads 1 --precision fp16 --loss-scale backoff   # data parallel
 //
 // Training draws random windows of --seq-len characters (every position is a prediction:
 // input[t] -> target[t] = the next character); each window starts from a zero state. Validation
-// reads the held-out tail of the corpus as --eval-batch parallel streams and carries the LSTM
+// reads the held-out tail of the corpus as --eval-batch parallel streams and carries the recurrent
 // state from one chunk to the next, so every prediction sees the whole stream before it.
 // Losses are reported in bits per character (cross-entropy in nats / ln 2) next to the
 // unigram entropy of the corpus, what a model that ignores context gets at best.
@@ -60,6 +61,7 @@ constexpr const char* kAbout =
     "reach about 2.8 bits per character on validation, against a unigram entropy of 4.8 on fortunes;\n"
     "more epochs keep improving it (add --dropout 0.2 for runs that see the corpus several times).\n"
     "--precision, --loss-scale and --update-rounding pick the precision policy (default fp32).\n"
+    "--cell gru swaps the LSTM layers for GRU layers of the same sizes.\n"
     "--smoke trains a tiny model for 60 steps (a few seconds) for CI.";
 
 // char_lstm's own flags; the shared ones (--epochs, --lr, --precision, --device, ...) are in
@@ -70,6 +72,7 @@ struct Config {
   int64_t hidden = 256;
   int64_t embed = 64;
   int64_t layers = 2;
+  std::string cell = "lstm";
   int64_t seq_len = 100;
   double dropout = 0.0;
   double clip = 1.0;
@@ -93,10 +96,13 @@ struct Config {
     app.add_option("--hidden", hidden, "LSTM hidden size")->check(CLI::Range(1, 1 << 14))->capture_default_str();
     app.add_option("--embed", embed, "embedding size")->check(CLI::Range(1, 1 << 14))->capture_default_str();
     app.add_option("--layers", layers, "LSTM layers")->check(CLI::Range(1, 64))->capture_default_str();
+    app.add_option("--cell", cell, "the recurrent layers: lstm or gru (nn::LSTM or nn::GRU)")
+        ->check(CLI::IsMember({"lstm", "gru"}))
+        ->capture_default_str();
     app.add_option("--seq-len", seq_len, "characters per training window and validation chunk")
         ->check(CLI::Range(1, 1 << 16))
         ->capture_default_str();
-    app.add_option("--dropout", dropout, "dropout between LSTM layers")
+    app.add_option("--dropout", dropout, "dropout between the recurrent layers")
         ->check(examples::finite)
         ->check(CLI::Range(0.0, 0.99))
         ->capture_default_str();
@@ -212,7 +218,7 @@ Text load_text(const Config& c, const std::string& prompt) {
 
 // The model is examples/char_lstm_model.h's CharLSTM (also timed by bench/cpu_train_step).
 CharLSTMSize model_size(const Config& c) {
-  return {.embed = c.embed, .hidden = c.hidden, .layers = c.layers, .dropout = c.dropout};
+  return {.embed = c.embed, .hidden = c.hidden, .layers = c.layers, .dropout = c.dropout, .cell = c.cell};
 }
 
 // How long the run is. The schedule spans the planned run (--epochs); --max-steps only stops it
@@ -399,6 +405,7 @@ TensorDict char_lstm_checkpoint(const Learner& l, const RunState& run, const Gen
 examples::RunIdentity run_identity(const Learner& l, const Config& c, const examples::CommonFlags& flags,
                                    const Text& text) {
   examples::RunIdentity id = {{"program", "char_lstm"},
+                              {"cell", c.cell},
                               {"model", l.model.str()},
                               {"batch_size", std::to_string(flags.batch_size)},
                               {"seq_len", std::to_string(c.seq_len)},
@@ -508,7 +515,7 @@ void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, 
 double evaluate(CharLSTM& model, const std::vector<data::TextBatch>& batches, int64_t max_chars, DType dtype) {
   NoGrad no_grad;
   model.eval();
-  std::optional<nn::LSTMState> state;
+  std::optional<examples::CharState> state;
   double nats = 0.0;
   int64_t count = 0;
   for (const data::TextBatch& b : batches) {
@@ -569,7 +576,7 @@ std::string sample_text(CharLSTM& model, const data::CharVocab& vocab, const std
   model.eval();
   const std::vector<int64_t> ids = vocab.encode(prompt);
   // All but the last prompt character in one call; then one step per character.
-  std::optional<nn::LSTMState> state;
+  std::optional<examples::CharState> state;
   if (ids.size() > 1) {
     const std::vector<int64_t> head(ids.begin(), ids.end() - 1);
     state = model.forward(from_vector(head, {1, int64_t(head.size())}), std::nullopt, dtype).state;
@@ -660,7 +667,7 @@ int main(int argc, char** argv) {
     const Text text = load_text(c, prompt);
     Generator gen(flags.seed);  // the initial weights, then the training windows
     CharLSTM model(text.corpus.vocab().size(), model_size(c), gen);
-    model.lstm->set_dropout_seed(flags.seed ^ 0x5eedd407ull);
+    model.set_dropout_seed(flags.seed ^ 0x5eedd407ull);
     dp->broadcast(model);  // rank 0's initial state on every rank (nothing with one process)
     model.to(device);      // before the trainer: its masters and optimizer state follow the parameters
     PrecisionTrainer trainer(model, optimizer_spec(c, flags.lr), precision.options(flags.seed, c.clip));

@@ -3,48 +3,81 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "mixtape.h"
 
 namespace examples {
 
-// The sizes char_lstm's flags set (--embed, --hidden, --layers, --dropout), with its defaults.
+// The sizes char_lstm's flags set (--embed, --hidden, --layers, --dropout, --cell), with its
+// defaults.
 struct CharLSTMSize {
   int64_t embed = 64;
   int64_t hidden = 256;
   int64_t layers = 2;
   double dropout = 0.0;
+  std::string cell = "lstm";  // the recurrent layers: "lstm" (nn::LSTM) or "gru" (nn::GRU)
 };
 
-// Embedding(V, E) -> LSTM(E, H, layers, batch_first) -> Linear(H, V).
+// What the model carries from one call to the next: h, and c for an LSTM (undefined for a GRU),
+// each [layers, B, H].
+struct CharState {
+  mixtape::Variable h, c;
+};
+
+// Embedding(V, E) -> LSTM(E, H, layers, batch_first) or GRU(...) -> Linear(H, V).
 class CharLSTM : public mixtape::nn::Module {
  public:
   CharLSTM(int64_t vocab, const CharLSTMSize& c, mixtape::Generator& gen) : Module("CharLSTM") {
     namespace nn = mixtape::nn;
+    MT_CHECK(c.cell == "lstm" || c.cell == "gru", "CharLSTM: the cell must be lstm or gru, got '", c.cell, "'");
     embed = register_module("embed", std::make_shared<nn::Embedding>(vocab, c.embed, gen));
-    lstm = register_module("lstm", std::make_shared<nn::LSTM>(nn::LSTMOptions{.input_size = c.embed,
-                                                                              .hidden_size = c.hidden,
-                                                                              .num_layers = c.layers,
-                                                                              .batch_first = true,
-                                                                              .dropout = c.dropout},
-                                                              gen));
+    if (c.cell == "lstm") {
+      lstm = register_module("lstm", std::make_shared<nn::LSTM>(nn::LSTMOptions{.input_size = c.embed,
+                                                                                .hidden_size = c.hidden,
+                                                                                .num_layers = c.layers,
+                                                                                .batch_first = true,
+                                                                                .dropout = c.dropout},
+                                                                gen));
+    } else {
+      gru = register_module("gru", std::make_shared<nn::GRU>(nn::GRUOptions{.input_size = c.embed,
+                                                                            .hidden_size = c.hidden,
+                                                                            .num_layers = c.layers,
+                                                                            .batch_first = true,
+                                                                            .dropout = c.dropout},
+                                                             gen));
+    }
     head = register_module("head", std::make_shared<nn::Linear>(c.hidden, vocab, true, gen));
   }
 
   struct Out {
     mixtape::Variable logits;  // [B, T, V]
-    mixtape::nn::LSTMState state;
+    CharState state;
   };
   // ids i64 [B, T] on any device (copied to the model's); the embedding rows come in `dtype` and
   // everything after follows them.
-  Out forward(const mixtape::Tensor& ids, const std::optional<mixtape::nn::LSTMState>& state = std::nullopt,
+  Out forward(const mixtape::Tensor& ids, const std::optional<CharState>& state = std::nullopt,
               mixtape::DType dtype = mixtape::DType::f32) {
-    mixtape::nn::LSTMOutput o = (*lstm)((*embed)(ids.to(embed->weight.device()), dtype), state);
-    return {(*head)(o.output), o.state};
+    const mixtape::Variable x = (*embed)(ids.to(embed->weight.device()), dtype);
+    if (lstm) {
+      std::optional<mixtape::nn::LSTMState> s;
+      if (state) s = mixtape::nn::LSTMState{state->h, state->c};
+      mixtape::nn::LSTMOutput o = (*lstm)(x, s);
+      return {(*head)(o.output), {o.state.h, o.state.c}};
+    }
+    mixtape::nn::GRUOutput o = (*gru)(x, state ? std::optional<mixtape::Variable>(state->h) : std::nullopt);
+    return {(*head)(o.output), {o.h, mixtape::Variable()}};
+  }
+
+  // Seeds the generator of the dropout masks between the recurrent layers.
+  void set_dropout_seed(uint64_t seed) {
+    if (lstm) lstm->set_dropout_seed(seed);
+    if (gru) gru->set_dropout_seed(seed);
   }
 
   std::shared_ptr<mixtape::nn::Embedding> embed;
-  std::shared_ptr<mixtape::nn::LSTM> lstm;
+  std::shared_ptr<mixtape::nn::LSTM> lstm;  // with the lstm cell, else null
+  std::shared_ptr<mixtape::nn::GRU> gru;    // with the gru cell, else null
   std::shared_ptr<mixtape::nn::Linear> head;
 };
 

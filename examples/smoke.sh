@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# smoke.sh PYTHON CHECKER EXAMPLE DEVICE [ARGS...]: runs EXAMPLE's smoke configuration (its
-# --smoke flag picks a few steps on real data) on DEVICE (cpu, cuda, cuda:N) under fp32, then
-# under fp16 (backoff loss scale, telemetry every 4 steps) and bf16-pure (stochastic rounding)
-# with ARGS added (--max-steps N keeps those two short), each with a metrics file, in a temporary
+# smoke.sh PYTHON CHECKER EXAMPLE DEVICE [ARGS...] [-- EVERY...]: runs EXAMPLE's smoke
+# configuration (its --smoke flag picks a few steps on real data) on DEVICE (cpu, cuda, cuda:N)
+# under fp32, then under fp16 (backoff loss scale, telemetry every 4 steps) and bf16-pure
+# (stochastic rounding) with ARGS added (--max-steps N keeps those two short), EVERY added to all
+# three runs (a model variant: char_lstm --cell gru), each with a metrics file, in a temporary
 # folder that is also the working directory (every example writes its outputs to "." by default).
 # Each run must write valid JSON Lines whose training loss falls (scripts/check_metrics.py) and a
 # summary event that reports the device, the loss scaler's skipped steps and final scale; the
@@ -13,7 +14,16 @@
 set -euo pipefail
 python=$1 checker=$2 exe=$3 device=$4
 shift 4
-extra=("$@")
+extra=() every=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = -- ]; then
+    shift
+    every=("$@")
+    break
+  fi
+  extra+=("$1")
+  shift
+done
 if [ "$device" != cpu ]; then
   probe_status=0
   "${MIXTAPE_CUDA_PROBE:?set MIXTAPE_CUDA_PROBE to the cuda_probe program}" || probe_status=$?
@@ -59,9 +69,9 @@ PY
 run() {  # run NAME ARGS...: one smoke run with metrics NAME.jsonl, then its checks
   local name=$1
   shift
-  echo "== $(basename "$exe") --smoke --device $device $*"
+  echo "== $(basename "$exe") --smoke --device $device ${every[*]+"${every[*]}"} $*"
   local t0=$SECONDS
-  "$exe" --smoke --device "$device" --metrics "$dir/$name.jsonl" "$@"
+  "$exe" --smoke --device "$device" --metrics "$dir/$name.jsonl" ${every[@]+"${every[@]}"} "$@"
   "$python" "$checker" "$dir/$name.jsonl" --loss-falls
   check_device "$dir/$name.jsonl"
   echo "== $name: $((SECONDS - t0)) s"

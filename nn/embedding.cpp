@@ -11,6 +11,12 @@ Embedding::Embedding(const EmbeddingOptions& o, Generator& gen) : Module("Embedd
            "Embedding: num_embeddings and embedding_dim must be "
            "positive, got ",
            o.num_embeddings, " and ", o.embedding_dim);
+  if (o.padding_idx) {
+    const int64_t p = *o.padding_idx, V = o.num_embeddings;
+    MT_CHECK(p >= -V && p < V, "Embedding: padding_idx ", p, " is out of range for ", V, " embeddings (expected ", -V,
+             " to ", V - 1, ")");
+    padding_idx_ = p < 0 ? p + V : p;
+  }
   weight = register_parameter("weight", empty({o.num_embeddings, o.embedding_dim}));
   reset_parameters(gen);
 }
@@ -18,16 +24,23 @@ Embedding::Embedding(const EmbeddingOptions& o, Generator& gen) : Module("Embedd
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator& gen)
     : Embedding(EmbeddingOptions{num_embeddings, embedding_dim}, gen) {}
 
-void Embedding::reset_parameters(Generator& gen) { init::normal_(weight, gen, 0.0, 1.0); }
+void Embedding::reset_parameters(Generator& gen) {
+  init::normal_(weight, gen, 0.0, 1.0);
+  if (padding_idx_ >= 0) init::zeros_(weight.data().select(0, padding_idx_));
+}
 
 Variable Embedding::forward(const Tensor& indices) {
   MT_CHECK(indices.defined() && indices.dtype() == DType::i64, str(), ": expected i64 indices, got ",
            indices.defined() ? indices.meta() : "an undefined tensor");
-  return embedding(indices, weight);  // range-checks every index against V
+  return embedding(indices, weight, padding_idx_);  // range-checks every index against V
 }
 
 Variable Embedding::forward(const Tensor& indices, DType dtype) { return cast(forward(indices), dtype); }
 
-std::string Embedding::extra_repr() const { return detail::cat(options_.num_embeddings, ", ", options_.embedding_dim); }
+std::string Embedding::extra_repr() const {
+  std::string s = detail::cat(options_.num_embeddings, ", ", options_.embedding_dim);
+  if (padding_idx_ >= 0) s += detail::cat(", padding_idx=", padding_idx_);
+  return s;
+}
 
 }  // namespace mixtape::nn

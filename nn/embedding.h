@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "nn/module.h"
 
@@ -11,9 +12,13 @@ namespace mixtape::nn {
 struct EmbeddingOptions {
   int64_t num_embeddings = 0;
   int64_t embedding_dim = 0;
+  // As torch's: this row is initialized to zeros and gets no gradient (its row of dW is zero), so
+  // it stays what it is set to. Negative values count from the end (-1: the last row).
+  std::optional<int64_t> padding_idx = std::nullopt;
 };
 
-// indices i64 [...] -> weight rows [..., D]; W [V, D] ~ N(0, 1) as in torch.
+// indices i64 [...] -> weight rows [..., D]; W [V, D] ~ N(0, 1) as in torch (the padding row, if
+// any, zero).
 class Embedding : public Module {
  public:
   explicit Embedding(const EmbeddingOptions& options, Generator& gen = default_generator());
@@ -30,11 +35,14 @@ class Embedding : public Module {
   std::string extra_repr() const override;
   void reset_parameters(Generator& gen);
   const EmbeddingOptions& options() const { return options_; }
+  // The padding row in [0, V), resolved from options().padding_idx; -1 for none.
+  int64_t padding_idx() const { return padding_idx_; }
 
   Variable weight;  // [V, D]
 
  private:
   EmbeddingOptions options_;
+  int64_t padding_idx_ = -1;
 };
 
 }  // namespace mixtape::nn

@@ -13,6 +13,7 @@
 #include "autograd/scaling.h"
 #include "nn/dropout.h"
 #include "nn/init.h"
+#include "nn/recurrent.h"
 
 namespace mixtape::nn {
 
@@ -21,18 +22,20 @@ LSTM::LSTM(const LSTMOptions& o, Generator& gen) : Module("LSTM"), options_(o) {
            o.input_size, " and ", o.hidden_size);
   MT_CHECK(o.num_layers > 0, "LSTM: num_layers must be positive, got ", o.num_layers);
   MT_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, "LSTM: dropout must be in [0, 1), got ", o.dropout);
-  const int64_t H = o.hidden_size;
+  const int64_t H = o.hidden_size, D = o.bidirectional ? 2 : 1;
   for (int64_t l = 0; l < o.num_layers; ++l) {
-    const std::string s = "_l" + std::to_string(l);
-    const int64_t in = l == 0 ? o.input_size : H;
-    Layer layer;
-    layer.weight_ih = register_parameter("weight_ih" + s, empty({4 * H, in}));
-    layer.weight_hh = register_parameter("weight_hh" + s, empty({4 * H, H}));
-    if (o.bias) {
-      layer.bias_ih = register_parameter("bias_ih" + s, empty({4 * H}));
-      layer.bias_hh = register_parameter("bias_hh" + s, empty({4 * H}));
+    for (int64_t d = 0; d < D; ++d) {
+      const std::string s = recurrent::param_suffix(l, d);
+      const int64_t in = l == 0 ? o.input_size : D * H;
+      Layer layer;
+      layer.weight_ih = register_parameter("weight_ih" + s, empty({4 * H, in}));
+      layer.weight_hh = register_parameter("weight_hh" + s, empty({4 * H, H}));
+      if (o.bias) {
+        layer.bias_ih = register_parameter("bias_ih" + s, empty({4 * H}));
+        layer.bias_hh = register_parameter("bias_hh" + s, empty({4 * H}));
+      }
+      layers_.push_back(layer);
     }
-    layers_.push_back(layer);
   }
   reset_parameters(gen);
   dropout_gen_ = Generator(draw_seed(gen));
@@ -48,6 +51,42 @@ void LSTM::reset_parameters(Generator& gen) {
   for (const Variable& p : parameters(false)) init::uniform_(p, gen, -bound, bound);
 }
 
+namespace {
+
+// One layer in one direction over `in` ([T, B, in] or [B, T, in]), from the state (h0, c0).
+LstmLayerResult run_direction(const LSTM::Layer& p, const Variable& in_seq, const Variable& h0, const Variable& c0,
+                              int64_t tdim, int64_t H) {
+  const DType dt = in_seq.dtype();
+  const int64_t T = in_seq.size(tdim), B = in_seq.size(1 - tdim);
+  const Variable w_ih = cast(p.weight_ih, dt), w_hh = cast(p.weight_hh, dt);
+  const Variable b_ih = p.bias_ih.defined() ? cast(p.bias_ih, dt) : Variable();
+  const Variable b_hh = p.bias_hh.defined() ? cast(p.bias_hh, dt) : Variable();
+  const int64_t in = in_seq.size(2);
+  // x W_ih^T + b_ih for every step: (T*B, 4H) = (T*B, in) (4H, in)^T, back to the input layout.
+  Shape proj_shape = in_seq.shape();
+  proj_shape[2] = 4 * H;
+  const Variable proj = reshape(linear(reshape(in_seq, {T * B, in}), w_ih, b_ih), proj_shape);
+  // The recurrence as one node (Note [LSTM layer node]): the same forward, and one GEMM for the
+  // weight gradient of all T steps.
+  if (!scaling_rule_active()) return lstm_layer(proj, w_hh, b_hh, h0, c0, tdim);
+  // Gradient scaling chooses a scale per recurrent GEMM: the unrolled graph.
+  const std::vector<Variable> steps = split(proj, 1, tdim);
+  Variable h = h0, c = c0;
+  std::vector<Variable> outs;
+  outs.reserve(size_t(T));
+  for (int64_t t = 0; t < T; ++t) {
+    // gates (B, 4H) = proj_t + h W_hh^T + b_hh
+    const Variable gates = squeeze(steps[size_t(t)], tdim) + linear(h, w_hh, b_hh);
+    auto [c_next, h_next] = lstm_cell(gates, c);
+    c = c_next;
+    h = h_next;
+    outs.push_back(h);
+  }
+  return {stack(outs, tdim), h, c};
+}
+
+}  // namespace
+
 LSTMOutput LSTM::forward(const Variable& x, const std::optional<LSTMState>& state) {
   const LSTMOptions& o = options_;
   MT_CHECK(x.defined() && x.dim() == 3 && x.size(2) == o.input_size, str(), ": expected input ",
@@ -55,65 +94,40 @@ LSTMOutput LSTM::forward(const Variable& x, const std::optional<LSTMState>& stat
            x.defined() ? x.data().meta() : "an undefined Variable");
   const int64_t tdim = o.batch_first ? 1 : 0;
   const int64_t T = x.size(tdim), B = x.size(1 - tdim), H = o.hidden_size, L = o.num_layers;
+  const int64_t D = o.bidirectional ? 2 : 1, N = L * D;
   MT_CHECK(T > 0 && B > 0, str(), ": the input ", x.data().meta(), " has no steps or no batch");
   const DType dt = x.dtype();
 
-  // Initial state per layer: [B, H] pieces of h0 / c0 [L, B, H], or zeros.
-  std::vector<Variable> h0(static_cast<size_t>(L)), c0(static_cast<size_t>(L));
+  // Initial state per layer and direction: [B, H] pieces of h0 / c0 [L * D, B, H], or zeros.
+  std::vector<Variable> h0(static_cast<size_t>(N)), c0(static_cast<size_t>(N));
   if (state) {
     for (const Variable* s : {&state->h, &state->c})
-      MT_CHECK(s->defined() && s->shape() == Shape({L, B, H}), str(), ": the initial state must be two [", L, ", ", B,
-               ", ", H, "] tensors (num_layers, batch, hidden), got ",
+      MT_CHECK(s->defined() && s->shape() == Shape({N, B, H}), str(), ": the initial state must be two [", N, ", ", B,
+               ", ", H, "] tensors (", D == 2 ? "num_layers * 2" : "num_layers", ", batch, hidden), got ",
                s->defined() ? s->data().meta() : "an undefined Variable");
-    const std::vector<Variable> hs = split(cast(state->h, dt), 1, 0), cs = split(cast(state->c, dt), 1, 0);
-    for (int64_t l = 0; l < L; ++l) {
-      h0[size_t(l)] = squeeze(hs[size_t(l)], 0);
-      c0[size_t(l)] = squeeze(cs[size_t(l)], 0);
-    }
+    h0 = recurrent::state_pieces(state->h, dt);
+    c0 = recurrent::state_pieces(state->c, dt);
   } else {
     const Variable zero(zeros({B, H}, dt, x.device()));
     std::fill(h0.begin(), h0.end(), zero);
     std::fill(c0.begin(), c0.end(), zero);
   }
 
-  // Note [LSTM layer schedule]
+  // Note [LSTM layer schedule]; a bidirectional layer's second direction runs over the
+  // time-reversed sequence, and its output is reversed back before the two are concatenated.
   Variable layer_in = x;
-  std::vector<Variable> h_n, c_n;
+  std::vector<Variable> h_n, c_n;  // in torch's order: layer by layer, forward before reverse
   for (int64_t l = 0; l < L; ++l) {
-    const Layer& p = layers_[size_t(l)];
-    const Variable w_ih = cast(p.weight_ih, dt), w_hh = cast(p.weight_hh, dt);
-    const Variable b_ih = p.bias_ih.defined() ? cast(p.bias_ih, dt) : Variable();
-    const Variable b_hh = p.bias_hh.defined() ? cast(p.bias_hh, dt) : Variable();
-    const int64_t in = layer_in.size(2);
-    // x W_ih^T + b_ih for every step: (T*B, 4H) = (T*B, in) (4H, in)^T, back to the input layout.
-    Shape proj_shape = layer_in.shape();
-    proj_shape[2] = 4 * H;
-    const Variable proj = reshape(linear(reshape(layer_in, {T * B, in}), w_ih, b_ih), proj_shape);
-    if (!scaling_rule_active()) {
-      // The recurrence as one node (Note [LSTM layer node]): the same forward, and one GEMM
-      // for the weight gradient of all T steps.
-      LstmLayerResult r = lstm_layer(proj, w_hh, b_hh, h0[size_t(l)], c0[size_t(l)], tdim);
+    std::vector<Variable> outs;
+    for (int64_t d = 0; d < D; ++d) {
+      const size_t k = size_t(l * D + d);
+      const Variable in = d == 0 ? layer_in : recurrent::reverse_time(layer_in, tdim);
+      LstmLayerResult r = run_direction(layers_[k], in, h0[k], c0[k], tdim, H);
       h_n.push_back(r.h);
       c_n.push_back(r.c);
-      layer_in = r.out;
-    } else {
-      // Gradient scaling chooses a scale per recurrent GEMM: the unrolled graph.
-      const std::vector<Variable> steps = split(proj, 1, tdim);
-      Variable h = h0[size_t(l)], c = c0[size_t(l)];
-      std::vector<Variable> outs;
-      outs.reserve(size_t(T));
-      for (int64_t t = 0; t < T; ++t) {
-        // gates (B, 4H) = proj_t + h W_hh^T + b_hh
-        const Variable gates = squeeze(steps[size_t(t)], tdim) + linear(h, w_hh, b_hh);
-        auto [c_next, h_next] = lstm_cell(gates, c);
-        c = c_next;
-        h = h_next;
-        outs.push_back(h);
-      }
-      h_n.push_back(h);
-      c_n.push_back(c);
-      layer_in = stack(outs, tdim);
+      outs.push_back(d == 0 ? r.out : recurrent::reverse_time(r.out, tdim));
     }
+    layer_in = D == 2 ? concat(outs, 2) : outs[0];  // [.., .., D * H]: forward | reverse
     if (l + 1 < L) layer_in = dropout(layer_in, o.dropout, is_training(), dropout_gen_);
   }
   return {layer_in, {stack(h_n, 0), stack(c_n, 0)}};
@@ -126,6 +140,7 @@ std::string LSTM::extra_repr() const {
   if (o.batch_first) s += ", batch_first=true";
   if (!o.bias) s += ", bias=false";
   if (o.dropout != 0.0) s += detail::cat(", dropout=", o.dropout);
+  if (o.bidirectional) s += ", bidirectional=true";
   return s;
 }
 

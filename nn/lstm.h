@@ -12,6 +12,8 @@
 // backward is one concat, not T scatters). Each step then adds one recurrent GEMM,
 // linear(h, W_hh, b_hh), and runs the fused lstm_cell op. The step outputs h_t are stacked
 // along the time dim. Parameters are cast to the input's dtype once per forward, not per step.
+// A bidirectional layer runs a second, independent LSTM layer over the time-reversed input (split
+// into steps and concatenated backwards) and reverses its output back the same way.
 // Without a gradient-scaling rule on the tape, the steps of a layer are recorded as one node
 // that runs the same ops and forms the recurrent weight gradient with one GEMM over all steps
 // (Note [LSTM layer node] in autograd/functions/lstm.cpp); with a rule, the unrolled graph.
@@ -32,22 +34,28 @@ struct LSTMOptions {
   bool batch_first = false;  // x and output as [B, T, .] instead of [T, B, .]
   bool bias = true;          // b_ih and b_hh per layer
   double dropout = 0.0;      // on each layer's output but the last, in training mode
+  // A second direction over the reversed sequence, as torch's.
+  bool bidirectional = false;
 };
 
-// Hidden and cell state of every layer, each [num_layers, B, H].
+// Hidden and cell state of every layer, each [num_layers, B, H]; bidirectional:
+// [num_layers * 2, B, H] in torch's order (layer 0 forward, layer 0 reverse, layer 1 forward, ...).
 struct LSTMState {
   Variable h;
   Variable c;
 };
 
 struct LSTMOutput {
-  Variable output;  // [T, B, H] or [B, T, H] (batch_first): the last layer's h at every step
+  // [T, B, H] or [B, T, H] (batch_first): the last layer's h at every step; bidirectional: 2H
+  // features, the forward direction's h_t then the reverse direction's (which has read x_T .. x_t).
+  Variable output;
   LSTMState state;  // h_n, c_n after the last step
 };
 
 // Parameters per layer l, named as in torch: weight_ih_l{l} [4H, in_l] (in_0 = input_size,
-// else H), weight_hh_l{l} [4H, H], bias_ih_l{l} [4H], bias_hh_l{l} [4H]; all initialized
-// U(-1/sqrt(H), 1/sqrt(H)).
+// else H, or 2H bidirectional), weight_hh_l{l} [4H, H], bias_ih_l{l} [4H], bias_hh_l{l} [4H];
+// bidirectional: the same again with the suffix _reverse after each layer's forward ones; all
+// initialized U(-1/sqrt(H), 1/sqrt(H)) in that order.
 class LSTM : public Module {
  public:
   explicit LSTM(const LSTMOptions& options, Generator& gen = default_generator());
@@ -68,6 +76,7 @@ class LSTM : public Module {
   struct Layer {
     Variable weight_ih, weight_hh, bias_ih, bias_hh;  // biases undefined without bias
   };
+  // One per layer and direction: layers()[l * num_directions + d].
   const std::vector<Layer>& layers() const { return layers_; }
 
   // The generator of the inter-layer dropout masks (seeded from the construction generator).

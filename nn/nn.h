@@ -5,6 +5,7 @@
 #include "nn/conv.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
+#include "nn/gru.h"
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/loss.h"

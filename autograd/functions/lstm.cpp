@@ -20,6 +20,19 @@ LstmCellResult<Variable> lstm_cell(const Variable& gates, const Variable& c_prev
   return {vs[0], vs[1]};
 }
 
+Variable gru_cell(const Variable& gx, const Variable& gh, const Variable& h_prev) {
+  MT_CHECK(gx.defined() && gh.defined() && h_prev.defined(), "gru_cell: got an undefined Variable");
+  Tensor h = mixtape::gru_cell(gx.data(), gh.data(), h_prev.data());
+  // Saves the inputs only; backward recomputes r, z and n (Note [GRU cell backward]).
+  Tensor sx = gx.data(), sh = gh.data(), sp = h_prev.data();
+  return record(OpId::gru_cell, {gx, gh, h_prev}, h,
+                [sx, sh, sp](const std::vector<Tensor>& dys, const std::vector<bool>& needs) {
+    GruCellGrads g = gru_cell_backward(sx, sh, sp, dys[0]);
+    return std::vector<Tensor>{needs[0] ? g.d_gx : Tensor(), needs[1] ? g.d_gh : Tensor(),
+                               needs[2] ? g.d_h_prev : Tensor()};
+  });
+}
+
 // Note [LSTM layer node]
 // The unrolled graph (nn/lstm.h, Note [LSTM layer schedule]) records T recurrent linear nodes,
 // T cells and a split; its backward forms T weight gradients dW_t = dG_t^T h_{t-1} (each a GEMM

@@ -1,4 +1,4 @@
-// Differentiable LSTM pieces (tensor-level versions and formulas: tensor/ops/lstm.h).
+// Differentiable LSTM and GRU pieces (tensor-level versions and formulas: tensor/ops/lstm.h).
 //
 //   auto [c, h] = lstm_cell(gates, c_prev);   // gates [B, 4H] (i | f | g | o), c_prev [B, H]
 //
@@ -11,6 +11,12 @@
 // proj [B, T, 4H] (time_dim 1) or [T, B, 4H] (time_dim 0) holds x W_ih^T + b_ih of every step;
 // w_hh [4H, H], b_hh [4H] (may be undefined), h0 and c0 [B, H]. out has proj's layout with H
 // features; h_n and c_n are the last step's states.
+//
+//   Variable h = gru_cell(gx, gh, h_prev);    // gx, gh [B, 3H] (r | z | n), h_prev [B, H]
+//
+// The GRU step after its two GEMMs (gx = x W_ih^T + b_ih, gh = h_prev W_hh^T + b_hh, recorded as
+// linear nodes with their own scale rules); the backward is linear in dh, so the scale passes
+// through.
 #pragma once
 
 #include "autograd/variable.h"
@@ -28,5 +34,7 @@ struct LstmLayerResult {
 
 LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Variable& b_hh, const Variable& h0,
                            const Variable& c0, int64_t time_dim);
+
+Variable gru_cell(const Variable& gx, const Variable& gh, const Variable& h_prev);
 
 }  // namespace mixtape

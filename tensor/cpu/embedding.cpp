@@ -25,7 +25,7 @@ void embedding(const Strided& indices, const Strided& weight, const Strided& out
   });
 }
 
-void embedding_backward(const Strided& indices, const Strided& dy, const Strided& dweight) {
+void embedding_backward(const Strided& indices, const Strided& dy, int64_t padding_idx, const Strided& dweight) {
   const int64_t V = dweight.size(0), D = dweight.size(1);
   const int64_t* pidx = static_cast<const int64_t*>(indices.raw_data());
   // dy viewed as [numel(indices), D]: its last dim is D, the others follow indices' shape.
@@ -38,6 +38,7 @@ void embedding_backward(const Strided& indices, const Strided& dy, const Strided
     for_each_offset<2>(indices.shape(), {indices.strides(), lead_strides}, [&](const std::array<int64_t, 2>& o) {
       const int64_t k = pidx[o[0]];
       MT_CHECK(k >= 0 && k < V, "embedding backward: index ", k, " is out of range for ", V, " rows");
+      if (k == padding_idx) return;  // the padding row gets no gradient
       double* a = acc.data() + k * D;
       for (int64_t j = 0; j < D; ++j) a[j] += double(load(pdy[o[1] + j * dstride]));
     });

@@ -11,7 +11,8 @@ namespace mixtape::cpu {
 
 // out[..., :] = weight[indices[...], :]. Throws on an index outside [0, V).
 void embedding(const Strided& indices, const Strided& weight, const Strided& out);
-// dweight [V, D] = scatter-add of dy's rows; dy: indices.shape() + [D].
-void embedding_backward(const Strided& indices, const Strided& dy, const Strided& dweight);
+// dweight [V, D] = scatter-add of dy's rows; dy: indices.shape() + [D]. Row padding_idx (in
+// [0, V), or -1 for none) receives nothing: it stays zero.
+void embedding_backward(const Strided& indices, const Strided& dy, int64_t padding_idx, const Strided& dweight);
 
 }  // namespace mixtape::cpu

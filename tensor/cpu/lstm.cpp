@@ -19,6 +19,17 @@
 // then lstm_cell_backward_saved): five transcendentals less per element for 5H compute-type
 // values per row. The values are the recomputed ones (no contraction: Note [No contracted
 // multiply-adds]), so both backward kernels give the same bits.
+// Note [GRU cell backward]
+// Like the LSTM cell's, the backward saves no activations: it keeps the inputs (gx, gh, h_prev)
+// and recomputes r, z and n in the compute type exactly as the forward did. With gd = dh,
+// gh_n = the hidden-side n pre-activation and h' = n + z * (h_prev - n):
+//   dn       = gd * (1 - z)
+//   dn_pre   = dn * (1 - n^2)                     d(gx_n); d(gh_n) = dn_pre * r
+//   dz_pre   = gd * (h_prev - n) * z (1 - z)      d(gx_z) = d(gh_z)
+//   dr_pre   = dn_pre * gh_n * r (1 - r)          d(gx_r) = d(gh_r)
+//   d_h_prev = gd * z                             (h_prev's path through gh is the GEMM's)
+// Every product has exactly one factor that comes from gd, so a power-of-two scale on dh passes
+// through bit-exactly (absent under/overflow).
 #include "tensor/cpu/lstm.h"
 
 #include <cmath>
@@ -48,6 +59,16 @@ inline void cell_grads(C i, C f, C gg, C o, C tc, C cp, C gc, C gh, C* dg, C* dc
   dg[3 * H + j] = gh * (tc * (o * (C(1) - o)));
   dcp[j] = dc_tot * f;
 }
+
+// Element j of a GRU row's forward (formulas in tensor/ops/lstm.h): r, z and n from gx [3H],
+// gh [3H]; returns h'.
+template <class C>
+struct GruGates {
+  C r, z, n;
+  GruGates(const C* x, const C* hh, int64_t H, int64_t j)
+      : r(sigmoid(x[j] + hh[j])), z(sigmoid(x[H + j] + hh[H + j])), n(tanh_c(x[2 * H + j] + r * hh[2 * H + j])) {}
+  C h(C hp) const { return n + z * (hp - n); }
+};
 
 // A 2-D operand: row b starts at p + b s0, its elements are s1 apart.
 template <class T>
@@ -144,6 +165,62 @@ void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strid
         }
         store_row(dg, pdg.row(b), pdg.s1, 4 * H);
         store_row(dcp, pdcp.row(b), pdcp.s1, H);
+      }
+    });
+  });
+}
+
+void gru_cell(const Strided& gx, const Strided& gh, const Strided& h_prev, const Strided& h) {
+  dispatch_floating(h.dtype(), "gru_cell", [&]<class T>() {
+    using C = compute_t<T>;
+    const int64_t B = h_prev.size(0), H = h_prev.size(1);
+    const Rows<const T> px(gx), pgh(gh), php(h_prev);
+    const Rows<T> ph(h);
+    parallel_for(B, grain_for(8 * H), [&](int64_t b0, int64_t b1) {
+      std::vector<C> buf(static_cast<size_t>(8 * H));  // gx [3H], gh [3H], h_prev, h
+      C *x = buf.data(), *hh = x + 3 * H, *hp = hh + 3 * H, *hv = hp + H;
+      for (int64_t b = b0; b < b1; ++b) {
+        load_row_to(px.row(b), px.s1, 3 * H, x);
+        load_row_to(pgh.row(b), pgh.s1, 3 * H, hh);
+        load_row_to(php.row(b), php.s1, H, hp);
+        for (int64_t j = 0; j < H; ++j) hv[j] = GruGates<C>(x, hh, H, j).h(hp[j]);
+        store_row(hv, ph.row(b), ph.s1, H);
+      }
+    });
+  });
+}
+
+void gru_cell_backward(const Strided& gx, const Strided& gh, const Strided& h_prev, const Strided& dh,
+                       const Strided& d_gx, const Strided& d_gh, const Strided& d_h_prev) {
+  dispatch_floating(d_gx.dtype(), "gru_cell_backward", [&]<class T>() {
+    using C = compute_t<T>;
+    const int64_t B = h_prev.size(0), H = h_prev.size(1);
+    const Rows<const T> px(gx), pgh(gh), php(h_prev), pdh(dh);
+    const Rows<T> pdx(d_gx), pdgh(d_gh), pdhp(d_h_prev);
+    parallel_for(B, grain_for(16 * H), [&](int64_t b0, int64_t b1) {
+      // gx [3H], gh [3H], h_prev, dh, d_gx [3H], d_gh [3H], d_h_prev
+      std::vector<C> buf(static_cast<size_t>(15 * H));
+      C *x = buf.data(), *hh = x + 3 * H, *hp = hh + 3 * H, *gd = hp + H, *dx = gd + H, *dgh = dx + 3 * H,
+        *dhp = dgh + 3 * H;
+      for (int64_t b = b0; b < b1; ++b) {
+        load_row_to(px.row(b), px.s1, 3 * H, x);
+        load_row_to(pgh.row(b), pgh.s1, 3 * H, hh);
+        load_row_to(php.row(b), php.s1, H, hp);
+        load_row_to(pdh.row(b), pdh.s1, H, gd);
+        for (int64_t j = 0; j < H; ++j) {
+          const GruGates<C> a(x, hh, H, j);
+          const C dn_pre = gd[j] * (C(1) - a.z) * (C(1) - a.n * a.n);
+          const C dz_pre = gd[j] * (hp[j] - a.n) * (a.z * (C(1) - a.z));
+          const C dr_pre = dn_pre * hh[2 * H + j] * (a.r * (C(1) - a.r));
+          dx[j] = dgh[j] = dr_pre;
+          dx[H + j] = dgh[H + j] = dz_pre;
+          dx[2 * H + j] = dn_pre;
+          dgh[2 * H + j] = dn_pre * a.r;
+          dhp[j] = gd[j] * a.z;
+        }
+        store_row(dx, pdx.row(b), pdx.s1, 3 * H);
+        store_row(dgh, pdgh.row(b), pdgh.s1, 3 * H);
+        store_row(dhp, pdhp.row(b), pdhp.s1, H);
       }
     });
   });

@@ -1,5 +1,6 @@
-// LSTM cell CPU kernels, forward and backward side by side. Inputs have any strides; outputs
-// are freshly allocated (contiguous) by the front-end. Shapes: gates [B, 4H], the rest [B, H].
+// LSTM and GRU cell CPU kernels, forward and backward side by side. Inputs have any strides;
+// outputs are freshly allocated (contiguous) by the front-end. Shapes: LSTM gates [B, 4H], GRU
+// gx and gh [B, 3H], the rest [B, H].
 #pragma once
 
 #include "tensor/core/strided.h"
@@ -15,5 +16,10 @@ void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strid
 // backward]): the same expressions on the same values, so the same bits.
 void lstm_cell_backward_saved(const Strided& acts, const Strided& c_prev, const Strided& dc, const Strided& dh,
                               const Strided& d_gates, const Strided& d_c_prev);
+
+// GRU (formulas in tensor/ops/lstm.h; backward: Note [GRU cell backward]).
+void gru_cell(const Strided& gx, const Strided& gh, const Strided& h_prev, const Strided& h);
+void gru_cell_backward(const Strided& gx, const Strided& gh, const Strided& h_prev, const Strided& dh,
+                       const Strided& d_gx, const Strided& d_gh, const Strided& d_h_prev);
 
 }  // namespace mixtape::cpu

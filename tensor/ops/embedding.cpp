@@ -19,7 +19,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   return out;
 }
 
-Tensor embedding_backward(const Tensor& indices, const Tensor& dy, int64_t num_rows) {
+Tensor embedding_backward(const Tensor& indices, const Tensor& dy, int64_t num_rows, int64_t padding_idx) {
   ops::check_same("embedding backward", {&indices, &dy}, false);
   MT_CHECK(indices.dtype() == DType::i64, "embedding backward: indices must be i64, got ", indices.meta());
   ops::check_floating("embedding backward", dy);
@@ -29,10 +29,12 @@ Tensor embedding_backward(const Tensor& indices, const Tensor& dy, int64_t num_r
   expect.push_back(dy.size(-1));
   MT_CHECK(dy.shape() == expect, "embedding backward: gradient ", dy.meta(), " does not fit indices ", indices.meta());
   MT_CHECK(num_rows >= 0, "embedding backward: bad row count ", num_rows);
+  MT_CHECK(padding_idx == -1 || (padding_idx >= 0 && padding_idx < num_rows), "embedding backward: padding_idx ",
+           padding_idx, " is out of range for ", num_rows, " rows (expected -1 for none, or 0 to ", num_rows - 1, ")");
   Tensor dw = empty({num_rows, dy.size(-1)}, dy.dtype(), dy.device());
   on_device(
-      dy.device(), [&] { cpu::embedding_backward(indices, dy, dw); },
-      [&] { cuda::embedding_backward(indices, dy, dw); });
+      dy.device(), [&] { cpu::embedding_backward(indices, dy, padding_idx, dw); },
+      [&] { cuda::embedding_backward(indices, dy, padding_idx, dw); });
   return dw;
 }
 

@@ -85,4 +85,43 @@ LstmCellGrads lstm_cell_backward_saved(const Tensor& acts, const Tensor& c_prev,
   return {d_gates, d_c_prev};
 }
 
+namespace {
+
+// gx and gh [B, 3H], h_prev [B, H] on one device, one floating dtype.
+void check_gru_inputs(const char* op, const Tensor& gx, const Tensor& gh, const Tensor& h_prev) {
+  ops::check_same(op, {&gx, &gh, &h_prev});
+  ops::check_floating(op, gx);
+  ops::check_dim(op, gx, 2, "gx [B, 3H]");
+  ops::check_dim(op, gh, 2, "gh [B, 3H]");
+  ops::check_dim(op, h_prev, 2, "h_prev [B, H]");
+  const int64_t B = h_prev.size(0), H = h_prev.size(1);
+  for (const Tensor* g : {&gx, &gh})
+    MT_CHECK(g->shape() == Shape({B, 3 * H}), op, ": gx ", gx.meta(), " and gh ", gh.meta(), " must both be [", B, ", ",
+             3 * H, "] (the r, z, n chunks) for h_prev ", h_prev.meta());
+}
+
+}  // namespace
+
+Tensor gru_cell(const Tensor& gx, const Tensor& gh, const Tensor& h_prev) {
+  check_gru_inputs("gru_cell", gx, gh, h_prev);
+  Tensor h = empty(h_prev.shape(), h_prev.dtype(), h_prev.device());
+  on_device(
+      gx.device(), [&] { cpu::gru_cell(gx, gh, h_prev, h); }, [&] { cuda::gru_cell(gx, gh, h_prev, h); });
+  return h;
+}
+
+GruCellGrads gru_cell_backward(const Tensor& gx, const Tensor& gh, const Tensor& h_prev, const Tensor& dh) {
+  const char* op = "gru_cell backward";
+  check_gru_inputs(op, gx, gh, h_prev);
+  ops::check_same(op, {&h_prev, &dh});
+  MT_CHECK(dh.shape() == h_prev.shape(), op, ": dh ", dh.meta(), " must match h_prev ", h_prev.meta());
+  Tensor d_gx = empty(gx.shape(), gx.dtype(), gx.device());
+  Tensor d_gh = empty(gh.shape(), gh.dtype(), gh.device());
+  Tensor d_h_prev = empty(h_prev.shape(), h_prev.dtype(), h_prev.device());
+  on_device(
+      gx.device(), [&] { cpu::gru_cell_backward(gx, gh, h_prev, dh, d_gx, d_gh, d_h_prev); },
+      [&] { cuda::gru_cell_backward(gx, gh, h_prev, dh, d_gx, d_gh, d_h_prev); });
+  return {d_gx, d_gh, d_h_prev};
+}
+
 }  // namespace mixtape

@@ -1,5 +1,6 @@
-// The fused pointwise part of an LSTM step (no autograd).
+// The fused pointwise parts of an LSTM step and of a GRU step (no autograd).
 //
+// LSTM:
 //   gates [B, 4H] = x W_ih^T + b_ih + h_prev W_hh^T + b_hh   (the GEMMs run outside this op)
 //   chunks of H along dim 1, in PyTorch's order:  i | f | g | o
 //   i = sigmoid, f = sigmoid, g = tanh, o = sigmoid
@@ -8,6 +9,15 @@
 //
 // One kernel computes c and h in fp32 (f64 for f64 tensors); h uses the unrounded c, and each
 // output is rounded once.
+//
+// GRU (Cho et al. 2014, with PyTorch's placement of the reset gate):
+//   gx [B, 3H] = x W_ih^T + b_ih,  gh [B, 3H] = h_prev W_hh^T + b_hh   (the GEMMs run outside)
+//   chunks of H along dim 1, in PyTorch's order:  r | z | n
+//   r = sigmoid(gx_r + gh_r),  z = sigmoid(gx_z + gh_z)
+//   n = tanh(gx_n + r * gh_n)       r scales the whole hidden-side term, b_hn included
+//   h = (1 - z) * n + z * h_prev    computed as n + z * (h_prev - n), as PyTorch's kernels do
+// The hidden-side pre-activations stay a separate input because r multiplies gh_n alone. One
+// kernel computes h in fp32 (f64 for f64 tensors) and rounds it once.
 #pragma once
 
 #include "tensor/tensor.h"
@@ -40,5 +50,19 @@ LstmCellSaved lstm_cell_saving(const Tensor& gates, const Tensor& c_prev);
 LstmCellGrads lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, const Tensor& dc, const Tensor& dh);
 // The same gradients, bit for bit, from the activations lstm_cell_saving returned.
 LstmCellGrads lstm_cell_backward_saved(const Tensor& acts, const Tensor& c_prev, const Tensor& dc, const Tensor& dh);
+
+// The GRU step (formulas above): gx and gh [B, 3H], h_prev [B, H] -> h [B, H].
+Tensor gru_cell(const Tensor& gx, const Tensor& gh, const Tensor& h_prev);
+
+struct GruCellGrads {
+  Tensor d_gx;      // [B, 3H]
+  Tensor d_gh;      // [B, 3H]; its r and z chunks equal d_gx's
+  Tensor d_h_prev;  // [B, H], the direct path through z only (not through gh)
+};
+
+// Gradients of gru_cell from dh [B, H]. Recomputes r, z and n from the forward inputs (Note [GRU
+// cell backward] in cpu/lstm.cpp). Linear in dh, so a power-of-two gradient scale passes through
+// exactly.
+GruCellGrads gru_cell_backward(const Tensor& gx, const Tensor& gh, const Tensor& h_prev, const Tensor& dh);
 
 }  // namespace mixtape

@@ -1,4 +1,4 @@
-// Op cases for the fused LSTM cell (see support/op_cases.h).
+// Op cases for the fused LSTM and GRU cells (see support/op_cases.h).
 #include "support/op_cases.h"
 
 namespace {
@@ -69,5 +69,33 @@ MT_OP_CASE(OpCase{"lstm_layer time major, no bias, out only",
                   },
                   [](const V& v) { return lstm_layer(v[0], v[1], Variable(), v[2], v[3], 0).out; },
                   /*tol16=*/8.0});
+
+// GRU cell, B = 2, H = 3: gx and gh [2, 9] (r | z | n) with values in [-1.5, 1.5]; gh
+// non-contiguous; every input gets a gradient.
+MT_OP_CASE(OpCase{"gru_cell",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({2, 9}, dt, 251, -1.5, 1.5), rand_noncontig({2, 9}, dt, 252, -1.5, 1.5),
+                             rand_input({2, 3}, dt, 253)};
+                  },
+                  [](const V& v) { return gru_cell(v[0], v[1], v[2]); }});
+
+// Three steps of a GRU layer as nn::GRU records it: gx_t a slice of one projection [T, B, 3H],
+// gh_t = linear(h, W_hh, b_hh), h feeding both the next GEMM and the next cell (T = 3, B = 2,
+// H = 2). Inputs: gx [3, 2, 6], W_hh [6, 2] (non-contiguous), b_hh [6], h0 [2, 2].
+MT_OP_CASE(OpCase{"gru_cell unrolled over 3 steps with the recurrent GEMM",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({3, 2, 6}, dt, 261), rand_noncontig({6, 2}, dt, 262), rand_input({6}, dt, 263),
+                             rand_input({2, 2}, dt, 264)};
+                  },
+                  [](const V& v) {
+  Variable h = v[3];
+  std::vector<Variable> hs;
+  for (int64_t t = 0; t < 3; ++t) {
+    h = gru_cell(select(v[0], 0, t), linear(h, v[1], v[2]), h);
+    hs.push_back(h);
+  }
+  return stack(hs, 0);  // [3, 2, 2]
+},
+           /*tol16=*/8.0});
 
 }  // namespace

@@ -82,3 +82,25 @@ TEST_CASE("cuda embedding backward accumulates repeated indices bit for bit", "[
   const Tensor dy0 = zeros({0, 3});
   require_bit_identical(embedding_backward(on_gpu(none), on_gpu(dy0), 4), zeros({4, 3}), "no indices");
 }
+
+TEST_CASE("cuda embedding backward gives the padding row no gradient, as the CPU", "[cuda]") {
+  MT_REQUIRE_GPU();
+  uint64_t seed = 1700;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int64_t padding_idx : {int64_t(0), int64_t(3), int64_t(8)})
+      for (bool strided : {false, true}) {
+        ++seed;
+        const int64_t V = 9, n = 40, D = 5;
+        std::vector<int64_t> idx(static_cast<size_t>(n));
+        for (size_t i = 0; i < idx.size(); ++i) idx[i] = int64_t((i * 7 + seed) % size_t(V));  // every row, padding too
+        const Tensor indices = from_vector(idx, {4, n / 4});
+        const Tensor dy = random({4, n / 4, D}, dt, seed, -2.0, 2.0);
+        const std::string what =
+            std::string(dtype_name(dt)) + " padding_idx=" + std::to_string(padding_idx) + " " + layout_name(strided);
+        const Tensor want = embedding_backward(indices, dy, V, padding_idx);
+        require_bit_identical(embedding_backward(gpu_input(indices, strided), gpu_input(dy, strided), V, padding_idx),
+                              want, what);
+        CHECK(sum(abs(want.select(0, padding_idx).to(DType::f64))).item() == 0.0);
+        CHECK(sum(abs(want.to(DType::f64))).item() > 0.0);
+      }
+}

@@ -1,4 +1,5 @@
-// The LSTM cell on the GPU against the CPU kernels (tensor/cpu/lstm.cpp), forward and backward.
+// The LSTM and GRU cells on the GPU against the CPU kernels (tensor/cpu/lstm.cpp), forward and
+// backward.
 //
 // Tolerance (Note [LSTM cell numerics on the GPU] in cuda/lstm.cu): the arithmetic is the CPU's,
 // operation for operation; only exp inside sigmoid (glibc expf on the CPU, a correctly rounded
@@ -7,7 +8,8 @@
 // 8 ulps plus 1e-6 absolute (terms of size ~1 cancel in dc + dh * ...), 16-bit outputs allow
 // one flipped rounding (2 ulps of the format). Beyond the
 // tolerance, at least 95% of the f32 and 16-bit elements must be bit-identical: a kernel that
-// computed, say, an FMA where the CPU rounds twice would fail that.
+// computed, say, an FMA where the CPU rounds twice would fail that. The GRU cell has the same
+// arithmetic (one tanh and two sigmoids per element) and the same tolerance.
 #include "tests/cuda/cuda_test.h"
 
 #include "mixtape.h"
@@ -91,4 +93,44 @@ TEST_CASE("cuda lstm_cell saves the CPU's activations and its backward from them
       require_close(gg.d_gates, gw.d_gates, what + ": d_gates", 0.0, 0.0);
       require_close(gg.d_c_prev, gw.d_c_prev, what + ": d_c_prev", 0.0, 0.0);
     }
+}
+
+TEST_CASE("cuda gru_cell forward and backward match the CPU", "[cuda]") {
+  MT_REQUIRE_GPU();
+  uint64_t seed = 140;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (const auto& [B, H] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 7}, {33, 17}, {5, 257}, {64, 128}})
+      for (bool strided : {false, true}) {
+        ++seed;
+        const std::string what = std::string(dtype_name(dt)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
+                                 " " + layout_name(strided);
+        // Pre-activations over [-4, 4] each (sums over [-8, 8]): saturated and linear regions.
+        const Tensor gx = random({B, 3 * H}, dt, seed, -4.0, 4.0);
+        const Tensor gh = random({B, 3 * H}, dt, seed + 1, -4.0, 4.0);
+        const Tensor h_prev = random({B, H}, dt, seed + 2);
+        const Tensor dh = random({B, H}, dt, seed + 3);
+
+        const Tensor want = gru_cell(gx, gh, h_prev);
+        const Tensor got = gru_cell(gpu_input(gx, strided), gpu_input(gh, strided), gpu_input(h_prev, strided));
+        require_lstm_close(got, want, what + ": h");
+
+        const GruCellGrads gw = gru_cell_backward(gx, gh, h_prev, dh);
+        const GruCellGrads gg = gru_cell_backward(gpu_input(gx, strided), gpu_input(gh, !strided),
+                                                  gpu_input(h_prev, strided), gpu_input(dh, strided));
+        require_lstm_close(gg.d_gx, gw.d_gx, what + ": d_gx");
+        require_lstm_close(gg.d_gh, gw.d_gh, what + ": d_gh");
+        require_lstm_close(gg.d_h_prev, gw.d_h_prev, what + ": d_h_prev");
+      }
+}
+
+TEST_CASE("cuda gru_cell reads the chunks of a wider projection", "[cuda]") {
+  MT_REQUIRE_GPU();
+  // gx as a column slice of a [B, 3H + 5] matrix (row stride 3H + 5).
+  const int64_t B = 9, H = 13;
+  const Tensor wide = random({B, 3 * H + 5}, DType::f32, 177, -4.0, 4.0);
+  const Tensor gh = random({B, 3 * H}, DType::f32, 178, -4.0, 4.0);
+  const Tensor h_prev = random({B, H}, DType::f32, 179);
+  const Tensor want = gru_cell(wide.narrow(1, 3, 3 * H), gh, h_prev);
+  const Tensor got = gru_cell(on_gpu(wide).narrow(1, 3, 3 * H), on_gpu(gh), on_gpu(h_prev));
+  require_lstm_close(got, want, "narrowed gx: h");
 }

@@ -125,6 +125,42 @@ TEST_CASE("gradcheck: two-layer batch-first LSTM with an initial state and dropo
       replay);
 }
 
+TEST_CASE("gradcheck: two-layer batch-first GRU with an initial state and dropout", "[nn][gradcheck][gru]") {
+  Generator gen(14);
+  nn::GRU gru(nn::GRUOptions{.input_size = 3, .hidden_size = 2, .num_layers = 2, .batch_first = true, .dropout = 0.3},
+              gen);
+  gru.to(DType::f64);
+  const Variable x(rand_f64({2, 3, 3}, 15), true);   // [B, T, in]
+  const Variable h0(rand_f64({2, 2, 2}, 16), true);  // [L, B, H]
+  auto replay = [&] { gru.set_dropout_seed(4321); };
+  gradcheck(
+      with_params(gru, {x, h0}),
+      [&] {
+    auto [out, h_n] = gru(x, h0);
+    return std::vector<Variable>{out, h_n};
+      },
+      replay);
+}
+
+TEST_CASE("gradcheck: two-layer bidirectional LSTM and GRU", "[nn][gradcheck][lstm][gru]") {
+  Generator gen(24);
+  nn::LSTM lstm(nn::LSTMOptions{.input_size = 3, .hidden_size = 2, .num_layers = 2, .bidirectional = true}, gen);
+  lstm.to(DType::f64);
+  const Variable x(rand_f64({3, 2, 3}, 25), true);   // [T, B, in]
+  const Variable h0(rand_f64({4, 2, 2}, 26), true);  // [L * 2, B, H]
+  const Variable c0(rand_f64({4, 2, 2}, 27), true);
+  gradcheck(with_params(lstm, {x, h0, c0}), [&] {
+    auto [out, state] = lstm(x, nn::LSTMState{h0, c0});
+    return std::vector<Variable>{out, state.h, state.c};
+  });
+  nn::GRU gru(nn::GRUOptions{.input_size = 3, .hidden_size = 2, .num_layers = 2, .bidirectional = true}, gen);
+  gru.to(DType::f64);
+  gradcheck(with_params(gru, {x, h0}), [&] {
+    auto [out, h_n] = gru(x, h0);
+    return std::vector<Variable>{out, h_n};
+  });
+}
+
 TEST_CASE("gradcheck: Linear + Embedding + loss modules", "[nn][gradcheck]") {
   Generator gen(5);
   nn::Embedding emb(4, 3, gen);

@@ -37,6 +37,26 @@ TEST_CASE("embedding gathers rows and scatter-adds gradients of repeated indices
   CHECK(dwb.item() == 1.03125);
 }
 
+TEST_CASE("embedding backward gives the padding row no gradient", "[embedding]") {
+  const Tensor idx = from_vector(std::vector<int64_t>{2, 0, 2, 1, 0}, {5});
+  const Tensor dy = f32({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {5, 2});
+  CHECK(embedding_backward(idx, dy, 4).to_vector() == std::vector<double>{12, 14, 7, 8, 6, 8, 0, 0});
+  CHECK(embedding_backward(idx, dy, 4, 2).to_vector() == std::vector<double>{12, 14, 7, 8, 0, 0, 0, 0});
+  CHECK(embedding_backward(idx, dy, 4, 0).to_vector() == std::vector<double>{0, 0, 7, 8, 6, 8, 0, 0});
+  CHECK(embedding_backward(idx, dy, 4, 3).to_vector() == std::vector<double>{12, 14, 7, 8, 6, 8, 0, 0});
+  CHECK_THAT(error_of([&] { embedding_backward(idx, dy, 4, 4); }),
+             Contains("embedding backward: padding_idx 4") && Contains("4 rows"));
+  CHECK_THAT(error_of([&] { embedding_backward(idx, dy, 4, -2); }), Contains("padding_idx -2"));
+  // The differentiable op: the same rows, and the padding row's gradient zero.
+  const Variable w(f32({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2}), true);
+  Tape tape;
+  const Variable y = embedding(idx, w, 2);
+  CHECK(y.data().to_vector() == embedding(idx, w.data()).to_vector());
+  tape.backward(sum(y * Variable(dy)));
+  CHECK(w.grad()->unscaled().to_vector() == std::vector<double>{12, 14, 7, 8, 0, 0, 0, 0});
+  CHECK_THAT(error_of([&] { embedding(idx, w, 5); }), Contains("embedding: padding_idx 5"));
+}
+
 TEST_CASE("embedding rejects indices out of range, naming the index and the row count", "[embedding]") {
   Tensor w = zeros({4, 3});
   CHECK_THAT(error_of([&] {

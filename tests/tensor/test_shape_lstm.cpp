@@ -392,3 +392,71 @@ TEST_CASE("lstm_cell with saved activations: the same outputs and gradients, bit
       lstm_cell_backward_saved(zeros({2, 12}), zeros({2, 3}), zeros({2, 3}), zeros({2, 3})),
       Contains("lstm_cell backward: the saved activations must be a contiguous f32[2, 15]") && Contains("f32[2, 12]"));
 }
+
+// ---- GRU cell ------------------------------------------------------------------------------
+
+TEST_CASE("gru_cell matches PyTorch's formula written out in f64", "[gru]") {
+  const int64_t B = 2, H = 3;
+  Generator gen(17);
+  const Tensor gx = uniform({B, 3 * H}, -2.0, 2.0, gen, DType::f64);
+  const Tensor gh = uniform({B, 3 * H}, -2.0, 2.0, gen, DType::f64);
+  const Tensor h_prev = uniform({B, H}, -1.0, 1.0, gen, DType::f64);
+  const Tensor h = gru_cell(gx, gh, h_prev);
+  REQUIRE(h.shape() == Shape{B, H});
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < H; ++j) {
+      auto x = [&](int64_t chunk) { return gx.flat_get(b * 3 * H + chunk * H + j); };
+      auto y = [&](int64_t chunk) { return gh.flat_get(b * 3 * H + chunk * H + j); };
+      const double r = sig(x(0) + y(0)), z = sig(x(1) + y(1)), n = std::tanh(x(2) + r * y(2));
+      const double hp = h_prev.flat_get(b * H + j);
+      CHECK(h.flat_get(b * H + j) == Approx((1.0 - z) * n + z * hp).epsilon(1e-14).margin(1e-15));
+    }
+  }
+  // Non-contiguous inputs give the same values.
+  CHECK(gru_cell(gx.t().contiguous().t(), gh.t().contiguous().t(), h_prev.t().contiguous().t()).to_vector() ==
+        h.to_vector());
+}
+
+TEST_CASE("gru_cell in 16 bits computes in fp32 and rounds each output once", "[gru]") {
+  Generator gen(18);
+  for (DType dt : {DType::f16, DType::bf16}) {
+    const Tensor gx = uniform({3, 6}, -3.0, 3.0, gen, dt), gh = uniform({3, 6}, -3.0, 3.0, gen, dt);
+    const Tensor h_prev = uniform({3, 2}, -1.0, 1.0, gen, dt), dh = uniform({3, 2}, -1.0, 1.0, gen, dt);
+    const Tensor h = gru_cell(gx, gh, h_prev);
+    CHECK(h.dtype() == dt);
+    CHECK(h.to_vector() == gru_cell(gx.to(DType::f32), gh.to(DType::f32), h_prev.to(DType::f32)).to(dt).to_vector());
+    GruCellGrads g = gru_cell_backward(gx, gh, h_prev, dh);
+    GruCellGrads g32 =
+        gru_cell_backward(gx.to(DType::f32), gh.to(DType::f32), h_prev.to(DType::f32), dh.to(DType::f32));
+    CHECK(g.d_gx.to_vector() == g32.d_gx.to(dt).to_vector());
+    CHECK(g.d_gh.to_vector() == g32.d_gh.to(dt).to_vector());
+    CHECK(g.d_h_prev.to_vector() == g32.d_h_prev.to(dt).to_vector());
+  }
+}
+
+TEST_CASE("gru_cell backward matches the formula; r scales the hidden-side n gradient", "[gru]") {
+  const Tensor gx = from_vector(std::vector<double>{0.3, -0.4, 0.5}, {1, 3}, DType::f64);  // H = 1
+  const Tensor gh = from_vector(std::vector<double>{-0.2, 0.6, 0.8}, {1, 3}, DType::f64);
+  const Tensor h_prev = from_vector(std::vector<double>{0.25}, {1, 1}, DType::f64);
+  const Tensor dh = from_vector(std::vector<double>{0.7}, {1, 1}, DType::f64);
+  const GruCellGrads g = gru_cell_backward(gx, gh, h_prev, dh);
+  const double r = sig(0.1), z = sig(0.2), n = std::tanh(0.5 + r * 0.8);
+  const double dn = 0.7 * (1 - z) * (1 - n * n), dz = 0.7 * (0.25 - n) * z * (1 - z), dr = dn * 0.8 * r * (1 - r);
+  const std::vector<double> want_x{dr, dz, dn}, want_h{dr, dz, dn * r};
+  for (int k = 0; k < 3; ++k) {
+    CHECK(g.d_gx.flat_get(k) == Approx(want_x[size_t(k)]).epsilon(1e-14));
+    CHECK(g.d_gh.flat_get(k) == Approx(want_h[size_t(k)]).epsilon(1e-14));
+  }
+  CHECK(g.d_h_prev.item() == Approx(0.7 * z).epsilon(1e-14));
+}
+
+TEST_CASE("gru_cell names the op and the shapes on bad input", "[gru]") {
+  CHECK_THROWS_WITH(
+      gru_cell(zeros({2, 9}), zeros({2, 9}), zeros({3, 3})),
+      Contains("gru_cell: gx f32[2, 9] and gh f32[2, 9] must both be [3, 9]") && Contains("h_prev f32[3, 3]"));
+  CHECK_THROWS_WITH(gru_cell(zeros({9}), zeros({2, 9}), zeros({2, 3})), Contains("gru_cell") && Contains("f32[9]"));
+  CHECK_THROWS_WITH(gru_cell(zeros({2, 9}), zeros({2, 9}, DType::bf16), zeros({2, 3})),
+                    Contains("gru_cell: dtype mismatch"));
+  CHECK_THROWS_WITH(gru_cell_backward(zeros({2, 9}), zeros({2, 9}), zeros({2, 3}), zeros({3, 2})),
+                    Contains("gru_cell backward: dh f32[3, 2] must match h_prev f32[2, 3]"));
+}

@@ -52,7 +52,9 @@
   MT_OP(nll_loss, "nll_loss") MT_OP(binary_cross_entropy, "binary_cross_entropy")       \
   MT_OP(l1_loss, "l1_loss") MT_OP(smooth_l1_loss, "smooth_l1_loss")                   \
   /* GRU cell (autograd/functions/lstm.cpp) */                                         \
-  MT_OP(gru_cell, "gru_cell")
+  MT_OP(gru_cell, "gru_cell")                                                          \
+  /* convolution and pooling variants (autograd/functions/pool.cpp) */                 \
+  MT_OP(adaptive_avg_pool2d, "adaptive_avg_pool2d")
 // clang-format on
 
 namespace mixtape {

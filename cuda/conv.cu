@@ -1,6 +1,8 @@
 // 2-D convolution on the GPU: im2col / col2im kernels around cuda::gemm, mirroring
 // tensor/cpu/conv.cpp (its Note [im2col layout]): NCHW, weight [OC, C, KH, KW], stride, padding
-// and dilation per dim, no groups. conv2d_backward_input doubles as conv_transpose2d's forward and
+// and dilation per dim, and groups (one GEMM per group, as the CPU: group g's input channels
+// [g C/G, (g+1) C/G), weight rows and output channels [g OC/G, (g+1) OC/G); every pointer below is
+// offset to its group). conv2d_backward_input doubles as conv_transpose2d's forward and
 // conv2d / conv2d_backward_weight as its backward passes (tensor/ops/conv.cpp), so the geometry is
 // always read from the tensors given (img = [N, C, H, W] side, cols = [N, OC, OH, OW] side), never
 // recomputed from the conv formulas.
@@ -44,9 +46,10 @@ constexpr int64_t kColumnBudget = int64_t(1) << 24;
 constexpr int64_t kRowAlign = 8;
 int64_t padded(int64_t n) { return (n + kRowAlign - 1) / kRowAlign * kRowAlign; }
 
-// Geometry of one convolution: the image side [N, C, H, W] and the column side [N, OC, OH, OW].
+// Geometry of one convolution: the image side [N, G*C, H, W] and the column side [N, G*OC, OH, OW],
+// with C and OC the channels of one group of G.
 struct Geom {
-  int64_t N, C, H, W, OC, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
+  int64_t N, C, H, W, OC, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, G;
   int64_t R() const { return C * KH * KW; }  // rows of col, columns of W
   int64_t L() const { return OH * OW; }      // columns of col per image
   bool pointwise() const {                   // 1x1, stride 1, no padding: col_n is the image plane
@@ -55,8 +58,12 @@ struct Geom {
 };
 
 Geom make_geom(const Shape& img, const Shape& cols, const Shape& w, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
-               int64_t dh, int64_t dw) {
-  return Geom{img[0], img[1], img[2], img[3], cols[1], cols[2], cols[3], w[2], w[3], sh, sw, ph, pw, dh, dw};
+               int64_t dh, int64_t dw, int64_t groups) {
+  MT_CHECK(groups > 0 && img[1] % groups == 0 && cols[1] % groups == 0, "cuda conv: groups ", groups,
+           " must divide the channels ", img[1], " and ", cols[1]);
+  return Geom{
+      img[0], img[1] / groups, img[2], img[3], cols[1] / groups, cols[2], cols[3], w[2], w[3], sh, sw, ph, pw, dh,
+      dw,     groups};
 }
 
 // Images per chunk when one image needs `per_image` workspace elements.
@@ -110,12 +117,13 @@ __global__ void gather_columns_kernel(const T* dy, int64_t ds0, int64_t ds1, int
   }
 }
 
-// dx[n, c, ih, iw] (contiguous, chunk-offset) = sum over (kh, kw) of dcol[n * ns + r * rs + oh*OW + ow]
-// where ih = oh*sh - ph + kh*dh and iw = ow*sw - pw + kw*dw, plus bias[c], rounded once. The adjoint
-// of im2col as a gather: each thread owns one pixel, adding in the CPU's (kh, kw) order.
+// dx[n * dx_ns + c * HW + ih * W + iw] (chunk- and group-offset; dx_ns = C*HW of all groups) =
+// sum over (kh, kw) of dcol[n * ns + r * rs + oh*OW + ow] where ih = oh*sh - ph + kh*dh and
+// iw = ow*sw - pw + kw*dw, plus bias[c], rounded once. The adjoint of im2col as a gather: each
+// thread owns one pixel, adding in the CPU's (kh, kw) order.
 template <class T>
 __global__ void col2im_kernel(const float* dcol, int64_t rs, int64_t ns, KGeom g, int64_t nb, const T* bias,
-                              int64_t bias_stride, T* dx) {
+                              int64_t bias_stride, T* dx, int64_t dx_ns) {
   const int64_t HW = g.H * g.W, total = nb * g.C * HW;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -133,7 +141,7 @@ __global__ void col2im_kernel(const float* dcol, int64_t rs, int64_t ns, KGeom g
       }
     }
     if (bias) sum += load(bias[c * bias_stride]);
-    dx[idx] = store<T>(sum);
+    dx[n * dx_ns + idx % (g.C * HW)] = store<T>(sum);
   }
 }
 
@@ -169,43 +177,55 @@ template <class T>
 void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const Geom& g, const Strided& out) {
   Workspace w_copy;
   const Strided& wm = weight_matrix(w, w_copy);
-  const int64_t R = g.R(), L = g.L();
+  const int64_t R = g.R(), L = g.L(), OCt = g.G * g.OC;
   const Shape& xs = x.strides();
   const Stream stream = stream_of(out);
+  const T* pw = static_cast<const T*>(wm.raw_data());
+  const T* px = static_cast<const T*>(x.raw_data());
+  const T* pbias = bias.defined() ? static_cast<const T*>(bias.raw_data()) : nullptr;
+  T* po = static_cast<T*>(out.raw_data());
   GemmParams p;
   p.device = out.device().index;
   p.M = g.OC, p.N = L, p.K = R;
   p.in_dtype = p.out_dtype = out.dtype();
-  p.a = {wm.raw_data(), R, 1, 0};  // W [OC, R], shared by every image
-  p.c_row_stride = L, p.c_col_stride = 1, p.c_batch_stride = g.OC * L;
+  p.c_row_stride = L, p.c_col_stride = 1, p.c_batch_stride = OCt * L;
   if (bias.defined()) {
-    p.bias = bias.raw_data();
     p.bias_stride = bias.strides()[0];
     p.bias_along = BiasAlong::rows;
   }
+  // Group grp's operands: W_g [OC, R], its bias and its output channels.
+  const auto set_group = [&](int64_t grp) {
+    p.a = {pw + grp * g.OC * R, R, 1, 0};  // shared by every image
+    if (pbias) p.bias = pbias + grp * g.OC * p.bias_stride;
+  };
   const int64_t ps = plane_stride(g.H, g.W, xs[2], xs[3]);
   if (g.pointwise() && ps >= 0) {  // col_n = x_n viewed as [C, H*W]
-    p.b = {x.raw_data(), xs[1], ps, xs[0]};
-    p.batch = g.N;
-    p.c = out.raw_data();
-    gemm(p, stream);
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      set_group(grp);
+      p.b = {px + grp * g.C * xs[1], xs[1], ps, xs[0]};
+      p.batch = g.N;
+      p.c = po + grp * g.OC * L;
+      gemm(p, stream);
+    }
     return;
   }
   const int64_t Lp = padded(L);  // Note [Padded column rows]
   const int64_t nb_max = chunk_images(g, R * Lp);
   Workspace col({nb_max * R * Lp}, out.dtype(), out.device());
-  const T* px = static_cast<const T*>(x.raw_data());
-  T* po = static_cast<T*>(out.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0);
-    im2col_kernel<T><<<grid_for(R * nb * L), kBlock, 0, stream>>>(px + n0 * xs[0], xs[0], xs[1], xs[2], xs[3], kgeom(g),
-                                                                  nb, static_cast<T*>(col.raw_data()), Lp, R * Lp);
-    MT_CUDA_CHECK_LAUNCH("im2col_kernel");
-    // out_n [OC, L] = W [OC, R] col_n [R, L], col_n's rows Lp apart
-    p.b = {col.raw_data(), Lp, 1, R * Lp};
-    p.batch = nb;
-    p.c = po + n0 * g.OC * L;
-    gemm(p, stream);
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      im2col_kernel<T><<<grid_for(R * nb * L), kBlock, 0, stream>>>(px + n0 * xs[0] + grp * g.C * xs[1], xs[0], xs[1],
+                                                                    xs[2], xs[3], kgeom(g), nb,
+                                                                    static_cast<T*>(col.raw_data()), Lp, R * Lp);
+      MT_CUDA_CHECK_LAUNCH("im2col_kernel");
+      // out_n [OC, L] = W_g [OC, R] col_n [R, L], col_n's rows Lp apart
+      set_group(grp);
+      p.b = {col.raw_data(), Lp, 1, R * Lp};
+      p.batch = nb;
+      p.c = po + n0 * OCt * L + grp * g.OC * L;
+      gemm(p, stream);
+    }
   }
 }
 
@@ -213,30 +233,37 @@ template <class T>
 void conv_input_grad(const Strided& dy_in, const Strided& w, const Strided& bias, const Geom& g, const Strided& dx) {
   Workspace w_copy, dy_copy;
   const Strided& wm = weight_matrix(w, w_copy);
-  const int64_t R = g.R(), L = g.L(), HW = g.H * g.W;
+  const int64_t R = g.R(), L = g.L(), HW = g.H * g.W, Ct = g.G * g.C;
   const Stream stream = stream_of(dx);
   // dy_n as the [OC, L] operand: strided in place when its (oh, ow) plane is one strided run.
   int64_t ps = plane_stride(g.OH, g.OW, dy_in.strides()[2], dy_in.strides()[3]);
   const Strided& dy = ps < 0 ? contiguous(dy_in, dy_copy) : dy_in;
   if (ps < 0) ps = 1;
   const Shape& ds = dy.strides();
+  const T* pw = static_cast<const T*>(wm.raw_data());
+  const T* pdy = static_cast<const T*>(dy.raw_data());
+  T* pdx = static_cast<T*>(dx.raw_data());
+  const T* pbias = bias.defined() ? static_cast<const T*>(bias.raw_data()) : nullptr;
+  const int64_t bias_stride = bias.defined() ? bias.strides()[0] : 0;
   GemmParams p;
   p.device = dx.device().index;
   p.M = R, p.N = L, p.K = g.OC;
   p.in_dtype = dx.dtype();
-  p.a = {wm.raw_data(), 1, R, 0};  // W^T [R, OC]: element (r, oc) at oc * R + r
-  if (g.pointwise()) {             // dx_n [C, HW] = W^T dy_n (+ bias[c]), no col2im
+  if (g.pointwise()) {  // dx_n [C, HW] = W_g^T dy_n (+ bias[c]) per group, no col2im
     p.out_dtype = dx.dtype();
-    p.b = {dy.raw_data(), ds[1], ps, ds[0]};
     p.batch = g.N;
-    p.c = dx.raw_data();
-    p.c_row_stride = HW, p.c_col_stride = 1, p.c_batch_stride = g.C * HW;
-    if (bias.defined()) {
-      p.bias = bias.raw_data();
-      p.bias_stride = bias.strides()[0];
+    p.c_row_stride = HW, p.c_col_stride = 1, p.c_batch_stride = Ct * HW;
+    if (pbias) {
+      p.bias_stride = bias_stride;
       p.bias_along = BiasAlong::rows;
     }
-    gemm(p, stream);
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      p.a = {pw + grp * g.OC * R, 1, R, 0};  // W_g^T [R, OC]: element (r, oc) at oc * R + r
+      p.b = {pdy + grp * g.OC * ds[1], ds[1], ps, ds[0]};
+      p.c = pdx + grp * g.C * HW;
+      if (pbias) p.bias = pbias + grp * g.C * bias_stride;
+      gemm(p, stream);
+    }
     return;
   }
   const int64_t nb_max = chunk_images(g, R * L);
@@ -244,25 +271,25 @@ void conv_input_grad(const Strided& dy_in, const Strided& w, const Strided& bias
   p.out_dtype = DType::f32;
   p.c = dcol.raw_data();
   p.c_row_stride = L, p.c_col_stride = 1, p.c_batch_stride = R * L;
-  const T* pdy = static_cast<const T*>(dy.raw_data());
-  T* pdx = static_cast<T*>(dx.raw_data());
-  const T* pbias = bias.defined() ? static_cast<const T*>(bias.raw_data()) : nullptr;
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0);
-    // dcol_n [R, L] = W^T [R, OC] dy_n [OC, L], fp32
-    p.b = {pdy + n0 * ds[0], ds[1], ps, ds[0]};
-    p.batch = nb;
-    gemm(p, stream);
-    col2im_kernel<T><<<grid_for(nb * g.C * HW), kBlock, 0, stream>>>(
-        static_cast<const float*>(dcol.raw_data()), L, R * L, kgeom(g), nb, pbias,
-        bias.defined() ? bias.strides()[0] : 0, pdx + n0 * g.C * HW);
-    MT_CUDA_CHECK_LAUNCH("col2im_kernel");
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      // dcol_n [R, L] = W_g^T [R, OC] dy_n [OC, L], fp32
+      p.a = {pw + grp * g.OC * R, 1, R, 0};
+      p.b = {pdy + n0 * ds[0] + grp * g.OC * ds[1], ds[1], ps, ds[0]};
+      p.batch = nb;
+      gemm(p, stream);
+      col2im_kernel<T><<<grid_for(nb * g.C * HW), kBlock, 0, stream>>>(
+          static_cast<const float*>(dcol.raw_data()), L, R * L, kgeom(g), nb,
+          pbias ? pbias + grp * g.C * bias_stride : nullptr, bias_stride, pdx + n0 * Ct * HW + grp * g.C * HW, Ct * HW);
+      MT_CUDA_CHECK_LAUNCH("col2im_kernel");
+    }
   }
 }
 
 template <class T>
 void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const Strided& dw) {
-  const int64_t R = g.R(), L = g.L();
+  const int64_t R = g.R(), L = g.L(), OCt = g.G * g.OC;
   const Shape& xs = x.strides();
   const Shape& ds = dy.strides();
   const Stream stream = stream_of(dw);
@@ -272,13 +299,12 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   Workspace col({R * cs}, dw.dtype(), dw.device());
   Workspace G({g.OC * cs}, dw.dtype(), dw.device());
   // Several chunks sum in an fp32 accumulator, rounded once at the end (the CPU's beta = 1 sgemm).
-  Workspace acc = chunks > 1 ? Workspace({g.OC * R}, DType::f32, dw.device()) : Workspace();
+  Workspace acc = chunks > 1 ? Workspace({OCt * R}, DType::f32, dw.device()) : Workspace();
   GemmParams p;
   p.device = dw.device().index;
   p.M = g.OC, p.N = R;
   p.in_dtype = dw.dtype();
   p.out_dtype = chunks > 1 ? DType::f32 : dw.dtype();
-  p.c = chunks > 1 ? acc.raw_data() : dw.raw_data();
   p.c_row_stride = R, p.c_col_stride = 1;
   const T* px = static_cast<const T*>(x.raw_data());
   const T* pdy = static_cast<const T*>(dy.raw_data());
@@ -286,22 +312,26 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   T* pG = static_cast<T*>(G.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
-    im2col_kernel<T><<<grid_for(R * cols), kBlock, 0, stream>>>(px + n0 * xs[0], xs[0], xs[1], xs[2], xs[3], kgeom(g),
-                                                                nb, pcol, cs, L);
-    MT_CUDA_CHECK_LAUNCH("im2col_kernel");
-    gather_columns_kernel<T><<<grid_for(g.OC * cols), kBlock, 0, stream>>>(pdy + n0 * ds[0], ds[0], ds[1], ds[2], ds[3],
-                                                                           g.OC, g.OH, g.OW, nb, pG, cs);
-    MT_CUDA_CHECK_LAUNCH("gather_columns_kernel");
-    // dW (+)= G col^T: (OC, R) = (OC, nb*L) (R, nb*L)^T, both with rows cs apart
-    p.K = cols;
-    p.a = {pG, cs, 1, 0};
-    p.b = {pcol, 1, cs, 0};  // col^T [nb*L, R]: element (k, r) at r * cs + k
-    p.beta = n0 == 0 ? 0.0f : 1.0f;
-    gemm(p, stream);
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      im2col_kernel<T><<<grid_for(R * cols), kBlock, 0, stream>>>(px + n0 * xs[0] + grp * g.C * xs[1], xs[0], xs[1],
+                                                                  xs[2], xs[3], kgeom(g), nb, pcol, cs, L);
+      MT_CUDA_CHECK_LAUNCH("im2col_kernel");
+      gather_columns_kernel<T><<<grid_for(g.OC * cols), kBlock, 0, stream>>>(
+          pdy + n0 * ds[0] + grp * g.OC * ds[1], ds[0], ds[1], ds[2], ds[3], g.OC, g.OH, g.OW, nb, pG, cs);
+      MT_CUDA_CHECK_LAUNCH("gather_columns_kernel");
+      // dW_g (+)= G col^T: (OC, R) = (OC, nb*L) (R, nb*L)^T, both with rows cs apart
+      p.K = cols;
+      p.a = {pG, cs, 1, 0};
+      p.b = {pcol, 1, cs, 0};  // col^T [nb*L, R]: element (k, r) at r * cs + k
+      p.beta = n0 == 0 ? 0.0f : 1.0f;
+      if (chunks > 1) p.c = static_cast<float*>(acc.raw_data()) + grp * g.OC * R;
+      else p.c = static_cast<T*>(dw.raw_data()) + grp * g.OC * R;
+      gemm(p, stream);
+    }
   }
   if (chunks > 1) {
-    round_kernel<T><<<grid_for(g.OC * R), kBlock, 0, stream>>>(static_cast<const float*>(acc.raw_data()),
-                                                               static_cast<T*>(dw.raw_data()), g.OC * R);
+    round_kernel<T><<<grid_for(OCt * R), kBlock, 0, stream>>>(static_cast<const float*>(acc.raw_data()),
+                                                              static_cast<T*>(dw.raw_data()), OCt * R);
     MT_CUDA_CHECK_LAUNCH("round_kernel");
   }
 }
@@ -317,10 +347,10 @@ void check_conv(const char* op, const Strided& a, const Strided& b, const Stride
 }  // namespace
 
 void conv2d(const Strided& x, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-            int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& out) {
+            int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t groups, const Strided& out) {
   check_conv("conv2d", x, w, bias, out);
   DeviceGuard guard(out.device().index);
-  const Geom g = make_geom(x.shape(), out.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
+  const Geom g = make_geom(x.shape(), out.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups);
   if (out.numel() == 0) return;
   dispatch_floating(out.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
@@ -329,10 +359,11 @@ void conv2d(const Strided& x, const Strided& w, const Strided& bias, int64_t str
 }
 
 void conv2d_backward_input(const Strided& dy, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w,
-                           int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dx) {
+                           int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t groups,
+                           const Strided& dx) {
   check_conv("conv2d_backward_input", dy, w, bias, dx);
   DeviceGuard guard(dx.device().index);
-  const Geom g = make_geom(dx.shape(), dy.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
+  const Geom g = make_geom(dx.shape(), dy.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups);
   if (dx.numel() == 0) return;
   dispatch_floating(dx.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
@@ -341,10 +372,10 @@ void conv2d_backward_input(const Strided& dy, const Strided& w, const Strided& b
 }
 
 void conv2d_backward_weight(const Strided& x, const Strided& dy, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-                            int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dw) {
+                            int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t groups, const Strided& dw) {
   check_conv("conv2d_backward_weight", x, dy, Strided(), dw);
   DeviceGuard guard(dw.device().index);
-  const Geom g = make_geom(x.shape(), dy.shape(), dw.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
+  const Geom g = make_geom(x.shape(), dy.shape(), dw.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups);
   if (dw.numel() == 0) return;
   dispatch_floating(dw.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);

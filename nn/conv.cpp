@@ -49,7 +49,13 @@ std::string conv_repr(int64_t in, int64_t out, Size2 kernel, Size2 stride, Size2
 
 Conv2d::Conv2d(const Conv2dOptions& o, Generator& gen) : UnaryModule("Conv2d"), options_(o) {
   check_geometry("Conv2d", o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, o.dilation);
-  weight = register_parameter("weight", empty({o.out_channels, o.in_channels, o.kernel_size.h, o.kernel_size.w}));
+  MT_CHECK(o.groups > 0 && o.in_channels % o.groups == 0 && o.out_channels % o.groups == 0, "Conv2d: in_channels ",
+           o.in_channels, " and out_channels ", o.out_channels, " must be divisible by groups ", o.groups);
+  MT_CHECK(!o.padding_same || (o.stride == Size2(1) && o.padding == Size2(0)),
+           "Conv2d: padding \"same\" needs stride 1 ", "and padding 0 (as torch), got stride ", size2_str(o.stride),
+           " and padding ", size2_str(o.padding));
+  weight =
+      register_parameter("weight", empty({o.out_channels, o.in_channels / o.groups, o.kernel_size.h, o.kernel_size.w}));
   if (o.bias) bias = register_parameter("bias", empty({o.out_channels}));
   reset_parameters(gen);
 }
@@ -63,13 +69,18 @@ void Conv2d::reset_parameters(Generator& gen) { default_conv_init(weight, bias, 
 Variable Conv2d::forward(const Variable& x) {
   check_input(*this, x, options_.in_channels);
   const DType dt = x.dtype();
-  return conv2d(x, cast(weight, dt), bias.defined() ? cast(bias, dt) : Variable(), options_.stride, options_.padding,
-                options_.dilation);
+  const Conv2dOptions& o = options_;
+  const Variable w = cast(weight, dt), b = bias.defined() ? cast(bias, dt) : Variable();
+  if (o.padding_same) return conv2d_same(x, w, b, o.dilation, o.groups);
+  return conv2d(x, w, b, o.stride, o.padding, o.dilation, o.groups);
 }
 
 std::string Conv2d::extra_repr() const {
   const Conv2dOptions& o = options_;
-  return conv_repr(o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, 0, o.dilation, o.bias);
+  std::string s = conv_repr(o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, 0, o.dilation, o.bias);
+  if (o.groups != 1) s += detail::cat(", groups=", o.groups);
+  if (o.padding_same) s += ", padding=same";
+  return s;
 }
 
 // ---- ConvTranspose2d ---------------------------------------------------------------------

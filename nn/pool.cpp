@@ -24,28 +24,62 @@ std::string pool_repr(Size2 kernel, Size2 stride, Size2 padding) {
 
 }  // namespace
 
-MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding)
-    : UnaryModule("MaxPool2d"), kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {
+MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation, bool ceil_mode)
+    : UnaryModule("MaxPool2d"),
+      kernel_(kernel_size),
+      stride_(stride.value_or(kernel_size)),
+      padding_(padding),
+      dilation_(dilation),
+      ceil_mode_(ceil_mode) {
   check_pool("MaxPool2d", kernel_, stride_, padding_);
+  MT_CHECK(dilation.h > 0 && dilation.w > 0, "MaxPool2d: dilation must be positive, got ", size2_str(dilation));
 }
 
 Variable MaxPool2d::forward(const Variable& x) {
   check_input(*this, x);
-  return max_pool2d(x, kernel_, stride_, padding_);
+  return max_pool2d(x, kernel_, stride_, padding_, dilation_, ceil_mode_);
 }
 
-std::string MaxPool2d::extra_repr() const { return pool_repr(kernel_, stride_, padding_); }
+std::string MaxPool2d::extra_repr() const {
+  std::string s = pool_repr(kernel_, stride_, padding_);
+  if (!(dilation_ == Size2(1))) s += ", dilation=" + size2_repr(dilation_);
+  if (ceil_mode_) s += ", ceil_mode=true";
+  return s;
+}
 
-AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding)
-    : UnaryModule("AvgPool2d"), kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {
+AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, bool ceil_mode,
+                     bool count_include_pad)
+    : UnaryModule("AvgPool2d"),
+      kernel_(kernel_size),
+      stride_(stride.value_or(kernel_size)),
+      padding_(padding),
+      ceil_mode_(ceil_mode),
+      count_include_pad_(count_include_pad) {
   check_pool("AvgPool2d", kernel_, stride_, padding_);
 }
 
 Variable AvgPool2d::forward(const Variable& x) {
   check_input(*this, x);
-  return avg_pool2d(x, kernel_, stride_, padding_);
+  return avg_pool2d(x, kernel_, stride_, padding_, ceil_mode_, count_include_pad_);
 }
 
-std::string AvgPool2d::extra_repr() const { return pool_repr(kernel_, stride_, padding_); }
+std::string AvgPool2d::extra_repr() const {
+  std::string s = pool_repr(kernel_, stride_, padding_);
+  if (ceil_mode_) s += ", ceil_mode=true";
+  if (!count_include_pad_) s += ", count_include_pad=false";
+  return s;
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2 output_size) : UnaryModule("AdaptiveAvgPool2d"), output_size_(output_size) {
+  MT_CHECK(output_size.h > 0 && output_size.w > 0, "AdaptiveAvgPool2d: output_size must be positive, got ",
+           size2_str(output_size));
+}
+
+Variable AdaptiveAvgPool2d::forward(const Variable& x) {
+  check_input(*this, x);
+  return adaptive_avg_pool2d(x, output_size_);
+}
+
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + size2_repr(output_size_); }
 
 }  // namespace mixtape::nn

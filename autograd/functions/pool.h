@@ -9,9 +9,15 @@ namespace mixtape {
 
 // The gradient goes to the first maximum of each window.
 Variable max_pool2d(const Variable& x, Size2 kernel);
-Variable max_pool2d(const Variable& x, Size2 kernel, Size2 stride, Size2 padding = 0);
-// The gradient is spread evenly over each window (padded positions included in the count).
+Variable max_pool2d(const Variable& x, Size2 kernel, Size2 stride, Size2 padding = 0, Size2 dilation = 1,
+                    bool ceil_mode = false);
+// The gradient is spread evenly over each window (divided as the forward divides: padded
+// positions count when count_include_pad).
 Variable avg_pool2d(const Variable& x, Size2 kernel);
-Variable avg_pool2d(const Variable& x, Size2 kernel, Size2 stride, Size2 padding = 0);
+Variable avg_pool2d(const Variable& x, Size2 kernel, Size2 stride, Size2 padding = 0, bool ceil_mode = false,
+                    bool count_include_pad = true);
+
+// The gradient of each output is spread evenly over its adaptive window.
+Variable adaptive_avg_pool2d(const Variable& x, Size2 output_size);
 
 }  // namespace mixtape

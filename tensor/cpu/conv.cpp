@@ -4,6 +4,10 @@
 // padding). Then conv2d is one GEMM per chunk, Y[OC, nb*L] = W[OC, C*KH*KW] col, and a scatter
 // to [N, OC, OH, OW] (adding the bias, rounding once). Chunking bounds the buffer at
 // kColumnBudget elements; a Fashion-MNIST CNN batch fits in one chunk, so one GEMM per batch.
+// A grouped convolution (groups G) is G such convolutions per chunk, one per group: group g reads
+// input channels [g C/G, (g+1) C/G), the weight rows [g OC/G, (g+1) OC/G) (each a [OC/G, C/G*KH*KW]
+// block of the row-major weight) and writes those output channels. With G = 1 this is exactly
+// the single convolution above.
 // The column matrix, the gathered output gradient and the weight matrix hold the stored type:
 // a 16-bit convolution copies 16-bit values and the GEMM widens or pairs them as it packs its
 // panels (Note [16-bit GEMM] in linalg.cpp); only the GEMM's output is f32, rounded once.
@@ -24,9 +28,10 @@ namespace {
 
 constexpr int64_t kColumnBudget = int64_t(1) << 23;  // elements of the column buffer (32 MiB in f32)
 
-// Geometry of one convolution: the image side [N, C, H, W] and the column side [N, OC, OH, OW].
+// Geometry of one convolution: the image side [N, G*C, H, W] and the column side [N, G*OC, OH, OW],
+// with C and OC the channels of one group of G.
 struct Geom {
-  int64_t N, C, H, W, OC, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
+  int64_t N, C, H, W, OC, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, G;
   int64_t rows() const { return C * KH * KW; }  // rows of col, columns of W
   int64_t L() const { return OH * OW; }         // columns of col per image
   int64_t chunk() const {                       // images per GEMM
@@ -36,8 +41,11 @@ struct Geom {
 };
 
 Geom make_geom(const Shape& img, const Shape& cols, const Shape& w, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
-               int64_t dh, int64_t dw) {
-  return Geom{img[0], img[1], img[2], img[3], cols[1], cols[2], cols[3], w[2], w[3], sh, sw, ph, pw, dh, dw};
+               int64_t dh, int64_t dw, int64_t groups) {
+  MT_ASSERT(groups > 0 && img[1] % groups == 0 && cols[1] % groups == 0);
+  return Geom{
+      img[0], img[1] / groups, img[2], img[3], cols[1] / groups, cols[2], cols[3], w[2], w[3], sh, sw, ph, pw, dh,
+      dw,     groups};
 }
 
 // ow in [lo, hi) keeps iw = iw0 + ow * s inside [0, W); outside it the column reads padding.
@@ -203,19 +211,22 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
   C* y = workspace<C>(Workspace::conv_rows, g.OC * nb_max * L);
   const T* px = static_cast<const T*>(x.raw_data());
   T* po = static_cast<T*>(out.raw_data());
+  const int64_t OCt = g.G * g.OC;  // output channels of all groups
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
-    im2col(px + n0 * x.strides()[0], x.strides(), g, nb, col);
-    // Y = W col: (OC, nb*L) = (OC, C*KH*KW) (C*KH*KW, nb*L)
-    conv_gemm<T>(false, false, g.OC, cols, R, wm, R, col, cols, false, y, cols);
-    parallel_for(nb * g.OC, grain_for(L), [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) {
-        const int64_t n = p / g.OC, oc = p % g.OC;
-        C* src = y + oc * cols + n * L;
-        T* dst = po + ((n0 + n) * g.OC + oc) * L;
-        add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(oc)], dst, L);
-      }
-    });
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      im2col(px + n0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, nb, col);
+      // Y = W_g col: (OC, nb*L) = (OC, C*KH*KW) (C*KH*KW, nb*L)
+      conv_gemm<T>(false, false, g.OC, cols, R, wm + grp * g.OC * R, R, col, cols, false, y, cols);
+      parallel_for(nb * g.OC, grain_for(L), [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          const int64_t n = p / g.OC, oc = grp * g.OC + p % g.OC;
+          C* src = y + (p % g.OC) * cols + n * L;
+          T* dst = po + ((n0 + n) * OCt + oc) * L;
+          add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(oc)], dst, L);
+        }
+      });
+    }
   }
 }
 
@@ -231,21 +242,24 @@ void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, c
   C* img = workspace<C>(Workspace::conv_images, nb_max * g.C * HW);
   const T* pdy = static_cast<const T*>(dy.raw_data());
   T* pdx = static_cast<T*>(dx.raw_data());
+  const int64_t Ct = g.G * g.C;  // input channels of all groups
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
-    gather_columns(pdy, dy.strides(), g, n0, nb, G);
-    // dcol = W^T G: (C*KH*KW, nb*L) = (OC, C*KH*KW)^T (OC, nb*L)
-    conv_gemm<T>(true, false, R, cols, g.OC, wm, R, G, cols, false, dcol, cols);
-    std::fill(img, img + nb * g.C * HW, C(0));
-    col2im_add(dcol, g, nb, img);
-    parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) {
-        const int64_t c = p % g.C;
-        C* src = img + p * HW;
-        T* dst = pdx + (n0 * g.C + p) * HW;
-        add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(c)], dst, HW);
-      }
-    });
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      gather_columns(pdy + grp * g.OC * dy.strides()[1], dy.strides(), g, n0, nb, G);
+      // dcol = W_g^T G: (C*KH*KW, nb*L) = (OC, C*KH*KW)^T (OC, nb*L)
+      conv_gemm<T>(true, false, R, cols, g.OC, wm + grp * g.OC * R, R, G, cols, false, dcol, cols);
+      std::fill(img, img + nb * g.C * HW, C(0));
+      col2im_add(dcol, g, nb, img);
+      parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          const int64_t n = p / g.C, c = grp * g.C + p % g.C;
+          C* src = img + p * HW;
+          T* dst = pdx + ((n0 + n) * Ct + c) * HW;
+          add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(c)], dst, HW);
+        }
+      });
+    }
   }
 }
 
@@ -255,15 +269,17 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
   T* col = workspace<T>(Workspace::conv_columns, R * nb_max * L);
   T* G = workspace<T>(Workspace::conv_rows, g.OC * nb_max * L);
-  std::vector<C> acc(size_t(g.OC * R), C(0));
+  std::vector<C> acc(size_t(g.G * g.OC * R), C(0));  // dW as [G*OC, C*KH*KW], group blocks in order
   const T* px = static_cast<const T*>(x.raw_data());
   const T* pdy = static_cast<const T*>(dy.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
-    im2col(px + n0 * x.strides()[0], x.strides(), g, nb, col);
-    gather_columns(pdy, dy.strides(), g, n0, nb, G);
-    // dW += G col^T: (OC, C*KH*KW) = (OC, nb*L) (C*KH*KW, nb*L)^T, accumulated across chunks
-    conv_gemm<T>(false, true, g.OC, R, cols, G, cols, col, cols, true, acc.data(), R);
+    for (int64_t grp = 0; grp < g.G; ++grp) {
+      im2col(px + n0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, nb, col);
+      gather_columns(pdy + grp * g.OC * dy.strides()[1], dy.strides(), g, n0, nb, G);
+      // dW_g += G col^T: (OC, C*KH*KW) = (OC, nb*L) (C*KH*KW, nb*L)^T, accumulated across chunks
+      conv_gemm<T>(false, true, g.OC, R, cols, G, cols, col, cols, true, acc.data() + grp * g.OC * R, R);
+    }
   }
   T* pdw = static_cast<T*>(dw.raw_data());
   for (size_t k = 0; k < acc.size(); ++k) pdw[k] = store<T>(acc[k]);
@@ -302,25 +318,26 @@ void conv2d_backward_bias(const Strided& dy, const Strided& db) {
 }
 
 void conv2d(const Strided& x, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-            int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& out) {
+            int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t groups, const Strided& out) {
   MT_ASSERT(out.is_contiguous());
-  const Geom g = make_geom(x.shape(), out.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
+  const Geom g = make_geom(x.shape(), out.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups);
   if (out.numel() == 0) return;
   dispatch_floating(out.dtype(), "conv2d", [&]<class T>() { conv_forward<T>(x, w, bias, g, out); });
 }
 
 void conv2d_backward_input(const Strided& dy, const Strided& w, const Strided& bias, int64_t stride_h, int64_t stride_w,
-                           int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dx) {
+                           int64_t pad_h, int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t groups,
+                           const Strided& dx) {
   MT_ASSERT(dx.is_contiguous());
-  const Geom g = make_geom(dx.shape(), dy.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
+  const Geom g = make_geom(dx.shape(), dy.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups);
   if (dx.numel() == 0) return;
   dispatch_floating(dx.dtype(), "conv2d_backward_input", [&]<class T>() { conv_input_grad<T>(dy, w, bias, g, dx); });
 }
 
 void conv2d_backward_weight(const Strided& x, const Strided& dy, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-                            int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& dw) {
+                            int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t groups, const Strided& dw) {
   MT_ASSERT(dw.is_contiguous());
-  const Geom g = make_geom(x.shape(), dy.shape(), dw.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
+  const Geom g = make_geom(x.shape(), dy.shape(), dw.shape(), stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups);
   if (dw.numel() == 0) return;
   dispatch_floating(dw.dtype(), "conv2d_backward_weight", [&]<class T>() { conv_weight_grad<T>(x, dy, g, dw); });
 }

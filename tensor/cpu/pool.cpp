@@ -19,6 +19,34 @@ inline void window_span(int64_t o, int64_t k, int64_t s, int64_t p, int64_t n, i
   hi = std::min(start + k, n);
 }
 
+// The input rows lo, lo + d, ... < hi of output row o's dilated window {o s - p + i d : i < k}
+// that lie inside [0, n) (hi = lo when none do; the front-end rejects such a window). With
+// d = 1 this is window_span.
+inline void dilated_span(int64_t o, int64_t k, int64_t s, int64_t p, int64_t d, int64_t n, int64_t& lo, int64_t& hi) {
+  const int64_t start = o * s - p;
+  const int64_t i_lo = start < 0 ? (-start + d - 1) / d : 0;
+  const int64_t i_hi = std::min(k, start < n ? (n - start + d - 1) / d : 0);
+  lo = start + i_lo * d;
+  hi = i_hi > i_lo ? start + i_hi * d : lo;
+}
+
+// The divisor of output row o's average along one dim: its window [o s - p, o s - p + k) clipped
+// to the padded input [-p, n + p) when padded zeros count (count_include_pad), else to the input.
+// The clip at n + p only bites for the last window of ceil_mode (as in PyTorch); otherwise the
+// count with padding is k.
+inline int64_t window_count(int64_t o, int64_t k, int64_t s, int64_t p, int64_t n, bool include_pad) {
+  const int64_t start = o * s - p;
+  if (include_pad) return std::min(start + k, n + p) - start;
+  return std::min(start + k, n) - std::max<int64_t>(start, 0);
+}
+
+// Input rows [lo, hi) averaged into output row o of `out` rows over `n` input rows (adaptive
+// pooling): [floor(o n / out), ceil((o + 1) n / out)), never empty.
+inline void adaptive_span(int64_t o, int64_t n, int64_t out, int64_t& lo, int64_t& hi) {
+  lo = o * n / out;
+  hi = ((o + 1) * n + out - 1) / out;
+}
+
 // An H x W plane (strides hs, ws) as compute-type values with row stride W: the plane itself
 // when it is already that, else buf filled with them.
 template <class T, class Cc = compute_t<T>>
@@ -54,8 +82,8 @@ void for_each_plane(const Strided& in, T* out_data, int64_t out_size, int64_t wo
 
 }  // namespace
 
-void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
-                const Strided& out, const Strided& indices) {
+void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+                int64_t dw, const Strided& out, const Strided& indices) {
   MT_ASSERT(out.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64);
   const int64_t H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
   dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
@@ -65,19 +93,19 @@ void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
       int64_t* pi_p = indices.data<int64_t>() + p * OH * OW;
       for (int64_t oh = 0; oh < OH; ++oh) {
         int64_t h_lo, h_hi;
-        window_span(oh, kh, sh, ph, H, h_lo, h_hi);
+        dilated_span(oh, kh, sh, ph, dh, H, h_lo, h_hi);
         for (int64_t ow = 0; ow < OW; ++ow) {
           int64_t w_lo, w_hi;
-          window_span(ow, kw, sw, pw, W, w_lo, w_hi);
+          dilated_span(ow, kw, sw, pw, dw, W, w_lo, w_hi);
           // Padding is -inf: it never wins. Strict > keeps the first maximum. The selects are
           // branch-free (random comparisons would mispredict); a NaN, rare, takes the slow path
           // below so that the first NaN wins as in PyTorch.
           Cc best = -std::numeric_limits<Cc>::infinity();
           int64_t arg = h_lo * W + w_lo;
           bool nan = false;
-          for (int64_t h = h_lo; h < h_hi; ++h) {
+          for (int64_t h = h_lo; h < h_hi; h += dh) {
             const Cc* row = plane + h * W;
-            for (int64_t w = w_lo; w < w_hi; ++w) {
+            for (int64_t w = w_lo; w < w_hi; w += dw) {
               const Cc v = row[w];
               const bool gt = v > best;
               best = gt ? v : best;
@@ -86,8 +114,8 @@ void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
             }
           }
           if (nan) {
-            for (int64_t h = h_lo; h < h_hi && best == best; ++h)
-              for (int64_t w = w_lo; w < w_hi; ++w) {
+            for (int64_t h = h_lo; h < h_hi && best == best; h += dh)
+              for (int64_t w = w_lo; w < w_hi; w += dw) {
                 const Cc v = plane[h * W + w];
                 if (v != v) {
                   best = v;
@@ -121,12 +149,11 @@ void max_pool2d_backward(const Strided& dy, const Strided& indices, const Stride
 }
 
 void avg_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
-                const Strided& out) {
+                bool count_include_pad, const Strided& out) {
   MT_ASSERT(out.is_contiguous());
   const int64_t H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
   dispatch_floating(x.dtype(), "avg_pool2d", [&]<class T>() {
     using Cc = compute_t<T>;
-    const Cc divisor = Cc(kh * kw);  // count_include_pad: padded zeros count
     for_each_plane(x, static_cast<T*>(out.raw_data()), OH * OW, OH * OW * kh * kw,
                    [&](int64_t, const Cc* plane, Cc* po_p) {
       for (int64_t oh = 0; oh < OH; ++oh) {
@@ -135,6 +162,8 @@ void avg_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
         for (int64_t ow = 0; ow < OW; ++ow) {
           int64_t w_lo, w_hi;
           window_span(ow, kw, sw, pw, W, w_lo, w_hi);
+          const Cc divisor = Cc(window_count(oh, kh, sh, ph, H, count_include_pad) *
+                                window_count(ow, kw, sw, pw, W, count_include_pad));
           Cc s = 0;
           for (int64_t h = h_lo; h < h_hi; ++h)
             for (int64_t w = w_lo; w < w_hi; ++w) s += plane[h * W + w];
@@ -146,12 +175,11 @@ void avg_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
 }
 
 void avg_pool2d_backward(const Strided& dy, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
-                         const Strided& dx) {
+                         bool count_include_pad, const Strided& dx) {
   MT_ASSERT(dx.is_contiguous());
   const int64_t H = dx.size(2), W = dx.size(3), OH = dy.size(2), OW = dy.size(3);
   dispatch_floating(dx.dtype(), "avg_pool2d backward", [&]<class T>() {
     using Cc = compute_t<T>;
-    const Cc divisor = Cc(kh * kw);
     for_each_plane(dy, static_cast<T*>(dx.raw_data()), H * W, H * W + OH * OW * kh * kw,
                    [&](int64_t, const Cc* g, Cc* acc) {
       std::fill(acc, acc + H * W, Cc(0));
@@ -161,7 +189,56 @@ void avg_pool2d_backward(const Strided& dy, int64_t kh, int64_t kw, int64_t sh, 
         for (int64_t ow = 0; ow < OW; ++ow) {
           int64_t w_lo, w_hi;
           window_span(ow, kw, sw, pw, W, w_lo, w_hi);
+          const Cc divisor = Cc(window_count(oh, kh, sh, ph, H, count_include_pad) *
+                                window_count(ow, kw, sw, pw, W, count_include_pad));
           const Cc v = g[oh * OW + ow] / divisor;
+          for (int64_t h = h_lo; h < h_hi; ++h)
+            for (int64_t w = w_lo; w < w_hi; ++w) acc[h * W + w] += v;
+        }
+      }
+    });
+  });
+}
+
+void adaptive_avg_pool2d(const Strided& x, const Strided& out) {
+  MT_ASSERT(out.is_contiguous());
+  const int64_t H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
+  // Each output reads about (H / OH + 1) (W / OW + 1) inputs.
+  const int64_t work = OH * OW * (H / OH + 1) * (W / OW + 1);
+  dispatch_floating(x.dtype(), "adaptive_avg_pool2d", [&]<class T>() {
+    using Cc = compute_t<T>;
+    for_each_plane(x, static_cast<T*>(out.raw_data()), OH * OW, work, [&](int64_t, const Cc* plane, Cc* po_p) {
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        int64_t h_lo, h_hi;
+        adaptive_span(oh, H, OH, h_lo, h_hi);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t w_lo, w_hi;
+          adaptive_span(ow, W, OW, w_lo, w_hi);
+          Cc s = 0;
+          for (int64_t h = h_lo; h < h_hi; ++h)
+            for (int64_t w = w_lo; w < w_hi; ++w) s += plane[h * W + w];
+          *po_p++ = s / Cc((h_hi - h_lo) * (w_hi - w_lo));
+        }
+      }
+    });
+  });
+}
+
+void adaptive_avg_pool2d_backward(const Strided& dy, const Strided& dx) {
+  MT_ASSERT(dx.is_contiguous());
+  const int64_t H = dx.size(2), W = dx.size(3), OH = dy.size(2), OW = dy.size(3);
+  const int64_t work = H * W + OH * OW * (H / OH + 1) * (W / OW + 1);
+  dispatch_floating(dx.dtype(), "adaptive_avg_pool2d backward", [&]<class T>() {
+    using Cc = compute_t<T>;
+    for_each_plane(dy, static_cast<T*>(dx.raw_data()), H * W, work, [&](int64_t, const Cc* g, Cc* acc) {
+      std::fill(acc, acc + H * W, Cc(0));
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        int64_t h_lo, h_hi;
+        adaptive_span(oh, H, OH, h_lo, h_hi);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t w_lo, w_hi;
+          adaptive_span(ow, W, OW, w_lo, w_hi);
+          const Cc v = g[oh * OW + ow] / Cc((h_hi - h_lo) * (w_hi - w_lo));
           for (int64_t h = h_lo; h < h_hi; ++h)
             for (int64_t w = w_lo; w < w_hi; ++w) acc[h * W + w] += v;
         }

@@ -1,7 +1,10 @@
-// 2-D pooling CPU kernels, forward and backward side by side. x and dy may have any strides;
-// outputs are contiguous. Windows are clipped to the input: max pooling treats padding as -inf,
-// average pooling as zeros that count in the divisor (count_include_pad, PyTorch's default).
-// 16-bit values are loaded into fp32, and each output element is rounded once.
+// 2-D pooling CPU kernels, forward and backward side by side: max_pool2d (with dilation),
+// avg_pool2d (with count_include_pad) and adaptive_avg_pool2d. x and dy may have any strides;
+// outputs are contiguous. Output sizes are read from the output tensor's shape, so ceil_mode
+// (chosen by the front-end) needs nothing here beyond clipping. Windows are clipped to the input:
+// max pooling treats padding as -inf, average pooling as zeros that count in the divisor when
+// count_include_pad (PyTorch's default). 16-bit values are loaded into fp32, and each output
+// element is rounded once.
 #pragma once
 
 #include <cstdint>
@@ -10,17 +13,26 @@
 
 namespace mixtape::cpu {
 
-// out [N, C, OH, OW]: the maximum of each window (a NaN in the window wins); indices (i64, same
-// shape): the first maximum's flat position h * W + w in its input plane.
+// out [N, C, OH, OW]: the maximum of each window {o s - p + i d : i < k} per dim (a NaN in the
+// window wins); indices (i64, same shape): the first maximum's flat position h * W + w in its
+// input plane.
 void max_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-                int64_t pad_w, const Strided& out, const Strided& indices);
+                int64_t pad_w, int64_t dil_h, int64_t dil_w, const Strided& out, const Strided& indices);
 // dx [N, C, H, W]: each dy element added at its window's argmax.
 void max_pool2d_backward(const Strided& dy, const Strided& indices, const Strided& dx);
-// out [N, C, OH, OW] = (sum of the window's input elements) / (kernel_h * kernel_w).
+// out [N, C, OH, OW] = (sum of the window's input elements) / divisor. The divisor counts the
+// window's positions inside the padded input when count_include_pad (kernel_h * kernel_w except
+// for a ceil_mode window that runs past the padding), else only those inside the input.
 void avg_pool2d(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-                int64_t pad_w, const Strided& out);
-// dx [N, C, H, W]: each dy / (kernel_h * kernel_w) added to every input element of its window.
+                int64_t pad_w, bool count_include_pad, const Strided& out);
+// dx [N, C, H, W]: each dy / divisor added to every input element of its window.
 void avg_pool2d_backward(const Strided& dy, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w,
-                         int64_t pad_h, int64_t pad_w, const Strided& dx);
+                         int64_t pad_h, int64_t pad_w, bool count_include_pad, const Strided& dx);
+
+// out [N, C, OH, OW]: output (i, j) averages input rows [floor(i H / OH), ceil((i + 1) H / OH))
+// and columns [floor(j W / OW), ceil((j + 1) W / OW)) (PyTorch's adaptive windows).
+void adaptive_avg_pool2d(const Strided& x, const Strided& out);
+// dx [N, C, H, W]: each dy / (its window's size) added to every input element of its window.
+void adaptive_avg_pool2d_backward(const Strided& dy, const Strided& dx);
 
 }  // namespace mixtape::cpu

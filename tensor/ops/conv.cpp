@@ -15,11 +15,38 @@ int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int6
   return (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1;
 }
 
+SamePadding same_padding(Size2 kernel, Size2 dilation) {
+  const Size2 total{dilation.h * (kernel.h - 1), dilation.w * (kernel.w - 1)};
+  return {{total.h / 2, total.w / 2}, {total.h - total.h / 2, total.w - total.w / 2}};
+}
+
 namespace {
 
 std::string params_str(Size2 stride, Size2 padding, Size2 dilation) {
   return detail::cat("stride ", size2_str(stride), ", padding ", size2_str(padding), ", dilation ",
                      size2_str(dilation));
+}
+
+// The conv2d parameters for a message: the padding at the end when it differs, groups
+// when not 1.
+std::string params_str(Size2 stride, Size2 padding, Size2 padding_end, Size2 dilation, int64_t groups) {
+  std::string s = params_str(stride, padding, dilation);
+  if (!(padding_end == padding)) s += ", padding at the end " + size2_str(padding_end);
+  if (groups != 1) s += detail::cat(", groups ", groups);
+  return s;
+}
+
+// Output length along one dim with padding pb before and pe after.
+int64_t conv_out_size2(int64_t in, int64_t kernel, int64_t stride, int64_t pb, int64_t pe, int64_t dilation) {
+  return (in + pb + pe - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
+// Groups divide both channel counts: in_channels of the input, out_channels of the weight [OC, C/G, KH, KW].
+void check_groups(const char* op, int64_t groups, int64_t in_channels, int64_t out_channels, const std::string& ctx) {
+  MT_CHECK(groups > 0, op, ": groups must be positive, got ", groups, ctx);
+  MT_CHECK(in_channels % groups == 0, op, ": in_channels ", in_channels, " is not divisible by groups ", groups, ctx);
+  MT_CHECK(out_channels % groups == 0, op, ": out_channels ", out_channels, " is not divisible by groups ", groups,
+           ctx);
 }
 
 // Shared argument checks; `ctx` names the tensors and parameters for the message.
@@ -44,82 +71,119 @@ void check_bias(const char* op, const Tensor& b, const Tensor& w, int64_t channe
            " does not match weight ", w.meta(), " (expected [", channels, "])");
 }
 
-// The kernel, dilated, must fit in the padded image [h, w].
+// The kernel, dilated, must fit in the padded image [h, w] (padding before and, when given, a
+// different padding after).
 void check_fits(const char* op, int64_t h, int64_t w, int64_t kh, int64_t kw, Size2 padding, Size2 dilation,
-                const std::string& ctx) {
+                const std::string& ctx, std::optional<Size2> padding_end = std::nullopt) {
+  const Size2 pe = padding_end.value_or(padding);
   const int64_t ekh = dilation.h * (kh - 1) + 1, ekw = dilation.w * (kw - 1) + 1;
-  MT_CHECK(ekh <= h + 2 * padding.h && ekw <= w + 2 * padding.w, op, ": kernel ", size2_str({kh, kw}),
-           " with dilation ", size2_str(dilation), " spans ", size2_str({ekh, ekw}), ", larger than the padded input ",
-           size2_str({h + 2 * padding.h, w + 2 * padding.w}), ctx);
+  const int64_t ph = h + padding.h + pe.h, pw = w + padding.w + pe.w;
+  MT_CHECK(ekh <= ph && ekw <= pw, op, ": kernel ", size2_str({kh, kw}), " with dilation ", size2_str(dilation),
+           " spans ", size2_str({ekh, ekw}), ", larger than the padded input ", size2_str({ph, pw}), ctx);
+}
+
+// conv2d with padding `padding` before and `padding_end` after the image (the two public forms).
+Tensor conv2d_padded(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, Size2 padding,
+                     Size2 padding_end, Size2 dilation, int64_t groups) {
+  check_operands(op, x, w, b, "an input [N, C, H, W]", "a weight [OC, C/groups, KH, KW]");
+  const std::string ctx = detail::cat(" (input ", x.meta(), ", weight ", w.meta(), ", ",
+                                      params_str(stride, padding, padding_end, dilation, groups), ")");
+  check_params(op, stride, padding, dilation, ctx);
+  check_params(op, stride, padding_end, dilation, ctx);
+  check_groups(op, groups, x.size(1), w.size(0), ctx);
+  if (groups == 1) {
+    MT_CHECK(x.size(1) == w.size(1), op, ": input ", x.meta(), " has ", x.size(1), " channels but weight ", w.meta(),
+             " expects ", w.size(1));
+  } else {
+    MT_CHECK(x.size(1) == w.size(1) * groups, op, ": input ", x.meta(), " has ", x.size(1), " channels but weight ",
+             w.meta(), " with groups ", groups, " expects ", w.size(1), " x ", groups, " = ", w.size(1) * groups);
+  }
+  check_fits(op, x.size(2), x.size(3), w.size(2), w.size(3), padding, dilation, ctx, padding_end);
+  check_bias(op, b, w, w.size(0));
+  const int64_t OH = conv_out_size2(x.size(2), w.size(2), stride.h, padding.h, padding_end.h, dilation.h);
+  const int64_t OW = conv_out_size2(x.size(3), w.size(3), stride.w, padding.w, padding_end.w, dilation.w);
+  Tensor out = empty({x.size(0), w.size(0), OH, OW}, x.dtype(), x.device());
+  // The kernels read the output size from `out`, so only the padding before the image is passed.
+  on_device(
+      x.device(),
+      [&] { cpu::conv2d(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, groups, out); },
+      [&] { cuda::conv2d(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, groups, out); });
+  return out;
 }
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, Size2 padding, Size2 dilation) {
-  const char* op = "conv2d";
-  check_operands(op, x, w, b, "an input [N, C, H, W]", "a weight [OC, C, KH, KW]");
-  const std::string ctx =
-      detail::cat(" (input ", x.meta(), ", weight ", w.meta(), ", ", params_str(stride, padding, dilation), ")");
-  check_params(op, stride, padding, dilation, ctx);
-  MT_CHECK(x.size(1) == w.size(1), op, ": input ", x.meta(), " has ", x.size(1), " channels but weight ", w.meta(),
-           " expects ", w.size(1));
-  check_fits(op, x.size(2), x.size(3), w.size(2), w.size(3), padding, dilation, ctx);
-  check_bias(op, b, w, w.size(0));
-  const int64_t OH = conv_out_size(x.size(2), w.size(2), stride.h, padding.h, dilation.h);
-  const int64_t OW = conv_out_size(x.size(3), w.size(3), stride.w, padding.w, dilation.w);
-  Tensor out = empty({x.size(0), w.size(0), OH, OW}, x.dtype(), x.device());
-  on_device(
-      x.device(), [&] { cpu::conv2d(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out); },
-      [&] { cuda::conv2d(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out); });
-  return out;
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, Size2 padding, Size2 dilation,
+              int64_t groups) {
+  return conv2d_padded("conv2d", x, w, b, stride, padding, padding, dilation, groups);
+}
+
+Tensor conv2d_same(const Tensor& x, const Tensor& w, const Tensor& b, Size2 dilation, int64_t groups) {
+  const char* op = "conv2d (padding \"same\")";
+  ops::check_dim(op, w, 4, "a weight [OC, C/groups, KH, KW]");
+  MT_CHECK(dilation.h > 0 && dilation.w > 0, op, ": dilation must be positive, got ", size2_str(dilation));
+  const SamePadding pad = same_padding({w.size(2), w.size(3)}, dilation);
+  return conv2d_padded(op, x, w, b, 1, pad.begin, pad.end, dilation, groups);
 }
 
 Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_shape, Size2 stride, Size2 padding,
-                             Size2 dilation) {
+                             Size2 dilation, int64_t groups, std::optional<Size2> padding_end) {
   const char* op = "conv2d backward (input)";
-  check_operands(op, dy, w, Tensor(), "a gradient [N, OC, OH, OW]", "a weight [OC, C, KH, KW]");
+  const Size2 pe = padding_end.value_or(padding);
+  check_operands(op, dy, w, Tensor(), "a gradient [N, OC, OH, OW]", "a weight [OC, C/groups, KH, KW]");
   const std::string ctx = detail::cat(" (gradient ", dy.meta(), ", weight ", w.meta(), ", input ", shape_str(x_shape),
-                                      ", ", params_str(stride, padding, dilation), ")");
+                                      ", ", params_str(stride, padding, pe, dilation, groups), ")");
   check_params(op, stride, padding, dilation, ctx);
-  MT_CHECK(x_shape.size() == 4 && x_shape[0] == dy.size(0) && x_shape[1] == w.size(1) && dy.size(1) == w.size(0), op,
+  check_params(op, stride, pe, dilation, ctx);
+  MT_CHECK(x_shape.size() == 4, op, ": shapes do not fit", ctx);
+  check_groups(op, groups, x_shape[1], w.size(0), ctx);
+  MT_CHECK(x_shape[0] == dy.size(0) && x_shape[1] == w.size(1) * groups && dy.size(1) == w.size(0), op,
            ": shapes do not fit", ctx);
-  check_fits(op, x_shape[2], x_shape[3], w.size(2), w.size(3), padding, dilation, ctx);
-  MT_CHECK(conv_out_size(x_shape[2], w.size(2), stride.h, padding.h, dilation.h) == dy.size(2) &&
-               conv_out_size(x_shape[3], w.size(3), stride.w, padding.w, dilation.w) == dy.size(3),
+  check_fits(op, x_shape[2], x_shape[3], w.size(2), w.size(3), padding, dilation, ctx, pe);
+  MT_CHECK(conv_out_size2(x_shape[2], w.size(2), stride.h, padding.h, pe.h, dilation.h) == dy.size(2) &&
+               conv_out_size2(x_shape[3], w.size(3), stride.w, padding.w, pe.w, dilation.w) == dy.size(3),
            op, ": gradient spatial size does not match the input", ctx);
   Tensor dx = empty(x_shape, dy.dtype(), dy.device());
   const Tensor none;
   on_device(
       dy.device(),
       [&] {
-    cpu::conv2d_backward_input(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx);
+    cpu::conv2d_backward_input(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, groups,
+                               dx);
       },
       [&] {
-    cuda::conv2d_backward_input(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx);
+    cuda::conv2d_backward_input(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, groups,
+                                dx);
   });
   return dx;
 }
 
 Tensor conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Shape& w_shape, Size2 stride, Size2 padding,
-                              Size2 dilation) {
+                              Size2 dilation, int64_t groups, std::optional<Size2> padding_end) {
   const char* op = "conv2d backward (weight)";
+  const Size2 pe = padding_end.value_or(padding);
   check_operands(op, x, dy, Tensor(), "an input [N, C, H, W]", "a gradient [N, OC, OH, OW]");
   const std::string ctx = detail::cat(" (input ", x.meta(), ", gradient ", dy.meta(), ", weight ", shape_str(w_shape),
-                                      ", ", params_str(stride, padding, dilation), ")");
+                                      ", ", params_str(stride, padding, pe, dilation, groups), ")");
   check_params(op, stride, padding, dilation, ctx);
-  MT_CHECK(w_shape.size() == 4 && x.size(0) == dy.size(0) && x.size(1) == w_shape[1] && dy.size(1) == w_shape[0], op,
+  check_params(op, stride, pe, dilation, ctx);
+  MT_CHECK(w_shape.size() == 4, op, ": shapes do not fit", ctx);
+  check_groups(op, groups, x.size(1), w_shape[0], ctx);
+  MT_CHECK(x.size(0) == dy.size(0) && x.size(1) == w_shape[1] * groups && dy.size(1) == w_shape[0], op,
            ": shapes do not fit", ctx);
-  check_fits(op, x.size(2), x.size(3), w_shape[2], w_shape[3], padding, dilation, ctx);
-  MT_CHECK(conv_out_size(x.size(2), w_shape[2], stride.h, padding.h, dilation.h) == dy.size(2) &&
-               conv_out_size(x.size(3), w_shape[3], stride.w, padding.w, dilation.w) == dy.size(3),
+  check_fits(op, x.size(2), x.size(3), w_shape[2], w_shape[3], padding, dilation, ctx, pe);
+  MT_CHECK(conv_out_size2(x.size(2), w_shape[2], stride.h, padding.h, pe.h, dilation.h) == dy.size(2) &&
+               conv_out_size2(x.size(3), w_shape[3], stride.w, padding.w, pe.w, dilation.w) == dy.size(3),
            op, ": gradient spatial size does not match the input", ctx);
   Tensor dw = empty(w_shape, x.dtype(), x.device());
   on_device(
       x.device(),
-      [&] { cpu::conv2d_backward_weight(x, dy, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw); },
       [&] {
-    cuda::conv2d_backward_weight(x, dy, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw);
-      });
+    cpu::conv2d_backward_weight(x, dy, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, groups, dw);
+      },
+      [&] {
+    cuda::conv2d_backward_weight(x, dy, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, groups, dw);
+  });
   return dw;
 }
 
@@ -158,10 +222,10 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2
   on_device(
       x.device(),
       [&] {
-    cpu::conv2d_backward_input(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out);
+    cpu::conv2d_backward_input(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, 1, out);
       },
       [&] {
-    cuda::conv2d_backward_input(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, out);
+    cuda::conv2d_backward_input(x, w, b, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, 1, out);
   });
   return out;
 }
@@ -182,8 +246,8 @@ Tensor conv_transpose2d_backward_input(const Tensor& dy, const Tensor& w, const 
   const Tensor none;
   on_device(
       dy.device(),
-      [&] { cpu::conv2d(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx); },
-      [&] { cuda::conv2d(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dx); });
+      [&] { cpu::conv2d(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, 1, dx); },
+      [&] { cuda::conv2d(dy, w, none, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, 1, dx); });
   return dx;
 }
 
@@ -201,10 +265,12 @@ Tensor conv_transpose2d_backward_weight(const Tensor& x, const Tensor& dy, const
   Tensor dw = empty(w_shape, x.dtype(), x.device());
   on_device(
       x.device(),
-      [&] { cpu::conv2d_backward_weight(dy, x, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw); },
       [&] {
-    cuda::conv2d_backward_weight(dy, x, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, dw);
-      });
+    cpu::conv2d_backward_weight(dy, x, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, 1, dw);
+      },
+      [&] {
+    cuda::conv2d_backward_weight(dy, x, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, 1, dw);
+  });
   return dw;
 }
 

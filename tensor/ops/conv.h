@@ -1,10 +1,14 @@
 // 2-D convolutions on plain tensors (no autograd), as im2col + one GEMM per batch of images
-// (tensor/cpu/conv.cpp). Layouts follow PyTorch: x [N, C, H, W], conv2d weight [OC, C, KH, KW],
-// conv_transpose2d weight [IC, OC, KH, KW], bias [OC]; an undefined bias means none. GEMMs
-// accumulate in fp32 (f64 for f64) and each output is rounded once.
+// (tensor/cpu/conv.cpp): conv2d (with groups, and with padding "same"), conv_transpose2d and their
+// gradients. Layouts follow PyTorch: x [N, C, H, W], conv2d weight [OC, C/groups, KH, KW],
+// conv_transpose2d weight [IC, OC, KH, KW], bias [OC]; an undefined bias means none. With groups
+// G, C and OC must be divisible by G, and input channels [g C/G, (g+1) C/G) feed only output
+// channels [g OC/G, (g+1) OC/G) (depthwise: G = C, OC = k C). GEMMs accumulate in fp32 (f64 for
+// f64) and each output is rounded once.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "tensor/tensor.h"
@@ -17,16 +21,29 @@ int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t paddin
 int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t output_padding,
                                 int64_t dilation);
 
+// Padding "same" (PyTorch's padding="same", stride 1 only): along each dim the total padding
+// d (k - 1) keeps the output as large as the input; `begin` (top, left) gets half of it rounded
+// down and `end` (bottom, right) the rest, as PyTorch (which pads the extra row or column
+// explicitly; the kernels here take the uneven padding directly).
+struct SamePadding {
+  Size2 begin, end;
+};
+SamePadding same_padding(Size2 kernel, Size2 dilation = 1);
+
 // y [N, OC, OH, OW] = conv(x, w) + b.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), Size2 stride = 1, Size2 padding = 0,
-              Size2 dilation = 1);
-// Gradients of conv2d for dy [N, OC, OH, OW]:
-// dx = col2im(W^T dY): (C*KH*KW, N*OH*OW) = (OC, C*KH*KW)^T (OC, N*OH*OW), x_shape [N, C, H, W]
+              Size2 dilation = 1, int64_t groups = 1);
+// conv2d with padding "same" (stride 1): y [N, OC, H, W].
+Tensor conv2d_same(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), Size2 dilation = 1,
+                   int64_t groups = 1);
+// Gradients of conv2d for dy [N, OC, OH, OW]; padding_end is the bottom / right padding when it
+// differs from `padding` (padding "same" with an even dilated kernel):
+// dx = col2im(W^T dY): (C*KH*KW, N*OH*OW) = (OC, C*KH*KW)^T (OC, N*OH*OW) per group, x_shape [N, C, H, W]
 Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_shape, Size2 stride, Size2 padding,
-                             Size2 dilation);
-// dW = dY col(x)^T: (OC, C*KH*KW) = (OC, N*OH*OW) (C*KH*KW, N*OH*OW)^T
+                             Size2 dilation, int64_t groups = 1, std::optional<Size2> padding_end = std::nullopt);
+// dW = dY col(x)^T: (OC, C*KH*KW) = (OC, N*OH*OW) (C*KH*KW, N*OH*OW)^T per group
 Tensor conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Shape& w_shape, Size2 stride, Size2 padding,
-                              Size2 dilation);
+                              Size2 dilation, int64_t groups = 1, std::optional<Size2> padding_end = std::nullopt);
 // db = sum of dy over N, OH, OW: (OC), accumulated in double
 Tensor conv2d_backward_bias(const Tensor& dy);
 

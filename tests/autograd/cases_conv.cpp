@@ -1,4 +1,5 @@
-// Op cases for conv2d, conv_transpose2d, max_pool2d and avg_pool2d (see support/op_cases.h).
+// Op cases for conv2d (with groups and padding "same"), conv_transpose2d, max_pool2d and avg_pool2d
+// (with ceil_mode, dilation and count_include_pad) and adaptive_avg_pool2d (see support/op_cases.h).
 // Tensors stay tiny: the f64 gradient check reruns the forward for every input element.
 #include "support/op_cases.h"
 
@@ -76,5 +77,80 @@ MT_OP_CASE(OpCase{"avg_pool2d kernel (2, 3) stride 1 padding (1, 0)",
                   },
                   [](const V& v) {
   return avg_pool2d(v[0], {2, 3}, 1, {1, 0});
+}});
+
+MT_OP_CASE(OpCase{"adaptive_avg_pool2d 5x7 -> (3, 4) (overlapping windows), non-contiguous input",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_noncontig({2, 2, 5, 7}, dt, 220)};
+                  },
+                  [](const V& v) {
+  return adaptive_avg_pool2d(v[0], {3, 4});
+}});
+
+MT_OP_CASE(OpCase{"adaptive_avg_pool2d 3x4 -> (5, 6) (larger than the input)",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({1, 2, 3, 4}, dt, 221)};
+                  },
+                  [](const V& v) {
+  return adaptive_avg_pool2d(v[0], {5, 6});
+}});
+
+MT_OP_CASE(OpCase{"conv2d groups 2 with bias, non-contiguous input",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_noncontig({2, 4, 5, 6}, dt, 222), rand_input({6, 2, 3, 3}, dt, 223),
+                             rand_input({6}, dt, 224)};
+                  },
+                  [](const V& v) { return conv2d(v[0], v[1], v[2], 1, 1, 1, 2); }});
+
+MT_OP_CASE(OpCase{"conv2d depthwise (groups = in_channels, 2 outputs each), stride 2, dilation (1, 2)",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({2, 3, 6, 7}, dt, 225), rand_input({6, 1, 3, 3}, dt, 226),
+                             rand_input({6}, dt, 227)};
+                  },
+                  [](const V& v) {
+  return conv2d(v[0], v[1], v[2], 2, 1, {1, 2}, 3);
+}});
+
+MT_OP_CASE(OpCase{"conv2d padding same, kernel (4, 3) (extra row at the bottom), non-contiguous input",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_noncontig({1, 2, 6, 5}, dt, 228), rand_input({3, 2, 4, 3}, dt, 229),
+                             rand_input({3}, dt, 230)};
+                  },
+                  [](const V& v) { return conv2d_same(v[0], v[1], v[2]); }});
+
+MT_OP_CASE(OpCase{"conv2d padding same, kernel (2, 2) dilation (1, 3), groups 2, no bias",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({2, 4, 5, 7}, dt, 231), rand_input({2, 2, 2, 2}, dt, 232)};
+                  },
+                  [](const V& v) {
+  return conv2d_same(v[0], v[1], Variable(), {1, 3}, 2);
+}});
+
+MT_OP_CASE(OpCase{"max_pool2d kernel 3 stride 2 padding 1 dilation 2 ceil_mode, non-contiguous input",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_distinct({2, 2, 6, 7}, dt, 233).transpose(2, 3)};
+                  },
+                  [](const V& v) { return max_pool2d(v[0], 3, 2, 1, 2, true); }});
+
+MT_OP_CASE(OpCase{"max_pool2d kernel (2, 3) stride 2 padding 1 ceil_mode (clipped last windows)",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_distinct({1, 2, 5, 6}, dt, 234)};
+                  },
+                  [](const V& v) {
+  return max_pool2d(v[0], {2, 3}, 2, 1, 1, true);
+}});
+
+MT_OP_CASE(OpCase{"avg_pool2d kernel 3 stride 2 padding 1 ceil_mode count_include_pad, non-contiguous input",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_noncontig({2, 2, 6, 7}, dt, 235)};
+                  },
+                  [](const V& v) { return avg_pool2d(v[0], 3, 2, 1, true, true); }});
+
+MT_OP_CASE(OpCase{"avg_pool2d kernel (3, 2) stride (2, 3) padding 1 ceil_mode, count_include_pad false",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({1, 2, 6, 7}, dt, 236)};
+                  },
+                  [](const V& v) {
+  return avg_pool2d(v[0], {3, 2}, {2, 3}, 1, true, false);
 }});
 }  // namespace

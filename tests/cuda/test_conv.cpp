@@ -175,3 +175,54 @@ TEST_CASE("cuda conv2d on the examples' shapes matches the CPU and loads its GEM
       CHECK(after.elementwise == before.elementwise);
     }
 }
+
+TEST_CASE("cuda grouped, depthwise and padding-same conv2d match the CPU", "[cuda]") {
+  MT_REQUIRE_GPU();
+  struct GCase {
+    int64_t N, C, H, W, OC, KH, KW;
+    Size2 stride, padding, dilation;
+    int64_t groups;
+    bool same;  // padding "same" (stride 1, `padding` unused)
+  };
+  const std::vector<GCase> cases = {
+      {2, 4, 7, 9, 6, 3, 3, 1, 1, 1, 2, false},        // two groups
+      {3, 6, 9, 8, 12, 3, 3, 2, 1, {1, 2}, 6, false},  // depthwise, two outputs per channel
+      {2, 8, 6, 6, 8, 1, 1, 1, 0, 1, 4, false},        // pointwise groups: no im2col
+      {2, 3, 7, 6, 3, 4, 3, 1, 0, 1, 1, true},         // even kernel: extra row at the bottom
+      {1, 4, 9, 10, 4, 2, 2, 1, 0, {1, 3}, 4, true},   // depthwise, dilated, uneven both ways
+      {4, 1, 28, 28, 8, 3, 3, 1, 0, 1, 1, true},       // the example CNN's first layer, "same"
+  };
+  uint64_t seed = 5000;
+  for (DType dt : kDtypes)
+    for (const GCase& c : cases) {
+      const std::string name =
+          detail::cat(dtype_name(dt), " x[", c.N, ",", c.C, ",", c.H, ",", c.W, "] w[", c.OC, ",", c.C / c.groups, ",",
+                      c.KH, ",", c.KW, "] groups ", c.groups, c.same ? " padding same" : "");
+      const Tensor x = random({c.N, c.C, c.H, c.W}, dt, seed++);
+      const Tensor w = random({c.OC, c.C / c.groups, c.KH, c.KW}, dt, seed++), b = random({c.OC}, dt, seed++);
+      const SamePadding sp = same_padding({c.KH, c.KW}, c.dilation);
+      const Size2 pb = c.same ? sp.begin : c.padding, pe = c.same ? sp.end : c.padding,
+                  st = c.same ? Size2(1) : c.stride;
+      const auto forward = [&](const std::vector<Tensor>& t) {
+        return c.same ? conv2d_same(t[0], t[1], t[2], c.dilation, c.groups)
+                      : conv2d(t[0], t[1], t[2], c.stride, c.padding, c.dilation, c.groups);
+      };
+      const Tensor dy = random(forward({x, w, b}).shape(), dt, seed++);
+      const Tensor xs = strided_copy(x), dys = strided_copy(dy);
+      const int64_t taps = c.KH * c.KW, pixels = c.N * dy.size(2) * dy.size(3);
+      const auto input_grad = [&](const std::vector<Tensor>& t) {
+        return conv2d_backward_input(t[0], t[1], x.shape(), st, pb, c.dilation, c.groups, pe);
+      };
+      const auto weight_grad = [&](const std::vector<Tensor>& t) {
+        return conv2d_backward_weight(t[0], t[1], w.shape(), st, pb, c.dilation, c.groups, pe);
+      };
+      require_gpu_fp32_accumulated(forward, {x, w, b}, c.C / c.groups * taps, "conv2d forward " + name);
+      require_gpu_fp32_accumulated(forward, {xs, w, Tensor()}, c.C / c.groups * taps,
+                                   "conv2d forward, strided input " + name);
+      require_gpu_fp32_accumulated(input_grad, {dy, w}, c.OC / c.groups * taps, "conv2d backward input " + name);
+      require_gpu_fp32_accumulated(input_grad, {dys, w}, c.OC / c.groups * taps,
+                                   "conv2d backward input, strided dy " + name);
+      require_gpu_fp32_accumulated(weight_grad, {x, dy}, pixels, "conv2d backward weight " + name);
+      require_gpu_fp32_accumulated(weight_grad, {xs, dys}, pixels, "conv2d backward weight, strided " + name);
+    }
+}

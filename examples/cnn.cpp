@@ -1,4 +1,4 @@
-// cnn: a two-block convolutional classifier on Fashion-MNIST (the model: examples/cnn_train.h).
+// cnn: a convolutional classifier on Fashion-MNIST (the models: examples/cnn_train.h).
 //
 // AdamW with a cosine learning-rate schedule over the whole run, under any precision policy
 // (--precision, --loss-scale, --update-rounding: optim/trainer.h). Reads the IDX files of the
@@ -6,6 +6,7 @@
 //
 //   ./cnn --epochs 12 --metrics cnn.jsonl                      # the README's accuracy run
 //   ./cnn --precision fp16 --loss-scale backoff --epochs 2     # the main job: mixed precision
+//   ./cnn --model resnet --norm group                           # a small residual network
 //   ./cnn --smoke --metrics m.jsonl --out-dir /tmp              # a few steps, for CI
 //   ./cnn --device cpu                                          # default --device auto: cuda:0 if any
 //   mpirun -np 2 ./cnn --device cpu --threads 1 --precision fp16 --loss-scale backoff
@@ -23,6 +24,8 @@ namespace {
 // cnn's own flags; the shared ones (--epochs, --lr, --precision, --device, ...) are in common.h.
 struct CnnFlags {
   std::string data_dir = data::kFashionMnistDir, out_dir = ".";
+  examples::CnnModel model = examples::CnnModel::cnn;
+  examples::CnnNorm norm = examples::CnnNorm::batch;
   int64_t width = 32, limit = 0, log_every = 50;
   double dropout = 0.3, weight_decay = 1e-4;
   bool smoke = false;
@@ -31,10 +34,26 @@ struct CnnFlags {
     app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
     app.add_option("--out-dir", out_dir, "where the checkpoint cnn.safetensors goes (see --checkpoint)")
         ->capture_default_str();
-    app.add_option("--width", width, "channels of the first conv (the second has twice as many)")
+    app.add_option("--model", model,
+                   "cnn: two conv blocks (examples/cnn_train.h); resnet: a stem and two residual blocks")
+        ->transform(
+            CLI::CheckedTransformer(std::map<std::string, examples::CnnModel>{{"cnn", examples::CnnModel::cnn},
+                                                                              {"resnet", examples::CnnModel::resnet}},
+                                    CLI::ignore_case))
+        ->capture_default_str();
+    app.add_option("--norm", norm,
+                   "the resnet's normalization: batch (BatchNorm2d) or group (GroupNorm, 8 channels a group)")
+        ->transform(
+            CLI::CheckedTransformer(std::map<std::string, examples::CnnNorm>{{"batch", examples::CnnNorm::batch},
+                                                                             {"group", examples::CnnNorm::group}},
+                                    CLI::ignore_case))
+        ->capture_default_str();
+    app.add_option("--width", width,
+                   "channels of the first conv (cnn) or of the stem and first block (resnet); the second "
+                   "block has twice as many")
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
-    app.add_option("--dropout", dropout, "dropout before the last layer")
+    app.add_option("--dropout", dropout, "cnn: dropout before the last layer")
         ->check(examples::finite)
         ->check(CLI::Range(0.0, 0.95))
         ->capture_default_str();
@@ -49,6 +68,8 @@ struct CnnFlags {
 
   // After parsing: --smoke's configuration for the flags not given explicitly.
   void finish(const CLI::App& app, examples::CommonFlags& flags) {
+    if (norm != examples::CnnNorm::batch && model != examples::CnnModel::resnet)
+      throw std::invalid_argument("--norm applies to --model resnet (the cnn model uses batch norm)");
     if (!smoke) return;
     examples::smoke_default(app, "--epochs", flags.epochs, 1);
     examples::smoke_default(app, "--limit", limit, 2048);
@@ -130,7 +151,9 @@ int main(int argc, char** argv) {
                 (long long)test.images.size(0), o.data_dir.c_str());
 
     // The model, its training loop and its evaluation: examples/cnn_train.h.
-    const examples::CnnConfig config{.width = o.width,
+    const examples::CnnConfig config{.model = o.model,
+                                     .norm = o.norm,
+                                     .width = o.width,
                                      .dropout = o.dropout,
                                      .lr = flags.lr,
                                      .weight_decay = o.weight_decay,

@@ -1,9 +1,19 @@
-// The Fashion-MNIST CNN and its training loop, shared by cnn (one run) and precision_lab (the
-// same run under ten precision configurations).
+// The Fashion-MNIST models and their training loop, shared by cnn (one run) and precision_lab
+// (the same run under ten precision configurations). Two models (--model):
 //
+// cnn (the default, and the precision lab's):
 //   conv(1->w, 3x3) - BN - ReLU - maxpool 2      [B, w, 14, 14]
 //   conv(w->2w, 3x3) - BN - ReLU - maxpool 2     [B, 2w, 7, 7]
 //   flatten - linear(2w*49 -> 128) - ReLU - dropout - linear(128 -> 10)
+//
+// resnet (He et al.'s basic blocks, one per stage), with batch norm or group norm (--norm)
+// after every conv:
+//   conv(1->w, 3x3) - norm - ReLU - maxpool 2    [B, w, 14, 14]
+//   block(w->w)                                  [B, w, 14, 14]
+//   block(w->2w, stride 2)                       [B, 2w, 7, 7]
+//   adaptive avg pool 1 - flatten - linear(2w -> 10)
+// block(a->b): ReLU(norm(conv3x3(ReLU(norm(conv3x3(x))))) + shortcut(x)), the shortcut the
+// identity, or conv1x1(stride) - norm where the shape changes.
 //
 // AdamW with a cosine learning-rate schedule over the whole run, through a PrecisionTrainer
 // (optim/trainer.h), so every policy, loss scale and update rounding runs the same loop.
@@ -26,7 +36,12 @@ namespace examples {
 
 inline constexpr int64_t kCnnClasses = 10;  // the logits of make_cnn; the data's labels are checked against it
 
+enum class CnnModel : uint8_t { cnn, resnet };
+enum class CnnNorm : uint8_t { batch, group };  // the resnet's normalization layers
+
 struct CnnConfig {
+  CnnModel model = CnnModel::cnn;
+  CnnNorm norm = CnnNorm::batch;
   int64_t width = 32;
   double dropout = 0.3;
   double lr = 2e-3;
@@ -136,6 +151,58 @@ inline std::shared_ptr<mixtape::nn::Sequential> make_cnn(int64_t width, double d
       std::make_shared<nn::Dropout>(dropout, gen), std::make_shared<nn::Linear>(128, kCnnClasses, true, gen));
 }
 
+// BatchNorm2d, or GroupNorm with groups of kGroupNormChannels consecutive channels.
+inline constexpr int64_t kGroupNormChannels = 8;
+inline std::shared_ptr<mixtape::nn::UnaryModule> make_norm(CnnNorm norm, int64_t channels) {
+  using namespace mixtape;
+  if (norm == CnnNorm::batch) return std::make_shared<nn::BatchNorm2d>(channels);
+  MT_CHECK(channels % kGroupNormChannels == 0, "--norm group needs channel counts divisible by ", kGroupNormChannels,
+           "; this model has a layer of ", channels, " (choose --width accordingly)");
+  return std::make_shared<nn::GroupNorm>(channels / kGroupNormChannels, channels);
+}
+
+// The resnet's basic block (see the top of this file).
+class ResidualBlock : public mixtape::nn::UnaryModule {
+ public:
+  ResidualBlock(int64_t in, int64_t out, int64_t stride, CnnNorm norm, mixtape::Generator& gen)
+      : UnaryModule("ResidualBlock") {
+    using namespace mixtape;
+    conv1_ = register_module("conv1", std::make_shared<nn::Conv2d>(in, out, 3, stride, 1, 1, false, gen));
+    norm1_ = register_module("norm1", make_norm(norm, out));
+    conv2_ = register_module("conv2", std::make_shared<nn::Conv2d>(out, out, 3, 1, 1, 1, false, gen));
+    norm2_ = register_module("norm2", make_norm(norm, out));
+    if (stride != 1 || in != out)
+      shortcut_ = register_module(
+          "shortcut", std::make_shared<nn::Sequential>(
+                          std::make_shared<nn::Conv2d>(in, out, 1, stride, 0, 1, false, gen), make_norm(norm, out)));
+  }
+  mixtape::Variable forward(const mixtape::Variable& x) override {
+    using namespace mixtape;
+    const Variable h = relu((*norm1_)((*conv1_)(x)));
+    const Variable y = (*norm2_)((*conv2_)(h));
+    return relu(y + (shortcut_ ? (*shortcut_)(x) : x));
+  }
+
+ private:
+  std::shared_ptr<mixtape::nn::Conv2d> conv1_, conv2_;
+  std::shared_ptr<mixtape::nn::UnaryModule> norm1_, norm2_;
+  std::shared_ptr<mixtape::nn::Sequential> shortcut_;  // null: the identity
+};
+
+inline std::shared_ptr<mixtape::nn::Sequential> make_resnet(int64_t width, CnnNorm norm, mixtape::Generator& gen) {
+  using namespace mixtape;
+  const int64_t w = width;
+  return std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Conv2d>(1, w, 3, 1, 1, 1, false, gen), make_norm(norm, w), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::MaxPool2d>(2), std::make_shared<ResidualBlock>(w, w, 1, norm, gen),
+      std::make_shared<ResidualBlock>(w, 2 * w, 2, norm, gen), std::make_shared<nn::AdaptiveAvgPool2d>(1),
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(2 * w, kCnnClasses, true, gen));
+}
+
+inline std::shared_ptr<mixtape::nn::Sequential> make_model(const CnnConfig& c, mixtape::Generator& gen) {
+  return c.model == CnnModel::resnet ? make_resnet(c.width, c.norm, gen) : make_cnn(c.width, c.dropout, gen);
+}
+
 // Test loss and accuracy, in the trainer's compute dtype (the loss in fp32).
 inline CnnEval evaluate_cnn(mixtape::nn::Sequential& model, const mixtape::PrecisionTrainer& trainer,
                             const mixtape::data::LabeledImages& test, int64_t batch_size) {
@@ -234,9 +301,10 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
   using namespace mixtape;
   CnnRun run;
   Generator gen(c.seed);
-  run.model = make_cnn(c.width, c.dropout, gen);
+  run.model = make_model(c, gen);
   nn::Module* root = run.model.get();
   if (c.aux_weight > 0.0) {
+    MT_CHECK(c.model == CnnModel::cnn, "the decoder head (aux_weight > 0) is built on the cnn model's encoder");
     run.with_decoder = std::make_shared<CnnWithDecoder>(run.model, c.width, gen);
     root = run.with_decoder.get();
   }

@@ -105,6 +105,58 @@ __global__ void adam_kernel(P* p, const P* g, P* m, P* v, Q* q, bool has_copy, O
   }
 }
 
+// Adam / AdamW with amsgrad. Operands: param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, copy.
+template <class P, class Q>
+__global__ void adam_amsgrad_kernel(P* p, const P* g, P* m, P* v, P* vm, Q* q, bool has_copy, OffsetCalculator<6> oc,
+                                    int64_t n, formulas::AdamConsts<P> k) {
+  MT_GRID_STRIDE(i, n) {
+    int64_t o[6];
+    oc.offsets(i, o);
+    P mv = m[o[2]], vv = v[o[3]], vmax = vm[o[4]];
+    const P next = formulas::adam_amsgrad<DeviceUpdate<P>>(p[o[0]], g[o[1]], mv, vv, vmax, k);
+    m[o[2]] = mv;
+    v[o[3]] = vv;
+    vm[o[4]] = vmax;
+    p[o[0]] = next;
+    write_copy(q + o[5], has_copy, next);
+  }
+}
+
+// torch.optim.RMSprop. Operands: param, grad, square_avg, grad_avg, momentum buffer, copy (the
+// buffers a setting does not use alias square_avg's layout and are neither read nor written).
+template <class P, class Q>
+__global__ void rmsprop_kernel(P* p, const P* g, P* sq, P* ga, P* b, Q* q, bool has_copy, OffsetCalculator<6> oc,
+                               int64_t n, formulas::RmspropConsts<P> k) {
+  MT_GRID_STRIDE(i, n) {
+    int64_t o[6];
+    oc.offsets(i, o);
+    P sv = sq[o[2]];
+    P gv = k.centered ? ga[o[3]] : P(0);
+    P bv = k.use_mom ? b[o[4]] : P(0);
+    const P next = formulas::rmsprop<DeviceUpdate<P>>(p[o[0]], g[o[1]], sv, gv, bv, k);
+    sq[o[2]] = sv;
+    if (k.centered) ga[o[3]] = gv;
+    if (k.use_mom) b[o[4]] = bv;
+    p[o[0]] = next;
+    write_copy(q + o[5], has_copy, next);
+  }
+}
+
+// torch.optim.Adagrad. Operands: param, grad, sum, copy.
+template <class P, class Q>
+__global__ void adagrad_kernel(P* p, const P* g, P* s, Q* q, bool has_copy, OffsetCalculator<4> oc, int64_t n,
+                               formulas::AdagradConsts<P> k) {
+  MT_GRID_STRIDE(i, n) {
+    int64_t o[4];
+    oc.offsets(i, o);
+    P sv = s[o[2]];
+    const P next = formulas::adagrad<DeviceUpdate<P>>(p[o[0]], g[o[1]], sv, k);
+    s[o[2]] = sv;
+    p[o[0]] = next;
+    write_copy(q + o[3], has_copy, next);
+  }
+}
+
 // Only (f32, f32) has a kernel: the CPU also has (f64, f64), but f64 stays on the CPU
 // (Note [Update kernel dtypes] in tensor/cpu/optim.cpp).
 template <class F>
@@ -127,15 +179,38 @@ __global__ void sgd16_kernel(P* p, const float* g, P* m, P* c, OffsetCalculator<
   }
 }
 
-// Algorithm 4 / 5 and the nearest baseline. Operands: param, grad, exp_avg, exp_avg_sq, Kahan
-// buffer (param's layout when unused, never dereferenced).
+// Algorithm 4 / 5 and the nearest baseline. Operands: param, grad, exp_avg, exp_avg_sq,
+// max_exp_avg_sq (amsgrad), Kahan buffer (param's layout when unused, never dereferenced).
 template <class P>
-__global__ void adamw16_kernel(P* p, const float* g, P* m, P* v, P* c, OffsetCalculator<5> oc, int64_t n,
+__global__ void adamw16_kernel(P* p, const float* g, P* m, P* v, P* vm, P* c, OffsetCalculator<6> oc, int64_t n,
                                formulas::AdamW16Consts k) {
   MT_GRID_STRIDE(i, n) {
-    int64_t o[5];
+    int64_t o[6];
     oc.offsets(i, o);
-    formulas::adamw16<DeviceUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], c + o[4], uint64_t(i), k);
+    formulas::adamw16<DeviceUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], vm + o[4], c + o[5], uint64_t(i), k);
+  }
+}
+
+// RMSprop with 16-bit state. Operands: param, grad, square_avg, grad_avg, momentum buffer, Kahan
+// buffer (param's layout when unused, never dereferenced).
+template <class P>
+__global__ void rmsprop16_kernel(P* p, const float* g, P* sq, P* ga, P* b, P* c, OffsetCalculator<6> oc, int64_t n,
+                                 formulas::Rmsprop16Consts k) {
+  MT_GRID_STRIDE(i, n) {
+    int64_t o[6];
+    oc.offsets(i, o);
+    formulas::rmsprop16<DeviceUpdate<P>>(p + o[0], g[o[1]], sq + o[2], ga + o[3], b + o[4], c + o[5], uint64_t(i), k);
+  }
+}
+
+// Adagrad with a 16-bit accumulator. Operands: param, grad, sum, Kahan buffer (likewise).
+template <class P>
+__global__ void adagrad16_kernel(P* p, const float* g, P* s, P* c, OffsetCalculator<4> oc, int64_t n,
+                                 formulas::Adagrad16Consts k) {
+  MT_GRID_STRIDE(i, n) {
+    int64_t o[4];
+    oc.offsets(i, o);
+    formulas::adagrad16<DeviceUpdate<P>>(p + o[0], g[o[1]], s + o[2], c + o[3], uint64_t(i), k);
   }
 }
 
@@ -369,8 +444,8 @@ void sgd_update(const Strided& param, const Strided& grad, const Strided& moment
 }
 
 void adam_update(const Strided& param, const Strided& grad, const Strided& exp_avg, const Strided& exp_avg_sq,
-                 double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
-                 const Strided& rounded_copy) {
+                 const Strided& max_exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay,
+                 bool decoupled, int64_t step, const Strided& rounded_copy) {
   DeviceGuard guard(param.device().index);
   const int64_t n = param.numel();
   dispatch_update(decoupled ? "adamw_update" : "adam_update", param.dtype(), exp_avg.dtype(), [&](auto tag) {
@@ -381,10 +456,63 @@ void adam_update(const Strided& param, const Strided& grad, const Strided& exp_a
       const formulas::AdamConsts<P> k = formulas::adam_consts<P>(lr, beta1, beta2, eps, weight_decay, decoupled, step);
       const bool has_copy = rounded_copy.defined();
       const Strided& qt = has_copy ? rounded_copy : param;
+      if (max_exp_avg_sq.defined()) {
+        adam_amsgrad_kernel<P, Q><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
+            param.data<P>(), grad.data<P>(), exp_avg.data<P>(), exp_avg_sq.data<P>(), max_exp_avg_sq.data<P>(),
+            copy_data<Q>(rounded_copy, param), has_copy,
+            same_shape_offsets<6>(param.shape(), {&param, &grad, &exp_avg, &exp_avg_sq, &max_exp_avg_sq, &qt}), n, k);
+        MT_CUDA_CHECK_LAUNCH("adam_amsgrad_kernel");
+        return;
+      }
       adam_kernel<P, Q><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
           param.data<P>(), grad.data<P>(), exp_avg.data<P>(), exp_avg_sq.data<P>(), copy_data<Q>(rounded_copy, param),
           has_copy, same_shape_offsets<5>(param.shape(), {&param, &grad, &exp_avg, &exp_avg_sq, &qt}), n, k);
       MT_CUDA_CHECK_LAUNCH("adam_kernel");
+    });
+  });
+}
+
+void rmsprop_update(const Strided& param, const Strided& grad, const Strided& square_avg, const Strided& grad_avg,
+                    const Strided& momentum_buf, double lr, double alpha, double eps, double weight_decay,
+                    double momentum, bool centered, const Strided& rounded_copy) {
+  DeviceGuard guard(param.device().index);
+  const int64_t n = param.numel();
+  dispatch_update("rmsprop_update", param.dtype(), square_avg.dtype(), [&](auto tag) {
+    using P = decltype(tag);
+    if (n == 0) return;
+    dispatch_copy(rounded_copy, [&](auto copy_tag) {
+      using Q = decltype(copy_tag);
+      const formulas::RmspropConsts<P> k =
+          formulas::rmsprop_consts<P>(lr, alpha, eps, weight_decay, momentum, centered);
+      const bool has_copy = rounded_copy.defined();
+      const Strided& qt = has_copy ? rounded_copy : param;
+      const Strided& at = k.centered ? grad_avg : square_avg;
+      const Strided& bt = k.use_mom ? momentum_buf : square_avg;
+      rmsprop_kernel<P, Q><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
+          param.data<P>(), grad.data<P>(), square_avg.data<P>(), at.data<P>(), bt.data<P>(),
+          copy_data<Q>(rounded_copy, param), has_copy,
+          same_shape_offsets<6>(param.shape(), {&param, &grad, &square_avg, &at, &bt, &qt}), n, k);
+      MT_CUDA_CHECK_LAUNCH("rmsprop_kernel");
+    });
+  });
+}
+
+void adagrad_update(const Strided& param, const Strided& grad, const Strided& sum, double lr, double lr_decay,
+                    double eps, double weight_decay, int64_t step, const Strided& rounded_copy) {
+  DeviceGuard guard(param.device().index);
+  const int64_t n = param.numel();
+  dispatch_update("adagrad_update", param.dtype(), sum.dtype(), [&](auto tag) {
+    using P = decltype(tag);
+    if (n == 0) return;
+    dispatch_copy(rounded_copy, [&](auto copy_tag) {
+      using Q = decltype(copy_tag);
+      const formulas::AdagradConsts<P> k = formulas::adagrad_consts<P>(lr, lr_decay, eps, weight_decay, step);
+      const bool has_copy = rounded_copy.defined();
+      const Strided& qt = has_copy ? rounded_copy : param;
+      adagrad_kernel<P, Q><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
+          param.data<P>(), grad.data<P>(), sum.data<P>(), copy_data<Q>(rounded_copy, param), has_copy,
+          same_shape_offsets<4>(param.shape(), {&param, &grad, &sum, &qt}), n, k);
+      MT_CUDA_CHECK_LAUNCH("adagrad_kernel");
     });
   });
 }
@@ -411,23 +539,72 @@ void sgd16_update(const Strided& param, const Strided& grad, const Strided& mome
 }
 
 void adamw16_update(const Strided& param, const Strided& grad, const Strided& exp_avg, const Strided& exp_avg_sq,
-                    const Strided& kahan_comp, double lr, double beta1, double beta2, double eps, double weight_decay,
-                    int64_t step, Rounding rounding, uint64_t seed, uint64_t offset) {
+                    const Strided& max_exp_avg_sq, const Strided& kahan_comp, double lr, double beta1, double beta2,
+                    double eps, double weight_decay, int64_t step, Rounding rounding, uint64_t seed, uint64_t offset) {
   DeviceGuard guard(param.device().index);
   const int64_t n = param.numel();
   dispatch_16bit("adamw16_update", param.dtype(), [&](auto tag) {
     using P = decltype(tag);
     if (n == 0) return;
-    const formulas::AdamW16Consts k = formulas::adamw16_consts(
-        lr, beta1, beta2, eps, weight_decay, step, formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
+    const formulas::AdamW16Consts k = formulas::adamw16_consts(lr, beta1, beta2, eps, weight_decay, step,
+                                                               formulas::weight_rule(rounding, kahan_comp.defined()),
+                                                               seed, offset, max_exp_avg_sq.defined());
+    const Strided& xt = k.amsgrad ? max_exp_avg_sq : param;
     const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
-    MT_CHECK(exp_avg.dtype() == param.dtype() && exp_avg_sq.dtype() == param.dtype() && ct.dtype() == param.dtype(),
+    MT_CHECK(exp_avg.dtype() == param.dtype() && exp_avg_sq.dtype() == param.dtype() && xt.dtype() == param.dtype() &&
+                 ct.dtype() == param.dtype(),
              "adamw16_update: state must have the parameter's dtype ", param.meta());
     adamw16_kernel<P><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
         static_cast<P*>(param.raw_data()), grad.data<float>(), static_cast<P*>(exp_avg.raw_data()),
-        static_cast<P*>(exp_avg_sq.raw_data()), static_cast<P*>(ct.raw_data()),
-        same_shape_offsets<5>(param.shape(), {&param, &grad, &exp_avg, &exp_avg_sq, &ct}), n, k);
+        static_cast<P*>(exp_avg_sq.raw_data()), static_cast<P*>(xt.raw_data()), static_cast<P*>(ct.raw_data()),
+        same_shape_offsets<6>(param.shape(), {&param, &grad, &exp_avg, &exp_avg_sq, &xt, &ct}), n, k);
     MT_CUDA_CHECK_LAUNCH("adamw16_kernel");
+  });
+}
+
+void rmsprop16_update(const Strided& param, const Strided& grad, const Strided& square_avg, const Strided& grad_avg,
+                      const Strided& momentum_buf, const Strided& kahan_comp, double lr, double alpha, double eps,
+                      double weight_decay, double momentum, bool centered, Rounding rounding, uint64_t seed,
+                      uint64_t offset) {
+  DeviceGuard guard(param.device().index);
+  const int64_t n = param.numel();
+  dispatch_16bit("rmsprop16_update", param.dtype(), [&](auto tag) {
+    using P = decltype(tag);
+    if (n == 0) return;
+    const formulas::Rmsprop16Consts k =
+        formulas::rmsprop16_consts(lr, alpha, eps, weight_decay, momentum, centered,
+                                   formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
+    const Strided& at = k.centered ? grad_avg : param;
+    const Strided& bt = k.use_mom ? momentum_buf : param;
+    const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
+    MT_CHECK(square_avg.dtype() == param.dtype() && at.dtype() == param.dtype() && bt.dtype() == param.dtype() &&
+                 ct.dtype() == param.dtype(),
+             "rmsprop16_update: state must have the parameter's dtype ", param.meta());
+    rmsprop16_kernel<P><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
+        static_cast<P*>(param.raw_data()), grad.data<float>(), static_cast<P*>(square_avg.raw_data()),
+        static_cast<P*>(at.raw_data()), static_cast<P*>(bt.raw_data()), static_cast<P*>(ct.raw_data()),
+        same_shape_offsets<6>(param.shape(), {&param, &grad, &square_avg, &at, &bt, &ct}), n, k);
+    MT_CUDA_CHECK_LAUNCH("rmsprop16_kernel");
+  });
+}
+
+void adagrad16_update(const Strided& param, const Strided& grad, const Strided& sum, const Strided& kahan_comp,
+                      double lr, double lr_decay, double eps, double weight_decay, int64_t step, Rounding rounding,
+                      uint64_t seed, uint64_t offset) {
+  DeviceGuard guard(param.device().index);
+  const int64_t n = param.numel();
+  dispatch_16bit("adagrad16_update", param.dtype(), [&](auto tag) {
+    using P = decltype(tag);
+    if (n == 0) return;
+    const formulas::Adagrad16Consts k = formulas::adagrad16_consts(
+        lr, lr_decay, eps, weight_decay, step, formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
+    const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
+    MT_CHECK(sum.dtype() == param.dtype() && ct.dtype() == param.dtype(),
+             "adagrad16_update: state must have the parameter's dtype ", param.meta());
+    adagrad16_kernel<P><<<grid_for(n), kBlock, 0, stream_of(param)>>>(
+        static_cast<P*>(param.raw_data()), grad.data<float>(), static_cast<P*>(sum.raw_data()),
+        static_cast<P*>(ct.raw_data()), same_shape_offsets<4>(param.shape(), {&param, &grad, &sum, &ct}), n, k);
+    MT_CUDA_CHECK_LAUNCH("adagrad16_kernel");
   });
 }
 

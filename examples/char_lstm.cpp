@@ -88,8 +88,10 @@ struct Config {
   int64_t sample_len = 300;
   std::string prompt = "\\n";
   bool smoke = false;
+  examples::OptimizerFlags optimizer;  // --optimizer / --amsgrad; the default is optimizer_spec's
 
   void add_to(CLI::App& app) {
+    optimizer.add_to(app);
     app.add_option("--data", data, "text file, or folder of text files (read non-recursively)")->capture_default_str();
     app.add_option("--out-dir", out_dir, "folder for the checkpoint char_lstm.safetensors (see --checkpoint)")
         ->capture_default_str();
@@ -238,11 +240,11 @@ Plan plan_run(const Config& c, const examples::CommonFlags& flags) {
           int((total_steps + c.steps_per_epoch - 1) / c.steps_per_epoch), flags.batch_size};
 }
 
-// Adam, or AdamW with --weight-decay > 0.
+// Adam, or AdamW with --weight-decay > 0, unless --optimizer says otherwise.
 OptimizerSpec optimizer_spec(const Config& c, double lr) {
-  return {.kind = c.weight_decay > 0 ? OptimizerKind::adamw : OptimizerKind::adam,
-          .lr = lr,
-          .weight_decay = c.weight_decay};
+  return c.optimizer.spec({.kind = c.weight_decay > 0 ? OptimizerKind::adamw : OptimizerKind::adam,
+                           .lr = lr,
+                           .weight_decay = c.weight_decay});
 }
 
 // Linear warm-up, then cosine decay to lr/10 (--schedule cosine) or the constant lr; null when

@@ -125,6 +125,8 @@ int main(int argc, char** argv) {
   precision.add_to(app);
   examples::DeviceFlag device_flag;
   device_flag.add_to(app);
+  examples::OptimizerFlags optimizer;
+  optimizer.add_to(app);
   CnnFlags o;
   o.add_to(app);
   examples::Checkpointer checkpoint("cnn.safetensors");
@@ -164,6 +166,7 @@ int main(int argc, char** argv) {
                                      .max_steps = flags.max_steps,
                                      .progress = dp->is_root(),
                                      .device = device,
+                                     .optimizer = optimizer,
                                      .checkpoint = &checkpoint,
                                      .dp = dp->distributed() ? dp : nullptr};
     const PrecisionOptions options = precision.options(flags.seed);

@@ -61,6 +61,8 @@ struct CnnConfig {
   double loss_weight = 1.0;
   double aux_weight = 0.0;
   double adam_eps = 1e-8;
+  // --optimizer / --amsgrad; the default is AdamW.
+  OptimizerFlags optimizer;
   // --checkpoint / --resume (examples/checkpoint.h); null: no checkpoints.
   const Checkpointer* checkpoint = nullptr;
   // Data-parallel training (Note [Data-parallel examples] in common.h); null: one process.
@@ -311,7 +313,9 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
   if (c.dp) c.dp->broadcast(*root);  // rank 0's initial state on every rank
   root->to(c.device);                // before the trainer: masters and optimizer state follow the parameters
   run.trainer = std::make_unique<PrecisionTrainer>(
-      *root, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = c.lr, .weight_decay = c.weight_decay, .eps = c.adam_eps},
+      *root,
+      c.optimizer.spec(
+          OptimizerSpec{.kind = OptimizerKind::adamw, .lr = c.lr, .weight_decay = c.weight_decay, .eps = c.adam_eps}),
       precision);
   PrecisionTrainer& trainer = *run.trainer;
   if (c.dp) trainer.set_data_parallel(c.dp);

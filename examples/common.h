@@ -151,6 +151,33 @@ struct CommonFlags {
   }
 };
 
+// --optimizer and --amsgrad: the rule that trains (optim/trainer.h). Without --optimizer a
+// program keeps its own (cnn AdamW, char_lstm Adam or AdamW, mlp_demo SGD, dcgan Adam) with its
+// own settings; another rule takes the program's lr, weight decay and momentum, and its own eps.
+struct OptimizerFlags {
+  std::string optimizer;  // empty: the program's own
+  bool amsgrad = false;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--optimizer", optimizer, "sgd, adam, adamw, rmsprop or adagrad (default: the program's own)")
+        ->check(CLI::IsMember({"sgd", "adam", "adamw", "rmsprop", "adagrad"}));
+    app.add_flag("--amsgrad", amsgrad, "Adam / AdamW: divide by the running maximum of the second moment");
+  }
+
+  // The program's spec `own` with the flags applied; throws for --amsgrad with a rule without it.
+  mixtape::OptimizerSpec spec(mixtape::OptimizerSpec own) const {
+    if (!optimizer.empty()) {
+      const mixtape::OptimizerKind kind = mixtape::optimizer_kind_from_name(optimizer);
+      if (kind != own.kind) own.eps.reset();  // the rule's own eps, not the program's
+      own.kind = kind;
+    }
+    const bool adam = own.kind == mixtape::OptimizerKind::adam || own.kind == mixtape::OptimizerKind::adamw;
+    MT_CHECK(!amsgrad || adam, "--amsgrad is an option of adam and adamw, not of --optimizer ", optimizer);
+    own.amsgrad = own.amsgrad || amsgrad;
+    return own;
+  }
+};
+
 // The precision flags every program has (DESIGN.md section 5; optim/trainer.h).
 struct PrecisionFlags {
   std::string precision = "fp32";

@@ -65,10 +65,12 @@ struct DcganFlags {
   int64_t image_size = 0, nz = 100, ngf = 32, ndf = 32, limit = 0, log_every = 50, sample_every = 0;
   double beta1 = 0.5;
   bool smoke = false;
+  examples::OptimizerFlags optimizer;  // --optimizer / --amsgrad for both networks; default Adam
 
   bool folder() const { return !images_dir.empty(); }
 
   void add_to(CLI::App& app) {
+    optimizer.add_to(app);
     app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
     app.add_option("--images", images_dir, "train on the PNG/JPEG images of this folder (RGB) instead");
     app.add_option("--image-size", image_size,
@@ -241,7 +243,7 @@ Gan::Gan(const DcganFlags& o, int64_t channels, const examples::CommonFlags& fla
   D->to(device);
   std::printf("generator %s\n%lld parameters\ndiscriminator %s\n%lld parameters\n", G->str().c_str(),
               (long long)G->num_parameters(), D->str().c_str(), (long long)D->num_parameters());
-  const OptimizerSpec adam{.kind = OptimizerKind::adam, .lr = flags.lr, .beta1 = o.beta1};
+  const OptimizerSpec adam = o.optimizer.spec({.kind = OptimizerKind::adam, .lr = flags.lr, .beta1 = o.beta1});
   g_trainer = std::make_unique<PrecisionTrainer>(*G, adam, precision.options(flags.seed));
   d_trainer = std::make_unique<PrecisionTrainer>(*D, adam, precision.options(flags.seed + 1));
   if (dp->distributed()) {

@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   examples::PrecisionFlags precision;
   precision.add_to(app);
+  examples::OptimizerFlags optimizer;  // default SGD
+  optimizer.add_to(app);
   examples::DeviceFlag device_flag;
   device_flag.add_to(app);
   int steps = 300, batch = 64, hidden = 64, log_every = 50;
@@ -64,7 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("--batch", batch, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--hidden", hidden, "hidden units")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--lr", lr, "SGD learning rate")
+  app.add_option("--lr", lr, "learning rate")
       ->check(examples::finite)
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
     auto teacher = [&](const Tensor& x) { return sigmoid(matmul(x, a)) * 2.0 + tanh(matmul(x, b)) * 0.5; };
     Mlp model(in, hidden, out, gen);
     model.to(device);  // before the trainer: its masters and optimizer state follow the parameters
-    PrecisionTrainer trainer(model, {.kind = OptimizerKind::sgd, .lr = lr}, precision.options(seed));
+    PrecisionTrainer trainer(model, optimizer.spec({.kind = OptimizerKind::sgd, .lr = lr}), precision.options(seed));
     examples::Metrics metrics(metrics_path);
 
     std::printf("mlp_demo: %d steps, batch %d, hidden %d\ndevice: %s\nprecision: %s\n", steps, batch, hidden,

@@ -16,7 +16,7 @@ Adam::Adam(std::vector<Variable> params, AdamOptions options, bool decoupled)
 }
 
 AdamW::AdamW(std::vector<Variable> params, AdamWOptions o)
-    : Adam(std::move(params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, true) {}
+    : Adam(std::move(params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad}, true) {}
 
 void Adam::validate(const AdamOptions& o) const {
   check_lr(o.lr);
@@ -26,10 +26,15 @@ void Adam::validate(const AdamOptions& o) const {
   MT_CHECK(std::isfinite(o.eps) && o.eps >= 0.0, name(), ": eps must be finite and >= 0, got ", o.eps);
 }
 
+std::vector<std::string> Adam::buffer_names() const {
+  if (options_.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
 void Adam::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
                  Tensor* rounded_copy) {
   adam_update_(param, grad, state.buffers[0], state.buffers[1], group.lr, options_.beta1, options_.beta2, options_.eps,
-               group.weight_decay, decoupled_, step, rounded_copy);
+               group.weight_decay, decoupled_, step, rounded_copy, options_.amsgrad ? &state.buffers[2] : nullptr);
 }
 
 void Adam::apply_all(const std::vector<size_t>& index, const std::vector<Tensor>& params,
@@ -53,6 +58,7 @@ void Adam::save_options(TensorDict& d) const {
   d.set_meta("beta1", state_io::format(options_.beta1));
   d.set_meta("beta2", state_io::format(options_.beta2));
   d.set_meta("eps", state_io::format(options_.eps));
+  d.set_meta("amsgrad", state_io::format(options_.amsgrad));
 }
 
 void Adam::load_options(const TensorDict& d) {
@@ -60,6 +66,8 @@ void Adam::load_options(const TensorDict& d) {
   o.beta1 = state_io::get_double(d, "beta1", name());
   o.beta2 = state_io::get_double(d, "beta2", name());
   o.eps = state_io::get_double(d, "eps", name());
+  // Absent in state saved before amsgrad existed: those optimizers had none.
+  o.amsgrad = d.has_meta("amsgrad") && state_io::get_bool(d, "amsgrad", name());
   validate(o);
   options_ = o;
 }

@@ -1,6 +1,9 @@
 // Adam (Kingma & Ba) with L2 weight decay folded into the gradient, and AdamW (Loshchilov &
 // Hutter) with weight decay applied to the weights, as torch.optim.Adam / AdamW (formulas in
 // tensor/ops/optim.h, adam_update_). Bias corrections use each parameter's own step count.
+// amsgrad (Reddi, Kale & Kumar, "On the Convergence of Adam and Beyond") keeps one more buffer,
+// "max_exp_avg_sq", the running maximum of exp_avg_sq, and divides by its square root instead;
+// it has no multi-tensor rule, so a GPU step with it decides on the host (Note [Scaled step]).
 //
 //   AdamW opt(params, {.lr = 3e-4, .weight_decay = 0.05});
 #pragma once
@@ -15,6 +18,7 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;  // default for groups that do not set their own
+  bool amsgrad = false;       // Reddi et al.: the denominator uses the running maximum of exp_avg_sq
 };
 
 // The same settings with AdamW's default decay.
@@ -24,6 +28,7 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;
+  bool amsgrad = false;
 };
 
 class Adam : public Optimizer {
@@ -35,10 +40,10 @@ class Adam : public Optimizer {
 
  protected:
   Adam(std::vector<Variable> params, AdamOptions options, bool decoupled);
-  std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  std::vector<std::string> buffer_names() const override;
   void apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
              Tensor* rounded_copy) override;
-  bool has_multi_tensor_rule() const override { return true; }
+  bool has_multi_tensor_rule() const override { return !options_.amsgrad; }
   void apply_all(const std::vector<size_t>& index, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<ParamState*>& states, const std::vector<Tensor>& copies, Tensor& steps,
                  const Tensor& control) override;

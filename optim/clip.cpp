@@ -46,4 +46,11 @@ double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {
   return norm;
 }
 
+void clip_grad_value(std::vector<Tensor>& grads, double clip_value) {
+  MT_CHECK(std::isfinite(clip_value) && clip_value >= 0.0, "clip_grad_value: clip_value must be finite and >= 0, got ",
+           clip_value);
+  for (Tensor& g : grads)
+    if (g.defined()) g = clamp(g, -clip_value, clip_value);
+}
+
 }  // namespace mixtape

@@ -1,5 +1,6 @@
-// Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_), on plain (unscaled)
-// gradients: scaled_step (optim/scaled_step.h) unscales first, then clips.
+// Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_) and by value
+// (torch.nn.utils.clip_grad_value_), on plain (unscaled) gradients: scaled_step
+// (optim/scaled_step.h) unscales first, then clips.
 #pragma once
 
 #include <vector>
@@ -17,5 +18,10 @@ double clip_grad_norm(std::vector<Tensor>& grads, double max_norm);
 
 // The same norm without clipping.
 double grad_norm(const std::vector<Tensor>& grads);
+
+// Replaces every gradient (undefined entries are skipped) by its elements clamped to
+// [-clip_value, clip_value], in its own dtype; a NaN stays NaN, an inf becomes +-clip_value (as
+// torch.clamp). clip_value must be finite and >= 0.
+void clip_grad_value(std::vector<Tensor>& grads, double clip_value);
 
 }  // namespace mixtape

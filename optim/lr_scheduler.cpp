@@ -1,5 +1,6 @@
 #include "optim/lr_scheduler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -36,23 +37,83 @@ double LinearWarmup::lr_at(int64_t step, double base_lr) const {
   return after_ ? after_->lr_at(step - warmup_, base_lr) : base_lr;
 }
 
+ExponentialLR::ExponentialLR(double gamma) : gamma_(gamma) {
+  MT_CHECK(std::isfinite(gamma) && gamma >= 0.0, "ExponentialLR: gamma must be finite and >= 0, got ", gamma);
+}
+
+double ExponentialLR::lr_at(int64_t step, double base_lr) const { return base_lr * std::pow(gamma_, double(step)); }
+
+MultiStepLR::MultiStepLR(std::vector<int64_t> milestones, double gamma)
+    : milestones_(std::move(milestones)), gamma_(gamma) {
+  for (int64_t m : milestones_) MT_CHECK(m >= 0, "MultiStepLR: milestones must be >= 0, got ", m);
+  MT_CHECK(std::isfinite(gamma) && gamma >= 0.0, "MultiStepLR: gamma must be finite and >= 0, got ", gamma);
+  std::sort(milestones_.begin(), milestones_.end());
+}
+
+double MultiStepLR::lr_at(int64_t step, double base_lr) const {
+  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), step) - milestones_.begin();
+  return base_lr * std::pow(gamma_, double(passed));
+}
+
+OneCycleLR::OneCycleLR(double max_lr, int64_t total_steps, Options o) : total_(total_steps), anneal_(o.anneal) {
+  MT_CHECK(std::isfinite(max_lr) && max_lr >= 0.0, "OneCycleLR: max_lr must be finite and >= 0, got ", max_lr);
+  MT_CHECK(total_steps > 0, "OneCycleLR: total_steps must be > 0, got ", total_steps);
+  MT_CHECK(o.pct_start >= 0.0 && o.pct_start <= 1.0, "OneCycleLR: pct_start must be in [0, 1], got ", o.pct_start);
+  MT_CHECK(std::isfinite(o.div_factor) && o.div_factor > 0.0, "OneCycleLR: div_factor must be finite and > 0, got ",
+           o.div_factor);
+  MT_CHECK(std::isfinite(o.final_div_factor) && o.final_div_factor > 0.0,
+           "OneCycleLR: final_div_factor must be finite and > 0, got ", o.final_div_factor);
+  MT_CHECK(o.anneal == Anneal::cos || o.anneal == Anneal::linear, "OneCycleLR: invalid anneal strategy ",
+           int(o.anneal));
+  const double initial = max_lr / o.div_factor, min_lr = initial / o.final_div_factor;
+  const double up = o.pct_start * double(total_steps), last = double(total_steps - 1);
+  if (o.three_phase)
+    phases_ = {{up - 1.0, initial, max_lr}, {2.0 * up - 2.0, max_lr, initial}, {last, initial, min_lr}};
+  else phases_ = {{up - 1.0, initial, max_lr}, {last, max_lr, min_lr}};
+  // PyTorch divides by each phase's length; a phase of length <= 0 would divide by zero there.
+  double start = 0.0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    MT_CHECK(phases_[i].end_step > start, "OneCycleLR: phase ", i + 1, " of ", phases_.size(), " ends at step ",
+             phases_[i].end_step, ", not after ", start, " (total_steps ", total_steps, ", pct_start ", o.pct_start,
+             "): give more steps or another pct_start");
+    start = phases_[i].end_step;
+  }
+}
+
+double OneCycleLR::lr_at(int64_t step, double) const {
+  MT_CHECK(step <= total_, "OneCycleLR: tried to step ", step, " times; the schedule has total_steps ", total_);
+  double start = 0.0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    const Phase& ph = phases_[i];
+    if (double(step) <= ph.end_step || i + 1 == phases_.size()) {
+      const double pct = (double(step) - start) / (ph.end_step - start);
+      if (anneal_ == Anneal::linear) return (ph.end_lr - ph.start_lr) * pct + ph.start_lr;
+      return ph.end_lr + (ph.start_lr - ph.end_lr) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
+    }
+    start = ph.end_step;
+  }
+  MT_ASSERT(false, "OneCycleLR: no phase");
+}
+
 LRScheduler::LRScheduler(Optimizer& optimizer, std::shared_ptr<const LRSchedule> schedule)
     : optimizer_(optimizer), schedule_(std::move(schedule)) {
   MT_CHECK(schedule_ != nullptr, "LRScheduler: no schedule given");
   for (size_t g = 0; g < optimizer_.param_groups().size(); ++g) base_lrs_.push_back(optimizer_.lr(g));
-  apply();
+  apply(0);
 }
 
-void LRScheduler::apply() {
+void LRScheduler::apply(int64_t step) {
   MT_CHECK(base_lrs_.size() == optimizer_.param_groups().size(), "LRScheduler: the optimizer has ",
            optimizer_.param_groups().size(), " parameter groups, the scheduler knows ", base_lrs_.size(),
            " (groups added after the scheduler was made)");
-  for (size_t g = 0; g < base_lrs_.size(); ++g) optimizer_.set_lr(g, schedule_->lr_at(last_step_, base_lrs_[g]));
+  std::vector<double> lrs;
+  for (size_t g = 0; g < base_lrs_.size(); ++g) lrs.push_back(schedule_->lr_at(step, base_lrs_[g]));
+  for (size_t g = 0; g < base_lrs_.size(); ++g) optimizer_.set_lr(g, lrs[g]);
 }
 
 void LRScheduler::step() {
+  apply(last_step_ + 1);  // throws, with nothing changed, past the end of a OneCycleLR
   ++last_step_;
-  apply();
 }
 
 TensorDict LRScheduler::state_dict() const {
@@ -74,9 +135,128 @@ void LRScheduler::load_state_dict(const TensorDict& d) {
   }
   MT_CHECK(!d.has_meta("base_lr." + std::to_string(base.size())), "LRScheduler state dict: it has more than the ",
            base.size(), " parameter groups of the optimizer");
+  // The lrs first: a count past the end of the schedule throws before anything changes.
+  const std::vector<double> old_base = base_lrs_;
   base_lrs_ = std::move(base);
+  try {
+    apply(last);
+  } catch (...) {
+    base_lrs_ = old_base;
+    throw;
+  }
   last_step_ = last;
-  apply();
+}
+
+// ---- ReduceLROnPlateau ------------------------------------------------------------------------
+
+namespace {
+
+const char* plateau_mode_name(ReduceLROnPlateau::Mode m) { return m == ReduceLROnPlateau::Mode::min ? "min" : "max"; }
+const char* threshold_mode_name(ReduceLROnPlateau::ThresholdMode m) {
+  return m == ReduceLROnPlateau::ThresholdMode::rel ? "rel" : "abs";
+}
+
+}  // namespace
+
+void ReduceLROnPlateau::validate(const Options& o) {
+  const char* who = "ReduceLROnPlateau";
+  MT_CHECK(o.mode == Mode::min || o.mode == Mode::max, who, ": invalid mode ", int(o.mode));
+  MT_CHECK(o.threshold_mode == ThresholdMode::rel || o.threshold_mode == ThresholdMode::abs, who,
+           ": invalid threshold mode ", int(o.threshold_mode));
+  MT_CHECK(o.factor >= 0.0 && o.factor < 1.0, who, ": factor must be in [0, 1), got ", o.factor);
+  MT_CHECK(o.patience >= 0, who, ": patience must be >= 0, got ", o.patience);
+  MT_CHECK(std::isfinite(o.threshold) && o.threshold >= 0.0, who, ": threshold must be finite and >= 0, got ",
+           o.threshold);
+  MT_CHECK(o.cooldown >= 0, who, ": cooldown must be >= 0, got ", o.cooldown);
+  MT_CHECK(std::isfinite(o.min_lr) && o.min_lr >= 0.0, who, ": min_lr must be finite and >= 0, got ", o.min_lr);
+  MT_CHECK(std::isfinite(o.eps) && o.eps >= 0.0, who, ": eps must be finite and >= 0, got ", o.eps);
+}
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, Options options) : optimizer_(optimizer), options_(options) {
+  validate(options_);
+  best_ = options_.mode == Mode::min ? INFINITY : -INFINITY;
+}
+
+bool ReduceLROnPlateau::is_better(double a) const {
+  const Options& o = options_;
+  if (o.mode == Mode::min)
+    return o.threshold_mode == ThresholdMode::rel ? a < best_ * (1.0 - o.threshold) : a < best_ - o.threshold;
+  return o.threshold_mode == ThresholdMode::rel ? a > best_ * (o.threshold + 1.0) : a > best_ + o.threshold;
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  ++last_epoch_;
+  if (is_better(metric)) {
+    best_ = metric;
+    num_bad_ = 0;
+  } else {
+    ++num_bad_;
+  }
+  if (cooldown_counter_ > 0) {
+    --cooldown_counter_;
+    num_bad_ = 0;  // bad epochs do not count during the cooldown
+  }
+  if (num_bad_ > options_.patience) {
+    for (size_t g = 0; g < optimizer_.param_groups().size(); ++g) {
+      const double old_lr = optimizer_.lr(g);
+      const double new_lr = std::max(old_lr * options_.factor, options_.min_lr);
+      if (old_lr - new_lr > options_.eps) optimizer_.set_lr(g, new_lr);
+    }
+    cooldown_counter_ = options_.cooldown;
+    num_bad_ = 0;
+  }
+}
+
+TensorDict ReduceLROnPlateau::state_dict() const {
+  using state_io::format;
+  TensorDict d;
+  d.set_meta("mode", plateau_mode_name(options_.mode));
+  d.set_meta("factor", format(options_.factor));
+  d.set_meta("patience", format(options_.patience));
+  d.set_meta("threshold", format(options_.threshold));
+  d.set_meta("threshold_mode", threshold_mode_name(options_.threshold_mode));
+  d.set_meta("cooldown", format(options_.cooldown));
+  d.set_meta("min_lr", format(options_.min_lr));
+  d.set_meta("eps", format(options_.eps));
+  d.set_meta("best", format(best_));
+  d.set_meta("num_bad_epochs", format(num_bad_));
+  d.set_meta("cooldown_counter", format(cooldown_counter_));
+  d.set_meta("last_epoch", format(last_epoch_));
+  return d;
+}
+
+void ReduceLROnPlateau::load_state_dict(const TensorDict& d) {
+  using namespace state_io;
+  const char* who = "ReduceLROnPlateau";
+  auto text = [&](const std::string& key) {
+    MT_CHECK(d.has_meta(key), who, " state dict: missing metadata entry '", key, "'");
+    return d.meta(key);
+  };
+  Options o;
+  const std::string mode = text("mode"), tmode = text("threshold_mode");
+  MT_CHECK(mode == "min" || mode == "max", who, " state dict: mode '", mode, "' is not min or max");
+  MT_CHECK(tmode == "rel" || tmode == "abs", who, " state dict: threshold_mode '", tmode, "' is not rel or abs");
+  o.mode = mode == "min" ? Mode::min : Mode::max;
+  o.threshold_mode = tmode == "rel" ? ThresholdMode::rel : ThresholdMode::abs;
+  o.factor = get_double(d, "factor", who);
+  o.patience = get_int(d, "patience", who);
+  o.threshold = get_double(d, "threshold", who);
+  o.cooldown = get_int(d, "cooldown", who);
+  o.min_lr = get_double(d, "min_lr", who);
+  o.eps = get_double(d, "eps", who);
+  validate(o);
+  const double best = get_double(d, "best", who);
+  const int64_t bad = get_int(d, "num_bad_epochs", who), cool = get_int(d, "cooldown_counter", who),
+                last = get_int(d, "last_epoch", who);
+  MT_CHECK(!std::isnan(best), who, " state dict: best is NaN");
+  MT_CHECK(bad >= 0 && cool >= 0 && last >= 0, who,
+           " state dict: num_bad_epochs, cooldown_counter and last_epoch must be >= 0, got ", bad, ", ", cool, ", ",
+           last);
+  options_ = o;
+  best_ = best;
+  num_bad_ = bad;
+  cooldown_counter_ = cool;
+  last_epoch_ = last;
 }
 
 }  // namespace mixtape

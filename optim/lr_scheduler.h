@@ -6,9 +6,14 @@
 //   AdamW opt(params, {.lr = 1e-3});
 //   LRScheduler sched(opt, LinearWarmup(100, CosineAnnealingLR(900)));
 //   for (...) { ...backward...; opt.step(); sched.step(); }
+//
+// Because the lr is a function of the count, a schedule does not compound with changes made to
+// the lr by hand (PyTorch's chainable form would), and a resumed schedule needs only its count.
+// ReduceLROnPlateau, which depends on the metrics it has seen, is a scheduler of its own (below).
 #pragma once
 
 #include <concepts>
+#include <string>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -63,6 +68,63 @@ class LinearWarmup : public LRSchedule {
   std::shared_ptr<const LRSchedule> after_;
 };
 
+// base_lr * gamma^step   (torch.optim.lr_scheduler.ExponentialLR, its closed form)
+class ExponentialLR : public LRSchedule {
+ public:
+  explicit ExponentialLR(double gamma);
+  double lr_at(int64_t step, double base_lr) const override;
+
+ private:
+  double gamma_;
+};
+
+// base_lr * gamma^(number of milestones <= step)   (torch.optim.lr_scheduler.MultiStepLR; a
+// milestone given twice counts twice, as there). Milestones need not be sorted.
+class MultiStepLR : public LRSchedule {
+ public:
+  MultiStepLR(std::vector<int64_t> milestones, double gamma = 0.1);
+  double lr_at(int64_t step, double base_lr) const override;
+
+ private:
+  std::vector<int64_t> milestones_;  // sorted
+  double gamma_;
+};
+
+// The 1cycle policy (Smith & Topin), torch.optim.lr_scheduler.OneCycleLR: from
+// initial = max_lr / div_factor up to max_lr over the first pct_start of total_steps, then down
+// to min = initial / final_div_factor; three_phase: up, back down to initial (as long as the way
+// up), then down to min. Each phase anneals with
+//   cos     end + (start - end) / 2 * (cos(pi * pct) + 1)
+//   linear  (end - start) * pct + start
+// pct being the fraction of the phase done (PyTorch's phase ends: pct_start * total_steps - 1,
+// 2 pct_start * total_steps - 2, total_steps - 1). Every group follows max_lr (the groups'
+// own lrs are not read). Stepping past total_steps throws, as PyTorch does.
+// Not done: PyTorch's cycle_momentum (momentum or beta1 moving against the lr). Momentum and the
+// betas are optimizer-wide options here, not per-group settings a schedule can move, so they
+// stay where the optimizer was built.
+class OneCycleLR : public LRSchedule {
+ public:
+  enum class Anneal : uint8_t { cos, linear };
+  struct Options {
+    double pct_start = 0.3;
+    Anneal anneal = Anneal::cos;
+    double div_factor = 25.0;
+    double final_div_factor = 1e4;
+    bool three_phase = false;
+  };
+  OneCycleLR(double max_lr, int64_t total_steps, Options options);
+  OneCycleLR(double max_lr, int64_t total_steps) : OneCycleLR(max_lr, total_steps, Options{}) {}
+  double lr_at(int64_t step, double base_lr) const override;
+
+ private:
+  struct Phase {
+    double end_step, start_lr, end_lr;
+  };
+  std::vector<Phase> phases_;
+  int64_t total_;
+  Anneal anneal_;
+};
+
 // Holds a reference to the optimizer, which must outlive it.
 class LRScheduler {
  public:
@@ -81,11 +143,59 @@ class LRScheduler {
   void load_state_dict(const TensorDict& dict);
 
  private:
-  void apply();
+  // Sets every group's lr for `step`; computes them all before setting any.
+  void apply(int64_t step);
   Optimizer& optimizer_;
   std::shared_ptr<const LRSchedule> schedule_;
   std::vector<double> base_lrs_;  // one per parameter group, taken at construction
   int64_t last_step_ = 0;
+};
+
+// torch.optim.lr_scheduler.ReduceLROnPlateau: step(metric) once per evaluation; after more than
+// `patience` evaluations without improvement every group's lr becomes max(lr * factor, min_lr),
+// unless that changes it by eps or less, and `cooldown` evaluations pass before bad ones count
+// again. Improvement (a metric better than the best so far):
+//   min, rel:  metric < best * (1 - threshold)       min, abs:  metric < best - threshold
+//   max, rel:  metric > best * (1 + threshold)       max, abs:  metric > best + threshold
+// A NaN metric is never an improvement. Holds a reference to the optimizer.
+class ReduceLROnPlateau {
+ public:
+  enum class Mode : uint8_t { min, max };
+  enum class ThresholdMode : uint8_t { rel, abs };
+  struct Options {
+    Mode mode = Mode::min;
+    double factor = 0.1;  // in [0, 1)
+    int64_t patience = 10;
+    double threshold = 1e-4;
+    ThresholdMode threshold_mode = ThresholdMode::rel;
+    int64_t cooldown = 0;
+    double min_lr = 0.0;  // for every group
+    double eps = 1e-8;
+  };
+  ReduceLROnPlateau(Optimizer& optimizer, Options options);
+  explicit ReduceLROnPlateau(Optimizer& optimizer) : ReduceLROnPlateau(optimizer, Options{}) {}
+
+  void step(double metric);
+  const Options& options() const { return options_; }
+  double best() const { return best_; }
+  int64_t num_bad_epochs() const { return num_bad_; }
+  int64_t cooldown_counter() const { return cooldown_counter_; }
+  int64_t last_epoch() const { return last_epoch_; }
+  double lr(size_t group = 0) const { return optimizer_.lr(group); }
+
+  // metadata: the options ("mode", "factor", ...) and the counters "best", "num_bad_epochs",
+  // "cooldown_counter", "last_epoch". The lrs themselves are the optimizer's state; loading
+  // restores options and counters (validated before anything changes).
+  TensorDict state_dict() const;
+  void load_state_dict(const TensorDict& dict);
+
+ private:
+  static void validate(const Options& o);
+  bool is_better(double metric) const;
+  Optimizer& optimizer_;
+  Options options_;
+  double best_;
+  int64_t num_bad_ = 0, cooldown_counter_ = 0, last_epoch_ = 0;
 };
 
 }  // namespace mixtape

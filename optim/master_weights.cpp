@@ -60,7 +60,8 @@ void MasterWeights::zero_grad() {
 }
 
 StepReport MasterWeights::step(LossScaler& scaler) {
-  last_ = scaled_step(params_, *inner_, scaler, options_.max_grad_norm, slot_);
+  last_ = scaled_step(params_, *inner_, scaler,
+                      GradClip{.max_norm = options_.max_grad_norm, .max_value = options_.max_grad_value}, slot_);
   return last_;
 }
 

@@ -45,7 +45,8 @@ namespace mixtape {
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<Variable> masters)>;
 
 struct MasterWeightsOptions {
-  double max_grad_norm = 0.0;  // > 0: clip the unscaled gradients to this global L2 norm
+  double max_grad_norm = 0.0;   // > 0: clip the unscaled gradients to this global L2 norm
+  double max_grad_value = 0.0;  // > 0: clamp each unscaled gradient element to [-v, v] (before the norm)
 };
 
 class MasterWeights {

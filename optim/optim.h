@@ -10,6 +10,7 @@
 #include "optim/optimizer.h"
 #include "optim/trainer.h"
 #include "optim/pure16.h"
+#include "optim/rmsprop.h"
 #include "optim/scaled_step.h"
 #include "optim/sgd.h"
 #include "tensor/ops/optim.h"

@@ -98,6 +98,11 @@ void Optimizer::set_lr(size_t group, double lr) {
   groups_[group].lr = lr;
 }
 
+Tensor Optimizer::new_buffer(size_t b, const Tensor& like) const {
+  const double v = buffer_init(b);
+  return v == 0.0 ? zeros_like(like) : full(like.shape(), v, like.dtype(), like.device());
+}
+
 void Optimizer::update(size_t index, Tensor& param, const Tensor& grad) {
   MT_CHECK(index < num_params(), name(), ": parameter index ", index, " out of range (", num_params(), " parameters)");
   if (device_steps_.defined()) {  // back to host step counts (a step that decided on the host)
@@ -108,7 +113,7 @@ void Optimizer::update(size_t index, Tensor& param, const Tensor& grad) {
   const std::vector<std::string> names = buffer_names();
   if (st.buffers.size() != names.size()) {  // first update, or the rule now keeps other buffers
     st.buffers.clear();
-    for (size_t b = 0; b < names.size(); ++b) st.buffers.push_back(zeros_like(param));
+    for (size_t b = 0; b < names.size(); ++b) st.buffers.push_back(new_buffer(b, param));
   }
   for (size_t b = 0; b < names.size(); ++b)
     MT_CHECK(st.buffers[b].shape() == param.shape(), name(), ": state '", names[b], "' of parameter ", index, " ",
@@ -174,7 +179,7 @@ void Optimizer::allocate_state() {
     ParamState& st = state_[i];
     if (st.buffers.size() == names.size()) continue;
     st.buffers.clear();
-    for (size_t b = 0; b < names.size(); ++b) st.buffers.push_back(zeros_like(param(i).data()));
+    for (size_t b = 0; b < names.size(); ++b) st.buffers.push_back(new_buffer(b, param(i).data()));
   }
   if (device_step_ready()) place_steps_on_device();
 }
@@ -207,7 +212,7 @@ void Optimizer::step_on_device(const std::vector<Tensor>& grads, const Tensor& c
         ParamState& st = state_[i];
         if (st.buffers.size() != names.size()) {  // first update: the rule's buffers, zeros
           st.buffers.clear();
-          for (size_t b = 0; b < names.size(); ++b) st.buffers.push_back(zeros_like(p.data()));
+          for (size_t b = 0; b < names.size(); ++b) st.buffers.push_back(new_buffer(b, p.data()));
         }
         index.push_back(i);
         params.push_back(p.data());
@@ -322,7 +327,7 @@ void Optimizer::load_state_dict(const TensorDict& d) {
         MT_CHECK(it != tensors.end(), name(), "::load_state_dict: missing tensor '", k + b, "'");
         const Tensor& t = *it->second;
         // A buffer has its parameter's shape and dtype (Optimizer::update allocates it with
-        // zeros_like); the device may differ (a loaded file is on the CPU) and is moved below.
+        // new_buffer); the device may differ (a loaded file is on the CPU) and is moved below.
         MT_CHECK(t.shape() == p.shape(), name(), "::load_state_dict: tensor '", k + b, "' ", t.meta(),
                  " does not match parameter ", i, " ", p.meta());
         MT_CHECK(t.dtype() == p.dtype(), name(), "::load_state_dict: tensor '", k + b, "' ", t.meta(), " is ",

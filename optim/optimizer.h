@@ -1,4 +1,4 @@
-// Optimizer: the base of SGD, Adam and AdamW. It holds parameter groups (each with its own
+// Optimizer: the base of SGD, Adam, AdamW, RMSprop, Adagrad and the pure 16-bit rules. It holds parameter groups (each with its own
 // learning rate and weight decay), per-parameter state (a step count and the rule's buffers),
 // and applies plain (unscaled) gradients as in-place updates:
 //
@@ -12,7 +12,7 @@
 //
 // Note [Optimizer seam for mixed precision]
 // update(i, param, grad) is the whole update rule for one tensor: it allocates the state on
-// first use (zeros shaped and typed like `param`) and calls the fused kernel of
+// first use (shaped and typed like `param`, zeros unless the rule starts elsewhere: buffer_init) and calls the fused kernel of
 // tensor/ops/optim.h. A master-weight layer (optim/master_weights.h) keeps fp32 copies of 16-bit
 // model parameters and builds its inner optimizer over the copies (then rounds them back into
 // the model), so the state lives in fp32 next to the masters. Pure 16-bit rules (stochastic
@@ -51,7 +51,7 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // "SGD", "Adam", "AdamW": names the optimizer in messages and state dicts.
+  // "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", ...: names the optimizer in messages and state dicts.
   virtual const char* name() const = 0;
 
   // One update of every parameter i whose grads[i] is defined: grads holds num_params() plain
@@ -67,11 +67,12 @@ class Optimizer {
   // Whether step_on_device can run: the rule has a multi-tensor kernel (has_multi_tensor_rule)
   // and every parameter is a contiguous f32 tensor on one CUDA device.
   bool device_step_ready() const;
-  // Allocates every parameter's state buffers now (zeros, as the first update would) and, when
-  // device_step_ready(), the device step counts. A GPU training loop calls it before its first
-  // step, so that the state does not take the cached blocks the first step's temporaries freed
-  // and the second step allocates nothing new (Note [Caching allocator]). Changes no result:
-  // the buffers start at zero either way, and a parameter's state is saved once it has a step.
+  // Allocates every parameter's state buffers now (as the first update would: zeros, or the
+  // rule's buffer_init) and, when device_step_ready(), the device step counts. A GPU training
+  // loop calls it before its first step, so that the state does not take the cached blocks the
+  // first step's temporaries freed and the second step allocates nothing new (Note [Caching
+  // allocator]). Changes no result: the buffers start at the same values either way, and a
+  // parameter's state is saved once it has a step.
   void allocate_state();
   // step() with each parameter's own gradient, unscaled (training without a loss scale).
   void step();
@@ -129,6 +130,10 @@ class Optimizer {
 
   // Names of the state buffers the rule keeps per parameter (may depend on hyper-parameters).
   virtual std::vector<std::string> buffer_names() const = 0;
+  // The value buffer b starts at (Adagrad's initial_accumulator_value); 0 for the others.
+  virtual double buffer_init(size_t) const { return 0.0; }
+  // A new buffer b for a parameter like `like`: buffer_init(b) in its shape, dtype and device.
+  Tensor new_buffer(size_t b, const Tensor& like) const;
   // The multi-tensor form of apply (Note [Device-side step]) for the parameters `index` (those
   // with a gradient), params[k] = param(index[k]).data(): one call for all of them. steps holds
   // every parameter's step count on the device (row = parameter index), control the scaler's

@@ -107,7 +107,7 @@ uint64_t get_u64(const TensorDict& d, const std::string& key, const char* owner)
 
 }  // namespace
 
-// ---- shared by SGD16 and AdamW16 --------------------------------------------------------------
+// ---- shared by the 16-bit optimizers --------------------------------------------------------------
 
 uint64_t Pure16Optimizer::stream_offset(UpdateRounding rounding, int64_t numel) {
   return rounding == UpdateRounding::stochastic ? gen_.advance(uint64_t(numel)) : gen_.offset();
@@ -219,6 +219,7 @@ void AdamW16::validate(const AdamW16Options& o) const {
 
 std::vector<std::string> AdamW16::buffer_names() const {
   std::vector<std::string> names{"exp_avg", "exp_avg_sq"};
+  if (options_.amsgrad) names.push_back("max_exp_avg_sq");
   if (options_.rounding == UpdateRounding::kahan) names.push_back("kahan_comp");
   return names;
 }
@@ -226,18 +227,21 @@ std::vector<std::string> AdamW16::buffer_names() const {
 void AdamW16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
                     Tensor*) {
   Tensor none;
-  Tensor& comp = options_.rounding == UpdateRounding::kahan ? state.buffers[2] : none;
+  size_t b = 2;
+  Tensor* vmax = options_.amsgrad ? &state.buffers[b++] : nullptr;
+  Tensor& comp = options_.rounding == UpdateRounding::kahan ? state.buffers[b++] : none;
   const double beta1 = decay_rate_16(options_.beta1, param.dtype()).value;
   const double beta2 = decay_rate_16(options_.beta2, param.dtype()).value;
   const uint64_t offset = stream_offset(options_.rounding, param.numel());
   adamw16_update_(param, grad, state.buffers[0], state.buffers[1], comp, group.lr, beta1, beta2, options_.eps,
-                  group.weight_decay, step, kernel_rounding(options_.rounding), generator().seed(), offset);
+                  group.weight_decay, step, kernel_rounding(options_.rounding), generator().seed(), offset, vmax);
 }
 
 void AdamW16::save_options(TensorDict& d) const {
   d.set_meta("beta1", state_io::format(options_.beta1));
   d.set_meta("beta2", state_io::format(options_.beta2));
   d.set_meta("eps", state_io::format(options_.eps));
+  d.set_meta("amsgrad", state_io::format(options_.amsgrad));
   save_rounding(d, options_.rounding);
 }
 
@@ -245,6 +249,150 @@ void AdamW16::load_options(const TensorDict& d) {
   AdamW16Options o = options_;
   o.beta1 = state_io::get_double(d, "beta1", name());
   o.beta2 = state_io::get_double(d, "beta2", name());
+  o.eps = state_io::get_double(d, "eps", name());
+  // Absent in state saved before amsgrad existed: those optimizers had none.
+  o.amsgrad = d.has_meta("amsgrad") && state_io::get_bool(d, "amsgrad", name());
+  const RoundingState r = load_rounding(d);
+  o.rounding = r.rounding;
+  validate(o);
+  o.seed = r.seed;
+  options_ = o;
+  restore_stream(r);
+  refresh_warnings();
+}
+
+// ---- RMSprop16 -------------------------------------------------------------------------------
+
+RMSprop16::RMSprop16(std::vector<Variable> params, RMSprop16Options options)
+    : Pure16Optimizer(options.lr, options.weight_decay, options.seed), options_(options) {
+  validate(options_);
+  add_param_group(std::move(params));
+  check_params_16bit(*this);
+  refresh_warnings();
+}
+
+void RMSprop16::refresh_warnings() {
+  std::vector<std::string> warnings =
+      rate_warnings(*this, {{"alpha", options_.alpha}, {"momentum", options_.momentum}});
+  for (DType f : formats_of(*this))
+    if (f == DType::f16)
+      warnings.push_back(
+          "RMSprop16: square_avg in f16 holds g^2, which underflows to 0 for |g| < 2^-12 and overflows for "
+          "|g| > 256 (bf16 has the range for it)");
+  set_warnings(std::move(warnings));
+}
+
+void RMSprop16::validate(const RMSprop16Options& o) const {
+  check_lr(o.lr);
+  check_weight_decay(o.weight_decay);
+  MT_CHECK(o.alpha >= 0.0 && o.alpha < 1.0, name(), ": alpha must be in [0, 1), got ", o.alpha);
+  MT_CHECK(std::isfinite(o.eps) && o.eps >= 0.0, name(), ": eps must be finite and >= 0, got ", o.eps);
+  MT_CHECK(std::isfinite(o.momentum) && o.momentum >= 0.0, name(), ": momentum must be finite and >= 0, got ",
+           o.momentum);
+  check_rounding(name(), o.rounding);
+}
+
+std::vector<std::string> RMSprop16::buffer_names() const {
+  std::vector<std::string> names{"square_avg"};
+  if (options_.momentum > 0.0) names.push_back("momentum_buffer");
+  if (options_.centered) names.push_back("grad_avg");
+  if (options_.rounding == UpdateRounding::kahan) names.push_back("kahan_comp");
+  return names;
+}
+
+void RMSprop16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t, Tensor*) {
+  Tensor none_b, none_a, none_c;
+  size_t b = 1;
+  Tensor& buf = options_.momentum > 0.0 ? state.buffers[b++] : none_b;
+  Tensor& avg = options_.centered ? state.buffers[b++] : none_a;
+  Tensor& comp = options_.rounding == UpdateRounding::kahan ? state.buffers[b++] : none_c;
+  const double alpha = decay_rate_16(options_.alpha, param.dtype()).value;
+  const double momentum = options_.momentum > 0.0 ? decay_rate_16(options_.momentum, param.dtype()).value : 0.0;
+  const uint64_t offset = stream_offset(options_.rounding, param.numel());
+  rmsprop16_update_(param, grad, state.buffers[0], avg, buf, comp, group.lr, alpha, options_.eps, group.weight_decay,
+                    momentum, options_.centered, kernel_rounding(options_.rounding), generator().seed(), offset);
+}
+
+void RMSprop16::save_options(TensorDict& d) const {
+  d.set_meta("alpha", state_io::format(options_.alpha));
+  d.set_meta("eps", state_io::format(options_.eps));
+  d.set_meta("momentum", state_io::format(options_.momentum));
+  d.set_meta("centered", state_io::format(options_.centered));
+  save_rounding(d, options_.rounding);
+}
+
+void RMSprop16::load_options(const TensorDict& d) {
+  RMSprop16Options o = options_;
+  o.alpha = state_io::get_double(d, "alpha", name());
+  o.eps = state_io::get_double(d, "eps", name());
+  o.momentum = state_io::get_double(d, "momentum", name());
+  o.centered = state_io::get_bool(d, "centered", name());
+  const RoundingState r = load_rounding(d);
+  o.rounding = r.rounding;
+  validate(o);
+  o.seed = r.seed;
+  options_ = o;
+  restore_stream(r);
+  refresh_warnings();
+}
+
+// ---- Adagrad16 -------------------------------------------------------------------------------
+
+Adagrad16::Adagrad16(std::vector<Variable> params, Adagrad16Options options)
+    : Pure16Optimizer(options.lr, options.weight_decay, options.seed), options_(options) {
+  validate(options_);
+  add_param_group(std::move(params));
+  check_params_16bit(*this);
+  refresh_warnings();
+}
+
+void Adagrad16::refresh_warnings() {
+  std::vector<std::string> warnings;
+  for (DType f : formats_of(*this))
+    if (f == DType::f16)
+      warnings.push_back(
+          "Adagrad16: sum in f16 accumulates g^2, which underflows to 0 for |g| < 2^-12 and overflows past "
+          "65504 (bf16 has the range for it)");
+  set_warnings(std::move(warnings));
+}
+
+void Adagrad16::validate(const Adagrad16Options& o) const {
+  check_lr(o.lr);
+  check_weight_decay(o.weight_decay);
+  MT_CHECK(std::isfinite(o.lr_decay) && o.lr_decay >= 0.0, name(), ": lr_decay must be finite and >= 0, got ",
+           o.lr_decay);
+  MT_CHECK(std::isfinite(o.initial_accumulator_value) && o.initial_accumulator_value >= 0.0, name(),
+           ": initial_accumulator_value must be finite and >= 0, got ", o.initial_accumulator_value);
+  MT_CHECK(std::isfinite(o.eps) && o.eps >= 0.0, name(), ": eps must be finite and >= 0, got ", o.eps);
+  check_rounding(name(), o.rounding);
+}
+
+std::vector<std::string> Adagrad16::buffer_names() const {
+  std::vector<std::string> names{"sum"};
+  if (options_.rounding == UpdateRounding::kahan) names.push_back("kahan_comp");
+  return names;
+}
+
+void Adagrad16::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
+                      Tensor*) {
+  Tensor none;
+  Tensor& comp = options_.rounding == UpdateRounding::kahan ? state.buffers[1] : none;
+  const uint64_t offset = stream_offset(options_.rounding, param.numel());
+  adagrad16_update_(param, grad, state.buffers[0], comp, group.lr, options_.lr_decay, options_.eps, group.weight_decay,
+                    step, kernel_rounding(options_.rounding), generator().seed(), offset);
+}
+
+void Adagrad16::save_options(TensorDict& d) const {
+  d.set_meta("lr_decay", state_io::format(options_.lr_decay));
+  d.set_meta("initial_accumulator_value", state_io::format(options_.initial_accumulator_value));
+  d.set_meta("eps", state_io::format(options_.eps));
+  save_rounding(d, options_.rounding);
+}
+
+void Adagrad16::load_options(const TensorDict& d) {
+  Adagrad16Options o = options_;
+  o.lr_decay = state_io::get_double(d, "lr_decay", name());
+  o.initial_accumulator_value = state_io::get_double(d, "initial_accumulator_value", name());
   o.eps = state_io::get_double(d, "eps", name());
   const RoundingState r = load_rounding(d);
   o.rounding = r.rounding;

@@ -18,7 +18,8 @@ namespace mixtape {
 //              (Micikevicius et al., section 3.2: an overflowed step must not reach the weights);
 //   3. unscale each gradient by its own alpha, in fp32 (ScaledGrad::unscaled, f64 for f64
 //              gradients), exactly once: from here on gradients are plain tensors;
-//   4. clip    to a global norm, on the unscaled values, so max_grad_norm keeps its fp32 meaning;
+//   4. clip    by value and/or to a global norm, on the unscaled values, so max_grad_value and
+//              max_grad_norm keep their fp32 meaning;
 //   5. update  the optimizer's rule on plain gradients. Weight decay acts on what the optimizer
 //              holds (the fp32 masters under MasterWeights, where it cannot underflow), and a
 //              master's update also writes its 16-bit parameter (Note [Fused master copy]);
@@ -34,7 +35,8 @@ namespace mixtape {
 // multi-tensor launch that does nothing unless the device says the step is applied, as PyTorch's
 // fused optimizers read GradScaler's found_inf. Nothing is read back: the report reads the
 // decision when the host asks (StepReport). The arithmetic is the same on both sides (the
-// formulas of tensor/core/update_formulas.h); the sums of the norm run in another order.
+// formulas of tensor/core/update_formulas.h); the sums of the norm run in another order. Value
+// clipping has no device form: a step that clips by value decides on the host.
 namespace {
 
 // Whether this step decides on the device (the one switch of Note [Scaled step]).
@@ -64,8 +66,19 @@ double StepReport::grad_norm() const { return device_ ? device_->last_device_gra
 
 StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, LossScaler& scaler, double max_grad_norm,
                        const std::vector<size_t>& slot) {
+  return scaled_step(params, opt, scaler, GradClip{.max_norm = max_grad_norm}, slot);
+}
+
+StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, LossScaler& scaler, const GradClip& clip,
+                       const std::vector<size_t>& slot) {
+  const double max_grad_norm = clip.max_norm;
   MT_CHECK(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0,
            "scaled_step: max_grad_norm must be finite and >= 0 (0 turns clipping off), got ", max_grad_norm);
+  MT_CHECK(std::isfinite(clip.max_value) && clip.max_value >= 0.0,
+           "scaled_step: max_grad_value must be finite and >= 0 (0 turns value clipping off), got ", clip.max_value);
+  MT_CHECK(clip.max_value == 0.0 || !scaler.on_device(), "scaled_step: value clipping (max_grad_value ", clip.max_value,
+           ") runs on the host, but the ", scaler.name(),
+           " loss scaler keeps its state on the device; build it without keep_on, or clip by norm");
   MT_CHECK(slot.empty() || slot.size() == params.size(), "scaled_step: ", params.size(), " parameters but ",
            slot.size(), " optimizer slots");
   MT_CHECK(!slot.empty() || params.size() == opt.num_params(), "scaled_step: ", params.size(),
@@ -102,8 +115,14 @@ StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, Loss
         MT_ASSERT(j < grads.size() && !grads[j].defined(), "scaled_step: bad optimizer slot ", j);
         if (g && g->defined()) grads[j] = g->unscaled();  // 3
       }
-      norm = max_grad_norm > 0.0 ? clip_grad_norm(grads, max_grad_norm) : grad_norm(grads);  // 4
-      opt.step(grads);                                                                       // 5
+      if (clip.max_value > 0.0) {  // 4, by value first; the report keeps the norm before clipping
+        norm = grad_norm(grads);
+        clip_grad_value(grads, clip.max_value);
+        if (max_grad_norm > 0.0) clip_grad_norm(grads, max_grad_norm);
+      } else {
+        norm = max_grad_norm > 0.0 ? clip_grad_norm(grads, max_grad_norm) : grad_norm(grads);  // 4
+      }
+      opt.step(grads);  // 5
     }
     r = StepReport::decided(applied, check, norm);
   }
@@ -113,6 +132,10 @@ StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, Loss
 
 StepReport scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm) {
   return scaled_step(opt.params(), opt, scaler, max_grad_norm);
+}
+
+StepReport scaled_step(Optimizer& opt, LossScaler& scaler, const GradClip& clip) {
+  return scaled_step(opt.params(), opt, scaler, clip);
 }
 
 }  // namespace mixtape

@@ -29,7 +29,7 @@ class StepReport {
 
   bool applied() const;      // false: the scaler skipped the step; nothing but the gradients changed
   GradCheck check() const;   // what the scaler saw (inf/NaN, largest |true gradient|)
-  double grad_norm() const;  // global L2 norm of the unscaled gradients before clipping (0 if skipped)
+  double grad_norm() const;  // global L2 norm of the unscaled gradients before any clipping (0 if skipped)
   operator bool() const { return applied(); }
 
  private:
@@ -39,11 +39,21 @@ class StepReport {
   const LossScaler* device_ = nullptr;  // decided on the device: read from this scaler's state
 };
 
+// How a step clips the unscaled gradients (0: not at all).
+struct GradClip {
+  double max_norm = 0.0;   // > 0: to this global L2 norm (clip_grad_norm)
+  double max_value = 0.0;  // > 0: each element to [-max_value, max_value] (clip_grad_value), first
+};
+
 // Note [Scaled step]: check, ask the scaler, unscale once, clip, update, drop the gradients.
 //   params    the Variables holding the last backward's ScaledGrads (parameters without a
 //             gradient are left alone);
 //   opt       the optimizer that applies them: over `params` themselves (slot empty), or over
 //             their fp32 masters, params[i]'s update being opt.param(slot[i]);
+//   clip      clipping of the unscaled gradients: by value, then to a global L2 norm. Value
+//             clipping runs on the host, so a scaler that keeps its state on a GPU refuses it.
+StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, LossScaler& scaler, const GradClip& clip,
+                       const std::vector<size_t>& slot = {});
 //   max_grad_norm > 0 clips the unscaled gradients to that global L2 norm.
 StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, LossScaler& scaler,
                        double max_grad_norm = 0.0, const std::vector<size_t>& slot = {});
@@ -51,5 +61,6 @@ StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, Loss
 // The same for an optimizer that updates its own parameters (f32 parameters, or the 16-bit rules
 // of optim/pure16.h).
 StepReport scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm = 0.0);
+StepReport scaled_step(Optimizer& opt, LossScaler& scaler, const GradClip& clip);
 
 }  // namespace mixtape

@@ -7,6 +7,7 @@
 
 #include "autograd/tape.h"
 #include "optim/adam.h"
+#include "optim/rmsprop.h"
 #include "optim/sgd.h"
 #include "tensor/state_io.h"
 
@@ -68,37 +69,82 @@ const char* optimizer_kind_name(OptimizerKind k) {
     case OptimizerKind::sgd: return "SGD";
     case OptimizerKind::adam: return "Adam";
     case OptimizerKind::adamw: return "AdamW";
+    case OptimizerKind::rmsprop: return "RMSprop";
+    case OptimizerKind::adagrad: return "Adagrad";
   }
   return "?";
+}
+
+const char* optimizer_kind_choices() { return "sgd, adam, adamw, rmsprop or adagrad"; }
+
+OptimizerKind optimizer_kind_from_name(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::sgd;
+  if (name == "adam") return OptimizerKind::adam;
+  if (name == "adamw") return OptimizerKind::adamw;
+  if (name == "rmsprop") return OptimizerKind::rmsprop;
+  if (name == "adagrad") return OptimizerKind::adagrad;
+  throw Error(detail::cat("unknown optimizer '", name, "' (expected ", optimizer_kind_choices(), ")"));
 }
 
 // ---- the trainer -------------------------------------------------------------------------------
 
 namespace {
 
+// What a spec asks of an optimizer that cannot do it, before anything is built.
+void check_spec(const OptimizerSpec& o) {
+  const bool adam = o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw;
+  MT_CHECK(!o.amsgrad || adam, "PrecisionTrainer: amsgrad is an option of Adam and AdamW, not of ",
+           optimizer_kind_name(o.kind));
+  MT_CHECK(!o.nesterov || o.kind == OptimizerKind::sgd,
+           "PrecisionTrainer: Nesterov momentum is an option of SGD, not of ", optimizer_kind_name(o.kind));
+}
+
 std::unique_ptr<Optimizer> make_fp32_optimizer(std::vector<Variable> params, const OptimizerSpec& o) {
+  check_spec(o);
   switch (o.kind) {
     case OptimizerKind::sgd:
       return std::make_unique<SGD>(
           std::move(params),
           SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay, .nesterov = o.nesterov});
     case OptimizerKind::adam:
-      return std::make_unique<Adam>(
-          std::move(params),
-          AdamOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+      return std::make_unique<Adam>(std::move(params), AdamOptions{.lr = o.lr,
+                                                                   .beta1 = o.beta1,
+                                                                   .beta2 = o.beta2,
+                                                                   .eps = o.eps.value_or(AdamOptions{}.eps),
+                                                                   .weight_decay = o.weight_decay,
+                                                                   .amsgrad = o.amsgrad});
     case OptimizerKind::adamw:
-      return std::make_unique<AdamW>(
-          std::move(params),
-          AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+      return std::make_unique<AdamW>(std::move(params), AdamWOptions{.lr = o.lr,
+                                                                     .beta1 = o.beta1,
+                                                                     .beta2 = o.beta2,
+                                                                     .eps = o.eps.value_or(AdamWOptions{}.eps),
+                                                                     .weight_decay = o.weight_decay,
+                                                                     .amsgrad = o.amsgrad});
+    case OptimizerKind::rmsprop:
+      return std::make_unique<RMSprop>(std::move(params), RMSpropOptions{.lr = o.lr,
+                                                                         .alpha = o.alpha,
+                                                                         .eps = o.eps.value_or(RMSpropOptions{}.eps),
+                                                                         .weight_decay = o.weight_decay,
+                                                                         .momentum = o.momentum,
+                                                                         .centered = o.centered});
+    case OptimizerKind::adagrad:
+      return std::make_unique<Adagrad>(std::move(params),
+                                       AdagradOptions{.lr = o.lr,
+                                                      .lr_decay = o.lr_decay,
+                                                      .weight_decay = o.weight_decay,
+                                                      .initial_accumulator_value = o.initial_accumulator_value,
+                                                      .eps = o.eps.value_or(AdagradOptions{}.eps)});
   }
   MT_ASSERT(false, "unknown optimizer kind");
 }
 
 // Zamirai et al.'s Algorithms 2-5 are SGD (momentum, weight decay) and AdamW; Adam without
-// weight decay is AdamW with weight decay 0.
+// weight decay is AdamW with weight decay 0. RMSprop and Adagrad follow the same recipe
+// (optim/pure16.h).
 std::unique_ptr<Pure16Optimizer> make_pure_optimizer(std::vector<Variable> params, const OptimizerSpec& o,
                                                      const PrecisionOptions& p) {
   const char* who = "PrecisionTrainer";
+  check_spec(o);
   switch (o.kind) {
     case OptimizerKind::sgd:
       MT_CHECK(!o.nesterov, who, ": ", nn::precision_name(p.precision),
@@ -116,10 +162,30 @@ std::unique_ptr<Pure16Optimizer> make_pure_optimizer(std::vector<Variable> param
       return std::make_unique<AdamW16>(std::move(params), AdamW16Options{.lr = o.lr,
                                                                          .beta1 = o.beta1,
                                                                          .beta2 = o.beta2,
-                                                                         .eps = o.eps,
+                                                                         .eps = o.eps.value_or(AdamW16Options{}.eps),
                                                                          .weight_decay = o.weight_decay,
                                                                          .rounding = p.rounding,
-                                                                         .seed = p.seed});
+                                                                         .seed = p.seed,
+                                                                         .amsgrad = o.amsgrad});
+    case OptimizerKind::rmsprop:
+      return std::make_unique<RMSprop16>(std::move(params),
+                                         RMSprop16Options{.lr = o.lr,
+                                                          .alpha = o.alpha,
+                                                          .eps = o.eps.value_or(RMSprop16Options{}.eps),
+                                                          .weight_decay = o.weight_decay,
+                                                          .momentum = o.momentum,
+                                                          .centered = o.centered,
+                                                          .rounding = p.rounding,
+                                                          .seed = p.seed});
+    case OptimizerKind::adagrad:
+      return std::make_unique<Adagrad16>(std::move(params),
+                                         Adagrad16Options{.lr = o.lr,
+                                                          .lr_decay = o.lr_decay,
+                                                          .weight_decay = o.weight_decay,
+                                                          .initial_accumulator_value = o.initial_accumulator_value,
+                                                          .eps = o.eps.value_or(Adagrad16Options{}.eps),
+                                                          .rounding = p.rounding,
+                                                          .seed = p.seed});
   }
   MT_ASSERT(false, "unknown optimizer kind");
 }
@@ -132,6 +198,8 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
   MT_CHECK(options_.telemetry_every >= 0, who, ": telemetry_every must be >= 0, got ", options_.telemetry_every);
   MT_CHECK(std::isfinite(options_.max_grad_norm) && options_.max_grad_norm >= 0.0, who,
            ": max_grad_norm must be finite and >= 0, got ", options_.max_grad_norm);
+  MT_CHECK(std::isfinite(options_.max_grad_value) && options_.max_grad_value >= 0.0, who,
+           ": max_grad_value must be finite and >= 0, got ", options_.max_grad_value);
   scaler_ = make_loss_scaler(options_.loss_scale, options_.backoff, options_.logmax);
   if (options_.loss_scale.kind == LossScaleSpec::Kind::gradient)
     grad_scaling_ = std::make_unique<GradientScalingRule>(options_.gradient_scaling);
@@ -168,9 +236,10 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
     const OptimizerSpec spec = optimizer;
     masters_ = std::make_unique<MasterWeights>(
         params_, [spec](std::vector<Variable> m) { return make_fp32_optimizer(std::move(m), spec); },
-        MasterWeightsOptions{.max_grad_norm = options_.max_grad_norm});
-    // The decision lives on the device when both the rule and the update can run there.
-    if (device_.is_cuda() && scaler_->device_rule() && masters_->optimizer().device_step_ready()) {
+        MasterWeightsOptions{.max_grad_norm = options_.max_grad_norm, .max_grad_value = options_.max_grad_value});
+    // The decision lives on the device when the rule, the clipping and the update can run there.
+    if (device_.is_cuda() && scaler_->device_rule() && options_.max_grad_value == 0.0 &&
+        masters_->optimizer().device_step_ready()) {
       scaler_->keep_on(device_);
       masters_->optimizer().allocate_state();  // before the first step's temporaries
     }
@@ -224,7 +293,9 @@ void PrecisionTrainer::set_data_parallel(std::shared_ptr<dist::DataParallel> dp)
 
 StepReport PrecisionTrainer::step() {
   if (dp_) dp_->all_reduce_gradients(params_);  // Note [Gradient all-reduce] in dist/data_parallel.cpp
-  last_ = masters_ ? masters_->step(*scaler_) : scaled_step(*pure_, *scaler_, options_.max_grad_norm);
+  last_ = masters_ ? masters_->step(*scaler_)
+                   : scaled_step(*pure_, *scaler_,
+                                 GradClip{.max_norm = options_.max_grad_norm, .max_value = options_.max_grad_value});
   if (grad_scaling_) {
     last_scales_ = grad_scaling_->step_records();
     last_overflows_ = grad_scaling_->step_overflows();

@@ -14,11 +14,11 @@
 //
 // What each policy builds (Note [Precision trainer]):
 //   fp32, fp16, bf16   the parameters stay f32 and are their own masters; MasterWeights drives
-//                      an SGD / Adam / AdamW over them: gradients arrive from the casts in
+//                      an SGD / Adam / AdamW / RMSprop / Adagrad over them: gradients arrive from the casts in
 //                      module forward as {g, scale} in f32, are checked for inf/NaN, unscaled
 //                      per parameter in fp32, clipped, and applied in fp32 (weight decay too).
 //   fp16-pure,         the model's parameters are converted to 16 bits (nn::apply_precision)
-//   bf16-pure          and an SGD16 / AdamW16 (optim/pure16.h) updates them in place with the
+//   bf16-pure          and an SGD16 / AdamW16 / RMSprop16 / Adagrad16 (optim/pure16.h) updates them in place with the
 //                      chosen rounding (nearest, stochastic, Kahan); scaled_step() does the
 //                      check, skip, unscale and clip.
 // The loss scale is one of LossScaleSpec's kinds. "gradient" is Zhao et al.'s per-operator
@@ -28,8 +28,9 @@
 // Device: the trainer works where the model's parameters are. Move the model first
 // (model.to(Device::cuda(0))), then build the trainer: masters, optimizer state and Kahan buffers
 // are created next to the parameters; input() moves each batch there. All parameters must be on
-// one device. On a GPU, under the fp32 and mixed policies with Adam or AdamW and a loss scale of
-// none, static, backoff or gradient, the step decides on the device (Note [Scaled step]): the
+// one device. On a GPU, under the fp32 and mixed policies with Adam or AdamW (without amsgrad), a
+// loss scale of none, static, backoff or gradient, and no value clipping, the step decides on the
+// device (Note [Scaled step]): the
 // scaler's state lives there (Note [Loss scale on the device]), and scale(), steps(),
 // skipped(), last_grad_norm() and the step's report read it when asked.
 //
@@ -71,18 +72,29 @@ LossScaleSpec parse_loss_scale(const std::string& text);
 std::unique_ptr<LossScaler> make_loss_scaler(const LossScaleSpec& spec, const BackoffOptions& backoff = {},
                                              const LogMaxOptions& logmax = {});
 
-enum class OptimizerKind : uint8_t { sgd, adam, adamw };
+enum class OptimizerKind : uint8_t { sgd, adam, adamw, rmsprop, adagrad };
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::adamw;
   double lr = 1e-3;
   double weight_decay = 0.0;
-  double momentum = 0.0;  // sgd
+  double momentum = 0.0;  // sgd, rmsprop
   bool nesterov = false;  // sgd, fp32 and mixed policies only
   double beta1 = 0.9;     // adam, adamw
   double beta2 = 0.999;
-  double eps = 1e-8;
+  // adam, adamw, rmsprop, adagrad; nullopt: the optimizer's own default (1e-8, Adagrad's 1e-10)
+  std::optional<double> eps;
+  bool amsgrad = false;                    // adam, adamw
+  double alpha = 0.99;                     // rmsprop
+  bool centered = false;                   // rmsprop
+  double lr_decay = 0.0;                   // adagrad
+  double initial_accumulator_value = 0.0;  // adagrad
 };
-const char* optimizer_kind_name(OptimizerKind k);  // "SGD", "Adam", "AdamW"
+const char* optimizer_kind_name(OptimizerKind k);  // "SGD", "Adam", "AdamW", "RMSprop", "Adagrad"
+// "sgd", "adam", "adamw", "rmsprop", "adagrad" (as the examples' --optimizer takes them); throws,
+// listing the choices, on anything else.
+OptimizerKind optimizer_kind_from_name(const std::string& name);
+// The --optimizer choices, "sgd, adam, adamw, rmsprop or adagrad".
+const char* optimizer_kind_choices();
 
 struct PrecisionOptions {
   nn::Precision precision = nn::Precision::fp32;
@@ -93,7 +105,8 @@ struct PrecisionOptions {
   UpdateRounding rounding = UpdateRounding::stochastic;  // pure policies
   uint64_t seed = 0;                                     // stochastic rounding's Philox stream
   double max_grad_norm = 0.0;                            // > 0: clip unscaled gradients
-  int64_t telemetry_every = 0;                           // 0: off
+  double max_grad_value = 0.0;  // > 0: clamp each unscaled gradient element (decides on the host)
+  int64_t telemetry_every = 0;  // 0: off
   // The format telemetry measures against; nullopt: the compute dtype, f16 for fp32 runs.
   std::optional<DType> telemetry_format;
 };

@@ -90,17 +90,106 @@ MT_HOST_DEVICE inline AdamConsts<C> adam_consts(double lr, double beta1, double 
           decoupled && weight_decay != 0.0};
 }
 
-// torch.optim.Adam / AdamW: the new parameter; m and v (the stored moments on entry) become the
-// new moments.
-template <class D, class C>
-MT_HOST_DEVICE inline C adam(C p, C g, C& m, C& v, const AdamConsts<C>& k) {
+// Adam's first half: the weight decay and the new moments m and v (the stored ones on entry);
+// returns the parameter after AdamW's decay.
+template <class C>
+MT_HOST_DEVICE inline C adam_moments(C p, C g, C& m, C& v, const AdamConsts<C>& k) {
   C d = g;
   if (k.l2) d = d + k.wd * p;
   if (k.shrink_w) p = p * k.shrink;
   m = lerp(m, d, k.w1);
   v = k.b2 * v + k.w2 * (d * d);
+  return p;
+}
+
+// Adam's second half: the step from the first moment m and the second moment in the denominator
+// (v, or AMSGrad's running maximum of v).
+template <class D, class C>
+MT_HOST_DEVICE inline C adam_move(C p, C m, C v, const AdamConsts<C>& k) {
   const C denom = D::sqrt(v) / k.bias2_sqrt + k.eps;
   return p + k.neg_step_size * (m / denom);
+}
+
+// torch.maximum: the larger value, NaN when either is NaN.
+template <class C>
+MT_HOST_DEVICE inline C maximum(C a, C b) {
+  return (a > b || a != a) ? a : b;
+}
+
+// torch.optim.Adam / AdamW: the new parameter; m and v (the stored moments on entry) become the
+// new moments.
+template <class D, class C>
+MT_HOST_DEVICE inline C adam(C p, C g, C& m, C& v, const AdamConsts<C>& k) {
+  p = adam_moments(p, g, m, v, k);
+  return adam_move<D>(p, m, v, k);
+}
+
+// The same with amsgrad = True: vmax (the stored maximum on entry) becomes max(vmax, new v), and
+// the denominator uses it instead of v.
+template <class D, class C>
+MT_HOST_DEVICE inline C adam_amsgrad(C p, C g, C& m, C& v, C& vmax, const AdamConsts<C>& k) {
+  p = adam_moments(p, g, m, v, k);
+  vmax = maximum(vmax, v);
+  return adam_move<D>(p, m, vmax, k);
+}
+
+template <class C>
+struct RmspropConsts {
+  C neg_lr, alpha, w, eps, wd, mom;  // w = 1 - alpha
+  bool decay, centered, use_mom;
+};
+
+template <class C>
+MT_HOST_DEVICE inline RmspropConsts<C> rmsprop_consts(double lr, double alpha, double eps, double weight_decay,
+                                                      double momentum, bool centered) {
+  return {C(-lr),   C(alpha),      C(1.0 - alpha), C(eps), C(weight_decay), C(momentum), weight_decay != 0.0,
+          centered, momentum > 0.0};
+}
+
+// torch.optim.RMSprop: the new parameter; sq (square_avg), ga (grad_avg, centered only) and buf
+// (momentum_buffer, momentum > 0 only), the stored values on entry, become the new ones. The
+// buffers a setting does not use are neither read nor written.
+template <class D, class C>
+MT_HOST_DEVICE inline C rmsprop(C p, C g, C& sq, C& ga, C& buf, const RmspropConsts<C>& k) {
+  C d = g;
+  if (k.decay) d = d + k.wd * p;
+  sq = k.alpha * sq + k.w * (d * d);
+  C avg;
+  if (k.centered) {
+    ga = lerp(ga, d, k.w);
+    avg = D::sqrt(sq - ga * ga);
+  } else {
+    avg = D::sqrt(sq);
+  }
+  avg = avg + k.eps;
+  if (k.use_mom) {
+    buf = k.mom * buf + d / avg;
+    return p + k.neg_lr * buf;
+  }
+  return p + k.neg_lr * (d / avg);
+}
+
+template <class C>
+struct AdagradConsts {
+  C neg_clr, wd, eps;  // -lr / (1 + (step - 1) lr_decay)
+  bool decay;
+};
+
+template <class C>
+MT_HOST_DEVICE inline AdagradConsts<C> adagrad_consts(double lr, double lr_decay, double eps, double weight_decay,
+                                                      int64_t step) {
+  const double clr = lr / (1.0 + double(step - 1) * lr_decay);
+  return {C(-clr), C(weight_decay), C(eps), weight_decay != 0.0};
+}
+
+// torch.optim.Adagrad: the new parameter; sum (the stored accumulator on entry) becomes the new one.
+template <class D, class C>
+MT_HOST_DEVICE inline C adagrad(C p, C g, C& sum, const AdagradConsts<C>& k) {
+  C d = g;
+  if (k.decay) d = d + k.wd * p;
+  sum = sum + d * d;
+  const C denom = D::sqrt(sum) + k.eps;
+  return p + k.neg_clr * (d / denom);
 }
 
 // ---- loss scaling and clipping: the decisions of a scaled step ----------------------------------
@@ -235,11 +324,13 @@ struct AdamW16Consts {
   float bias1, bias2, b1, w1, b2, w2, lr, eps, lr_wd;
   WeightRule rule;
   uint64_t seed, offset;
+  bool amsgrad;
 };
 
 // c_{1,t} = beta1^t and c_{2,t} = beta2^t (Algorithm 4 lines 7-8) in double.
 inline AdamW16Consts adamw16_consts(double lr, double beta1, double beta2, double eps, double weight_decay,
-                                    int64_t step, WeightRule rule, uint64_t seed, uint64_t offset) {
+                                    int64_t step, WeightRule rule, uint64_t seed, uint64_t offset,
+                                    bool amsgrad = false) {
   return {float(1.0 - std::pow(beta1, double(step))),
           float(1.0 - std::pow(beta2, double(step))),
           float(beta1),
@@ -251,21 +342,101 @@ inline AdamW16Consts adamw16_consts(double lr, double beta1, double beta2, doubl
           float(lr * weight_decay),
           rule,
           seed,
-          offset};
+          offset,
+          amsgrad};
 }
 
 // Algorithm 4 (AdamW, 16-bit state) and its Kahan variant, Algorithm 5, for the element of
-// row-major index i; m, v the moments, c as in sgd16.
+// row-major index i; m, v the moments, c as in sgd16. With amsgrad, vmax (unused otherwise) keeps
+// the running maximum of the stored v, and line 10 reads it instead of v: the maximum of two
+// stored 16-bit values is one of them, so it is stored without a rounding.
 template <class D, class P>
-MT_HOST_DEVICE inline void adamw16(P* p, float g, P* m, P* v, P* c, uint64_t i, const AdamW16Consts& k) {
+MT_HOST_DEVICE inline void adamw16(P* p, float g, P* m, P* v, P* vmax, P* c, uint64_t i, const AdamW16Consts& k) {
   const float w = D::load(*p);
   const P mv = D::nearest(k.b1 * D::load(*m) + k.w1 * g);        // line 5
   const P vv = D::nearest(k.b2 * D::load(*v) + k.w2 * (g * g));  // line 6
   *m = mv;
   *v = vv;
+  P vd = vv;  // the second moment of the denominator
+  if (k.amsgrad) {
+    const P old = *vmax;
+    const float a = D::load(old), b = D::load(vv);
+    vd = (a > b || a != a) ? old : vv;  // maximum (NaN wins, as torch.maximum)
+    *vmax = vd;
+  }
   const float m_hat = D::load(mv) / k.bias1;                        // line 9
-  const float v_hat = D::sqrt(D::load(vv) / k.bias2);               // line 10
+  const float v_hat = D::sqrt(D::load(vd) / k.bias2);               // line 10
   const float u = -(k.lr * m_hat / (v_hat + k.eps) + k.lr_wd * w);  // line 11
+  write_weight<D>(p, w, u, k.rule, c, k.seed, k.offset + i);
+}
+
+// RMSprop with 16-bit state, in the manner of Algorithms 2-5: torch.optim.RMSprop's formula in
+// fp32 between the stored values; square_avg (sq), grad_avg (ga, centered) and the momentum
+// buffer (buf, momentum > 0) are rounded to nearest when stored and read back as stored, and the
+// weight is written under the rule. Centered: sq - ga^2 is clamped at 0, because the two rounded
+// values can cross where the variance is small, which in fp32 they practically never do.
+struct Rmsprop16Consts {
+  float neg_lr, alpha, w, eps, wd, mom;  // w = 1 - alpha
+  bool centered, use_mom;
+  WeightRule rule;
+  uint64_t seed, offset;
+};
+
+inline Rmsprop16Consts rmsprop16_consts(double lr, double alpha, double eps, double weight_decay, double momentum,
+                                        bool centered, WeightRule rule, uint64_t seed, uint64_t offset) {
+  return {float(-lr),      float(alpha), float(1.0 - alpha), float(eps), float(weight_decay),
+          float(momentum), centered,     momentum > 0.0,     rule,       seed,
+          offset};
+}
+
+template <class D, class P>
+MT_HOST_DEVICE inline void rmsprop16(P* p, float g, P* sq, P* ga, P* buf, P* c, uint64_t i, const Rmsprop16Consts& k) {
+  const float w = D::load(*p);
+  const float d = g + k.wd * w;
+  const P sv = D::nearest(k.alpha * D::load(*sq) + k.w * (d * d));
+  *sq = sv;
+  float avg;
+  if (k.centered) {
+    const P gv = D::nearest(lerp(D::load(*ga), d, k.w));
+    *ga = gv;
+    const float gm = D::load(gv);
+    const float var = D::load(sv) - gm * gm;
+    avg = D::sqrt(var > 0.0f ? var : 0.0f);
+  } else {
+    avg = D::sqrt(D::load(sv));
+  }
+  avg = avg + k.eps;
+  float step = d / avg;
+  if (k.use_mom) {
+    const P bv = D::nearest(k.mom * D::load(*buf) + step);
+    *buf = bv;
+    step = D::load(bv);
+  }
+  write_weight<D>(p, w, k.neg_lr * step, k.rule, c, k.seed, k.offset + i);
+}
+
+// Adagrad with a 16-bit accumulator: sum = round(sum + d^2), read back as stored; the weight is
+// written under the rule. The accumulator only grows, so once d^2 falls below half an ulp of it
+// (2^-9 of sum in bf16) it stops growing, and the step size stops shrinking with it.
+struct Adagrad16Consts {
+  float neg_clr, wd, eps;
+  WeightRule rule;
+  uint64_t seed, offset;
+};
+
+inline Adagrad16Consts adagrad16_consts(double lr, double lr_decay, double eps, double weight_decay, int64_t step,
+                                        WeightRule rule, uint64_t seed, uint64_t offset) {
+  const double clr = lr / (1.0 + double(step - 1) * lr_decay);
+  return {float(-clr), float(weight_decay), float(eps), rule, seed, offset};
+}
+
+template <class D, class P>
+MT_HOST_DEVICE inline void adagrad16(P* p, float g, P* sum, P* c, uint64_t i, const Adagrad16Consts& k) {
+  const float w = D::load(*p);
+  const float d = g + k.wd * w;
+  const P sv = D::nearest(D::load(*sum) + d * d);
+  *sum = sv;
+  const float u = k.neg_clr * (d / (D::sqrt(D::load(sv)) + k.eps));
   write_weight<D>(p, w, u, k.rule, c, k.seed, k.offset + i);
 }
 

@@ -149,8 +149,8 @@ void sgd_update(const Strided& param, const Strided& grad, const Strided& moment
 }
 
 void adam_update(const Strided& param, const Strided& grad, const Strided& exp_avg, const Strided& exp_avg_sq,
-                 double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
-                 const Strided& rounded_copy) {
+                 const Strided& max_exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay,
+                 bool decoupled, int64_t step, const Strided& rounded_copy) {
   const char* op = decoupled ? "adamw_update" : "adam_update";
   dispatch_update(op, param.dtype(), exp_avg.dtype(), [&]<class P, class S>() {
     dispatch_copy(rounded_copy, [&]<class Q>() {
@@ -161,6 +161,24 @@ void adam_update(const Strided& param, const Strided& grad, const Strided& exp_a
       S* m = exp_avg.data<S>();
       S* v = exp_avg_sq.data<S>();
       Q* q = copy_data<Q>(rounded_copy);
+      if (max_exp_avg_sq.defined()) {  // amsgrad
+        S* vm = max_exp_avg_sq.data<S>();
+        parallel_for_each_offset<6>(
+            param.shape(),
+            {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), max_exp_avg_sq.strides(),
+             copy_strides(rounded_copy, param)},
+            [&](const std::array<int64_t, 6>& o) {
+          C mv = load(m[o[2]]), vv = load(v[o[3]]), vmax = load(vm[o[4]]);
+          const C next = formulas::adam_amsgrad<HostUpdate<P>>(C(load(p[o[0]])), g[o[1]], mv, vv, vmax, k);
+          m[o[2]] = store<S>(mv);
+          v[o[3]] = store<S>(vv);
+          vm[o[4]] = store<S>(vmax);
+          p[o[0]] = store<P>(next);
+          write_copy(q, o[5], next);
+            },
+            kUpdateGrain);
+        return;
+      }
       parallel_for_each_offset<5>(
           param.shape(),
           {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), copy_strides(rounded_copy, param)},
@@ -171,6 +189,67 @@ void adam_update(const Strided& param, const Strided& grad, const Strided& exp_a
         v[o[3]] = store<S>(vv);
         p[o[0]] = store<P>(next);
         write_copy(q, o[4], next);
+          },
+          kUpdateGrain);
+    });
+  });
+}
+
+void rmsprop_update(const Strided& param, const Strided& grad, const Strided& square_avg, const Strided& grad_avg,
+                    const Strided& momentum_buf, double lr, double alpha, double eps, double weight_decay,
+                    double momentum, bool centered, const Strided& rounded_copy) {
+  dispatch_update("rmsprop_update", param.dtype(), square_avg.dtype(), [&]<class P, class S>() {
+    dispatch_copy(rounded_copy, [&]<class Q>() {
+      using C = compute_t<P>;
+      const formulas::RmspropConsts<C> k =
+          formulas::rmsprop_consts<C>(lr, alpha, eps, weight_decay, momentum, centered);
+      // Absent buffers alias the square average's layout and are neither read nor written.
+      const Strided& at = k.centered ? grad_avg : square_avg;
+      const Strided& bt = k.use_mom ? momentum_buf : square_avg;
+      P* p = param.data<P>();
+      const C* g = grad.data<C>();
+      S* sq = square_avg.data<S>();
+      S* ga = at.data<S>();
+      S* b = bt.data<S>();
+      Q* q = copy_data<Q>(rounded_copy);
+      parallel_for_each_offset<6>(
+          param.shape(),
+          {param.strides(), grad.strides(), square_avg.strides(), at.strides(), bt.strides(),
+           copy_strides(rounded_copy, param)},
+          [&](const std::array<int64_t, 6>& o) {
+        C sv = load(sq[o[2]]);
+        C gv = k.centered ? C(load(ga[o[3]])) : C(0);
+        C bv = k.use_mom ? C(load(b[o[4]])) : C(0);
+        const C next = formulas::rmsprop<HostUpdate<P>>(C(load(p[o[0]])), g[o[1]], sv, gv, bv, k);
+        sq[o[2]] = store<S>(sv);
+        if (k.centered) ga[o[3]] = store<S>(gv);
+        if (k.use_mom) b[o[4]] = store<S>(bv);
+        p[o[0]] = store<P>(next);
+        write_copy(q, o[5], next);
+          },
+          kUpdateGrain);
+    });
+  });
+}
+
+void adagrad_update(const Strided& param, const Strided& grad, const Strided& sum, double lr, double lr_decay,
+                    double eps, double weight_decay, int64_t step, const Strided& rounded_copy) {
+  dispatch_update("adagrad_update", param.dtype(), sum.dtype(), [&]<class P, class S>() {
+    dispatch_copy(rounded_copy, [&]<class Q>() {
+      using C = compute_t<P>;
+      const formulas::AdagradConsts<C> k = formulas::adagrad_consts<C>(lr, lr_decay, eps, weight_decay, step);
+      P* p = param.data<P>();
+      const C* g = grad.data<C>();
+      S* s = sum.data<S>();
+      Q* q = copy_data<Q>(rounded_copy);
+      parallel_for_each_offset<4>(
+          param.shape(), {param.strides(), grad.strides(), sum.strides(), copy_strides(rounded_copy, param)},
+          [&](const std::array<int64_t, 4>& o) {
+        C sv = load(s[o[2]]);
+        const C next = formulas::adagrad<HostUpdate<P>>(C(load(p[o[0]])), g[o[1]], sv, k);
+        s[o[2]] = store<S>(sv);
+        p[o[0]] = store<P>(next);
+        write_copy(q, o[3], next);
           },
           kUpdateGrain);
     });
@@ -231,21 +310,74 @@ void sgd16_update(const Strided& param, const Strided& grad, const Strided& mome
 }
 
 void adamw16_update(const Strided& param, const Strided& grad, const Strided& exp_avg, const Strided& exp_avg_sq,
-                    const Strided& kahan_comp, double lr, double beta1, double beta2, double eps, double weight_decay,
-                    int64_t step, Rounding rounding, uint64_t seed, uint64_t offset) {
+                    const Strided& max_exp_avg_sq, const Strided& kahan_comp, double lr, double beta1, double beta2,
+                    double eps, double weight_decay, int64_t step, Rounding rounding, uint64_t seed, uint64_t offset) {
   dispatch_16bit("adamw16_update", param.dtype(), [&]<class P>() {
-    const formulas::AdamW16Consts k = formulas::adamw16_consts(
-        lr, beta1, beta2, eps, weight_decay, step, formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
+    const formulas::AdamW16Consts k = formulas::adamw16_consts(lr, beta1, beta2, eps, weight_decay, step,
+                                                               formulas::weight_rule(rounding, kahan_comp.defined()),
+                                                               seed, offset, max_exp_avg_sq.defined());
     P* p = param.data<P>();
     const float* g = grad.data<float>();
     P* m = exp_avg.data<P>();
     P* v = exp_avg_sq.data<P>();
+    // Absent buffers alias the parameter's layout and are never dereferenced.
+    const Strided& xt = k.amsgrad ? max_exp_avg_sq : param;
+    const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
+    P* vm = xt.data<P>();
+    P* c = ct.data<P>();
+    parallel_for_each_offset<6>(
+        param.shape(),
+        {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), xt.strides(), ct.strides()},
+        [&](const std::array<int64_t, 6>& o, int64_t i) {
+      formulas::adamw16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], vm + o[4], c + o[5], uint64_t(i), k);
+        },
+        kUpdateGrain);
+  });
+}
+
+void rmsprop16_update(const Strided& param, const Strided& grad, const Strided& square_avg, const Strided& grad_avg,
+                      const Strided& momentum_buf, const Strided& kahan_comp, double lr, double alpha, double eps,
+                      double weight_decay, double momentum, bool centered, Rounding rounding, uint64_t seed,
+                      uint64_t offset) {
+  dispatch_16bit("rmsprop16_update", param.dtype(), [&]<class P>() {
+    const formulas::Rmsprop16Consts k =
+        formulas::rmsprop16_consts(lr, alpha, eps, weight_decay, momentum, centered,
+                                   formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
+    P* p = param.data<P>();
+    const float* g = grad.data<float>();
+    P* sq = square_avg.data<P>();
+    // Absent buffers alias the parameter's layout and are never dereferenced.
+    const Strided& at = k.centered ? grad_avg : param;
+    const Strided& bt = k.use_mom ? momentum_buf : param;
+    const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
+    P* ga = at.data<P>();
+    P* b = bt.data<P>();
+    P* c = ct.data<P>();
+    parallel_for_each_offset<6>(
+        param.shape(),
+        {param.strides(), grad.strides(), square_avg.strides(), at.strides(), bt.strides(), ct.strides()},
+        [&](const std::array<int64_t, 6>& o, int64_t i) {
+      formulas::rmsprop16<HostUpdate<P>>(p + o[0], g[o[1]], sq + o[2], ga + o[3], b + o[4], c + o[5], uint64_t(i), k);
+        },
+        kUpdateGrain);
+  });
+}
+
+void adagrad16_update(const Strided& param, const Strided& grad, const Strided& sum, const Strided& kahan_comp,
+                      double lr, double lr_decay, double eps, double weight_decay, int64_t step, Rounding rounding,
+                      uint64_t seed, uint64_t offset) {
+  dispatch_16bit("adagrad16_update", param.dtype(), [&]<class P>() {
+    const formulas::Adagrad16Consts k = formulas::adagrad16_consts(
+        lr, lr_decay, eps, weight_decay, step, formulas::weight_rule(rounding, kahan_comp.defined()), seed, offset);
+    P* p = param.data<P>();
+    const float* g = grad.data<float>();
+    P* s = sum.data<P>();
     const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     P* c = ct.data<P>();
-    parallel_for_each_offset<5>(
-        param.shape(), {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), ct.strides()},
-        [&](const std::array<int64_t, 5>& o, int64_t i) {
-      formulas::adamw16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], c + o[4], uint64_t(i), k);
+    parallel_for_each_offset<4>(
+        param.shape(), {param.strides(), grad.strides(), sum.strides(), ct.strides()},
+        [&](const std::array<int64_t, 4>& o, int64_t i) {
+      formulas::adagrad16<HostUpdate<P>>(p + o[0], g[o[1]], s + o[2], c + o[3], uint64_t(i), k);
         },
         kUpdateGrain);
   });

@@ -68,6 +68,22 @@ void check_adam_hypers(const char* op, double lr, double beta1, double beta2, do
   MT_CHECK(step >= 1, op, ": step counts updates from 1, got ", step);
 }
 
+// The hyper-parameters shared by rmsprop_update_ and rmsprop16_update_.
+void check_rmsprop_hypers(const char* op, double lr, double alpha, double eps, double weight_decay, double momentum) {
+  check_lr_and_decay(op, lr, weight_decay);
+  check_hyper(op, alpha >= 0.0 && alpha < 1.0, "alpha (need 0 <= alpha < 1)", alpha);
+  check_hyper(op, std::isfinite(eps) && eps >= 0.0, "eps (need a finite value >= 0)", eps);
+  check_hyper(op, std::isfinite(momentum) && momentum >= 0.0, "momentum (need a finite value >= 0)", momentum);
+}
+
+// The hyper-parameters shared by adagrad_update_ and adagrad16_update_.
+void check_adagrad_hypers(const char* op, double lr, double lr_decay, double eps, double weight_decay, int64_t step) {
+  check_lr_and_decay(op, lr, weight_decay);
+  check_hyper(op, std::isfinite(lr_decay) && lr_decay >= 0.0, "lr_decay (need a finite value >= 0)", lr_decay);
+  check_hyper(op, std::isfinite(eps) && eps >= 0.0, "eps (need a finite value >= 0)", eps);
+  MT_CHECK(step >= 1, op, ": step counts updates from 1, got ", step);
+}
+
 // The 16-bit rules: a bf16 or f16 parameter, its unscaled f32 gradient, and the rounding rule.
 void check_param16(const char* op, const Tensor& param, const Tensor& grad, const Tensor& kahan_comp,
                    Rounding rounding) {
@@ -114,24 +130,66 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double
 }
 
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1,
-                  double beta2, double eps, double weight_decay, bool decoupled, int64_t step, Tensor* rounded_copy) {
+                  double beta2, double eps, double weight_decay, bool decoupled, int64_t step, Tensor* rounded_copy,
+                  Tensor* max_exp_avg_sq) {
   const char* op = decoupled ? "adamw_update_" : "adam_update_";
   check_param(op, param, grad);
   check_written(op, param, param, "parameter");
   check_written(op, exp_avg, param, "exp_avg");
   check_written(op, exp_avg_sq, param, "exp_avg_sq");
+  if (max_exp_avg_sq) check_written(op, *max_exp_avg_sq, param, "max_exp_avg_sq (amsgrad)");
   check_adam_hypers(op, lr, beta1, beta2, eps, weight_decay, step);
+  check_rounded_copy(op, rounded_copy, param);
+  const Strided vmax = max_exp_avg_sq ? Strided(*max_exp_avg_sq) : Strided();
+  on_device(
+      param.device(),
+      [&] {
+    cpu::adam_update(param, grad, exp_avg, exp_avg_sq, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+                     copy_operand(rounded_copy));
+      },
+      [&] {
+    cuda::adam_update(param, grad, exp_avg, exp_avg_sq, vmax, lr, beta1, beta2, eps, weight_decay, decoupled, step,
+                      copy_operand(rounded_copy));
+  });
+}
+
+void rmsprop_update_(Tensor& param, const Tensor& grad, Tensor& square_avg, Tensor& grad_avg, Tensor& momentum_buf,
+                     double lr, double alpha, double eps, double weight_decay, double momentum, bool centered,
+                     Tensor* rounded_copy) {
+  const char* op = "rmsprop_update_";
+  check_param(op, param, grad);
+  check_written(op, param, param, "parameter");
+  check_written(op, square_avg, param, "square_avg");
+  if (centered) check_written(op, grad_avg, param, "grad_avg (centered)");
+  if (momentum > 0.0) check_written(op, momentum_buf, param, "momentum buffer");
+  check_rmsprop_hypers(op, lr, alpha, eps, weight_decay, momentum);
   check_rounded_copy(op, rounded_copy, param);
   on_device(
       param.device(),
       [&] {
-    cpu::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step,
-                     copy_operand(rounded_copy));
+    cpu::rmsprop_update(param, grad, square_avg, grad_avg, momentum_buf, lr, alpha, eps, weight_decay, momentum,
+                        centered, copy_operand(rounded_copy));
       },
       [&] {
-    cuda::adam_update(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, decoupled, step,
-                      copy_operand(rounded_copy));
+    cuda::rmsprop_update(param, grad, square_avg, grad_avg, momentum_buf, lr, alpha, eps, weight_decay, momentum,
+                         centered, copy_operand(rounded_copy));
   });
+}
+
+void adagrad_update_(Tensor& param, const Tensor& grad, Tensor& sum, double lr, double lr_decay, double eps,
+                     double weight_decay, int64_t step, Tensor* rounded_copy) {
+  const char* op = "adagrad_update_";
+  check_param(op, param, grad);
+  check_written(op, param, param, "parameter");
+  check_written(op, sum, param, "sum");
+  check_adagrad_hypers(op, lr, lr_decay, eps, weight_decay, step);
+  check_rounded_copy(op, rounded_copy, param);
+  on_device(
+      param.device(),
+      [&] { cpu::adagrad_update(param, grad, sum, lr, lr_decay, eps, weight_decay, step, copy_operand(rounded_copy)); },
+      [&] {
+    cuda::adagrad_update(param, grad, sum, lr, lr_decay, eps, weight_decay, step, copy_operand(rounded_copy));
+      });
 }
 
 GradStats grad_stats(const Tensor& g) {
@@ -287,21 +345,61 @@ void sgd16_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tens
 
 void adamw16_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& kahan_comp,
                      double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step,
-                     Rounding rounding, uint64_t seed, uint64_t offset) {
+                     Rounding rounding, uint64_t seed, uint64_t offset, Tensor* max_exp_avg_sq) {
   const char* op = "adamw16_update_";
   check_param16(op, param, grad, kahan_comp, rounding);
   check_written(op, exp_avg, param, "exp_avg");
   check_written(op, exp_avg_sq, param, "exp_avg_sq");
+  if (max_exp_avg_sq) check_written(op, *max_exp_avg_sq, param, "max_exp_avg_sq (amsgrad)");
   check_adam_hypers(op, lr, beta1, beta2, eps, weight_decay, step);
+  const Strided vmax = max_exp_avg_sq ? Strided(*max_exp_avg_sq) : Strided();
   on_device(
       param.device(),
       [&] {
-    cpu::adamw16_update(param, grad, exp_avg, exp_avg_sq, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,
+    cpu::adamw16_update(param, grad, exp_avg, exp_avg_sq, vmax, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,
                         rounding, seed, offset);
       },
       [&] {
-    cuda::adamw16_update(param, grad, exp_avg, exp_avg_sq, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,
+    cuda::adamw16_update(param, grad, exp_avg, exp_avg_sq, vmax, kahan_comp, lr, beta1, beta2, eps, weight_decay, step,
                          rounding, seed, offset);
+  });
+}
+
+void rmsprop16_update_(Tensor& param, const Tensor& grad, Tensor& square_avg, Tensor& grad_avg, Tensor& momentum_buf,
+                       Tensor& kahan_comp, double lr, double alpha, double eps, double weight_decay, double momentum,
+                       bool centered, Rounding rounding, uint64_t seed, uint64_t offset) {
+  const char* op = "rmsprop16_update_";
+  check_param16(op, param, grad, kahan_comp, rounding);
+  check_written(op, square_avg, param, "square_avg");
+  if (centered) check_written(op, grad_avg, param, "grad_avg (centered)");
+  if (momentum > 0.0) check_written(op, momentum_buf, param, "momentum buffer");
+  check_rmsprop_hypers(op, lr, alpha, eps, weight_decay, momentum);
+  on_device(
+      param.device(),
+      [&] {
+    cpu::rmsprop16_update(param, grad, square_avg, grad_avg, momentum_buf, kahan_comp, lr, alpha, eps, weight_decay,
+                          momentum, centered, rounding, seed, offset);
+      },
+      [&] {
+    cuda::rmsprop16_update(param, grad, square_avg, grad_avg, momentum_buf, kahan_comp, lr, alpha, eps, weight_decay,
+                           momentum, centered, rounding, seed, offset);
+  });
+}
+
+void adagrad16_update_(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& kahan_comp, double lr, double lr_decay,
+                       double eps, double weight_decay, int64_t step, Rounding rounding, uint64_t seed,
+                       uint64_t offset) {
+  const char* op = "adagrad16_update_";
+  check_param16(op, param, grad, kahan_comp, rounding);
+  check_written(op, sum, param, "sum");
+  check_adagrad_hypers(op, lr, lr_decay, eps, weight_decay, step);
+  on_device(
+      param.device(),
+      [&] {
+    cpu::adagrad16_update(param, grad, sum, kahan_comp, lr, lr_decay, eps, weight_decay, step, rounding, seed, offset);
+      },
+      [&] {
+    cuda::adagrad16_update(param, grad, sum, kahan_comp, lr, lr_decay, eps, weight_decay, step, rounding, seed, offset);
   });
 }
 

@@ -52,9 +52,33 @@ void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double
 //   exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g^2
 //   param -= (lr / (1 - beta1^step)) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps)
 // The state buffers start at zero (the optimizer allocates them with zeros).
+// amsgrad (max_exp_avg_sq given, a buffer like the others, zeros at the first update):
+//   max_exp_avg_sq = maximum(max_exp_avg_sq, exp_avg_sq)            (torch.maximum: NaN wins)
+//   and the denominator takes sqrt(max_exp_avg_sq) instead of sqrt(exp_avg_sq).
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, double beta1,
                   double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
-                  Tensor* rounded_copy = nullptr);
+                  Tensor* rounded_copy = nullptr, Tensor* max_exp_avg_sq = nullptr);
+
+// torch.optim.RMSprop, for one parameter:
+//   g = grad + weight_decay * param
+//   square_avg = alpha * square_avg + (1 - alpha) * g^2
+//   centered:  grad_avg = lerp(grad_avg, g, 1 - alpha);  avg = sqrt(square_avg - grad_avg^2) + eps
+//   else:      avg = sqrt(square_avg) + eps
+//   momentum > 0:  buf = momentum * buf + g / avg;  param -= lr * buf
+//   else:          param -= lr * (g / avg)
+// Buffers start at zero; grad_avg is read and written only when centered, momentum_buf only when
+// momentum > 0 (else either may be undefined).
+void rmsprop_update_(Tensor& param, const Tensor& grad, Tensor& square_avg, Tensor& grad_avg, Tensor& momentum_buf,
+                     double lr, double alpha, double eps, double weight_decay, double momentum, bool centered,
+                     Tensor* rounded_copy = nullptr);
+
+// torch.optim.Adagrad, for one parameter at its `step`-th update (1-based):
+//   g = grad + weight_decay * param
+//   clr = lr / (1 + (step - 1) * lr_decay)                 (in double on the host)
+//   sum = sum + g^2                                         (sum starts at initial_accumulator_value)
+//   param -= clr * (g / (sqrt(sum) + eps))
+void adagrad_update_(Tensor& param, const Tensor& grad, Tensor& sum, double lr, double lr_decay, double eps,
+                     double weight_decay, int64_t step, Tensor* rounded_copy = nullptr);
 
 // ---- gradient statistics for loss scaling ---------------------------------------------------
 
@@ -132,8 +156,24 @@ void sgd16_update_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, Tens
 //   u = -(lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps) + lr * weight_decay * w)
 // m and v are read back as stored (16-bit) before u is formed. The bias corrections are computed
 // in double on the host from the given betas.
+// amsgrad (max_exp_avg_sq given, 16-bit like the moments): the running maximum of the stored v
+// replaces v in the denominator; the maximum of two stored values needs no rounding.
 void adamw16_update_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& kahan_comp,
                      double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step,
-                     Rounding rounding, uint64_t seed, uint64_t offset);
+                     Rounding rounding, uint64_t seed, uint64_t offset, Tensor* max_exp_avg_sq = nullptr);
+
+// rmsprop_update_ with 16-bit state: square_avg, grad_avg (centered) and the momentum buffer
+// (momentum > 0) are rounded to nearest when stored and read back as stored; the weight is
+// written under the rounding rule. Centered: sq - grad_avg^2 is clamped at 0 before the square
+// root (formulas::rmsprop16).
+void rmsprop16_update_(Tensor& param, const Tensor& grad, Tensor& square_avg, Tensor& grad_avg, Tensor& momentum_buf,
+                       Tensor& kahan_comp, double lr, double alpha, double eps, double weight_decay, double momentum,
+                       bool centered, Rounding rounding, uint64_t seed, uint64_t offset);
+
+// adagrad_update_ with a 16-bit accumulator (rounded to nearest when stored), the weight written
+// under the rounding rule.
+void adagrad16_update_(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& kahan_comp, double lr, double lr_decay,
+                       double eps, double weight_decay, int64_t step, Rounding rounding, uint64_t seed,
+                       uint64_t offset);
 
 }  // namespace mixtape

@@ -91,6 +91,98 @@ TEST_CASE("cuda adam_update and adamw are bit-identical to the CPU over several 
         }
 }
 
+TEST_CASE("cuda adam_update with amsgrad is bit-identical to the CPU over several steps", "[cuda]") {
+  MT_REQUIRE_GPU();
+  uint64_t seed = 2500;
+  for (const Shape& s : param_shapes())
+    for (bool decoupled : {false, true})
+      for (bool strided : {false, true}) {
+        ++seed;
+        const DType dt = DType::f32;
+        Tensor p_c = random(s, dt, seed), m_c = zeros(s, dt), v_c = zeros(s, dt), x_c = zeros(s, dt);
+        Tensor p_g = gpu_input(p_c, strided), m_g = gpu_input(m_c, strided), v_g = gpu_input(v_c, strided);
+        Tensor x_g = gpu_input(x_c, strided);
+        for (int64_t step = 1; step <= 5; ++step) {
+          // Gradients that shrink from step to step: exp_avg_sq falls (beta2 0.5) and the maximum holds.
+          const double range = 1.0 / double(step * step);
+          const Tensor g = random(s, dt, seed * 100 + uint64_t(step), -range, range);
+          adam_update_(p_c, g, m_c, v_c, 1e-2, 0.9, 0.5, 1e-8, 1e-2, decoupled, step, nullptr, &x_c);
+          adam_update_(p_g, gpu_input(g, strided), m_g, v_g, 1e-2, 0.9, 0.5, 1e-8, 1e-2, decoupled, step, nullptr,
+                       &x_g);
+          const std::string what = shape_str(s) + " " + layout_name(strided) + (decoupled ? " adamw" : " adam") +
+                                   " amsgrad step " + std::to_string(step);
+          require_same(p_g, p_c, what + ": param");
+          require_same(m_g, m_c, what + ": exp_avg");
+          require_same(v_g, v_c, what + ": exp_avg_sq");
+          require_same(x_g, x_c, what + ": max_exp_avg_sq");
+        }
+        CHECK(on_cpu(x_g).to_vector() != on_cpu(v_g).to_vector());  // the maximum is not the last v
+      }
+}
+
+TEST_CASE("cuda rmsprop_update is bit-identical to the CPU over several steps", "[cuda]") {
+  MT_REQUIRE_GPU();
+  struct Hyper {
+    double alpha, weight_decay, momentum;
+    bool centered;
+  };
+  // alpha 0.3 makes 1 - alpha >= 0.5: the other branch of the centered lerp.
+  const std::vector<Hyper> hypers = {{0.99, 0.0, 0.0, false}, {0.9, 1e-2, 0.0, false}, {0.99, 0.0, 0.9, false},
+                                     {0.9, 1e-2, 0.0, true},  {0.99, 0.0, 0.5, true},  {0.3, 1e-2, 0.9, true}};
+  uint64_t seed = 3000;
+  for (const Shape& s : param_shapes())
+    for (const Hyper& h : hypers)
+      for (bool strided : {false, true}) {
+        ++seed;
+        const DType dt = DType::f32;
+        Tensor p_c = random(s, dt, seed), sq_c = zeros(s, dt), ga_c = zeros(s, dt), b_c = zeros(s, dt);
+        Tensor p_g = gpu_input(p_c, strided), sq_g = gpu_input(sq_c, strided), ga_g = gpu_input(ga_c, strided);
+        Tensor b_g = gpu_input(b_c, strided);
+        Tensor none_c, none_g;
+        Tensor& gac = h.centered ? ga_c : none_c;
+        Tensor& gag = h.centered ? ga_g : none_g;
+        Tensor& bc = h.momentum > 0.0 ? b_c : none_c;
+        Tensor& bg = h.momentum > 0.0 ? b_g : none_g;
+        for (int64_t step = 1; step <= 4; ++step) {
+          const Tensor g = random(s, dt, seed * 100 + uint64_t(step), -0.5, 0.5);
+          rmsprop_update_(p_c, g, sq_c, gac, bc, 1e-2, h.alpha, 1e-8, h.weight_decay, h.momentum, h.centered);
+          rmsprop_update_(p_g, gpu_input(g, strided), sq_g, gag, bg, 1e-2, h.alpha, 1e-8, h.weight_decay, h.momentum,
+                          h.centered);
+          const std::string what = shape_str(s) + " " + layout_name(strided) + " alpha " + std::to_string(h.alpha) +
+                                   " momentum " + std::to_string(h.momentum) + (h.centered ? " centered" : "") +
+                                   " step " + std::to_string(step);
+          require_same(p_g, p_c, what + ": param");
+          require_same(sq_g, sq_c, what + ": square_avg");
+          if (h.centered) require_same(ga_g, ga_c, what + ": grad_avg");
+          if (h.momentum > 0.0) require_same(b_g, b_c, what + ": momentum buffer");
+        }
+      }
+}
+
+TEST_CASE("cuda adagrad_update is bit-identical to the CPU over several steps", "[cuda]") {
+  MT_REQUIRE_GPU();
+  uint64_t seed = 3500;
+  for (const Shape& s : param_shapes())
+    for (double lr_decay : {0.0, 0.1})
+      for (double wd : {0.0, 1e-2})
+        for (bool strided : {false, true}) {
+          ++seed;
+          const DType dt = DType::f32;
+          Tensor p_c = random(s, dt, seed), s_c = full(s, 0.1, dt);
+          Tensor p_g = gpu_input(p_c, strided), s_g = gpu_input(s_c, strided);
+          for (int64_t step = 1; step <= 4; ++step) {
+            const Tensor g = random(s, dt, seed * 100 + uint64_t(step), -0.5, 0.5);
+            adagrad_update_(p_c, g, s_c, 1e-2, lr_decay, 1e-10, wd, step);
+            adagrad_update_(p_g, gpu_input(g, strided), s_g, 1e-2, lr_decay, 1e-10, wd, step);
+            const std::string what = shape_str(s) + " " + layout_name(strided) + " lr_decay " +
+                                     std::to_string(lr_decay) + " wd " + std::to_string(wd) + " step " +
+                                     std::to_string(step);
+            require_same(p_g, p_c, what + ": param");
+            require_same(s_g, s_c, what + ": sum");
+          }
+        }
+}
+
 TEST_CASE("cuda master updates write the 16-bit copy bit-identical to the CPU", "[cuda]") {
   // Note [Fused master copy]: the fp32 master and its rounded copy, both devices, one pass each.
   MT_REQUIRE_GPU();
@@ -199,6 +291,98 @@ TEST_CASE("cuda adamw16_update is bit-identical to the CPU in all three rounding
               require_same(m_g, m_c, what + ": exp_avg");
               require_same(v_g, v_c, what + ": exp_avg_sq");
               if (rule == Rule::kahan) require_same(k_g, k_c, what + ": Kahan compensation");
+            }
+          }
+}
+
+TEST_CASE("cuda adamw16_update with amsgrad is bit-identical to the CPU", "[cuda]") {
+  MT_REQUIRE_GPU();
+  uint64_t seed = 6500;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (const Shape& s : param_shapes())
+      for (Rule rule : {Rule::nearest, Rule::stochastic, Rule::kahan})
+        for (bool strided : {false, true}) {
+          ++seed;
+          Tensor p_c = random(s, dt, seed, 0.5, 2.0), m_c = zeros(s, dt), v_c = zeros(s, dt), x_c = zeros(s, dt);
+          Tensor k_c = zeros(s, dt);
+          Tensor p_g = gpu_input(p_c, strided), m_g = gpu_input(m_c, strided), v_g = gpu_input(v_c, strided);
+          Tensor x_g = gpu_input(x_c, strided), k_g = gpu_input(k_c, strided);
+          Tensor none_c, none_g;
+          Tensor& kc = rule == Rule::kahan ? k_c : none_c;
+          Tensor& kg = rule == Rule::kahan ? k_g : none_g;
+          const Rounding rounding = rule == Rule::stochastic ? Rounding::stochastic : Rounding::nearest;
+          uint64_t offset = 777;
+          for (int64_t step = 1; step <= 5; ++step) {
+            const double range = 1.0 / double(step * step);
+            const Tensor g = random(s, DType::f32, seed * 100 + uint64_t(step), -range, range);
+            adamw16_update_(p_c, g, m_c, v_c, kc, 1e-3, 0.9, 0.5, 1e-8, 1e-2, step, rounding, seed, offset, &x_c);
+            adamw16_update_(p_g, gpu_input(g, strided), m_g, v_g, kg, 1e-3, 0.9, 0.5, 1e-8, 1e-2, step, rounding, seed,
+                            offset, &x_g);
+            offset += uint64_t(numel_of(s));
+            const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + " " + layout_name(strided) +
+                                     " " + rule_name(rule) + " amsgrad step " + std::to_string(step);
+            require_same(p_g, p_c, what + ": param");
+            require_same(m_g, m_c, what + ": exp_avg");
+            require_same(v_g, v_c, what + ": exp_avg_sq");
+            require_same(x_g, x_c, what + ": max_exp_avg_sq");
+            if (rule == Rule::kahan) require_same(k_g, k_c, what + ": Kahan compensation");
+          }
+        }
+}
+
+TEST_CASE("cuda rmsprop16_update and adagrad16_update are bit-identical to the CPU in all three rounding modes",
+          "[cuda]") {
+  MT_REQUIRE_GPU();
+  uint64_t seed = 7000;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (const Shape& s : param_shapes())
+      for (Rule rule : {Rule::nearest, Rule::stochastic, Rule::kahan})
+        for (int variant = 0; variant < 3; ++variant)
+          for (bool strided : {false, true}) {
+            ++seed;
+            // variant 0: plain RMSprop and Adagrad; 1: momentum and weight decay; 2: centered, momentum.
+            const bool centered = variant == 2;
+            const double momentum = variant == 0 ? 0.0 : 0.9, wd = variant == 1 ? 1e-2 : 0.0;
+            Tensor p_c = random(s, dt, seed, 0.5, 2.0), sq_c = zeros(s, dt), ga_c = zeros(s, dt), b_c = zeros(s, dt);
+            Tensor k_c = zeros(s, dt), q_c = random(s, dt, seed + 7, 0.5, 2.0), sum_c = full(s, 0.1, dt);
+            Tensor k2_c = zeros(s, dt);
+            Tensor p_g = gpu_input(p_c, strided), sq_g = gpu_input(sq_c, strided), ga_g = gpu_input(ga_c, strided);
+            Tensor b_g = gpu_input(b_c, strided), k_g = gpu_input(k_c, strided), q_g = gpu_input(q_c, strided);
+            Tensor sum_g = gpu_input(sum_c, strided), k2_g = gpu_input(k2_c, strided);
+            Tensor none_c, none_g;
+            Tensor& gac = centered ? ga_c : none_c;
+            Tensor& gag = centered ? ga_g : none_g;
+            Tensor& bc = momentum > 0.0 ? b_c : none_c;
+            Tensor& bg = momentum > 0.0 ? b_g : none_g;
+            const bool kahan = rule == Rule::kahan;
+            Tensor none_k1, none_k2, none_k3, none_k4;
+            Tensor& kc = kahan ? k_c : none_k1;
+            Tensor& kg = kahan ? k_g : none_k2;
+            Tensor& k2c = kahan ? k2_c : none_k3;
+            Tensor& k2g = kahan ? k2_g : none_k4;
+            const Rounding rounding = rule == Rule::stochastic ? Rounding::stochastic : Rounding::nearest;
+            uint64_t offset = 99;
+            for (int64_t step = 1; step <= 5; ++step) {
+              const Tensor g = random(s, DType::f32, seed * 100 + uint64_t(step), -1.0, 1.0);
+              const Tensor g_g = gpu_input(g, strided);
+              rmsprop16_update_(p_c, g, sq_c, gac, bc, kc, 1e-3, 0.99, 1e-8, wd, momentum, centered, rounding, seed,
+                                offset);
+              rmsprop16_update_(p_g, g_g, sq_g, gag, bg, kg, 1e-3, 0.99, 1e-8, wd, momentum, centered, rounding, seed,
+                                offset);
+              adagrad16_update_(q_c, g, sum_c, k2c, 1e-3, 0.1, 1e-10, wd, step, rounding, seed + 1, offset);
+              adagrad16_update_(q_g, g_g, sum_g, k2g, 1e-3, 0.1, 1e-10, wd, step, rounding, seed + 1, offset);
+              offset += uint64_t(numel_of(s));
+              const std::string what = std::string(dtype_name(dt)) + " " + shape_str(s) + " " + layout_name(strided) +
+                                       " " + rule_name(rule) + " variant " + std::to_string(variant) + " step " +
+                                       std::to_string(step);
+              require_same(p_g, p_c, what + ": rmsprop param");
+              require_same(sq_g, sq_c, what + ": square_avg");
+              if (centered) require_same(ga_g, ga_c, what + ": grad_avg");
+              if (momentum > 0.0) require_same(b_g, b_c, what + ": momentum buffer");
+              if (kahan) require_same(k_g, k_c, what + ": rmsprop Kahan compensation");
+              require_same(q_g, q_c, what + ": adagrad param");
+              require_same(sum_g, sum_c, what + ": sum");
+              if (kahan) require_same(k2_g, k2_c, what + ": adagrad Kahan compensation");
             }
           }
 }

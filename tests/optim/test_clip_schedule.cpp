@@ -1,5 +1,7 @@
 // Gradient clipping on plain gradients, clipping inside scaled_step (after unscaling), and
-// learning-rate schedules against their formulas.
+// learning-rate schedules against their formulas. The sequences of ExponentialLR, MultiStepLR,
+// OneCycleLR and ReduceLROnPlateau are torch.optim.lr_scheduler's own (torch 2, an SGD over one
+// parameter, the lr read after each scheduler step, printed with repr).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -167,4 +169,316 @@ TEST_CASE("scheduler state dicts resume the schedule", "[optim]") {
   sched2.step();
   CHECK(opt2.lr() == opt.lr());
   CHECK_THROWS_WITH(sched2.load_state_dict(TensorDict{}), Catch::Contains("missing metadata entry 'last_step'"));
+}
+
+TEST_CASE("clip_grad_value clamps every element to [-v, v], NaN stays NaN", "[optim]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<Tensor> grads = {vec({3.0, -4.0, std::nan(""), inf, -inf, 0.5}), Tensor(), vec({-2.5, 1.5}, DType::f16)};
+  clip_grad_value(grads, 2.0);
+  const std::vector<double> a = grads[0].to_vector();
+  CHECK(a[0] == 2.0);
+  CHECK(a[1] == -2.0);
+  CHECK(std::isnan(a[2]));
+  CHECK(a[3] == 2.0);
+  CHECK(a[4] == -2.0);
+  CHECK(a[5] == 0.5);
+  CHECK_FALSE(grads[1].defined());
+  CHECK(grads[2].dtype() == DType::f16);
+  CHECK(grads[2].to_vector() == std::vector<double>{-2.0, 1.5});
+  clip_grad_value(grads, 0.0);  // v = 0 zeroes everything but NaN
+  CHECK(grads[2].to_vector() == std::vector<double>{0.0, 0.0});
+  CHECK_THROWS_WITH(clip_grad_value(grads, -1.0), Catch::Contains("clip_grad_value: clip_value must be finite"));
+  CHECK_THROWS_WITH(clip_grad_value(grads, std::nan("")), Catch::Contains("clip_value"));
+}
+
+TEST_CASE("scaled_step clips by value after unscaling, then by norm", "[optim]") {
+  // [3, -4] at scale 1024 (stored in f16) and [0.5] at scale 1.
+  SECTION("by value only") {
+    Variable a = param_with_grad({3.0, -4.0}, 1024.0f, DType::f16);
+    Variable b = param_with_grad({0.5}, 1.0f);
+    SGD opt({a, b}, {.lr = 1.0});
+    StaticLossScaler scaler(1.0f);
+    const StepReport r = scaled_step(opt, scaler, GradClip{.max_value = 1.0});
+    REQUIRE(r.applied());
+    CHECK(r.grad_norm() == std::sqrt(25.25));  // before clipping
+    CHECK(a.data().to_vector() == std::vector<double>{-1.0, 1.0});
+    CHECK(b.data().item() == -0.5);
+  }
+  SECTION("by value, then to a norm") {
+    Variable a = param_with_grad({3.0, -4.0}, 1024.0f, DType::f16);
+    Variable b = param_with_grad({0.5}, 1.0f);
+    SGD opt({a, b}, {.lr = 1.0});
+    StaticLossScaler scaler(1.0f);
+    REQUIRE(scaled_step(opt, scaler, GradClip{.max_norm = 0.75, .max_value = 1.0}).applied());
+    const double coef = 0.75 / (1.5 + 1e-6);  // the clamped gradients [1, -1, 0.5] have norm 1.5
+    CHECK(rel_close(-a.data().to_vector()[0], coef, 1e-7));
+    CHECK(rel_close(b.data().item(), -0.5 * coef, 1e-7));
+  }
+  SECTION("an inf gradient is still skipped, not clamped into an update") {
+    Variable a = param_with_grad({std::numeric_limits<double>::infinity(), 1.0}, 1.0f);
+    SGD opt({a}, {.lr = 1.0});
+    StaticLossScaler scaler(1.0f);
+    CHECK_FALSE(scaled_step(opt, scaler, GradClip{.max_value = 1.0}).applied());
+    CHECK(a.data().to_vector() == std::vector<double>{0.0, 0.0});
+  }
+  SECTION("MasterWeights and the trainer options pass it on") {
+    Variable a = param_with_grad({3.0, -4.0}, 1.0f);
+    MasterWeights mw({a},
+                     [](std::vector<Variable> m) { return std::make_unique<SGD>(std::move(m), SGDOptions{.lr = 1.0}); },
+                     {.max_grad_value = 2.0});
+    StaticLossScaler scaler(1.0f);
+    REQUIRE(mw.step(scaler).applied());
+    CHECK(a.data().to_vector() == std::vector<double>{-2.0, 2.0});
+  }
+  Variable a = param_with_grad({1.0}, 1.0f);
+  SGD opt({a}, {.lr = 1.0});
+  StaticLossScaler scaler(1.0f);
+  CHECK_THROWS_WITH(scaled_step(opt, scaler, GradClip{.max_value = -1.0}), Catch::Contains("max_grad_value"));
+}
+
+namespace {
+
+// The lr of group 0 at construction and after each of the following steps.
+std::vector<double> lr_sequence(const LRSchedule& schedule, double base_lr, size_t steps) {
+  std::vector<double> out;
+  for (size_t t = 0; t <= steps; ++t) out.push_back(schedule.lr_at(int64_t(t), base_lr));
+  return out;
+}
+
+void check_sequence(Optimizer& opt, LRScheduler& sched, const std::vector<double>& want, double tol) {
+  for (size_t t = 0; t < want.size(); ++t) {
+    INFO("step " << t << ": lr " << opt.lr() << ", torch " << want[t]);
+    CHECK(std::abs(opt.lr() - want[t]) <= tol * std::abs(want[t]));
+    if (t + 1 < want.size()) sched.step();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ExponentialLR and MultiStepLR follow torch.optim.lr_scheduler", "[optim]") {
+  Variable a(zeros({1}), true);
+  SGD opt({a}, {.lr = 0.1});
+  SECTION("ExponentialLR(0.9)") {
+    LRScheduler sched(opt, ExponentialLR(0.9));
+    // torch multiplies step by step; the closed form rounds differently in the last place.
+    check_sequence(opt, sched,
+                   {0.1, 0.09000000000000001, 0.08100000000000002, 0.07290000000000002, 0.06561000000000002,
+                    0.05904900000000002, 0.05314410000000002, 0.04782969000000002, 0.043046721000000024,
+                    0.03874204890000002, 0.03486784401000002, 0.03138105960900001, 0.028242953648100012},
+                   1e-14);
+  }
+  SECTION("MultiStepLR({3, 7, 7, 10}, 0.5): a repeated milestone counts twice") {
+    LRScheduler sched(opt, MultiStepLR({10, 7, 3, 7}, 0.5));
+    check_sequence(
+        opt, sched,
+        {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05, 0.0125, 0.0125, 0.0125, 0.00625, 0.00625, 0.00625, 0.00625, 0.00625},
+        0.0);
+  }
+  CHECK_THROWS_WITH(ExponentialLR(-0.5), Catch::Contains("ExponentialLR: gamma must be finite and >= 0, got -0.5"));
+  CHECK_THROWS_WITH(MultiStepLR({2, -1}), Catch::Contains("MultiStepLR: milestones must be >= 0, got -1"));
+  CHECK_THROWS_WITH(MultiStepLR({2}, std::nan("")), Catch::Contains("MultiStepLR: gamma"));
+}
+
+TEST_CASE("OneCycleLR follows torch.optim.lr_scheduler.OneCycleLR in every phase", "[optim]") {
+  Variable a(zeros({1}), true);
+  SGD opt({a}, {.lr = 0.1});
+  SECTION("cos, two phases, PyTorch's defaults") {
+    LRScheduler sched(opt, OneCycleLR(1.0, 20));
+    check_sequence(opt, sched,
+                   {0.040000000000000036,
+                    0.1316718427000253,
+                    0.3716718427000253,
+                    0.6683281572999747,
+                    0.9083281572999747,
+                    1.0,
+                    0.9874640062350873,
+                    0.9504846320134737,
+                    0.89091617757105,
+                    0.8117456539497631,
+                    0.7169430017913008,
+                    0.6112620219362893,
+                    0.500002,
+                    0.38874197806371075,
+                    0.28306099820869923,
+                    0.18825834605023697,
+                    0.10908782242895004,
+                    0.049519367986526286,
+                    0.012539993764912554,
+                    4e-06},
+                   1e-14);
+  }
+  SECTION("linear, pct_start 0.4, div factors 10 and 100") {
+    LRScheduler sched(
+        opt, OneCycleLR(
+                 0.5, 10,
+                 {.pct_start = 0.4, .anneal = OneCycleLR::Anneal::linear, .div_factor = 10, .final_div_factor = 100}));
+    check_sequence(opt, sched,
+                   {0.05, 0.2, 0.35, 0.5, 0.41675, 0.3335, 0.25025, 0.16700000000000004, 0.08374999999999999,
+                    0.0005000000000000004},
+                   1e-14);
+  }
+  SECTION("cos, three phases") {
+    LRScheduler sched(opt, OneCycleLR(2.0, 16, {.pct_start = 0.25, .three_phase = true}));
+    check_sequence(opt, sched,
+                   {0.08000000000000007, 0.56, 1.5199999999999998, 2.0, 1.52, 0.5600000000000002, 0.08,
+                    0.07758794606095319, 0.07064271354698665, 0.06000200000000001, 0.04694923251396656,
+                    0.03305876748603346, 0.020006000000000013, 0.00936528645301336, 0.0024200539390468114, 8e-06},
+                   1e-14);
+    // Step 16 = total_steps is allowed (PyTorch's check is step > total_steps); 17 is not, and a
+    // failed step changes nothing.
+    sched.step();
+    const double lr16 = opt.lr();
+    CHECK_THROWS_WITH(sched.step(),
+                      Catch::Contains("OneCycleLR: tried to step 17 times; the schedule has total_steps 16"));
+    CHECK(sched.last_step() == 16);
+    CHECK(opt.lr() == lr16);
+  }
+  SECTION("every group follows max_lr, and the state dict resumes it") {
+    Variable b(zeros({1}), true);
+    opt.add_param_group({b}, {.lr = 7.0});
+    LRScheduler sched(opt, OneCycleLR(1.0, 20));
+    for (int t = 0; t < 5; ++t) sched.step();
+    CHECK(opt.lr(1) == opt.lr(0));
+    Variable c(zeros({1}), true), d(zeros({1}), true);
+    SGD opt2({c}, {.lr = 0.1});
+    opt2.add_param_group({d});
+    LRScheduler sched2(opt2, OneCycleLR(1.0, 20));
+    sched2.load_state_dict(sched.state_dict());
+    sched.step();
+    sched2.step();
+    CHECK(opt2.lr(0) == opt.lr(0));
+    CHECK(opt2.lr(1) == opt.lr(1));
+  }
+  CHECK(lr_sequence(OneCycleLR(1.0, 20), 0.1, 20) == lr_sequence(OneCycleLR(1.0, 20), 123.0, 20));
+  CHECK_THROWS_WITH(OneCycleLR(1.0, 0), Catch::Contains("OneCycleLR: total_steps must be > 0, got 0"));
+  CHECK_THROWS_WITH(OneCycleLR(-1.0, 10), Catch::Contains("OneCycleLR: max_lr"));
+  CHECK_THROWS_WITH(OneCycleLR(1.0, 10, {.pct_start = 1.5}), Catch::Contains("pct_start must be in [0, 1], got 1.5"));
+  CHECK_THROWS_WITH(OneCycleLR(1.0, 10, {.div_factor = 0.0}), Catch::Contains("div_factor"));
+  CHECK_THROWS_WITH(OneCycleLR(1.0, 10, {.final_div_factor = -1.0}), Catch::Contains("final_div_factor"));
+  // pct_start * total_steps = 1: PyTorch's first phase has length 0 (its division by zero).
+  CHECK_THROWS_WITH(OneCycleLR(1.0, 10, {.pct_start = 0.1}), Catch::Contains("phase 1 of 2 ends at step 0"));
+}
+
+namespace {
+
+// The lr after each metric.
+std::vector<double> plateau_lrs(const std::vector<double>& metrics, ReduceLROnPlateau::Options o) {
+  Variable a(zeros({1}), true);
+  SGD opt({a}, {.lr = 1.0});
+  ReduceLROnPlateau sched(opt, o);
+  std::vector<double> out;
+  for (double m : metrics) {
+    sched.step(m);
+    out.push_back(opt.lr());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ReduceLROnPlateau follows torch.optim.lr_scheduler.ReduceLROnPlateau", "[optim]") {
+  using P = ReduceLROnPlateau;
+  const double nan = std::nan("");
+  SECTION("min, rel threshold, patience 2; a NaN metric is a bad epoch") {
+    const std::vector<double> m = {10, 9, 9.0005, 9.5, 9.2, 8, 8, 8, 8, 8, 7.99, 7, 7, 7, nan, 7, 7, 6, 6, 6};
+    CHECK(plateau_lrs(m, {.factor = 0.5, .patience = 2, .threshold = 1e-3}) ==
+          std::vector<double>{1.0,  1.0,  1.0,  1.0,  0.5,   0.5,   0.5,   0.5,   0.25,  0.25,
+                              0.25, 0.25, 0.25, 0.25, 0.125, 0.125, 0.125, 0.125, 0.125, 0.125});
+  }
+  const std::vector<double> m2 = {1,   2,   2.05, 2.2, 2.1, 2.15, 2.3, 2.3, 2.3, 2.3,
+                                  2.3, 2.3, 2.3,  2.3, 2.3, 2.3,  2.3, 2.3, 2.3, 2.3};
+  SECTION("max, abs threshold, cooldown 2, min_lr") {
+    CHECK(plateau_lrs(m2, {.mode = P::Mode::max,
+                           .factor = 0.1,
+                           .patience = 1,
+                           .threshold = 0.1,
+                           .threshold_mode = P::ThresholdMode::abs,
+                           .cooldown = 2,
+                           .min_lr = 0.002}) == std::vector<double>{1.0,
+                                                                    1.0,
+                                                                    1.0,
+                                                                    1.0,
+                                                                    1.0,
+                                                                    0.1,
+                                                                    0.1,
+                                                                    0.1,
+                                                                    0.1,
+                                                                    0.010000000000000002,
+                                                                    0.010000000000000002,
+                                                                    0.010000000000000002,
+                                                                    0.010000000000000002,
+                                                                    0.002,
+                                                                    0.002,
+                                                                    0.002,
+                                                                    0.002,
+                                                                    0.002,
+                                                                    0.002,
+                                                                    0.002});
+  }
+  SECTION("a reduction by eps or less is not made") {
+    CHECK(plateau_lrs(m2, {.mode = P::Mode::max,
+                           .factor = 0.9,
+                           .patience = 0,
+                           .threshold = 0.0,
+                           .threshold_mode = P::ThresholdMode::abs,
+                           .min_lr = 0.5,
+                           .eps = 0.06}) == std::vector<double>{1.0,
+                                                                1.0,
+                                                                1.0,
+                                                                1.0,
+                                                                0.9,
+                                                                0.81,
+                                                                0.81,
+                                                                0.7290000000000001,
+                                                                0.6561000000000001,
+                                                                0.5904900000000002,
+                                                                0.5904900000000002,
+                                                                0.5904900000000002,
+                                                                0.5904900000000002,
+                                                                0.5904900000000002,
+                                                                0.5904900000000002,
+                                                                0.5904900000000002,
+                                                                0.5904900000000002,
+                                                                0.5904900000000002,
+                                                                0.5904900000000002,
+                                                                0.5904900000000002});
+  }
+  SECTION("the state dict resumes the counters mid-cooldown") {
+    const P::Options o{.mode = P::Mode::max,
+                       .factor = 0.1,
+                       .patience = 1,
+                       .threshold = 0.1,
+                       .threshold_mode = P::ThresholdMode::abs,
+                       .cooldown = 2};
+    Variable a(zeros({1}), true), b(zeros({1}), true);
+    SGD opt_a({a}, {.lr = 1.0}), opt_b({b}, {.lr = 1.0});
+    P full(opt_a, o);
+    for (size_t t = 0; t < 7; ++t) full.step(m2[t]);  // the reduction at 5, cooldown running
+    CHECK(full.cooldown_counter() > 0);
+    TensorDict saved;
+    saved.merge("optimizer.", opt_a.state_dict());
+    saved.merge("sched.", full.state_dict());
+    P resumed(opt_b);  // other options: the state dict brings its own
+    opt_b.load_state_dict(saved.sub("optimizer."));
+    resumed.load_state_dict(saved.sub("sched."));
+    CHECK(resumed.options().mode == P::Mode::max);
+    CHECK(resumed.best() == full.best());
+    CHECK(resumed.last_epoch() == 7);
+    for (size_t t = 7; t < m2.size(); ++t) {
+      full.step(m2[t]);
+      resumed.step(m2[t]);
+      CHECK(opt_b.lr() == opt_a.lr());
+    }
+    TensorDict bad = full.state_dict();
+    bad.set_meta("mode", "sideways");
+    CHECK_THROWS_WITH(resumed.load_state_dict(bad), Catch::Contains("mode 'sideways' is not min or max"));
+  }
+  Variable a(zeros({1}), true);
+  SGD opt({a}, {.lr = 1.0});
+  CHECK_THROWS_WITH(P(opt, {.factor = 1.0}), Catch::Contains("ReduceLROnPlateau: factor must be in [0, 1), got 1"));
+  CHECK_THROWS_WITH(P(opt, {.patience = -1}), Catch::Contains("patience"));
+  CHECK_THROWS_WITH(P(opt, {.threshold = -1.0}), Catch::Contains("threshold"));
+  CHECK_THROWS_WITH(P(opt, {.cooldown = -2}), Catch::Contains("cooldown"));
+  CHECK_THROWS_WITH(P(opt, {.min_lr = -1.0}), Catch::Contains("min_lr"));
+  CHECK_THROWS_WITH(P(opt, {.eps = std::nan("")}), Catch::Contains("eps"));
 }

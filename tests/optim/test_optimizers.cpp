@@ -1,7 +1,10 @@
-// SGD, Adam and AdamW against values computed by hand from the torch.optim formulas, in f64.
+// SGD, Adam, AdamW, RMSprop and Adagrad against values computed from the torch.optim formulas, in
+// f64.
 //
 // Every case starts from p0 = [1, -2, 0.5] and applies the gradients G[0], G[1], G[2]. The
-// expected rows were evaluated in double precision from (PyTorch's definitions):
+// rows of RMSprop, Adagrad and amsgrad are torch.optim's own (torch 2, float64 tensors,
+// foreach=False, printed with repr); the others were evaluated in double precision from
+// (PyTorch's definitions):
 //   SGD:   d = g + wd p;  buf = d (step 1) | mom buf + (1 - damp) d;  d = nesterov ? d + mom buf : buf;
 //          p -= lr d
 //   Adam:  g += wd p (Adam) | p *= 1 - lr wd (AdamW);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
@@ -126,6 +129,98 @@ TEST_CASE("AdamW decays the weights directly, which differs from Adam's L2 penal
   CHECK(Adam({make_param()}).weight_decay() == 0.0);
 }
 
+TEST_CASE("Adam and AdamW with amsgrad follow torch.optim", "[optim]") {
+  SECTION("Adam, default betas") {
+    Variable p = make_param();
+    Adam opt({p}, {.lr = 0.01, .amsgrad = true});
+    run_and_check(opt, p,
+                  {{0.9900000009999999, -1.9900000005, 0.4900000003333333},
+                   {0.9873366309403391, -1.9936610356546038, 0.4802964794330103},
+                   {0.980631625651246, -1.9978175474963837, 0.47477756072113186}});
+  }
+  SECTION("Adam, beta2 0.5 (exp_avg_sq falls, so the maximum matters), L2 decay") {
+    Variable p = make_param();
+    Adam opt({p}, {.lr = 0.01, .beta2 = 0.5, .weight_decay = 0.1, .amsgrad = true});
+    run_and_check(opt, p,
+                  {{0.9900000004999999, -1.99000000025, 0.4900000002857143},
+                   {0.982619301593818, -1.987437705136587, 0.47964438538857196},
+                   {0.9754601547791977, -1.9844863285138585, 0.473310002563105}});
+  }
+  SECTION("AdamW, beta2 0.5") {
+    Variable p = make_param();
+    AdamW opt({p}, {.lr = 0.01, .beta2 = 0.5, .weight_decay = 0.1, .amsgrad = true});
+    run_and_check(opt, p,
+                  {{0.9890000009999999, -1.9880000005, 0.4895000003333333},
+                   {0.9854325910592281, -1.989354554593054, 0.47891172724433245},
+                   {0.979090384100186, -1.990793901964943, 0.47317711049992617}});
+    // Without amsgrad the second step already differs (torch: 0.9850337097097933 for element 0).
+    Variable q = make_param();
+    AdamW plain({q}, {.lr = 0.01, .beta2 = 0.5, .weight_decay = 0.1});
+    for (size_t t = 0; t < 2; ++t) {
+      set_grad(q, kG[t]);
+      plain.step();
+    }
+    check_close(q.data(), {0.9850337097097933, -1.989354554593054, 0.4786189485670088});
+  }
+}
+
+TEST_CASE("RMSprop follows torch.optim.RMSprop", "[optim]") {
+  SECTION("defaults") {
+    Variable p = make_param();
+    RMSprop opt({p}, {.lr = 0.01});
+    run_and_check(opt, p,
+                  {{0.9000000999999, -1.900000049999975, 0.40000003333332224},
+                   {0.9449013851840493, -1.9895323261670683, 0.34433701482604706},
+                   {0.851094600216988, -2.0114796739776826, 0.37127475082644074}});
+  }
+  SECTION("alpha, eps, weight decay and momentum") {
+    Variable p = make_param();
+    RMSprop opt({p}, {.lr = 0.01, .alpha = 0.9, .eps = 1e-3, .weight_decay = 0.1, .momentum = 0.8});
+    run_and_check(opt, p,
+                  {{0.9688694407585058, -1.968625262477221, 0.4686603793476507},
+                   {0.9364994951276796, -1.9583409107030372, 0.4248641105486003},
+                   {0.8822017579311716, -1.9429421398850109, 0.3943753597547477}});
+  }
+  SECTION("centered, with momentum and weight decay") {
+    Variable p = make_param();
+    RMSprop opt({p}, {.lr = 0.01, .alpha = 0.9, .weight_decay = 0.05, .momentum = 0.5, .centered = true});
+    run_and_check(opt, p,
+                  {{0.9666666740740725, -1.96666667037037, 0.46666667008546975},
+                   {0.9503877651486543, -1.9730083936835154, 0.4294693581585591},
+                   {0.9101393104513958, -1.9762877559497818, 0.4179879109934016}});
+  }
+  SECTION("centered, alpha 0.6 (the lerp's other branch)") {
+    Variable p = make_param();
+    RMSprop opt({p}, {.lr = 0.01, .alpha = 0.6, .centered = true});
+    run_and_check(opt, p,
+                  {{0.9795875896434727, -1.9795875875601399, 0.47958758686569564},
+                   {0.9881827652180882, -1.995775684610958, 0.4629762008907591},
+                   {0.9684263498442112, -2.0009979076745386, 0.4694394509788324}});
+  }
+}
+
+TEST_CASE("Adagrad follows torch.optim.Adagrad", "[optim]") {
+  SECTION("defaults") {
+    Variable p = make_param();
+    Adagrad opt({p}, {.lr = 0.1});
+    run_and_check(opt, p,
+                  {{0.9000000000999999, -1.90000000005, 0.40000000003333336},
+                   {0.9447213596099957, -1.9894427191299915, 0.34452998042619504},
+                   {0.8510171025061004, -2.011264508148829, 0.3712561046102946}});
+  }
+  SECTION("lr decay, weight decay, initial accumulator and eps") {
+    Variable p = make_param();
+    Adagrad opt({p}, {.lr = 0.1, .lr_decay = 0.5, .weight_decay = 0.1, .initial_accumulator_value = 0.2, .eps = 1e-3});
+    run_and_check(opt, p,
+                  {{0.9592583345300075, -1.9334442595673877, 0.4384767729192929},
+                   {0.9530485229508385, -1.95512018763191, 0.4122155272857935},
+                   {0.9217827969280911, -1.9476901107300884, 0.4169418559680331}});
+    // The accumulator started at 0.2: 0.2 + the three squared (decayed) gradients.
+    const std::vector<double> sum = opt.state_dict().at("state.0.sum").to_vector();
+    CHECK(sum[0] > 0.2);
+  }
+}
+
 TEST_CASE("a gradient with scale 1024 gives the same update as the unscaled one", "[optim]") {
   const std::vector<double> p0 = {0.3, -1.7, 2.5, 1e-3};
   const std::vector<std::vector<double>> grads = {{0.011, -0.3, 1.7, -2e-5}, {0.2, 0.05, -0.9, 3e-4}};
@@ -242,6 +337,50 @@ TEST_CASE("optimizer state dicts resume training exactly", "[optim]") {
   check_resume([](Variable p) { return SGD({p}, {.lr = 0.05, .momentum = 0.9, .nesterov = true}); });
   check_resume([](Variable p) { return Adam({p}, {.lr = 0.01, .beta1 = 0.8, .weight_decay = 0.1}); });
   check_resume([](Variable p) { return AdamW({p}, {.lr = 0.01}); });
+  check_resume([](Variable p) { return AdamW({p}, {.lr = 0.01, .beta2 = 0.5, .amsgrad = true}); });
+  check_resume([](Variable p) { return RMSprop({p}, {.lr = 0.01, .alpha = 0.9, .momentum = 0.5, .centered = true}); });
+  check_resume([](Variable p) { return RMSprop({p}, {.lr = 0.01}); });
+  check_resume([](Variable p) { return Adagrad({p}, {.lr = 0.1, .lr_decay = 0.5, .initial_accumulator_value = 0.2}); });
+}
+
+TEST_CASE("the state dicts of RMSprop, Adagrad and amsgrad hold every buffer by PyTorch's names", "[optim]") {
+  Variable p = make_param();
+  RMSprop rms({p}, {.lr = 0.01, .momentum = 0.9, .centered = true});
+  set_grad(p, kG[0]);
+  rms.step();
+  const TensorDict r = rms.state_dict();
+  CHECK(r.meta("optimizer") == "RMSprop");
+  CHECK(r.meta("state.0.step") == "1");
+  CHECK(r.meta("centered") == "true");
+  for (const char* b : {"state.0.square_avg", "state.0.momentum_buffer", "state.0.grad_avg"})
+    CHECK(r.at(b).shape() == Shape{3});
+  // The hyper-parameters come with the state, as SGD's momentum does: a plain RMSprop becomes a
+  // centered one with momentum, and its next step is the saved optimizer's.
+  Variable q = make_param();
+  RMSprop plain({q}, {.lr = 0.01});
+  plain.load_state_dict(r);
+  CHECK(plain.options().centered);
+  CHECK(plain.options().momentum == 0.9);
+
+  Variable a = make_param();
+  Adam ams({a}, {.lr = 0.01, .amsgrad = true});
+  set_grad(a, kG[0]);
+  ams.step();
+  const TensorDict d = ams.state_dict();
+  CHECK(d.meta("amsgrad") == "true");
+  // max(0, v) = v after one step
+  CHECK(d.at("state.0.max_exp_avg_sq").to_vector() == d.at("state.0.exp_avg_sq").to_vector());
+  TensorDict old = d;  // saved before amsgrad existed: no "amsgrad" entry, no maximum
+  old.metadata.erase("amsgrad");
+  Adam other({make_param()}, {.lr = 0.01});
+  CHECK_THROWS_WITH(other.load_state_dict(old), Catch::Contains("unexpected tensor 'state.0.max_exp_avg_sq'"));
+
+  Variable g = make_param();
+  Adagrad ada({g}, {.lr = 0.1, .initial_accumulator_value = 0.5});
+  set_grad(g, kG[0]);
+  ada.step();
+  const std::vector<double> sum = ada.state_dict().at("state.0.sum").to_vector();
+  CHECK(sum == std::vector<double>{0.5 + 0.1 * 0.1, 0.5 + 0.2 * 0.2, 0.5 + 0.3 * 0.3});
 }
 
 TEST_CASE("optimizer load_state_dict rejects state from elsewhere", "[optim]") {
@@ -304,6 +443,17 @@ TEST_CASE("optimizers validate their hyper-parameters and parameters", "[optim]"
   CHECK_THROWS_WITH(Adam({make_param()}, {.eps = -1.0}), Catch::Contains("eps"));
   CHECK_THROWS_WITH(SGD({make_param()}, {.lr = std::nan("")}), Catch::Contains("learning rate"));
   CHECK_THROWS_WITH(AdamW({make_param()}, {.weight_decay = -0.1}), Catch::Contains("AdamW: weight decay"));
+  CHECK_THROWS_WITH(RMSprop({make_param()}, {.alpha = 1.0}),
+                    Catch::Contains("RMSprop: alpha must be in [0, 1), got 1"));
+  CHECK_THROWS_WITH(RMSprop({make_param()}, {.alpha = -0.5}), Catch::Contains("alpha"));
+  CHECK_THROWS_WITH(RMSprop({make_param()}, {.lr = -1.0}), Catch::Contains("RMSprop: learning rate"));
+  CHECK_THROWS_WITH(RMSprop({make_param()}, {.eps = -1.0}), Catch::Contains("RMSprop: eps"));
+  CHECK_THROWS_WITH(RMSprop({make_param()}, {.momentum = -0.1}), Catch::Contains("RMSprop: momentum"));
+  CHECK_THROWS_WITH(Adagrad({make_param()}, {.lr_decay = -1.0}), Catch::Contains("Adagrad: lr_decay"));
+  CHECK_THROWS_WITH(Adagrad({make_param()}, {.initial_accumulator_value = -1.0}),
+                    Catch::Contains("Adagrad: initial_accumulator_value must be finite and >= 0, got -1"));
+  CHECK_THROWS_WITH(Adagrad({make_param()}, {.eps = std::nan("")}), Catch::Contains("Adagrad: eps"));
+  CHECK_THROWS_WITH(Adagrad({make_param()}, {.weight_decay = -1.0}), Catch::Contains("Adagrad: weight decay"));
   Variable p = make_param();
   CHECK_THROWS_WITH(SGD({p, p}, {}), Catch::Contains("twice"));
   // A gradient of the wrong dtype for the parameter is reported by the update kernel.

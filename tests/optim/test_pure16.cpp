@@ -1,6 +1,7 @@
-// Pure 16-bit update rules (optim/pure16.h; kernels sgd16_update_ / adamw16_update_): values by
-// hand, stochastic rounding's unbiasedness, Kahan summation against an f64 sum, the bf16 beta2
-// rule, and the paper's halting effect of nearest rounding on a quadratic.
+// Pure 16-bit update rules (optim/pure16.h; kernels sgd16_update_ / adamw16_update_ /
+// rmsprop16_update_ / adagrad16_update_): values by hand, stochastic rounding's unbiasedness,
+// Kahan summation against an f64 sum, the bf16 beta2 rule, and the paper's halting effect of
+// nearest rounding on a quadratic.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -283,6 +284,192 @@ TEST_CASE("SGD16 and AdamW16 keep 16-bit state and resume from their state dicts
   }
 }
 
+TEST_CASE("rmsprop16_update_ and adagrad16_update_ with nearest rounding round each stored value once",
+          "[optim][pure16]") {
+  // The reference: the fp32 formula written out here, each stored value rounded to bf16 once
+  // (round_to_bf16) and read back as stored; three steps, every option on.
+  auto rn = [](float x) { return to_float(round_to_bf16(x)); };
+  const std::vector<std::vector<double>> gs = {{0.3, -0.7, 1.1}, {-0.2, 0.9, 0.05}, {0.6, 0.1, -1.3}};
+  const std::vector<double> w0 = {1.0, -0.5, 0.25};
+  SECTION("RMSprop16, centered with momentum and weight decay") {
+    const float lr = 0.01f, alpha = 0.75f, eps = 1e-6f, wd = 0.125f, mom = 0.5f;
+    Tensor w = from_vector(w0, {3}, DType::bf16), sq = zeros({3}, DType::bf16), ga = zeros({3}, DType::bf16);
+    Tensor b = zeros({3}, DType::bf16), none;
+    std::vector<float> rw, rsq(3, 0.0f), rga(3, 0.0f), rb(3, 0.0f);
+    for (double v : w0) rw.push_back(rn(float(v)));
+    for (size_t t = 0; t < gs.size(); ++t) {
+      rmsprop16_update_(w, f32(gs[t]), sq, ga, b, none, lr, alpha, eps, wd, mom, true, Rounding::nearest, 0, 0);
+      for (size_t i = 0; i < 3; ++i) {
+        const float d = float(gs[t][i]) + wd * rw[i];
+        rsq[i] = rn(alpha * rsq[i] + (1.0f - alpha) * (d * d));
+        const float w1 = 1.0f - alpha;  // < 0.5: torch.lerp's a + w (b - a)
+        rga[i] = rn(rga[i] + w1 * (d - rga[i]));
+        const float var = rsq[i] - rga[i] * rga[i];
+        const float avg = std::sqrt(var > 0.0f ? var : 0.0f) + eps;
+        rb[i] = rn(mom * rb[i] + d / avg);
+        rw[i] = rn(rw[i] + -lr * rb[i]);
+      }
+      INFO("step " << t + 1);
+      CHECK(w.to_vector() == std::vector<double>(rw.begin(), rw.end()));
+      CHECK(sq.to_vector() == std::vector<double>(rsq.begin(), rsq.end()));
+      CHECK(ga.to_vector() == std::vector<double>(rga.begin(), rga.end()));
+      CHECK(b.to_vector() == std::vector<double>(rb.begin(), rb.end()));
+    }
+  }
+  SECTION("Adagrad16 with lr decay, weight decay and an initial accumulator") {
+    const float wd = 0.125f, eps = 1e-6f;
+    Tensor w = from_vector(w0, {3}, DType::bf16), sum = full({3}, 0.1, DType::bf16), none;
+    std::vector<float> rw, rs(3, rn(0.1f));
+    for (double v : w0) rw.push_back(rn(float(v)));
+    for (size_t t = 0; t < gs.size(); ++t) {
+      adagrad16_update_(w, f32(gs[t]), sum, none, 0.05, 0.5, eps, wd, int64_t(t) + 1, Rounding::nearest, 0, 0);
+      const float neg_clr = float(-(0.05 / (1.0 + double(t) * 0.5)));
+      for (size_t i = 0; i < 3; ++i) {
+        const float d = float(gs[t][i]) + wd * rw[i];
+        rs[i] = rn(rs[i] + d * d);
+        rw[i] = rn(rw[i] + neg_clr * (d / (std::sqrt(rs[i]) + eps)));
+      }
+      INFO("step " << t + 1);
+      CHECK(w.to_vector() == std::vector<double>(rw.begin(), rw.end()));
+      CHECK(sum.to_vector() == std::vector<double>(rs.begin(), rs.end()));
+    }
+  }
+  SECTION("AdamW16 with amsgrad keeps the largest stored v and divides by it") {
+    // beta2 = 0.5 and a gradient that falls from 1 to 0.25: v falls, its maximum holds.
+    Tensor w = ones({1}, DType::bf16), m = zeros({1}, DType::bf16), v = zeros({1}, DType::bf16);
+    Tensor vmax = zeros({1}, DType::bf16), none;
+    Tensor w2 = ones({1}, DType::bf16), m2 = zeros({1}, DType::bf16), v2 = zeros({1}, DType::bf16);
+    const std::vector<double> g = {1.0, 0.25};
+    for (size_t t = 0; t < g.size(); ++t) {
+      adamw16_update_(w, f32({g[t]}), m, v, none, 0.015625, 0.5, 0.5, 0.0, 0.0, int64_t(t) + 1, Rounding::nearest, 0, 0,
+                      &vmax);
+      adamw16_update_(w2, f32({g[t]}), m2, v2, none, 0.015625, 0.5, 0.5, 0.0, 0.0, int64_t(t) + 1, Rounding::nearest, 0,
+                      0);
+    }
+    CHECK(v.item() == 0.28125);  // 0.5 * 0.5 + 0.5 * 0.0625
+    CHECK(vmax.item() == 0.5);   // step 1's v
+    CHECK(m.item() == m2.item());
+    CHECK(w.item() != w2.item());  // a larger denominator, a smaller step
+    CHECK(w.item() > w2.item());
+  }
+}
+
+TEST_CASE("stochastic rounding of RMSprop16 and Adagrad16 updates is unbiased", "[optim][pure16]") {
+  // 65536 bf16 weights at 1.0 and g = 1. RMSprop16 with alpha 0.5: square_avg = 0.5 (exact),
+  // u = -lr / (sqrt(0.5) + eps); Adagrad16: sum = 1, u = -lr / (1 + eps). |u| ~ 1e-4 is far below
+  // half an ulp (2^-9): nearest keeps every weight, stochastic rounding moves the mean by u
+  // (standard error ~ 2.4e-6 per step, as for SGD16).
+  const int64_t n = 65536;
+  const Tensor g = full({n}, 1.0, DType::f32);
+  const double lr = 1e-4;
+  const double u_rms = -double(float(lr) * (1.0f / (std::sqrt(0.5f) + 1e-8f)));
+  const double u_ada = -double(float(lr) * (1.0f / (1.0f + 1e-10f)));
+  for (Rounding r : {Rounding::stochastic, Rounding::nearest}) {
+    Tensor none;
+    Tensor w = ones({n}, DType::bf16), sq = zeros({n}, DType::bf16);
+    Tensor q = ones({n}, DType::bf16), sum = zeros({n}, DType::bf16);
+    Generator gen(77);
+    for (int t = 0; t < 10; ++t) {
+      Tensor sq_t = zeros({n}, DType::bf16), sum_t = zeros({n}, DType::bf16);  // the first step's state each time
+      rmsprop16_update_(w, g, sq_t, none, none, none, lr, 0.5, 1e-8, 0.0, 0.0, false, r, gen.seed(), gen.advance(n));
+      adagrad16_update_(q, g, sum_t, none, lr, 0.0, 1e-10, 0.0, 1, r, gen.seed(), gen.advance(n));
+    }
+    if (r == Rounding::nearest) {
+      CHECK(mean_of(w) == 1.0);
+      CHECK(mean_of(q) == 1.0);
+    } else {
+      CHECK(std::abs(mean_of(w) - (1.0 + 10 * u_rms)) < 3e-5);
+      CHECK(std::abs(mean_of(q) - (1.0 + 10 * u_ada)) < 3e-5);
+      CHECK(mean_of(w) < 1.0 - 5 * lr);
+    }
+  }
+}
+
+TEST_CASE("Kahan summation keeps the small RMSprop16 and Adagrad16 updates that nearest rounding loses",
+          "[optim][pure16]") {
+  // One weight at 1.0, g = 1 for 1000 steps, every update below half an ulp: nearest never moves;
+  // Kahan tracks the same rule run on an f32 weight (fp32 state) within a few ulps.
+  const int steps = 1000;
+  auto run = [&](DType dt, bool adagrad, int rule) {  // rule 0: nearest, 1: Kahan, 2: the f32 reference
+    Tensor w = ones({1}, rule == 2 ? DType::f32 : dt), s = zeros({1}, w.dtype()), c = zeros({1}, w.dtype()), none;
+    const Tensor g = f32({1.0});
+    for (int t = 1; t <= steps; ++t) {
+      if (rule == 2 && adagrad) adagrad_update_(w, g, s, 2e-4, 0.0, 1e-10, 0.0, t);
+      else if (rule == 2) rmsprop_update_(w, g, s, none, none, 1e-4, 0.5, 1e-8, 0.0, 0.0, false);
+      else if (adagrad)
+        adagrad16_update_(w, g, s, rule == 1 ? c : none, 2e-4, 0.0, 1e-10, 0.0, t, Rounding::nearest, 0, 0);
+      else
+        rmsprop16_update_(w, g, s, none, none, rule == 1 ? c : none, 1e-4, 0.5, 1e-8, 0.0, 0.0, false,
+                          Rounding::nearest, 0, 0);
+    }
+    return w.item();
+  };
+  // RMSprop in bf16 (ulp 2^-8 below 1): steps of ~1e-4 over 1000 steps move the weight by ~0.1.
+  const double rms_ref = run(DType::bf16, false, 2);
+  CHECK(run(DType::bf16, false, 0) == 1.0);
+  CHECK(std::abs(run(DType::bf16, false, 1) - rms_ref) < 0.01);
+  CHECK(rms_ref < 0.91);
+  // Adagrad in f16 (its sum of 1000 squares is exact there; in bf16 it would stall at 256):
+  // steps 2e-4 / sqrt(t), below half an ulp below 1 (2^-12), add up to ~0.0124.
+  const double ada_ref = run(DType::f16, true, 2);
+  CHECK(run(DType::f16, true, 0) == 1.0);
+  CHECK(std::abs(run(DType::f16, true, 1) - ada_ref) < 0.003);
+  CHECK(ada_ref < 0.99);
+}
+
+TEST_CASE("RMSprop16, Adagrad16 and AdamW16 with amsgrad resume from their state dicts", "[optim][pure16]") {
+  const std::vector<std::vector<double>> gs = {
+      {0.5, -0.25, 1.0}, {-0.125, 0.5, 0.75}, {0.25, 0.25, -2.0}, {1.0, -1.0, 0.5}};
+  auto param = [] { return Variable(from_vector(std::vector<double>{1.0, -0.5, 0.25}, {3}, DType::bf16), true); };
+  auto set = [](Variable& p, const std::vector<double>& g) {
+    p.set_grad(ScaledGrad{from_vector(g, {3}, DType::bf16), 1.0f});
+  };
+  auto check_resume =
+      [&](Optimizer& oa, Optimizer& ob, Variable& a, Variable& b, const std::vector<std::string>& buffers) {
+    for (size_t t = 0; t < 2; ++t) {
+      set(a, gs[t]);
+      oa.step();
+    }
+    const TensorDict sd = oa.state_dict();
+    for (const std::string& name : buffers) {
+      INFO(name);
+      CHECK(sd.at("state.0." + name).dtype() == DType::bf16);
+    }
+    ob.load_state_dict(sd);
+    Tensor bd = b.data();
+    bd.copy_(a.data());
+    for (size_t t = 2; t < 4; ++t) {
+      set(a, gs[t]);
+      set(b, gs[t]);
+      oa.step();
+      ob.step();
+      CHECK(bytes_of(a.data()) == bytes_of(b.data()));
+    }
+  };
+  SECTION("RMSprop16, Kahan, centered with momentum") {
+    Variable a = param(), b = param();
+    const RMSprop16Options o{.lr = 0.01, .momentum = 0.9, .centered = true, .rounding = UpdateRounding::kahan};
+    RMSprop16 oa({a}, o), ob({b}, {.lr = 0.5});
+    check_resume(oa, ob, a, b, {"square_avg", "momentum_buffer", "grad_avg", "kahan_comp"});
+    CHECK(ob.options().centered);
+  }
+  SECTION("Adagrad16, stochastic: the Philox position is part of the state") {
+    Variable a = param(), b = param();
+    Adagrad16 oa({a}, {.lr = 0.01, .initial_accumulator_value = 0.1, .seed = 3});
+    Adagrad16 ob({b}, {.lr = 0.01, .seed = 999});
+    check_resume(oa, ob, a, b, {"sum"});
+    CHECK(ob.generator().offset() == oa.generator().offset());
+    CHECK(ob.options().initial_accumulator_value == 0.1);
+  }
+  SECTION("AdamW16 with amsgrad, stochastic") {
+    Variable a = param(), b = param();
+    AdamW16 oa({a}, {.lr = 0.01, .beta2 = 0.5, .seed = 3, .amsgrad = true});
+    AdamW16 ob({b}, {.lr = 0.01, .beta2 = 0.5, .seed = 4});
+    check_resume(oa, ob, a, b, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"});
+    CHECK(ob.options().amsgrad);
+  }
+}
+
 TEST_CASE("16-bit update rules reject what they cannot do", "[optim][pure16]") {
   Variable f(ones({2}), true, "f32 weight");
   CHECK_THROWS_WITH(SGD16({f}), Catch::Contains("must be bf16 or f16"));
@@ -299,6 +486,23 @@ TEST_CASE("16-bit update rules reject what they cannot do", "[optim][pure16]") {
   CHECK_THROWS_WITH(adamw16_update_(w, ones({2}), m, v, none, 0.1, 0.9, 1.0, 1e-8, 0.0, 1, Rounding::nearest, 0, 0),
                     Catch::Contains("beta2"));
   CHECK_THROWS_WITH(update_rounding_from_name("up"), Catch::Contains("unknown update rounding"));
+  CHECK_THROWS_WITH(RMSprop16({f}), Catch::Contains("RMSprop16: parameter") && Catch::Contains("must be bf16 or f16"));
+  CHECK_THROWS_WITH(Adagrad16({f}), Catch::Contains("Adagrad16: parameter"));
+  Variable h(ones({2}, DType::bf16), true, "h");
+  CHECK_THROWS_WITH(RMSprop16({h}, {.alpha = 1.0}), Catch::Contains("RMSprop16: alpha must be in [0, 1), got 1"));
+  CHECK_THROWS_WITH(Adagrad16({h}, {.lr_decay = -1.0}), Catch::Contains("Adagrad16: lr_decay"));
+  CHECK_THROWS_WITH(
+      rmsprop16_update_(w, ones({2}), m, none, none, none, 0.1, 1.5, 1e-8, 0.0, 0.0, false, Rounding::nearest, 0, 0),
+      Catch::Contains("rmsprop16_update_: invalid alpha"));
+  CHECK_THROWS_WITH(
+      rmsprop16_update_(w, ones({2}), m, none, none, none, 0.1, 0.5, 1e-8, 0.0, 0.0, true, Rounding::nearest, 0, 0),
+      Catch::Contains("grad_avg (centered)"));
+  CHECK_THROWS_WITH(adagrad16_update_(w, ones({2}), m, none, 0.1, 0.0, 1e-10, 0.0, 0, Rounding::nearest, 0, 0),
+                    Catch::Contains("adagrad16_update_: step counts updates from 1"));
+  // An RMSprop16 with alpha 0.999 in bf16 runs with 0.99609375 and says so.
+  RMSprop16 rms({h}, {.alpha = 0.999});
+  REQUIRE(rms.warnings().size() == 1);
+  CHECK_THAT(rms.warnings()[0], Catch::Contains("alpha") && Catch::Contains("0.99609375"));
 }
 
 TEST_CASE("scaled_step drives a pure 16-bit optimizer under loss scaling", "[optim][pure16]") {

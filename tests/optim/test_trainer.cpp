@@ -674,3 +674,54 @@ TEST_CASE("PrecisionTrainer works on its parameters' device; input() moves data 
   CHECK(y.dtype() == DType::i64);
   CHECK(y.same_storage(mlp_data().y));
 }
+
+TEST_CASE("the trainer builds RMSprop, Adagrad and amsgrad in every policy and names the choices", "[precision]") {
+  CHECK(optimizer_kind_from_name("rmsprop") == OptimizerKind::rmsprop);
+  CHECK(optimizer_kind_from_name("adagrad") == OptimizerKind::adagrad);
+  CHECK(optimizer_kind_from_name("adamw") == OptimizerKind::adamw);
+  CHECK_THROWS_WITH(optimizer_kind_from_name("lamb"),
+                    Catch::Contains("unknown optimizer 'lamb' (expected sgd, adam, adamw, rmsprop or adagrad)"));
+  const OptimizerSpec rms{.kind = OptimizerKind::rmsprop, .lr = 1e-3, .momentum = 0.9, .centered = true};
+  const OptimizerSpec ada{.kind = OptimizerKind::adagrad, .lr = 1e-2, .initial_accumulator_value = 0.1};
+  const OptimizerSpec ams{.kind = OptimizerKind::adamw, .lr = 1e-3, .amsgrad = true};
+  const std::vector<std::pair<const char*, std::string>> want = {{"fp32", "RMSprop Adagrad AdamW"},
+                                                                 {"bf16", "RMSprop Adagrad AdamW"},
+                                                                 {"fp16-pure", "RMSprop16 Adagrad16 AdamW16"},
+                                                                 {"bf16-pure", "RMSprop16 Adagrad16 AdamW16"}};
+  for (const auto& [p, names] : want) {
+    INFO(p);
+    std::string got;
+    for (const OptimizerSpec& spec : {rms, ada, ams}) {
+      auto model = make_mlp(1);
+      PrecisionTrainer tr(*model, spec, policy(p));
+      double first = 0.0, last = 0.0;
+      for (int s = 0; s < 20; ++s) {
+        const double loss = train_step(tr, *model);
+        if (s == 0) first = loss;
+        last = loss;
+      }
+      // Each trains; in fp16-pure only the optimizer is checked: its f16 state underflows (g^2 of
+      // these gradients is below f16's range: square_avg 0, a step of g / eps), as the optimizers
+      // warn, and bf16 is the format for 16-bit state.
+      if (std::string(p) != "fp16-pure") CHECK(last < first);
+      got += std::string(got.empty() ? "" : " ") + tr.optimizer().name();
+      const TensorDict sd = tr.optimizer().state_dict();
+      if (spec.amsgrad) CHECK(sd.has_meta("amsgrad"));
+      if (spec.amsgrad) CHECK(sd.meta("amsgrad") == "true");
+    }
+    CHECK(got == names);
+  }
+  // Adagrad's eps is its own default (1e-10) unless the spec sets one.
+  auto model = make_mlp(1);
+  PrecisionTrainer tr(*model, ada, policy("fp32"));
+  CHECK(tr.optimizer().state_dict().meta("eps") == "1e-10");
+  CHECK_THROWS_WITH(
+      (PrecisionTrainer(*make_mlp(1), {.kind = OptimizerKind::sgd, .lr = 0.1, .amsgrad = true}, policy("fp32"))),
+      Catch::Contains("amsgrad is an option of Adam and AdamW, not of SGD"));
+  CHECK_THROWS_WITH(
+      (PrecisionTrainer(*make_mlp(1), {.kind = OptimizerKind::rmsprop, .lr = 0.1, .alpha = 1.5}, policy("bf16-pure"))),
+      Catch::Contains("RMSprop16: alpha must be in [0, 1), got 1.5"));
+  CHECK_THROWS_WITH(
+      (PrecisionTrainer(*make_mlp(1), {.kind = OptimizerKind::rmsprop, .lr = 0.1, .nesterov = true}, policy("fp32"))),
+      Catch::Contains("Nesterov momentum is an option of SGD, not of RMSprop"));
+}

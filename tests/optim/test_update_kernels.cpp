@@ -52,6 +52,33 @@ TEST_CASE("update kernels in f32 track the f64 reference on strided tensors", "[
   }
 }
 
+TEST_CASE("rmsprop, adagrad and amsgrad kernels in f32 track the f64 reference on strided tensors", "[optim]") {
+  Generator gen(4);
+  const Tensor p64 = normal({4, 3}, 0.0, 1.0, gen, DType::f64);
+  std::vector<Tensor> g64;
+  for (int t = 0; t < 5; ++t) g64.push_back(normal({4, 3}, 0.0, 0.5, gen, DType::f64));
+  for (int rule = 0; rule < 3; ++rule) {  // 0: centered RMSprop with momentum, 1: Adagrad, 2: AMSGrad
+    INFO("rule " << rule);
+    // The f64 run on contiguous tensors; the f32 run on transposed views, every buffer too.
+    Tensor a = p64.clone();
+    std::vector<Tensor> as = {zeros_like(a), zeros_like(a), full({4, 3}, 0.1, DType::f64)};
+    Tensor b = p64.t().contiguous().to(DType::f32).t();
+    std::vector<Tensor> bs = {zeros({3, 4}).t(), zeros({3, 4}).t(), full({3, 4}, 0.1).t()};
+    auto step = [&](Tensor& p, const Tensor& g, std::vector<Tensor>& s, int64_t t) {
+      if (rule == 0) rmsprop_update_(p, g, s[0], s[1], s[2], 1e-2, 0.9, 1e-8, 0.1, 0.9, true);
+      else if (rule == 1) adagrad_update_(p, g, s[2], 1e-1, 0.1, 1e-10, 0.1, t);
+      else adam_update_(p, g, s[0], s[1], 1e-2, 0.9, 0.5, 1e-8, 0.1, false, t, nullptr, &s[2]);
+    };
+    for (int t = 0; t < 5; ++t) {
+      step(a, g64[size_t(t)], as, t + 1);
+      step(b, g64[size_t(t)].t().contiguous().to(DType::f32).t(), bs, t + 1);
+    }
+    CHECK(max_rel_err(a, p64) > 1e-3);  // it moved
+    CHECK(max_rel_err(b, a) < 1e-5);
+    for (size_t k = 0; k < 3; ++k) CHECK(max_rel_err(bs[k], as[k]) < 1e-5);
+  }
+}
+
 TEST_CASE("sgd_update_ without momentum needs no buffer", "[optim]") {
   Tensor p = from_vector(std::vector<double>{1.0, 2.0}, {2}, DType::f32);
   Tensor none;

@@ -43,8 +43,10 @@ struct Result {
   std::vector<double> losses;
 };
 
+const OptimizerSpec kAdamW{.kind = OptimizerKind::adamw, .lr = 1e-3, .weight_decay = 1e-4};
+
 Result train(int threads, const char* precision, const char* loss_scale, int steps,
-             UpdateRounding rounding = UpdateRounding::stochastic) {
+             UpdateRounding rounding = UpdateRounding::stochastic, const OptimizerSpec& spec = kAdamW) {
   set_num_threads(threads);
   Generator gen(3);
   auto model = make_model(gen);
@@ -53,7 +55,7 @@ Result train(int threads, const char* precision, const char* loss_scale, int ste
   opt.loss_scale = parse_loss_scale(loss_scale);
   opt.seed = 11;
   opt.rounding = rounding;
-  PrecisionTrainer trainer(*model, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = 1e-3, .weight_decay = 1e-4}, opt);
+  PrecisionTrainer trainer(*model, spec, opt);
   Generator data_gen(5);
   const Tensor x = normal({64, 1, 28, 28}, 0.0, 1.0, data_gen);
   std::vector<int64_t> labels(64);
@@ -87,19 +89,37 @@ TEST_CASE("training gives the same bits with 1 and 2 threads", "[threads]") {
     const char* precision;
     const char* loss_scale;
     UpdateRounding rounding = UpdateRounding::stochastic;
+    OptimizerSpec spec = kAdamW;
   };
   // The optimizer updates split over the threads too (the 16-bit ones with a Philox word or a
-  // Kahan compensation per element).
+  // Kahan compensation per element), every rule with every buffer it can keep.
+  const OptimizerSpec rmsprop{
+      .kind = OptimizerKind::rmsprop, .lr = 1e-3, .weight_decay = 1e-4, .momentum = 0.9, .centered = true};
+  const OptimizerSpec adagrad{.kind = OptimizerKind::adagrad,
+                              .lr = 1e-2,
+                              .weight_decay = 1e-4,
+                              .lr_decay = 0.1,
+                              .initial_accumulator_value = 0.1};
+  const OptimizerSpec amsgrad{.kind = OptimizerKind::adamw, .lr = 1e-3, .weight_decay = 1e-4, .amsgrad = true};
   const Policy policies[] = {{"fp32", "none"},
                              {"bf16", "none"},
                              {"fp16", "backoff"},
                              {"bf16-pure", "none"},
                              {"bf16-pure", "none", UpdateRounding::kahan},
-                             {"bf16-pure", "none", UpdateRounding::nearest}};
+                             {"bf16-pure", "none", UpdateRounding::nearest},
+                             {"fp32", "none", UpdateRounding::stochastic, rmsprop},
+                             {"bf16", "none", UpdateRounding::stochastic, adagrad},
+                             {"fp16", "backoff", UpdateRounding::stochastic, amsgrad},
+                             {"bf16-pure", "none", UpdateRounding::stochastic, rmsprop},
+                             {"bf16-pure", "none", UpdateRounding::kahan, rmsprop},
+                             {"bf16-pure", "none", UpdateRounding::stochastic, adagrad},
+                             {"bf16-pure", "none", UpdateRounding::kahan, adagrad},
+                             {"bf16-pure", "none", UpdateRounding::stochastic, amsgrad}};
   for (const Policy& p : policies) {
-    INFO(p.precision << " loss scale " << p.loss_scale << " rounding " << int(p.rounding));
-    const Result one = train(1, p.precision, p.loss_scale, 3, p.rounding);
-    const Result two = train(2, p.precision, p.loss_scale, 3, p.rounding);
+    INFO(p.precision << " loss scale " << p.loss_scale << " rounding " << int(p.rounding) << " "
+                     << optimizer_kind_name(p.spec.kind) << (p.spec.amsgrad ? " amsgrad" : ""));
+    const Result one = train(1, p.precision, p.loss_scale, 3, p.rounding, p.spec);
+    const Result two = train(2, p.precision, p.loss_scale, 3, p.rounding, p.spec);
     CHECK(one.losses == two.losses);
     REQUIRE(one.tensors.size() == two.tensors.size());
     size_t differ = 0;

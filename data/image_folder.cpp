@@ -151,6 +151,9 @@ std::string read_file(const fs::path& path, std::vector<unsigned char>& bytes) {
   return "";
 }
 
+// The largest ratio of an image's longer side to its shorter side that decode_one accepts.
+constexpr int64_t kMaxAspect = 16;
+
 struct StbiFree {
   void operator()(unsigned char* p) const { stbi_image_free(p); }
 };
@@ -173,6 +176,11 @@ std::string decode_one(const fs::path& path, int channels, int n, std::vector<fl
   // Shorter side -> n, the longer side scaled to keep the aspect ratio (truncated, >= n).
   const bool wide = w >= h;
   const int64_t shorter = wide ? h : w, longer = wide ? w : h;
+  // A centre crop of a longer strip keeps less than 1/kMaxAspect of it, and resizing such a
+  // strip (a 17 x 55811 JPEG of 941 bytes) costs minutes in stb_image_resize's filter set-up.
+  if (longer > kMaxAspect * shorter)
+    return detail::cat("a ", w, "x", h, " image: the longer side is more than ", kMaxAspect,
+                       " times the shorter (a centre crop would keep less than 1/", kMaxAspect, " of it)");
   const int64_t new_long = std::max<int64_t>(n, int64_t(double(n) * double(longer) / double(shorter)));
   const int rw = int(wide ? new_long : n), rh = int(wide ? n : new_long);
 

@@ -181,6 +181,20 @@ TEST_CASE("load_image_folder hands only PNG and JPEG bytes to stb_image", "[data
              Contains("photo.jpg") && Contains("Huffman table") && Contains("more than the 256"));
 }
 
+TEST_CASE("load_image_folder refuses strips longer than 16 times their width", "[data]") {
+  // A 17 x 55811 JPEG of 941 bytes (fuzz/regressions/image/) kept stb_image_resize busy for
+  // minutes; a centre crop would keep 1/3283 of it.
+  TempDir dir;
+  ImageFolderOptions opt;
+  opt.size = 4;
+  const std::vector<unsigned char> px(2 * 40, 100);
+  REQUIRE(stbi_write_png((dir.path / "strip.png").c_str(), 2, 40, 1, px.data(), 2));
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
+             Contains("strip.png") && Contains("2x40") && Contains("more than 16 times"));
+  REQUIRE(stbi_write_png((dir.path / "strip.png").c_str(), 2, 32, 1, px.data(), 2));  // 16:1 is accepted
+  CHECK(load_image_folder(dir.path.string(), opt).images.size(0) == 1);
+}
+
 TEST_CASE("write_png_grid tiles, pads, clamps and writes atomically", "[data]") {
   TempDir dir;
   // 3 RGB images of 2 x 2 on a 2 x 2 grid with 1 pixel of padding: 7 x 7 pixels.

@@ -17,25 +17,7 @@
 namespace mixtape::nn {
 
 GRU::GRU(const GRUOptions& o, Generator& gen) : Module("GRU"), options_(o) {
-  MT_CHECK(o.input_size > 0 && o.hidden_size > 0, "GRU: input_size and hidden_size must be positive, got ",
-           o.input_size, " and ", o.hidden_size);
-  MT_CHECK(o.num_layers > 0, "GRU: num_layers must be positive, got ", o.num_layers);
-  MT_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, "GRU: dropout must be in [0, 1), got ", o.dropout);
-  const int64_t H = o.hidden_size, D = o.bidirectional ? 2 : 1;
-  for (int64_t l = 0; l < o.num_layers; ++l) {
-    for (int64_t d = 0; d < D; ++d) {
-      const std::string s = recurrent::param_suffix(l, d);
-      const int64_t in = l == 0 ? o.input_size : D * H;
-      Layer layer;
-      layer.weight_ih = register_parameter("weight_ih" + s, empty({3 * H, in}));
-      layer.weight_hh = register_parameter("weight_hh" + s, empty({3 * H, H}));
-      if (o.bias) {
-        layer.bias_ih = register_parameter("bias_ih" + s, empty({3 * H}));
-        layer.bias_hh = register_parameter("bias_hh" + s, empty({3 * H}));
-      }
-      layers_.push_back(layer);
-    }
-  }
+  layers_ = recurrent::register_layers<Layer>(*this, o, 3);
   reset_parameters(gen);
   dropout_gen_ = Generator(draw_seed(gen));
   register_generator("dropout", dropout_gen_);

@@ -18,25 +18,7 @@
 namespace mixtape::nn {
 
 LSTM::LSTM(const LSTMOptions& o, Generator& gen) : Module("LSTM"), options_(o) {
-  MT_CHECK(o.input_size > 0 && o.hidden_size > 0, "LSTM: input_size and hidden_size must be positive, got ",
-           o.input_size, " and ", o.hidden_size);
-  MT_CHECK(o.num_layers > 0, "LSTM: num_layers must be positive, got ", o.num_layers);
-  MT_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, "LSTM: dropout must be in [0, 1), got ", o.dropout);
-  const int64_t H = o.hidden_size, D = o.bidirectional ? 2 : 1;
-  for (int64_t l = 0; l < o.num_layers; ++l) {
-    for (int64_t d = 0; d < D; ++d) {
-      const std::string s = recurrent::param_suffix(l, d);
-      const int64_t in = l == 0 ? o.input_size : D * H;
-      Layer layer;
-      layer.weight_ih = register_parameter("weight_ih" + s, empty({4 * H, in}));
-      layer.weight_hh = register_parameter("weight_hh" + s, empty({4 * H, H}));
-      if (o.bias) {
-        layer.bias_ih = register_parameter("bias_ih" + s, empty({4 * H}));
-        layer.bias_hh = register_parameter("bias_hh" + s, empty({4 * H}));
-      }
-      layers_.push_back(layer);
-    }
-  }
+  layers_ = recurrent::register_layers<Layer>(*this, o, 4);
   reset_parameters(gen);
   dropout_gen_ = Generator(draw_seed(gen));
   register_generator("dropout", dropout_gen_);

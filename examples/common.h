@@ -304,27 +304,33 @@ class StepCounters {
 // before its first step; each step's batch is a view of those, already on the device, so
 // PrecisionTrainer::input only casts it there. On the CPU each batch is taken from the loader
 // when its step comes, as before.
+// Replaces the host tensors of a run of steps (steps[i][f]: field f of step i, the same fields
+// in every step) by views of one device tensor per field: one copy per field.
+inline void stage_on_device(std::vector<std::vector<mixtape::Tensor>*>& steps, mixtape::Device device) {
+  if (steps.empty()) return;
+  for (size_t f = 0; f < steps[0]->size(); ++f) {
+    std::vector<mixtape::Tensor> field;
+    for (const std::vector<mixtape::Tensor>* step : steps) field.push_back((*step)[f]);
+    const mixtape::Tensor all = mixtape::concat(field, 0).to(device);
+    int64_t row = 0;
+    for (std::vector<mixtape::Tensor>* step : steps) {
+      const int64_t n = (*step)[f].size(0);
+      (*step)[f] = all.narrow(0, row, n);
+      row += n;
+    }
+  }
+}
+
 class EpochBatches {
  public:
   EpochBatches(mixtape::data::DataLoader& loader, int64_t epoch, int64_t first_batch, mixtape::Device device)
       : loader_(loader), staged_on_(device) {
     loader_.start_epoch(epoch, first_batch);
     if (!device.is_cuda()) return;
-    std::vector<std::vector<mixtape::Tensor>> fields;
-    while (std::optional<mixtape::data::Batch> b = loader_.next()) {
-      fields.resize(b->tensors.size());
-      for (size_t f = 0; f < b->tensors.size(); ++f) fields[f].push_back(b->tensors[f]);
-      batches_.push_back(std::move(*b));
-    }
-    for (size_t f = 0; f < fields.size(); ++f) {
-      const mixtape::Tensor all = mixtape::concat(fields[f], 0).to(device);  // one copy per field
-      int64_t row = 0;
-      for (mixtape::data::Batch& b : batches_) {
-        const int64_t n = b.tensors[f].size(0);
-        b.tensors[f] = all.narrow(0, row, n);
-        row += n;
-      }
-    }
+    while (std::optional<mixtape::data::Batch> b = loader_.next()) batches_.push_back(std::move(*b));
+    std::vector<std::vector<mixtape::Tensor>*> steps;
+    for (mixtape::data::Batch& b : batches_) steps.push_back(&b.tensors);
+    stage_on_device(steps, device);
   }
   // The next batch (on the device when staged there), or nullopt when the epoch is over.
   std::optional<mixtape::data::Batch> next() {
@@ -364,23 +370,12 @@ class StagedDraws {
 
  private:
   void stage(int64_t n) {
-    staged_.assign(size_t(n), {});
+    staged_.clear();
     next_ = 0;
-    std::vector<std::vector<mixtape::Tensor>> fields;
-    for (int64_t i = 0; i < n; ++i) {
-      std::vector<mixtape::Tensor> step = draw_();
-      fields.resize(step.size());
-      for (size_t f = 0; f < step.size(); ++f) fields[f].push_back(std::move(step[f]));
-    }
-    for (std::vector<mixtape::Tensor>& field : fields) {
-      const mixtape::Tensor all = mixtape::concat(field, 0).to(device_);  // one copy per field
-      int64_t row = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t rows = field[size_t(i)].size(0);
-        staged_[size_t(i)].push_back(all.narrow(0, row, rows));
-        row += rows;
-      }
-    }
+    std::vector<std::vector<mixtape::Tensor>*> steps;
+    for (int64_t i = 0; i < n; ++i) staged_.push_back(draw_());  // in step order
+    for (std::vector<mixtape::Tensor>& step : staged_) steps.push_back(&step);
+    stage_on_device(steps, device_);
   }
 
   mixtape::Device device_;

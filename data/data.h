@@ -1,6 +1,8 @@
-// Datasets and batching: IDX (MNIST-format) files, text corpora, image folders, DataLoader.
+// Datasets and batching: IDX (MNIST-format) files, text corpora, image folders, DataLoader,
+// augmentation.
 #pragma once
 
+#include "data/augment.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/loader.h"

@@ -92,6 +92,7 @@ Batch DataLoader::assemble(int64_t b) const {
   const int64_t lo = b * bs, hi = std::min(n, lo + bs);
   Batch batch;
   batch.index = b;
+  batch.epoch = epoch_;
   batch.indices.assign(order_.begin() + lo, order_.begin() + hi);
   batch.tensors = dataset_->get_batch(batch.indices);
   for (size_t i = 0; i < batch.tensors.size(); ++i)
@@ -99,6 +100,7 @@ Batch DataLoader::assemble(int64_t b) const {
              "DataLoader: the dataset returned field ", i, " as ",
              batch.tensors[i].defined() ? batch.tensors[i].meta() : std::string("undefined"), " for a batch of ",
              batch.size(), " rows");
+  if (options_.transform) options_.transform(batch);
   return batch;
 }
 
@@ -142,6 +144,7 @@ void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   MT_CHECK(first_batch >= 0 && first_batch <= num_batches_, "DataLoader::start_epoch: batch ", first_batch,
            " is outside the epoch's ", num_batches_, " batches");
   order_ = order(epoch);
+  epoch_ = epoch;
   next_out_ = first_batch;
   failed_ = false;
   started_ = true;

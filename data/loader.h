@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <mutex>
@@ -55,18 +56,27 @@ class TensorDataset : public Dataset {
 // The permutation of [0, n) for epoch `epoch` (Note [Epoch permutations]).
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
+struct Batch;
+
+// Changes an assembled batch in place (augmentation, data/augment.h). It runs on the loader's
+// worker thread, so it may read only the batch and its own immutable state; to be reproducible
+// (and resumable), its random choices must depend only on the batch's rows and epoch.
+using BatchTransform = std::function<void(Batch&)>;
+
 struct LoaderOptions {
   int64_t batch_size = 64;
   bool shuffle = true;     // false: rows in index order every epoch
   bool drop_last = false;  // drop a final batch smaller than batch_size
   uint64_t seed = 0;
-  int prefetch = 2;  // batches assembled ahead; 0: synchronous
+  int prefetch = 2;          // batches assembled ahead; 0: synchronous
+  BatchTransform transform;  // applied to every batch after assembly; empty: none
 };
 
 struct Batch {
   std::vector<Tensor> tensors;   // one per dataset field
   std::vector<int64_t> indices;  // the dataset rows, in batch order
   int64_t index = 0;             // batch number within the epoch
+  int64_t epoch = 0;             // the epoch it belongs to
 
   Tensor& operator[](size_t i) { return tensors.at(i); }
   const Tensor& operator[](size_t i) const { return tensors.at(i); }
@@ -144,6 +154,7 @@ class DataLoader {
 
   // The epoch in progress.
   bool started_ = false;
+  int64_t epoch_ = 0;
   std::vector<int64_t> order_;
   int64_t num_batches_ = 0;
   int64_t next_out_ = 0;  // batches handed out by next()

@@ -49,6 +49,7 @@ struct CnnConfig {
   int epochs = 12;
   int batch_size = 64;
   uint64_t seed = 0;
+  bool hflip = false;      // mirror training images left-right (data::RandomHorizontalFlip)
   int64_t log_every = 50;  // steps between "step" events
   int64_t max_steps = 0;   // 0: every epoch
   bool progress = true;    // the progress line on stderr
@@ -326,7 +327,12 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
   Optimizer& opt = trainer.optimizer();
 
   data::DataLoader loader(data::TensorDataset({train.images, train.labels}),
-                          {.batch_size = c.batch_size, .shuffle = true, .drop_last = true, .seed = c.seed});
+                          {.batch_size = c.batch_size,
+                           .shuffle = true,
+                           .drop_last = true,
+                           .seed = c.seed,
+                           .transform = c.hflip ? data::BatchTransform(data::RandomHorizontalFlip{.seed = c.seed})
+                                                : data::BatchTransform()});
   const int64_t steps_per_epoch = train.images.size(0) / c.batch_size;
   MT_CHECK(steps_per_epoch > 0, "cnn: ", train.images.size(0), " training images make no batch of ", c.batch_size);
   // The schedule spans the planned run; --max-steps only stops it (Note [Resumable runs]).
@@ -340,6 +346,7 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
                   {"batch_size", std::to_string(c.batch_size)},
                   {"seed", std::to_string(c.seed)},
                   {"training_images", std::to_string(train.images.size(0))}};
+  if (c.hflip) run.identity.emplace_back("augment", "hflip");  // absent without: older checkpoints still resume
   add_precision_identity(run.identity, trainer);
   if (c.checkpoint) {
     if (const std::optional<TensorDict> saved = c.checkpoint->resume_state(run.identity)) {

@@ -72,6 +72,9 @@ inline Stream stream_of(const Strided& t) { return stream(t.device().index); }
 // for an empty tensor). cuda/checks.cu.
 void defer_index_check(const Strided& indices, int64_t limit, CheckMessage message, bool has_allowed = false,
                        int64_t allowed = 0);
+// The same for a floating tensor's values: each must lie in [lo, hi] (NaN passes); the message
+// gets the position and the bits of the value widened to double (std::bit_cast<double>).
+void defer_range_check(const Strided& values, double lo, double hi, CheckMessage message);
 
 // ---- storage types and conversions ------------------------------------------------------------
 

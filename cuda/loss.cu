@@ -17,6 +17,7 @@
 // the first) whose result the host reads at its next synchronization (Note [Deferred device
 // checks] in cuda/runtime.h) and then throws the CPU's message; a block whose target is outside
 // [0, C) skips its row, so nothing is read out of bounds meanwhile.
+#include <bit>
 #include <algorithm>
 #include <climits>
 #include <type_traits>
@@ -608,6 +609,13 @@ void bce_with_logits_backward(const Strided& x, const Strided& t, const Strided&
 }
 
 void bce(const Strided& x, const Strided& t, bool reduce, double divisor, const Strided& out) {
+  // The CPU's check of the probabilities (Note [Deferred device checks]).
+  defer_range_check(x, 0.0, 1.0, [xm = x.meta(), tm = t.meta()](int64_t p, int64_t bits) {
+    return detail::cat("binary_cross_entropy: probability ", std::bit_cast<double>(bits), " (at position ", p,
+                       ") is outside [0, 1] (probs ", xm, ", targets ", tm,
+                       "); it takes probabilities, such as a Sigmoid's output (logits go to "
+                       "binary_cross_entropy_with_logits)");
+  });
   pointwise_loss("binary_cross_entropy", x, t, reduce, divisor, out, BceProbLoss{});
 }
 

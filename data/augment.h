@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "data/loader.h"
 
@@ -25,5 +27,23 @@ struct RandomHorizontalFlip {
   // Whether dataset row `row` is mirrored in epoch `epoch`.
   bool flips(int64_t row, int64_t epoch) const;
 };
+
+// Shifts each image of batch field `field` ([N, ..., H, W], on the host, contiguous, floating) by
+// (dy, dx), each uniform in [-padding, padding] and chosen per dataset row and epoch: PyTorch's
+// RandomCrop(size = (H, W), padding) on the image padded with `fill` on every side (`fill`: the
+// value of a blank pixel, e.g. a normalized 0 byte). The usual augmentation for small centred
+// images, such as Fashion-MNIST's, which it moves by a few pixels.
+struct RandomCrop {
+  uint64_t seed = 0;
+  int64_t padding = 2;
+  double fill = 0.0;
+  size_t field = 0;
+  void operator()(Batch& batch) const;
+  // The (dy, dx) of dataset row `row` in epoch `epoch`, each in [-padding, padding].
+  std::pair<int64_t, int64_t> shift(int64_t row, int64_t epoch) const;
+};
+
+// Applies each transform in turn.
+BatchTransform compose(std::vector<BatchTransform> transforms);
 
 }  // namespace mixtape::data

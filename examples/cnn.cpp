@@ -6,7 +6,7 @@
 //
 //   ./cnn --epochs 12 --metrics cnn.jsonl                      # the README's accuracy run
 //   ./cnn --precision fp16 --loss-scale backoff --epochs 2     # the main job: mixed precision
-//   ./cnn --model resnet --hflip --norm group                   # a small residual network
+//   ./cnn --model resnet --hflip --crop-padding 2               # a small residual network
 //   ./cnn --smoke --metrics m.jsonl --out-dir /tmp              # a few steps, for CI
 //   ./cnn --device cpu                                          # default --device auto: cuda:0 if any
 //   mpirun -np 2 ./cnn --device cpu --threads 1 --precision fp16 --loss-scale backoff
@@ -26,7 +26,7 @@ struct CnnFlags {
   std::string data_dir = data::kFashionMnistDir, out_dir = ".";
   examples::CnnModel model = examples::CnnModel::cnn;
   examples::CnnNorm norm = examples::CnnNorm::batch;
-  int64_t width = 32, limit = 0, log_every = 50;
+  int64_t width = 32, limit = 0, log_every = 50, crop_padding = 0;
   double dropout = 0.3, weight_decay = 1e-4;
   bool hflip = false, smoke = false;
 
@@ -63,6 +63,11 @@ struct CnnFlags {
         ->capture_default_str();
     app.add_flag("--hflip", hflip,
                  "mirror each training image left-right with probability 1/2 (chosen per image and epoch)");
+    app.add_option("--crop-padding", crop_padding,
+                   "shift each training image by up to N pixels each way, blank pixels filling in (chosen per "
+                   "image and epoch; PyTorch's RandomCrop(28, padding=N))")
+        ->check(CLI::Range(0, 13))
+        ->capture_default_str();
     app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
     app.add_option("--log-every", log_every, "steps between step events in the metrics")->check(CLI::Range(1, 1000000));
     app.add_flag("--smoke", smoke, "a few steps on a subset (CI smoke run)");
@@ -165,6 +170,7 @@ int main(int argc, char** argv) {
                                      .batch_size = flags.batch_size,
                                      .seed = flags.seed,
                                      .hflip = o.hflip,
+                                     .crop_padding = o.crop_padding,
                                      .log_every = o.log_every,
                                      .max_steps = flags.max_steps,
                                      .progress = dp->is_root(),

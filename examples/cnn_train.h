@@ -49,7 +49,10 @@ struct CnnConfig {
   int epochs = 12;
   int batch_size = 64;
   uint64_t seed = 0;
-  bool hflip = false;      // mirror training images left-right (data::RandomHorizontalFlip)
+  // Augmentation of the training images: mirror left-right (data::RandomHorizontalFlip), shift
+  // by up to crop_padding pixels each way (data::RandomCrop; 0: none).
+  bool hflip = false;
+  int64_t crop_padding = 0;
   int64_t log_every = 50;  // steps between "step" events
   int64_t max_steps = 0;   // 0: every epoch
   bool progress = true;    // the progress line on stderr
@@ -294,6 +297,23 @@ inline void resume_cnn(CnnRun& run, const mixtape::TensorDict& ckpt, int64_t ste
            ") does not fit this run's ", steps_per_epoch, " batches per epoch");
 }
 
+// The training images' augmentation (none, by default): a shift, then a mirror.
+inline mixtape::data::BatchTransform augmentation(const CnnConfig& c) {
+  using namespace mixtape::data;
+  std::vector<BatchTransform> steps;
+  if (c.crop_padding > 0)  // blank pixels: a 0 byte, normalized as load_fashion_mnist does
+    steps.push_back(
+        RandomCrop{.seed = c.seed, .padding = c.crop_padding, .fill = (0.0f - kFashionMnistMean) / kFashionMnistStd});
+  if (c.hflip) steps.push_back(RandomHorizontalFlip{.seed = c.seed});
+  return steps.empty() ? BatchTransform() : compose(std::move(steps));
+}
+// How the run identity names it: "hflip", "crop2", "crop2+hflip".
+inline std::string augmentation_name(const CnnConfig& c) {
+  std::string s = c.crop_padding > 0 ? "crop" + std::to_string(c.crop_padding) : "";
+  if (c.hflip) s += s.empty() ? "hflip" : "+hflip";
+  return s;
+}
+
 // Trains a fresh model (initialized from c.seed) under `precision`, or continues the one saved at
 // --checkpoint with --resume; writes step, telemetry and eval events to `metrics`, and saves every
 // --checkpoint-every steps. A step whose loss is inf or NaN is counted, not fatal: that is what
@@ -326,13 +346,9 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
                 trainer.describe().c_str());
   Optimizer& opt = trainer.optimizer();
 
-  data::DataLoader loader(data::TensorDataset({train.images, train.labels}),
-                          {.batch_size = c.batch_size,
-                           .shuffle = true,
-                           .drop_last = true,
-                           .seed = c.seed,
-                           .transform = c.hflip ? data::BatchTransform(data::RandomHorizontalFlip{.seed = c.seed})
-                                                : data::BatchTransform()});
+  data::DataLoader loader(
+      data::TensorDataset({train.images, train.labels}),
+      {.batch_size = c.batch_size, .shuffle = true, .drop_last = true, .seed = c.seed, .transform = augmentation(c)});
   const int64_t steps_per_epoch = train.images.size(0) / c.batch_size;
   MT_CHECK(steps_per_epoch > 0, "cnn: ", train.images.size(0), " training images make no batch of ", c.batch_size);
   // The schedule spans the planned run; --max-steps only stops it (Note [Resumable runs]).
@@ -346,7 +362,8 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
                   {"batch_size", std::to_string(c.batch_size)},
                   {"seed", std::to_string(c.seed)},
                   {"training_images", std::to_string(train.images.size(0))}};
-  if (c.hflip) run.identity.emplace_back("augment", "hflip");  // absent without: older checkpoints still resume
+  if (c.hflip || c.crop_padding > 0)  // absent without: older checkpoints still resume
+    run.identity.emplace_back("augment", augmentation_name(c));
   add_precision_identity(run.identity, trainer);
   if (c.checkpoint) {
     if (const std::optional<TensorDict> saved = c.checkpoint->resume_state(run.identity)) {

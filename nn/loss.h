@@ -54,27 +54,32 @@ class NLLLoss : public Module {
 // with the differentiable cast, then Sigmoid, then BCELoss), so that what crosses the cast is the
 // sigmoid's input gradient (p - t) g, at most g in magnitude; or use BCEWithLogitsLoss, which
 // fuses the two. tests/nn/test_precision.cpp shows both the overflow and the remedy.
+// `weight` (optional, as PyTorch's) rescales each element's loss; it broadcasts to the input's
+// shape, and mean averages the weighted losses over the elements (Note [Binary loss weights]).
 class BCELoss : public Module {
  public:
-  explicit BCELoss(Reduction reduction = Reduction::mean);
+  explicit BCELoss(Reduction reduction = Reduction::mean, Tensor weight = {});
   Variable forward(const Variable& probs, const Tensor& targets);
   Variable operator()(const Variable& probs, const Tensor& targets) { return forward(probs, targets); }
   std::string extra_repr() const override;
 
  private:
   Reduction reduction_;
+  Tensor weight_;
 };
 
 // Sigmoid + binary cross entropy in the stable form; targets are probabilities of logits' shape.
+// `weight` as BCELoss's.
 class BCEWithLogitsLoss : public Module {
  public:
-  explicit BCEWithLogitsLoss(Reduction reduction = Reduction::mean);
+  explicit BCEWithLogitsLoss(Reduction reduction = Reduction::mean, Tensor weight = {});
   Variable forward(const Variable& logits, const Tensor& targets);
   Variable operator()(const Variable& logits, const Tensor& targets) { return forward(logits, targets); }
   std::string extra_repr() const override;
 
  private:
   Reduction reduction_;
+  Tensor weight_;
 };
 
 // (input - target)^2, input and target of one shape.

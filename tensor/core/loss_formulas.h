@@ -13,8 +13,9 @@ namespace mixtape::formulas {
 
 // ---- binary cross entropy on probabilities (torch.nn.BCELoss) -----------------------------
 // loss = -(t log(x) + (1 - t) log(1 - x)), each log clamped to >= -100 as PyTorch does, so that
-// x = 0 or 1 gives a finite loss (100 per element at most) instead of inf. A NaN (including the
-// log of an x outside [0, 1]) is not clamped: the comparison is false for NaN and it passes on.
+// x = 0 or 1 gives a finite loss (100 per element at most) instead of inf. An x outside [0, 1] is
+// refused before (tensor/cpu/loss.cpp, cuda/loss.cu); a NaN x is not clamped: the comparison is
+// false for NaN and it passes on, for a loss scaler to see.
 inline constexpr double kBceLogFloor = -100.0;
 // PyTorch's floor of x (1 - x) in the gradient, so that x = 0 or 1 gives a finite gradient.
 inline constexpr double kBceGradEps = 1e-12;

@@ -318,6 +318,17 @@ void bce_with_logits_backward(const Strided& x, const Strided& t, const Strided&
 void bce(const Strided& x, const Strided& t, bool reduce, double divisor, const Strided& out) {
   dispatch_floating(x.dtype(), "binary_cross_entropy", [&]<class T>() {
     using A = compute_t<T>;
+    // Probabilities outside [0, 1] are refused, naming the first (row-major); NaN passes on.
+    const T* px = static_cast<const T*>(x.raw_data());
+    int64_t position = 0;
+    for_each_offset<1>(x.shape(), {x.strides()}, [&](const std::array<int64_t, 1>& o) {
+      const double v = double(load(px[o[0]]));
+      MT_CHECK(!(v < 0.0 || v > 1.0), "binary_cross_entropy: probability ", v, " (at position ", position,
+               ") is outside [0, 1] (probs ", x.meta(), ", targets ", t.meta(),
+               "); it takes probabilities, such as a Sigmoid's output (logits go to "
+               "binary_cross_entropy_with_logits)");
+      ++position;
+    });
     pointwise_loss<T>(x, t, reduce, divisor, out, [](A xi, A ti) { return formulas::bce_forward<HostMath>(xi, ti); });
   });
 }

@@ -81,8 +81,9 @@ LossGrads binary_cross_entropy_with_logits_backward(const Tensor& logits, const 
                                                     Reduction reduction, bool need_dlogits, bool need_dtargets);
 
 // ---- binary cross entropy on probabilities -----------------------------------------------
-// probs (in [0, 1]; a value outside gives NaN) and targets of one shape and floating dtype, as
-// torch.nn.functional.binary_cross_entropy:
+// probs (in [0, 1]; a value outside is an error, which a CUDA device reports at its next read,
+// Note [Deferred device checks]; NaN passes on, where PyTorch refuses it, so that a loss scaler
+// sees it) and targets of one shape and floating dtype, as torch.nn.functional.binary_cross_entropy:
 //   loss = -(t log(p) + (1 - t) log(1 - p)),  each log clamped to >= -100.
 // The fp32 treatment it needs in mixed precision: Note [BCE on probabilities] in nn/loss.h.
 Tensor binary_cross_entropy(const Tensor& probs, const Tensor& targets, Reduction reduction = Reduction::mean);

@@ -92,6 +92,21 @@ TEST_CASE("cuda cross_entropy's target check lets ignore_index through and names
   CHECK(std::isnan(cross_entropy(on_gpu(random({2, 4}, DType::f32, 2)), all).item()));
 }
 
+TEST_CASE("cuda binary_cross_entropy refuses probabilities outside [0, 1] at the next read, as the CPU does",
+          "[cuda]") {
+  MT_REQUIRE_GPU();
+  for (DType dt : kDtypes) {
+    const Tensor t = on_gpu(full({2, 3}, 1.0, dt));
+    const Tensor ok = on_gpu(from_vector(std::vector<double>{0, 1, 0.5, NAN, 0.25, 1}, {2, 3}).to(dt));
+    CHECK(std::isnan(binary_cross_entropy(ok, t).item()));  // NaN passes on
+    const Tensor bad = on_gpu(from_vector(std::vector<double>{0, 1, 0.5, -2, 4, 1}, {2, 3}).to(dt));
+    REQUIRE_THROWS_WITH(
+        binary_cross_entropy(bad, t).item(),
+        Catch::Contains("binary_cross_entropy: probability -2 (at position 3) is outside [0, 1] (probs " +
+                        std::string(dtype_name(dt)) + "[2, 3]"));
+  }
+}
+
 TEST_CASE("cuda binary_cross_entropy, l1_loss and smooth_l1_loss match the CPU", "[cuda]") {
   MT_REQUIRE_GPU();
   uint64_t seed = 8000;

@@ -1,6 +1,7 @@
-// Augmentation (data/augment.h): RandomHorizontalFlip mirrors exactly the rows it chooses, its
-// choices depend only on (seed, row, epoch) (Note [Reproducible augmentation]), about half the
-// rows flip, and bad fields are refused.
+// Augmentation (data/augment.h): RandomHorizontalFlip mirrors exactly the rows it chooses and
+// RandomCrop shifts them by exactly its chosen offsets; their choices depend only on (seed, row,
+// epoch) (Note [Reproducible augmentation]) and are spread as they should be; bad fields are
+// refused.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -99,5 +100,60 @@ TEST_CASE("RandomHorizontalFlip refuses a field it cannot mirror", "[data][augme
   b.tensors = {zeros({2}, DType::f32), zeros({2, 3, 4}, DType::f32).transpose(1, 2)};
   CHECK_THAT(error_of([&] { RandomHorizontalFlip{.field = 2}(b); }), Contains("field 2 is not in a batch of 2"));
   CHECK_THAT(error_of([&] { RandomHorizontalFlip{.field = 0}(b); }), Contains("needs [N, ..., W]"));
-  CHECK_THAT(error_of([&] { RandomHorizontalFlip{.field = 1}(b); }), Contains("contiguous host tensors"));
+  CHECK_THAT(error_of([&] { RandomHorizontalFlip{.field = 1}(b); }), Contains("it changes contiguous host tensors"));
+}
+
+TEST_CASE("RandomCrop shifts each image by its own offset, blank outside", "[data][augment]") {
+  const RandomCrop crop{.seed = 9, .padding = 2, .fill = -0.5};
+  const RandomHorizontalFlip flip{.seed = 9};
+  // compose applies the crop, then the flip.
+  DataLoader loader(TensorDataset({image_tensor(), arange(0.0, double(kRows), 1.0, DType::i64)}),
+                    {.batch_size = 16, .seed = 4, .transform = compose({crop, flip})});
+  std::vector<int> seen(25, 0);
+  for (int64_t epoch : {0, 1, 2}) {
+    for (Batch& b : loader.epoch(epoch)) {
+      const float* p = b[0].data<float>();
+      for (int64_t r = 0; r < b.size(); ++r) {
+        const int64_t row = b.indices[size_t(r)];
+        const auto [dy, dx] = crop.shift(row, epoch);
+        REQUIRE(dy >= -2);
+        REQUIRE(dy <= 2);
+        REQUIRE(dx >= -2);
+        REQUIRE(dx <= 2);
+        ++seen[size_t((dy + 2) * 5 + dx + 2)];
+        const bool f = flip.flips(row, epoch);
+        for (int64_t c = 0; c < kC; ++c)
+          for (int64_t h = 0; h < kH; ++h)
+            for (int64_t w = 0; w < kW; ++w) {
+              const int64_t cw = f ? kW - 1 - w : w;  // the column before the flip
+              const int64_t sh = h + dy, sw = cw + dx;
+              const float want =
+                  sh >= 0 && sh < kH && sw >= 0 && sw < kW ? float(row * 1000 + c * 100 + sh * 10 + sw) : -0.5f;
+              REQUIRE(p[((r * kC + c) * kH + h) * kW + w] == want);
+            }
+      }
+    }
+  }
+  // 120 draws over 25 offsets: most offsets appear (all 25 missing fewer than 6 is certain enough:
+  // the expected number of unseen offsets is 25 (24/25)^120 < 0.2).
+  int64_t unseen = 0;
+  for (int n : seen) unseen += n == 0;
+  CHECK(unseen < 6);
+
+  // 16-bit images: the fill is rounded once; padding 0 leaves the images alone.
+  Batch b;
+  b.indices = {0, 1, 2, 3};
+  b.tensors = {full({4, 1, 3, 3}, 1.0, DType::bf16)};
+  RandomCrop{.seed = 1, .padding = 1, .fill = 0.1}(b);
+  for (double v : b[0].to_vector()) CHECK((v == 1.0 || v == full({}, 0.1, DType::bf16).item()));
+  Batch same = b;
+  same.tensors = {b[0].clone()};
+  RandomCrop{.seed = 1, .padding = 0}(same);
+  CHECK(same[0].to_vector() == b[0].to_vector());
+  CHECK_THAT(error_of([&] { RandomCrop{.padding = -1}(same); }), Contains("RandomCrop: padding must be >= 0, got -1"));
+  Batch flat;
+  flat.indices = {0};
+  flat.tensors = {zeros({1, 5})};
+  CHECK_THAT(error_of([&] { RandomCrop{}(flat); }),
+             Contains("RandomCrop: field 0 is f32[1, 5]; it needs [N, ..., H, W]"));
 }

@@ -4,13 +4,16 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <optional>
 
 #include "mixtape.h"
 #include "nn/nn.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 using Catch::Matchers::Contains;
+using mixtape::test::error_of;
 
 namespace {
 
@@ -221,6 +224,48 @@ TEST_CASE("loss modules compute the hand-worked values in fp32", "[nn][layers][l
   CHECK(nn::BCEWithLogitsLoss(Reduction::sum)(Variable(z), t).item() ==
         Approx(std::log(2.0) + std::log(1.0 + std::exp(-2.0))).epsilon(1e-6));
   CHECK(nn::BCEWithLogitsLoss()(Variable(z.to(DType::bf16)), t).dtype() == DType::f32);
+}
+
+TEST_CASE("BCELoss and BCEWithLogitsLoss with a weight agree with PyTorch", "[nn][layers]") {
+  // torch.nn.BCELoss(weight=w) / BCEWithLogitsLoss(weight=w) in f64 (PyTorch 1.13), w broadcast
+  // over the rows; the gradients are with respect to the input.
+  const Tensor p = from_vector(std::vector<double>{0.1, 0.7, 0.99, 0.5, 0.02, 0.6}, {2, 3}, DType::f64);
+  const Tensor t = from_vector(std::vector<double>{0, 1, 1, 0.3, 0, 1}, {2, 3}, DType::f64);
+  const Tensor w = from_vector(std::vector<double>{2.0, 0.5, 1.5}, {3}, DType::f64);
+  const auto loss_and_grad = [&](const std::function<Variable(const Variable&)>& f, const Tensor& x) {
+    Tape tape;
+    Variable v(x, true);
+    const Variable l = f(v);
+    tape.backward(l);
+    return std::pair<double, std::vector<double>>{l.item(), v.grad()->unscaled().to_vector()};
+  };
+  const auto close = [](const std::vector<double>& got, const std::vector<double>& want) {
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+  };
+  auto [mean, gmean] = loss_and_grad([&](const Variable& x) { return nn::BCELoss(Reduction::mean, w)(x, t); }, p);
+  CHECK(mean == Approx(0.42779469291548455).epsilon(1e-12));
+  close(gmean, {0.3703703703703703, -0.11904761904761905, -0.2525252525252525, 0.26666666666666666, 0.08503401360544217,
+                -0.4166666666666667});
+  auto [sum, gsum] = loss_and_grad([&](const Variable& x) { return nn::BCELoss(Reduction::sum, w)(x, t); }, p);
+  CHECK(sum == Approx(2.5667681574929073).epsilon(1e-12));
+  close(gsum, {2.222222222222222, -0.7142857142857143, -1.515151515151515, 1.6, 0.5102040816326531, -2.5});
+  close(nn::BCELoss(Reduction::none, w)(Variable(p), t).data().to_vector(),
+        {0.21072103131565256, 0.17833747196936622, 0.015075503780252176, 1.3862943611198906, 0.010101353658759733,
+         0.7662384356489861});
+  const Tensor z = from_vector(std::vector<double>{0.5, -1.0, 2.0, 0.0, 3.0, -2.5}, {2, 3}, DType::f64);
+  auto [logits, glogits] =
+      loss_and_grad([&](const Variable& x) { return nn::BCEWithLogitsLoss(Reduction::mean, w)(x, t); }, z);
+  CHECK(logits == Approx(1.5956832445048947).epsilon(1e-12));
+  close(glogits, {0.20748644373395153, -0.06092154821916707, -0.02980073050552942, 0.06666666666666667,
+                  0.07938117723520279, -0.2310354549946891});
+  CHECK(nn::BCELoss(Reduction::mean, w).str() == "BCELoss(reduction=mean, weight=f64[3])");
+  CHECK_THAT(error_of([&] {
+               nn::BCELoss(Reduction::mean, from_vector(std::vector<double>{1, 2}, {2}, DType::f64))(Variable(p), t);
+             }),
+             Contains("BCELoss(reduction=mean, weight=f64[2]): weight f64[2] does not broadcast to the input's shape"));
+  CHECK_THAT(error_of([&] { nn::BCEWithLogitsLoss(Reduction::mean, zeros({3}, DType::i64)); }),
+             Contains("BCEWithLogitsLoss: weight must be a floating tensor, got i64[3]"));
 }
 
 TEST_CASE("layers reject bad arguments and bad inputs with clear messages", "[nn][layers][errors]") {

@@ -114,9 +114,18 @@ TEST_CASE("binary_cross_entropy clamps its logs at -100 and its gradient stays f
   CHECK(g.da.flat_get(2) == Approx((0.25 - 1.0) / (0.25 * 0.75)));
   CHECK(g.db.flat_get(2) == Approx(std::log(0.75) - std::log(0.25)));
   CHECK(g.db.flat_get(0) == Approx(0.0 + 100.0));  // log(1) - clamped log(0)
-  // Outside [0, 1] the log is NaN and NaN is not clamped away.
-  CHECK(std::isnan(binary_cross_entropy(f64({1.5}, {1}), f64({1.0}, {1})).item()));
+  // A NaN probability is not clamped away: it passes on (PyTorch refuses it; a loss scaler here
+  // must see it). A probability outside [0, 1] is refused, naming the first.
   CHECK(std::isnan(binary_cross_entropy(f64({NAN}, {1}), f64({1.0}, {1})).item()));
+  CHECK_THAT(error_of([] {
+               binary_cross_entropy(f64({0.5, NAN, 1.5, -1.0}, {2, 2}), f64({1, 0, 1, 0}, {2, 2}));
+             }),
+             Contains("binary_cross_entropy: probability 1.5 (at position 2) is outside [0, 1] (probs f64[2, 2], "
+                      "targets f64[2, 2]); it takes probabilities"));
+  CHECK_THAT(error_of([] { binary_cross_entropy(f64({-0.25}, {1}).to(DType::bf16), f64({1.0}, {1}).to(DType::bf16)); }),
+             Contains("probability -0.25 (at position 0) is outside [0, 1]"));
+  CHECK_THAT(error_of([] { binary_cross_entropy(f64({INFINITY}, {1}), f64({1.0}, {1})); }),
+             Contains("probability inf (at position 0)"));
   // 16 bits: computed in fp32 and rounded once.
   const Tensor p16 = f64({0.1, 0.9, 0.5, 0.001}, {4}).to(DType::f16), t16 = f64({1, 0, 1, 0}, {4}).to(DType::f16);
   const Tensor l16 = binary_cross_entropy(p16, t16, Reduction::none);

@@ -54,7 +54,9 @@
   /* GRU cell (autograd/functions/lstm.cpp) */                                         \
   MT_OP(gru_cell, "gru_cell")                                                          \
   /* convolution and pooling variants (autograd/functions/pool.cpp) */                 \
-  MT_OP(adaptive_avg_pool2d, "adaptive_avg_pool2d")
+  MT_OP(adaptive_avg_pool2d, "adaptive_avg_pool2d")                                    \
+  /* upsample, nearest and bilinear (autograd/functions/pool.cpp) */                   \
+  MT_OP(upsample, "upsample")
 // clang-format on
 
 namespace mixtape {

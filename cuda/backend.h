@@ -8,6 +8,7 @@
 #include "tensor/core/op_kinds.h"
 #include "tensor/core/strided.h"
 #include "tensor/core/update_formulas.h"
+#include "tensor/core/upsample_formulas.h"
 
 namespace mixtape::cuda {
 

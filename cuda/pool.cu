@@ -1,7 +1,8 @@
-// 2-D max, average and adaptive average pooling on the GPU, forward and backward side by side. Each launcher
-// mirrors the CPU kernel of the same name in tensor/cpu/pool.cpp: the same clipped windows, the
-// same visiting order, the same accumulation type (compute_t<T>) and one rounding per output, so
-// every result is bit-identical to the CPU's.
+// 2-D max, average and adaptive average pooling and upsample (nearest, bilinear) on the GPU,
+// forward and backward side by side. Each launcher mirrors the CPU kernel of the same name in
+// tensor/cpu/pool.cpp: the same clipped windows (upsample: the same taps and weights, from
+// tensor/core/upsample_formulas.h), the same visiting order, the same accumulation type
+// (compute_t<T>) and one rounding per output, so every result is bit-identical to the CPU's.
 //
 // Layouts: x and dy have any strides; out, indices and dx are contiguous (allocated by the
 // front-ends in tensor/ops/pool.cpp, which also make indices contiguous). Window of output row
@@ -24,6 +25,7 @@
 
 #include "cuda/backend.h"
 #include "cuda/common.cuh"
+#include "tensor/core/upsample_formulas.h"
 
 namespace mixtape::cuda {
 
@@ -259,6 +261,71 @@ __global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ dy, in
   }
 }
 
+// One thread per output (n, c, oh, ow), row-major = the contiguous out position: the taps of its
+// row and column (Note [Upsample index math]), read and combined as the CPU does.
+template <class T>
+__global__ void upsample_kernel(const T* __restrict__ x, int64_t xs0, int64_t xs1, int64_t xs2, int64_t xs3, int64_t C,
+                                formulas::UpsampleAxis<compute_t<T>> rows, formulas::UpsampleAxis<compute_t<T>> cols,
+                                int64_t total, T* __restrict__ out) {
+  using Cc = compute_t<T>;
+  const int64_t OH = rows.out, OW = cols.out;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ow = e % OW, oh = (e / OW) % OH, c = (e / (OW * OH)) % C, n = e / (OW * OH * C);
+    const T* plane = x + n * xs0 + c * xs1;
+    const formulas::UpsampleTaps<Cc> th = formulas::upsample_taps(rows, oh), tw = formulas::upsample_taps(cols, ow);
+    const T* r0 = plane + th.i0 * xs2;
+    if (!rows.linear) {
+      out[e] = store<T>(Cc(load(r0[tw.i0 * xs3])));
+      continue;
+    }
+    const T* r1 = plane + th.i1 * xs2;
+    out[e] = store<T>(formulas::bilinear_value(th, tw, Cc(load(r0[tw.i0 * xs3])), Cc(load(r0[tw.i1 * xs3])),
+                                               Cc(load(r1[tw.i0 * xs3])), Cc(load(r1[tw.i1 * xs3]))));
+  }
+}
+
+// One thread per input (n, c, h, w), row-major = the contiguous dx position: gathers the terms of
+// the outputs that read it (upsample_readers: a range of rows times a range of columns) in
+// row-major output order and, within an output, in the order (i0, i0), (i0, i1), (i1, i0),
+// (i1, i1) of its taps: the order in which the CPU's scatter adds them, so the sum is
+// bit-identical, with no atomics and no dependence on the schedule.
+template <class T>
+__global__ void upsample_backward_kernel(const T* __restrict__ dy, int64_t ds0, int64_t ds1, int64_t ds2, int64_t ds3,
+                                         int64_t C, formulas::UpsampleAxis<compute_t<T>> rows,
+                                         formulas::UpsampleAxis<compute_t<T>> cols, int64_t total, T* __restrict__ dx) {
+  using Cc = compute_t<T>;
+  const int64_t H = rows.in, W = cols.in;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t w = e % W, h = (e / W) % H, c = (e / (W * H)) % C, n = e / (W * H * C);
+    const T* gp = dy + n * ds0 + c * ds1;
+    int64_t oh_lo, oh_hi, ow_lo, ow_hi;
+    formulas::upsample_readers(rows, h, oh_lo, oh_hi);
+    formulas::upsample_readers(cols, w, ow_lo, ow_hi);
+    Cc acc = Cc(0);
+    for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+      const formulas::UpsampleTaps<Cc> th = formulas::upsample_taps(rows, oh);
+      for (int64_t ow = ow_lo; ow < ow_hi; ++ow) {
+        const Cc g = load(gp[oh * ds2 + ow * ds3]);
+        if (!rows.linear) {  // nearest: every output of the ranges read exactly this input
+          acc += g;
+          continue;
+        }
+        const formulas::UpsampleTaps<Cc> tw = formulas::upsample_taps(cols, ow);
+        const Cc g0 = g * th.w0, g1 = g * th.w1;
+        if (th.i0 == h) {
+          if (tw.i0 == w) acc += g0 * tw.w0;
+          if (tw.i1 == w) acc += g0 * tw.w1;
+        }
+        if (th.i1 == h) {
+          if (tw.i0 == w) acc += g1 * tw.w0;
+          if (tw.i1 == w) acc += g1 * tw.w1;
+        }
+      }
+    }
+    dx[e] = store<T>(acc);
+  }
+}
+
 PoolGeom geom(const Strided& x, const Strided& out, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
               int64_t pw, int64_t dh = 1, int64_t dw = 1, bool include_pad = true) {
   return PoolGeom{x.size(0), x.size(1), x.size(2), x.size(3), out.size(2), out.size(3), kh,         kw,
@@ -362,6 +429,44 @@ void adaptive_avg_pool2d_backward(const Strided& dy, const Strided& dx) {
         static_cast<const T*>(dy.raw_data()), ds[0], ds[1], ds[2], ds[3], dx.size(1), dx.size(2), dx.size(3),
         dy.size(2), dy.size(3), total, static_cast<T*>(dx.raw_data()));
     MT_CUDA_CHECK_LAUNCH("adaptive_avg_pool2d_backward_kernel");
+  });
+}
+
+void upsample(const Strided& x, UpsampleMode mode, bool align_corners, double scale_h, double scale_w,
+              const Strided& out) {
+  DeviceGuard guard(x.device().index);
+  MT_CHECK(out.is_contiguous(), "upsample: output must be contiguous");
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  const Shape& xs = x.strides();
+  dispatch_floating(x.dtype(), "upsample", [&](auto tag) {
+    using T = decltype(tag);
+    using Cc = compute_t<T>;
+    const auto rows = formulas::upsample_axis<Cc>(x.size(2), out.size(2), mode, align_corners, scale_h);
+    const auto cols = formulas::upsample_axis<Cc>(x.size(3), out.size(3), mode, align_corners, scale_w);
+    upsample_kernel<T><<<grid_for(total), kBlock, 0, stream_of(x)>>>(static_cast<const T*>(x.raw_data()), xs[0], xs[1],
+                                                                     xs[2], xs[3], x.size(1), rows, cols, total,
+                                                                     static_cast<T*>(out.raw_data()));
+    MT_CUDA_CHECK_LAUNCH("upsample_kernel");
+  });
+}
+
+void upsample_backward(const Strided& dy, UpsampleMode mode, bool align_corners, double scale_h, double scale_w,
+                       const Strided& dx) {
+  DeviceGuard guard(dy.device().index);
+  MT_CHECK(dx.is_contiguous(), "upsample backward: dx must be contiguous");
+  const int64_t total = dx.numel();
+  if (total == 0) return;
+  const Shape& ds = dy.strides();
+  dispatch_floating(dx.dtype(), "upsample backward", [&](auto tag) {
+    using T = decltype(tag);
+    using Cc = compute_t<T>;
+    const auto rows = formulas::upsample_axis<Cc>(dx.size(2), dy.size(2), mode, align_corners, scale_h);
+    const auto cols = formulas::upsample_axis<Cc>(dx.size(3), dy.size(3), mode, align_corners, scale_w);
+    upsample_backward_kernel<T><<<grid_for(total), kBlock, 0, stream_of(dy)>>>(
+        static_cast<const T*>(dy.raw_data()), ds[0], ds[1], ds[2], ds[3], dx.size(1), rows, cols, total,
+        static_cast<T*>(dx.raw_data()));
+    MT_CUDA_CHECK_LAUNCH("upsample_backward_kernel");
   });
 }
 

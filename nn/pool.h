@@ -1,10 +1,12 @@
-// 2-D pooling layers over x [N, C, H, W] (semantics in tensor/ops/pool.h): MaxPool2d, AvgPool2d
-// and AdaptiveAvgPool2d. The stride defaults to the kernel size, as in torch.
+// 2-D pooling and resampling layers over x [N, C, H, W] (semantics in tensor/ops/pool.h):
+// MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and Upsample. The stride defaults to the kernel size, as
+// in torch.
 #pragma once
 
 #include <optional>
 
 #include "nn/module.h"
+#include "tensor/ops/pool.h"
 
 namespace mixtape::nn {
 
@@ -36,14 +38,32 @@ class AvgPool2d : public UnaryModule {
 };
 
 // [N, C, H, W] -> [N, C, OH, OW] = output_size, whatever H and W (PyTorch's adaptive windows).
+// A dim left open keeps the input's size, as PyTorch's AdaptiveAvgPool2d((None, 7)):
+//   nn::AdaptiveAvgPool2d({std::nullopt, 7})
 class AdaptiveAvgPool2d : public UnaryModule {
  public:
-  explicit AdaptiveAvgPool2d(Size2 output_size);
+  explicit AdaptiveAvgPool2d(OptionalSize2 output_size);
   Variable forward(const Variable& x) override;
   std::string extra_repr() const override;
 
  private:
-  Size2 output_size_;
+  OptionalSize2 output_size_;
+};
+
+// torch.nn.Upsample: [N, C, H, W] -> [N, C, OH, OW], nearest or bilinear, to a size or by a scale
+// factor (the options of upsample in tensor/ops/pool.h, checked here already):
+//   nn::Upsample({.scale_factor = 2})
+//   nn::Upsample({.size = Size2{14, 14}, .mode = UpsampleMode::bilinear, .align_corners = true})
+// str() is PyTorch's repr, plus align_corners and recompute_scale_factor when set (PyTorch shows
+// neither, though both change the result).
+class Upsample : public UnaryModule {
+ public:
+  explicit Upsample(const UpsampleOptions& options);
+  Variable forward(const Variable& x) override;
+  std::string extra_repr() const override;
+
+ private:
+  UpsampleOptions options_;
 };
 
 }  // namespace mixtape::nn

@@ -29,11 +29,19 @@ Variable avg_pool2d(const Variable& x, Size2 kernel, Size2 stride, Size2 padding
 
 Variable avg_pool2d(const Variable& x, Size2 kernel) { return avg_pool2d(x, kernel, kernel, 0); }
 
-Variable adaptive_avg_pool2d(const Variable& x, Size2 output_size) {
+Variable adaptive_avg_pool2d(const Variable& x, OptionalSize2 output_size) {
   const Shape xs = x.shape();
   return record(OpId::adaptive_avg_pool2d, {x}, mixtape::adaptive_avg_pool2d(x.data(), output_size),
                 [xs](const std::vector<Tensor>& dy, const std::vector<bool>&) {
     return std::vector<Tensor>{adaptive_avg_pool2d_backward(dy[0], xs)};
+  });
+}
+
+Variable upsample(const Variable& x, const UpsampleOptions& options) {
+  const Shape xs = x.shape();
+  return record(OpId::upsample, {x}, mixtape::upsample(x.data(), options),
+                [xs, options](const std::vector<Tensor>& dy, const std::vector<bool>&) {
+    return std::vector<Tensor>{upsample_backward(dy[0], xs, options)};
   });
 }
 

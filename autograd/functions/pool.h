@@ -1,5 +1,5 @@
-// Differentiable 2-D pooling (shapes and semantics in tensor/ops/pool.h). The gradient scale
-// passes through.
+// Differentiable 2-D pooling and upsample (shapes and semantics in tensor/ops/pool.h). The
+// gradient scale passes through.
 #pragma once
 
 #include "autograd/variable.h"
@@ -18,6 +18,9 @@ Variable avg_pool2d(const Variable& x, Size2 kernel, Size2 stride, Size2 padding
                     bool count_include_pad = true);
 
 // The gradient of each output is spread evenly over its adaptive window.
-Variable adaptive_avg_pool2d(const Variable& x, Size2 output_size);
+Variable adaptive_avg_pool2d(const Variable& x, OptionalSize2 output_size);
+
+// The gradient of each output goes to the inputs it read, times their weights (nearest: weight 1).
+Variable upsample(const Variable& x, const UpsampleOptions& options);
 
 }  // namespace mixtape

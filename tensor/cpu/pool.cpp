@@ -80,6 +80,17 @@ void for_each_plane(const Strided& in, T* out_data, int64_t out_size, int64_t wo
   });
 }
 
+// The taps of every output position along one axis of an upsample (Note [Upsample index math]).
+template <class C>
+std::vector<formulas::UpsampleTaps<C>> upsample_axis_taps(int64_t in, int64_t out, UpsampleMode mode,
+                                                          bool align_corners, double scale_factor) {
+  const formulas::UpsampleAxis<C> a = formulas::upsample_axis<C>(in, out, mode, align_corners, scale_factor);
+  std::vector<formulas::UpsampleTaps<C>> taps;
+  taps.reserve(size_t(out));
+  for (int64_t o = 0; o < out; ++o) taps.push_back(formulas::upsample_taps(a, o));
+  return taps;
+}
+
 }  // namespace
 
 void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
@@ -241,6 +252,66 @@ void adaptive_avg_pool2d_backward(const Strided& dy, const Strided& dx) {
           const Cc v = g[oh * OW + ow] / Cc((h_hi - h_lo) * (w_hi - w_lo));
           for (int64_t h = h_lo; h < h_hi; ++h)
             for (int64_t w = w_lo; w < w_hi; ++w) acc[h * W + w] += v;
+        }
+      }
+    });
+  });
+}
+
+void upsample(const Strided& x, UpsampleMode mode, bool align_corners, double scale_h, double scale_w,
+              const Strided& out) {
+  MT_ASSERT(out.is_contiguous());
+  const int64_t H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
+  const bool nearest = mode == UpsampleMode::nearest;
+  dispatch_floating(x.dtype(), "upsample", [&]<class T>() {
+    using Cc = compute_t<T>;
+    const auto rows = upsample_axis_taps<Cc>(H, OH, mode, align_corners, scale_h);
+    const auto cols = upsample_axis_taps<Cc>(W, OW, mode, align_corners, scale_w);
+    for_each_plane(x, static_cast<T*>(out.raw_data()), OH * OW, OH * OW * (nearest ? 1 : 4),
+                   [&](int64_t, const Cc* plane, Cc* po) {
+      for (const auto& th : rows) {
+        const Cc* r0 = plane + th.i0 * W;
+        const Cc* r1 = plane + th.i1 * W;
+        if (nearest) {
+          for (const auto& tw : cols) *po++ = r0[tw.i0];
+        } else {
+          for (const auto& tw : cols)
+            *po++ = formulas::bilinear_value(th, tw, r0[tw.i0], r0[tw.i1], r1[tw.i0], r1[tw.i1]);
+        }
+      }
+    });
+  });
+}
+
+void upsample_backward(const Strided& dy, UpsampleMode mode, bool align_corners, double scale_h, double scale_w,
+                       const Strided& dx) {
+  MT_ASSERT(dx.is_contiguous());
+  const int64_t H = dx.size(2), W = dx.size(3), OH = dy.size(2), OW = dy.size(3);
+  const bool nearest = mode == UpsampleMode::nearest;
+  dispatch_floating(dx.dtype(), "upsample backward", [&]<class T>() {
+    using Cc = compute_t<T>;
+    const auto rows = upsample_axis_taps<Cc>(H, OH, mode, align_corners, scale_h);
+    const auto cols = upsample_axis_taps<Cc>(W, OW, mode, align_corners, scale_w);
+    // Several outputs may read one input: sum in the compute type, in row-major output order and
+    // each output's terms in the order of bilinear_value's note (the GPU gathers in this order),
+    // round once.
+    for_each_plane(dy, static_cast<T*>(dx.raw_data()), H * W, H * W + OH * OW * (nearest ? 1 : 4),
+                   [&](int64_t, const Cc* g, Cc* acc) {
+      std::fill(acc, acc + H * W, Cc(0));
+      for (const auto& th : rows) {
+        Cc* r0 = acc + th.i0 * W;
+        Cc* r1 = acc + th.i1 * W;
+        if (nearest) {
+          for (const auto& tw : cols) r0[tw.i0] += *g++;
+        } else {
+          for (const auto& tw : cols) {
+            const Cc g0 = *g * th.w0, g1 = *g * th.w1;
+            ++g;
+            r0[tw.i0] += g0 * tw.w0;
+            r0[tw.i1] += g0 * tw.w1;
+            r1[tw.i0] += g1 * tw.w0;
+            r1[tw.i1] += g1 * tw.w1;
+          }
         }
       }
     });

@@ -1,5 +1,6 @@
-// 2-D pooling CPU kernels, forward and backward side by side: max_pool2d (with dilation),
-// avg_pool2d (with count_include_pad) and adaptive_avg_pool2d. x and dy may have any strides;
+// 2-D pooling and resampling CPU kernels, forward and backward side by side: max_pool2d (with
+// dilation), avg_pool2d (with count_include_pad), adaptive_avg_pool2d and upsample (nearest and
+// bilinear). x and dy may have any strides;
 // outputs are contiguous. Output sizes are read from the output tensor's shape, so ceil_mode
 // (chosen by the front-end) needs nothing here beyond clipping. Windows are clipped to the input:
 // max pooling treats padding as -inf, average pooling as zeros that count in the divisor when
@@ -10,6 +11,7 @@
 #include <cstdint>
 
 #include "tensor/core/strided.h"
+#include "tensor/core/upsample_formulas.h"
 
 namespace mixtape::cpu {
 
@@ -34,5 +36,15 @@ void avg_pool2d_backward(const Strided& dy, int64_t kernel_h, int64_t kernel_w, 
 void adaptive_avg_pool2d(const Strided& x, const Strided& out);
 // dx [N, C, H, W]: each dy / (its window's size) added to every input element of its window.
 void adaptive_avg_pool2d_backward(const Strided& dy, const Strided& dx);
+
+// out [N, C, OH, OW]: x resampled to the output's size, each output from the input positions and
+// weights of Note [Upsample index math] (tensor/core/upsample_formulas.h). scale_h, scale_w: the
+// scale factors the index math uses, 0 where the sizes give it.
+void upsample(const Strided& x, UpsampleMode mode, bool align_corners, double scale_h, double scale_w,
+              const Strided& out);
+// dx [N, C, H, W]: each dy element times its weights added to the inputs its output read, the
+// outputs in row-major order.
+void upsample_backward(const Strided& dy, UpsampleMode mode, bool align_corners, double scale_h, double scale_w,
+                       const Strided& dx);
 
 }  // namespace mixtape::cpu

@@ -1,5 +1,7 @@
 #include "tensor/ops/pool.h"
 
+#include <cmath>
+
 #include "cuda/backend.h"
 #include "tensor/cpu/pool.h"
 #include "tensor/ops/common.h"
@@ -147,9 +149,12 @@ Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, Size2 kernel,
 
 namespace {
 
-// Validates an adaptive pooling of an input of x_shape to output_size; `what` names the tensors.
-void check_adaptive(const char* op, const std::string& what, const Shape& x_shape, Size2 output_size) {
-  const std::string ctx = detail::cat(" (", what, ", output_size ", size2_str(output_size), ")");
+// Validates an adaptive pooling of an input of x_shape to output_size (output_size, resolved
+// against the input; `requested` as the caller gave it); `what` names the tensors.
+void check_adaptive(const char* op, const std::string& what, const Shape& x_shape, Size2 output_size,
+                    const std::optional<OptionalSize2>& requested = std::nullopt) {
+  const std::string ctx = detail::cat(" (", what, ", output_size ",
+                                      requested ? optional_size2_str(*requested) : size2_str(output_size), ")");
   MT_CHECK(x_shape.size() == 4, op, ": expected an input [N, C, H, W], got ", shape_str(x_shape), ctx);
   MT_CHECK(output_size.h > 0 && output_size.w > 0, op, ": output_size must be positive, got ", size2_str(output_size),
            ctx);
@@ -159,10 +164,19 @@ void check_adaptive(const char* op, const std::string& what, const Shape& x_shap
 
 }  // namespace
 
-Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
+std::string optional_size2_str(OptionalSize2 s) {
+  const auto dim = [](const std::optional<int64_t>& d) { return d ? std::to_string(*d) : std::string("None"); };
+  return "[" + dim(s.h) + ", " + dim(s.w) + "]";
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, OptionalSize2 requested) {
   const char* op = "adaptive_avg_pool2d";
   check_input(op, x);
-  check_adaptive(op, "input " + x.meta(), x.shape(), output_size);
+  const std::string what = "input " + x.meta();
+  MT_CHECK(x.dim() == 4, op, ": expected an input [N, C, H, W], got ", shape_str(x.shape()), " (", what,
+           ", output_size ", optional_size2_str(requested), ")");
+  const Size2 output_size = requested.resolve(x.size(2), x.size(3));
+  check_adaptive(op, what, x.shape(), output_size, requested);
   Tensor out = empty({x.size(0), x.size(1), output_size.h, output_size.w}, x.dtype(), x.device());
   on_device(
       x.device(), [&] { cpu::adaptive_avg_pool2d(x, out); }, [&] { cuda::adaptive_avg_pool2d(x, out); });
@@ -181,6 +195,104 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& dy, const Shape& x_shape) {
   on_device(
       dy.device(), [&] { cpu::adaptive_avg_pool2d_backward(dy, dx); },
       [&] { cuda::adaptive_avg_pool2d_backward(dy, dx); });
+  return dx;
+}
+
+namespace {
+
+std::string scale2_str(Scale2 s) { return detail::cat("[", s.h, ", ", s.w, "]"); }
+
+// The options as the messages show them: " (<what>, size [7, 9], mode bilinear, align_corners
+// true)", what left out when empty.
+std::string upsample_ctx(const std::string& what, const UpsampleOptions& o) {
+  std::string ctx = " (" + what + (what.empty() ? "" : ", ");
+  if (o.size) ctx += "size " + size2_str(*o.size) + ", ";
+  if (o.scale_factor) ctx += "scale_factor " + scale2_str(*o.scale_factor) + ", ";
+  ctx += std::string("mode ") + upsample_mode_name(o.mode);
+  if (o.align_corners) ctx += *o.align_corners ? ", align_corners true" : ", align_corners false";
+  if (o.recompute_scale_factor) ctx += ", recompute_scale_factor";
+  return ctx + ")";
+}
+
+// An upsample of an input of x_shape, validated: the output shape and what the kernels take.
+struct UpsamplePlan {
+  Shape out_shape;
+  double scale_h = 0.0, scale_w = 0.0;  // for the index math; 0: the sizes give it
+  bool align_corners = false;
+};
+
+UpsamplePlan plan_upsample(const char* op, const std::string& what, const Shape& x_shape, const UpsampleOptions& o) {
+  const std::string ctx = upsample_ctx(what, o);
+  MT_CHECK(x_shape.size() == 4, op, ": expected an input [N, C, H, W], got ", shape_str(x_shape), ctx);
+  check_upsample_options(op, o);
+  const int64_t H = x_shape[2], W = x_shape[3];
+  MT_CHECK(H > 0 && W > 0 && H < kUpsampleMaxSize && W < kUpsampleMaxSize, op,
+           ": the input's height and width must be positive and below 2^23, got ", shape_str(x_shape), ctx);
+  UpsamplePlan p;
+  Size2 out_size = 1;
+  if (o.size) {
+    out_size = *o.size;
+  } else {
+    // As PyTorch: floor of the double product. Checked in double before the conversion, so a huge
+    // factor cannot overflow int64.
+    const double oh = std::floor(double(H) * o.scale_factor->h), ow = std::floor(double(W) * o.scale_factor->w);
+    MT_CHECK(oh >= 1 && ow >= 1, op, ": scale_factor ", scale2_str(*o.scale_factor), " gives an empty output for ",
+             "input ", shape_str(x_shape), ctx);
+    MT_CHECK(oh < double(kUpsampleMaxSize) && ow < double(kUpsampleMaxSize), op, ": scale_factor ",
+             scale2_str(*o.scale_factor), " gives an output of ", oh, " x ", ow, ", sizes must be below 2^23", ctx);
+    out_size = {int64_t(oh), int64_t(ow)};
+    if (!o.recompute_scale_factor) {
+      p.scale_h = o.scale_factor->h;
+      p.scale_w = o.scale_factor->w;
+    }
+  }
+  MT_CHECK(out_size.h < kUpsampleMaxSize && out_size.w < kUpsampleMaxSize, op, ": size ", size2_str(out_size),
+           " must be below 2^23", ctx);
+  p.out_shape = {x_shape[0], x_shape[1], out_size.h, out_size.w};
+  p.align_corners = o.align_corners.value_or(false);
+  return p;
+}
+
+}  // namespace
+
+void check_upsample_options(const char* op, const UpsampleOptions& o) {
+  const std::string ctx = upsample_ctx("", o);
+  MT_CHECK(o.size.has_value() != o.scale_factor.has_value(), op,
+           o.size ? ": give either size or scale_factor, not both" : ": give size or scale_factor (neither was given)",
+           ctx);
+  if (o.size) MT_CHECK(o.size->h > 0 && o.size->w > 0, op, ": size must be positive, got ", size2_str(*o.size), ctx);
+  if (o.scale_factor) {
+    const Scale2 f = *o.scale_factor;
+    MT_CHECK(f.h > 0 && f.w > 0 && std::isfinite(f.h) && std::isfinite(f.w), op,
+             ": scale_factor must be positive and finite, got ", scale2_str(f), ctx);
+  }
+  MT_CHECK(!o.recompute_scale_factor || o.scale_factor, op,
+           ": recompute_scale_factor needs a scale_factor (with a size there is nothing to recompute)", ctx);
+  MT_CHECK(!o.align_corners || o.mode == UpsampleMode::bilinear, op,
+           ": align_corners is only for mode bilinear, got mode ", upsample_mode_name(o.mode), ctx);
+}
+
+Tensor upsample(const Tensor& x, const UpsampleOptions& options) {
+  const char* op = "upsample";
+  check_input(op, x);
+  const UpsamplePlan p = plan_upsample(op, "input " + x.meta(), x.shape(), options);
+  Tensor out = empty(p.out_shape, x.dtype(), x.device());
+  on_device(
+      x.device(), [&] { cpu::upsample(x, options.mode, p.align_corners, p.scale_h, p.scale_w, out); },
+      [&] { cuda::upsample(x, options.mode, p.align_corners, p.scale_h, p.scale_w, out); });
+  return out;
+}
+
+Tensor upsample_backward(const Tensor& dy, const Shape& x_shape, const UpsampleOptions& options) {
+  const char* op = "upsample backward";
+  check_input(op, dy);
+  const UpsamplePlan p = plan_upsample(op, "gradient " + dy.meta() + ", input " + shape_str(x_shape), x_shape, options);
+  MT_CHECK(dy.shape() == p.out_shape, op, ": gradient ", dy.meta(), " does not match the output ",
+           shape_str(p.out_shape), " of input ", shape_str(x_shape));
+  Tensor dx = empty(x_shape, dy.dtype(), dy.device());
+  on_device(
+      dy.device(), [&] { cpu::upsample_backward(dy, options.mode, p.align_corners, p.scale_h, p.scale_w, dx); },
+      [&] { cuda::upsample_backward(dy, options.mode, p.align_corners, p.scale_h, p.scale_w, dx); });
   return dx;
 }
 

@@ -1,5 +1,6 @@
 // Op cases for conv2d (with groups and padding "same"), conv_transpose2d, max_pool2d and avg_pool2d
-// (with ceil_mode, dilation and count_include_pad) and adaptive_avg_pool2d (see support/op_cases.h).
+// (with ceil_mode, dilation and count_include_pad), adaptive_avg_pool2d and upsample (nearest and
+// bilinear, up and down, by size and by scale factor) (see support/op_cases.h).
 // Tensors stay tiny: the f64 gradient check reruns the forward for every input element.
 #include "support/op_cases.h"
 
@@ -87,6 +88,14 @@ MT_OP_CASE(OpCase{"adaptive_avg_pool2d 5x7 -> (3, 4) (overlapping windows), non-
   return adaptive_avg_pool2d(v[0], {3, 4});
 }});
 
+MT_OP_CASE(OpCase{"adaptive_avg_pool2d 5x7 -> (None, 3) (rows kept), non-contiguous input",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_noncontig({1, 2, 5, 7}, dt, 247)};
+                  },
+                  [](const V& v) {
+  return adaptive_avg_pool2d(v[0], {std::nullopt, 3});
+}});
+
 MT_OP_CASE(OpCase{"adaptive_avg_pool2d 3x4 -> (5, 6) (larger than the input)",
                   [](DType dt) {
   return std::vector<Tensor>{rand_input({1, 2, 3, 4}, dt, 221)};
@@ -152,5 +161,64 @@ MT_OP_CASE(OpCase{"avg_pool2d kernel (3, 2) stride (2, 3) padding 1 ceil_mode, c
                   },
                   [](const V& v) {
   return avg_pool2d(v[0], {3, 2}, {2, 3}, 1, true, false);
+}});
+
+// Upsample: ratios that are not integers (5 -> 7, 7 -> 5, 3 -> 8), up and down, by size and by a
+// scale factor (which the index math then uses: 2.5 and 1.5 give other taps than the sizes).
+MT_OP_CASE(OpCase{"upsample nearest 5x3 -> (7, 8), non-contiguous input",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_noncontig({2, 2, 5, 3}, dt, 240)};
+                  },
+                  [](const V& v) {
+  return upsample(v[0], {.size = Size2{7, 8}});
+}});
+
+MT_OP_CASE(OpCase{"upsample nearest 7x6 -> (5, 4) (downscaling)",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({1, 2, 7, 6}, dt, 241)};
+                  },
+                  [](const V& v) {
+  return upsample(v[0], {.size = Size2{5, 4}});
+}});
+
+MT_OP_CASE(OpCase{"upsample nearest scale_factor (2.5, 1.5)",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({1, 2, 3, 4}, dt, 242)};
+                  },
+                  [](const V& v) {
+  return upsample(v[0], {.scale_factor = Scale2{2.5, 1.5}});
+}});
+
+MT_OP_CASE(OpCase{"upsample bilinear 5x7 -> (7, 5), non-contiguous input",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_noncontig({2, 2, 5, 7}, dt, 243)};
+                  },
+                  [](const V& v) {
+  return upsample(v[0], {.size = Size2{7, 5}, .mode = UpsampleMode::bilinear});
+}});
+
+MT_OP_CASE(OpCase{"upsample bilinear scale_factor 1.5, and 0.6 recomputed",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({1, 2, 4, 5}, dt, 244)};
+                  },
+                  [](const V& v) {
+  const Variable up = upsample(v[0], {.scale_factor = 1.5, .mode = UpsampleMode::bilinear});  // [6, 7]
+  return upsample(up, {.scale_factor = 0.6, .mode = UpsampleMode::bilinear, .recompute_scale_factor = true});
+}});
+
+MT_OP_CASE(OpCase{"upsample bilinear align_corners 3x4 -> (8, 3), non-contiguous input",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_noncontig({1, 2, 3, 4}, dt, 245)};
+                  },
+                  [](const V& v) {
+  return upsample(v[0], {.size = Size2{8, 3}, .mode = UpsampleMode::bilinear, .align_corners = true});
+}});
+
+MT_OP_CASE(OpCase{"upsample bilinear align_corners 7x6 -> (5, 1) (one output column)",
+                  [](DType dt) {
+  return std::vector<Tensor>{rand_input({2, 1, 7, 6}, dt, 246)};
+                  },
+                  [](const V& v) {
+  return upsample(v[0], {.size = Size2{5, 1}, .mode = UpsampleMode::bilinear, .align_corners = true});
 }});
 }  // namespace

@@ -40,6 +40,7 @@ what = sys.argv[1] if len(sys.argv) > 1 else "all"
 if what in ("adaptive", "all"):
     run("adaptive [1,2,5,7] -> (3,4)", lambda x: F.adaptive_avg_pool2d(x, (3, 4)), [[1, 2, 5, 7]])
     run("adaptive [2,1,4,3] -> (6,5)", lambda x: F.adaptive_avg_pool2d(x, (6, 5)), [[2, 1, 4, 3]])
+    run("adaptive [1,2,3,5] -> (None,2)", lambda x: F.adaptive_avg_pool2d(x, (None, 2)), [[1, 2, 3, 5]])
 if what in ("groups", "all"):
     run("groups 2", lambda x, w, b: F.conv2d(x, w, b, 1, 1, 1, 2), [[2, 4, 5, 5], [6, 2, 3, 3], [6]])
     run("depthwise", lambda x, w: F.conv2d(x, w, None, 2, 1, (1, 2), 3), [[1, 3, 6, 7], [6, 1, 3, 3]])

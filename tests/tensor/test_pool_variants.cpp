@@ -195,6 +195,63 @@ TEST_CASE("adaptive_avg_pool2d matches PyTorch", "[conv][pool]") {
         -0.5625, 0.3125,  0.375,   0.4375, -0.6875, -0.375,  0.375,   0.6875,  -0.4375, -0.375,  -0.3125, 0.5625}});
 }
 
+TEST_CASE("adaptive_avg_pool2d keeps an open output dim at the input's size, as PyTorch's None", "[conv][pool]") {
+  check_against_torch(
+      {{1, 2, 3, 5}},
+      [](const std::vector<Variable>& v) {
+    return adaptive_avg_pool2d(v[0], {std::nullopt, 2});
+      },
+      {1, 2, 3, 2},
+      {{-0.5833333333333334, 0.041666666666666664, -0.4583333333333333, 0.16666666666666666, -0.3333333333333333,
+        0.2916666666666667, -0.20833333333333334, 0.4166666666666667, -0.08333333333333333, -0.4166666666666667,
+        0.041666666666666664, -0.2916666666666667},
+       {-0.25,
+        -0.25,
+        -0.16666666666666669,
+        0.08333333333333333,
+        0.08333333333333333,
+        -0.16666666666666666,
+        -0.16666666666666666,
+        0.0,
+        0.16666666666666666,
+        0.16666666666666666,
+        -0.08333333333333333,
+        -0.08333333333333333,
+        0.16666666666666669,
+        0.25,
+        0.25,
+        0.0,
+        0.0,
+        -0.25,
+        -0.25,
+        -0.25,
+        0.08333333333333333,
+        0.08333333333333333,
+        -0.08333333333333333,
+        -0.16666666666666666,
+        -0.16666666666666666,
+        0.16666666666666666,
+        0.16666666666666666,
+        0.08333333333333333,
+        -0.08333333333333333,
+        -0.08333333333333333}});
+  // An open dim is the input's size itself: the same windows, bit for bit, on a strided input.
+  const Tensor x = ref_input({2, 3, 6, 7}, DType::bf16).transpose(2, 3);  // [2, 3, 7, 6]
+  CHECK(equal(adaptive_avg_pool2d(x, {std::nullopt, 4}), adaptive_avg_pool2d(x, {7, 4})));
+  CHECK(equal(adaptive_avg_pool2d(x, {3, std::nullopt}), adaptive_avg_pool2d(x, {3, 6})));
+  CHECK(equal(adaptive_avg_pool2d(x, {std::nullopt, std::nullopt}), adaptive_avg_pool2d(x, Size2{7, 6})));
+  nn::AdaptiveAvgPool2d rows({std::nullopt, 7});
+  CHECK(rows.str() == "AdaptiveAvgPool2d(output_size=(None, 7))");
+  CHECK(rows(Variable(zeros({2, 4, 5, 9}))).shape() == Shape{2, 4, 5, 7});
+  nn::AdaptiveAvgPool2d cols({3, std::nullopt});
+  CHECK(cols.str() == "AdaptiveAvgPool2d(output_size=(3, None))");
+  CHECK(cols(Variable(zeros({2, 4, 5, 9}))).shape() == Shape{2, 4, 3, 9});
+  REQUIRE_THROWS_WITH(adaptive_avg_pool2d(zeros({1, 2, 5, 5}), {std::nullopt, 0}),
+                      Contains("adaptive_avg_pool2d") && Contains("output_size") && Contains("[None, 0]"));
+  REQUIRE_THROWS_WITH(nn::AdaptiveAvgPool2d({std::nullopt, -2}),
+                      Contains("AdaptiveAvgPool2d") && Contains("output_size") && Contains("[None, -2]"));
+}
+
 TEST_CASE("adaptive_avg_pool2d equals avg_pool2d when the size divides, and rounds 16 bits once", "[conv][pool]") {
   // A strided input: [2, 3, 8, 6] stored transposed.
   const Tensor x = ref_input({2, 3, 6, 8}, DType::f32).transpose(2, 3);

@@ -186,6 +186,7 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
   T* po = static_cast<T*>(out.raw_data());
   GemmParams p;
   p.device = out.device().index;
+  p.caller = "conv2d forward";
   p.M = g.OC, p.N = L, p.K = R;
   p.in_dtype = p.out_dtype = out.dtype();
   p.c_row_stride = L, p.c_col_stride = 1, p.c_batch_stride = OCt * L;
@@ -247,6 +248,7 @@ void conv_input_grad(const Strided& dy_in, const Strided& w, const Strided& bias
   const int64_t bias_stride = bias.defined() ? bias.strides()[0] : 0;
   GemmParams p;
   p.device = dx.device().index;
+  p.caller = "conv2d input gradient";
   p.M = R, p.N = L, p.K = g.OC;
   p.in_dtype = dx.dtype();
   if (g.pointwise()) {  // dx_n [C, HW] = W_g^T dy_n (+ bias[c]) per group, no col2im
@@ -302,6 +304,7 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   Workspace acc = chunks > 1 ? Workspace({OCt * R}, DType::f32, dw.device()) : Workspace();
   GemmParams p;
   p.device = dw.device().index;
+  p.caller = "conv2d weight gradient";
   p.M = g.OC, p.N = R;
   p.in_dtype = dw.dtype();
   p.out_dtype = chunks > 1 ? DType::f32 : dw.dtype();

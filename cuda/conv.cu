@@ -43,6 +43,11 @@ constexpr int64_t kColumnBudget = int64_t(1) << 24;
 // second conv (14 x 14 = 196 outputs, 392 bytes in 16 bits) starts 8 bytes off a 16-byte
 // boundary every other row, and the GEMM read the whole operand element by element. The padding
 // is never read (the GEMM bounds every load by the row length) and never written.
+// Operands read in place are the caller's layout: the weight ([OC, C*KH*KW] rows, 9 elements for a
+// 3x3 conv of one channel), dy in the input gradient and x in a transposed conv's forward (rows of
+// OH*OW elements, 49 for a 7 x 7 plane). When such rows are misaligned, cuda::gemm copies them into
+// padded rows itself (Note [Staged operands] in gemm.cu), one launch, rather than each launcher
+// here keeping a copy of its own.
 constexpr int64_t kRowAlign = 8;
 int64_t padded(int64_t n) { return (n + kRowAlign - 1) / kRowAlign * kRowAlign; }
 

@@ -91,13 +91,13 @@ void gemm(const GemmParams& p, Stream stream);
 
 // How the GEMMs since the program started load their operands (Note [GEMM tiles]): per call, one
 // count per operand under the widest aligned load its layout allows (16, 8 or 4 bytes), or
-// element by element (no unit-stride dim, or a misaligned base). Ragged edges do not count: they
-// are element by element in every case. bench/gemm reports it per shape; the conv tests check
-// that the examples' shapes load as vectors. All 0 without CUDA.
-// edge_only: operands whose contiguous dim is shorter than one 16-byte vector (a 1 x 1 dy per
-// image): they have no full chunk, every chunk is a ragged edge. staged: operands copied first
-// into a row-padded workspace and then read as 16-byte vectors (counted under vec16 too; Note
-// [Staged operands] in gemm.cu).
+// element by element (no unit-stride dim, or a misaligned base; gemm() now stages such an
+// operand, so this count stays 0 and tests can require it). Ragged edges do not count: they are
+// element by element in every case. edge_only: operands whose contiguous dim is shorter than one
+// 16-byte vector (a 1 x 1 dy per image), which have no full chunk. staged: operands copied first
+// into a row-padded workspace and read from it as 16-byte vectors (counted under vec16 too; Note
+// [Staged operands] in gemm.cu). bench/gemm reports the load per shape; the conv and example
+// tests check that the examples' shapes load as vectors. All 0 without CUDA.
 struct GemmLoadCounts {
   uint64_t vec16 = 0, vec8 = 0, vec4 = 0, elementwise = 0, edge_only = 0, staged = 0;
 };

@@ -20,7 +20,7 @@
 // ratio = ours / cublas throughput. max_rel_err_vs_cublas = max |ours - cublas| / max |cublas|
 // over the output (a normwise error; per-element ratios blow up near zero). loads_a / loads_b:
 // the bytes per load our GEMM used for the full chunks of each operand (16, 8, 4; 0 = element by
-// element; cuda::gemm_load_counts). device_allocs_after_warmup: allocations that reached cudaMalloc
+// element; -1 = no full chunk, cuda::kGemmNoFullChunk; cuda::gemm_load_counts). device_allocs_after_warmup: allocations that reached cudaMalloc
 // during our timed calls (cuda::runtime_counters; the split-K workspace must come from the cache).
 // The exit status is 1 when any error exceeds its dtype's tolerance or our GEMM allocated after
 // warm-up, 2 on a usage error.

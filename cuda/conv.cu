@@ -43,6 +43,11 @@ constexpr int64_t kColumnBudget = int64_t(1) << 24;
 // second conv (14 x 14 = 196 outputs, 392 bytes in 16 bits) starts 8 bytes off a 16-byte
 // boundary every other row, and the GEMM read the whole operand element by element. The padding
 // is never read (the GEMM bounds every load by the row length) and never written.
+// Operands read in place are the caller's layout: the weight ([OC, C*KH*KW] rows, 9 elements for a
+// 3x3 conv of one channel), dy in the input gradient and x in a transposed conv's forward (rows of
+// OH*OW elements, 49 for a 7 x 7 plane). When such rows are misaligned, cuda::gemm copies them into
+// padded rows itself (Note [Staged operands] in gemm.cu), one launch, rather than each launcher
+// here keeping a copy of its own.
 constexpr int64_t kRowAlign = 8;
 int64_t padded(int64_t n) { return (n + kRowAlign - 1) / kRowAlign * kRowAlign; }
 
@@ -186,6 +191,7 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
   T* po = static_cast<T*>(out.raw_data());
   GemmParams p;
   p.device = out.device().index;
+  p.caller = "conv2d forward";
   p.M = g.OC, p.N = L, p.K = R;
   p.in_dtype = p.out_dtype = out.dtype();
   p.c_row_stride = L, p.c_col_stride = 1, p.c_batch_stride = OCt * L;
@@ -247,6 +253,7 @@ void conv_input_grad(const Strided& dy_in, const Strided& w, const Strided& bias
   const int64_t bias_stride = bias.defined() ? bias.strides()[0] : 0;
   GemmParams p;
   p.device = dx.device().index;
+  p.caller = "conv2d input gradient";
   p.M = R, p.N = L, p.K = g.OC;
   p.in_dtype = dx.dtype();
   if (g.pointwise()) {  // dx_n [C, HW] = W_g^T dy_n (+ bias[c]) per group, no col2im
@@ -302,6 +309,7 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   Workspace acc = chunks > 1 ? Workspace({OCt * R}, DType::f32, dw.device()) : Workspace();
   GemmParams p;
   p.device = dw.device().index;
+  p.caller = "conv2d weight gradient";
   p.M = g.OC, p.N = R;
   p.in_dtype = dw.dtype();
   p.out_dtype = chunks > 1 ? DType::f32 : dw.dtype();

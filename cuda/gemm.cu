@@ -14,9 +14,11 @@
 // row stride and the batch stride are multiples of 16 bytes, else two 8-byte or four 4-byte loads,
 // so a conv's 14x14 = 196-column rows still load as vectors); only a chunk that straddles the
 // ragged edge of M, N or the K range takes the guarded element-by-element path, which reads zeros
-// outside (a zero contributes nothing to the sum). Operands without a unit-stride dim take the
-// guarded path everywhere (correct, slower). Shared rows are padded (16 bytes) against bank conflicts; WMMA needs 32-byte
-// aligned fragment pointers and ldm a multiple of 16 bytes, which the static_asserts check.
+// outside (a zero contributes nothing to the sum). gemm() stages an operand that would load
+// element by element (no unit-stride dim, or misaligned rows) into a row-padded copy first (Note
+// [Staged operands]), so the guarded path is left to the edges. Shared rows are padded (16
+// bytes) against bank conflicts; WMMA needs 32-byte aligned fragment pointers and ldm a multiple
+// of 16 bytes, which the static_asserts check.
 //
 // Pipeline: the tile for step t+1 is read from global memory into registers while step t's tile
 // is multiplied out of shared memory, then written to the other shared buffer; one __syncthreads
@@ -25,6 +27,31 @@
 // Epilogue: each warp stores one 16x16 accumulator fragment at a time to its own slice of shared
 // memory (reusing the operand buffers after the last barrier) and its 32 lanes write the 256
 // elements: out = act(alpha * acc (+ beta * C) + bias), rounded once with store.
+//
+// Note [Staged operands]
+// An operand whose full chunks the tiles would read element by element (vector_bytes 0: no
+// unit-stride dim, or rows that start off the 4-byte words of 16-bit data) is first copied by
+// one kernel (stage_rows_kernel) into a workspace whose rows are padded to 16 bytes, as im2col
+// pads its columns (Note [Padded column rows] in conv.cu), and the tiles read the copy with
+// 16-byte loads. In the examples that is a transposed convolution reading its input plane in
+// place (the cnn decoder's 7 x 7 = 49-element rows, odd in length), the input gradient of a conv
+// whose output plane is 7 x 7 (the resnet's second stage reads dy's 49-element rows), and the
+// first conv's weight (rows of 3 x 3 = 9 elements). Why a copy rather than a load that handles
+// a misaligned row start: the only vector loads that could read such a row are aligned ones that
+// cover a few elements before and after it, and at the ends of the operand those lie outside its
+// allocation (compute-sanitizer and the emulator's checks would rightly refuse them); a scalar
+// head and tail per row is a second guarded path in every kernel instance, for registers the
+// main loop needs. The copy is exact and leaves M, N, K, the batch, the contiguous dim and so the
+// kernel instance, tiles, K steps and split-K as they were: the products and their order of
+// summation are those of the unstaged call, bit for bit; only the loads differ. It costs one
+// launch and a workspace from the caching allocator (nothing is allocated after warm-up).
+// Two kinds of operand are not copied. A dim of extent 1 has a free stride (canonical): DCGAN's
+// noise z_n [nz, 1] with strides (1, 1) is read as a K-contiguous column of nz elements, which
+// its 200-byte batch stride lets load 8 bytes at a time, not as nz rows of one element. And an
+// operand whose contiguous dim is shorter than one 16-byte vector (the 1 x 1 dy of DCGAN's last
+// discriminator conv, per image) has no full chunk at all: every chunk is a ragged edge, loaded
+// element by element in any layout, so a copy would buy nothing (gemm_load_plan reports
+// kGemmNoFullChunk).
 //
 // Note [Split-K]
 // A GEMM with few output tiles but a long K (a conv weight gradient: M = out channels, N = C*KH*KW,
@@ -410,16 +437,35 @@ __global__ void splitk_finish_kernel(const float* ws, const Args<In, Out> p, int
   }
 }
 
+// ---- staging (Note [Staged operands]) ----------------------------------------------------------
+
+// dst[(e * outer + o) * ld + i] = src[e * bs + o * os + i * is] for e < entries, o < outer,
+// i < inner: an exact copy of an operand's elements (W: a word of the element's size) into rows
+// ld elements apart. One thread per element, i fastest (coalesced writes).
+template <class W>
+__global__ void stage_rows_kernel(const W* src, int64_t os, int64_t is, int64_t bs, int64_t entries, int64_t outer,
+                                  int64_t inner, W* dst, int64_t ld) {
+  const int64_t total = entries * outer * inner;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % inner, q = idx / inner, o = q % outer, e = q / outer;
+    dst[q * ld + i] = src[e * bs + o * os + i * is];
+  }
+}
+
 // ---- host side ----------------------------------------------------------------------------------
 
-std::atomic<uint64_t> loads_vec16{0}, loads_vec8{0}, loads_vec4{0}, loads_elementwise{0};
+std::atomic<uint64_t> loads_vec16{0}, loads_vec8{0}, loads_vec4{0}, loads_elementwise{0}, loads_edge_only{0},
+    loads_staged{0};
 
-void record_load_path(int bytes) {
-  std::atomic<uint64_t>& c = bytes == 16  ? loads_vec16
-                             : bytes == 8 ? loads_vec8
-                             : bytes == 4 ? loads_vec4
-                                          : loads_elementwise;
+void record_load_path(int bytes, bool staged) {
+  std::atomic<uint64_t>& c = bytes == 16                 ? loads_vec16
+                             : bytes == 8                ? loads_vec8
+                             : bytes == 4                ? loads_vec4
+                             : bytes == kGemmNoFullChunk ? loads_edge_only
+                                                         : loads_elementwise;
   c.fetch_add(1, std::memory_order_relaxed);
+  if (staged) loads_staged.fetch_add(1, std::memory_order_relaxed);
 }
 
 int device_attribute(cudaDeviceAttr attr, int device) {
@@ -449,6 +495,57 @@ int vector_bytes(const GemmOperand& op, bool inner_is_cols, int elem) {
         reinterpret_cast<uintptr_t>(op.ptr) % bytes == 0)
       return bytes;
   return 0;
+}
+
+// A dim of extent 1 is never stepped along, so its stride is free, and so is the batch stride of
+// a single entry: set them to 0, and when the other dim has unit stride make it the contiguous
+// one. So DCGAN's noise z_n [nz, 1] (strides 1 and 1) is a K-contiguous column read with vectors,
+// not nz rows of one element (Note [Staged operands]).
+GemmOperand canonical(GemmOperand op, int64_t rows, int64_t cols, int64_t batch) {
+  if (batch == 1) op.batch_stride = 0;
+  if (rows == 1 && op.col_stride == 1) op.row_stride = 0;
+  else if (cols == 1 && op.row_stride == 1) op.col_stride = 0;
+  return op;
+}
+
+// How gemm() loads one operand, logical [rows, cols] (A: [M, K], B: [K, N]), already canonical.
+struct OperandLoad {
+  int bytes = 0;        // the widest load of its full chunks (16, 8, 4), or kGemmNoFullChunk
+  bool staged = false;  // copied first into a row-padded workspace (Note [Staged operands])
+};
+OperandLoad operand_load(const GemmOperand& op, bool inner_is_cols, int64_t rows, int64_t cols, int elem) {
+  const int64_t inner = inner_is_cols ? cols : rows;
+  if (inner * elem < 16) return {.bytes = kGemmNoFullChunk};  // every chunk straddles the ragged edge
+  const int bytes = vector_bytes(op, inner_is_cols, elem);
+  if (bytes > 0) return {.bytes = bytes};
+  return {.bytes = 16, .staged = true};
+}
+
+// Copies `op` (logical [rows, cols], its contiguous dim the columns when inner_is_cols, `batch`
+// entries) into `ws` with that dim's rows padded to 16 bytes, and returns the copy as an operand
+// of the same orientation (Note [Staged operands]). A broadcast operand (batch stride 0) is
+// copied once.
+GemmOperand stage_operand(const GemmOperand& op, bool inner_is_cols, int64_t rows, int64_t cols, int64_t batch,
+                          DType dtype, int device, Stream stream, Workspace& ws) {
+  const int64_t elem = int64_t(dtype_size(dtype)), per_vec = 16 / elem;
+  const int64_t inner = inner_is_cols ? cols : rows, outer = inner_is_cols ? rows : cols;
+  const int64_t is = inner_is_cols ? op.col_stride : op.row_stride, os = inner_is_cols ? op.row_stride : op.col_stride;
+  const int64_t entries = op.batch_stride == 0 ? 1 : batch, ld = (inner + per_vec - 1) / per_vec * per_vec;
+  ws = Workspace({entries * outer * ld}, dtype, Device::cuda(device));
+  const int64_t total = entries * outer * inner;
+  if (elem == 2) {
+    stage_rows_kernel<uint16_t><<<grid_for(total), kBlock, 0, stream>>>(static_cast<const uint16_t*>(op.ptr), os, is,
+                                                                        op.batch_stride, entries, outer, inner,
+                                                                        static_cast<uint16_t*>(ws.raw_data()), ld);
+  } else {
+    stage_rows_kernel<uint32_t><<<grid_for(total), kBlock, 0, stream>>>(static_cast<const uint32_t*>(op.ptr), os, is,
+                                                                        op.batch_stride, entries, outer, inner,
+                                                                        static_cast<uint32_t*>(ws.raw_data()), ld);
+  }
+  MT_CUDA_CHECK_LAUNCH("stage_rows_kernel");
+  const int64_t staged_bs = entries == 1 ? 0 : outer * ld;
+  if (inner_is_cols) return {ws.raw_data(), ld, 1, staged_bs};
+  return {ws.raw_data(), 1, ld, staged_bs};
 }
 
 // The kernel instance for one layout combination: A K-contiguous (row-major) or M-contiguous,
@@ -499,8 +596,6 @@ void run_tiles(const GemmParams& p, bool a_k, bool b_n, Stream stream, int sms, 
   args.tiles_n = ceil_div(p.N, Cfg::BN);
   args.a_vec = vector_bytes(p.a, a_k, int(sizeof(In)));
   args.b_vec = vector_bytes(p.b, b_n, int(sizeof(In)));
-  record_load_path(args.a_vec);
-  record_load_path(args.b_vec);
   const int64_t tiles = ceil_div(p.M, Cfg::BM) * args.tiles_n;
   MT_CHECK(tiles <= int64_t(INT32_MAX), "gemm: ", p.M, " x ", p.N, " output needs too many tiles");
 
@@ -580,15 +675,19 @@ void run_gemm(const GemmParams& p, bool tf32, Stream stream) {
 
 GemmLoadPlan gemm_load_plan(const GemmParams& p) {
   const int elem = int(dtype_size(p.in_dtype));
-  return {.a_bytes = vector_bytes(p.a, a_k_contiguous(p.a), elem),
-          .b_bytes = vector_bytes(p.b, b_n_contiguous(p.b), elem)};
+  const GemmOperand a = canonical(p.a, p.M, p.K, p.batch), b = canonical(p.b, p.K, p.N, p.batch);
+  const OperandLoad la = operand_load(a, a_k_contiguous(a), p.M, p.K, elem);
+  const OperandLoad lb = operand_load(b, b_n_contiguous(b), p.K, p.N, elem);
+  return {.a_bytes = la.bytes, .b_bytes = lb.bytes, .a_staged = la.staged, .b_staged = lb.staged};
 }
 
 GemmLoadCounts gemm_load_counts() {
   return {.vec16 = loads_vec16.load(),
           .vec8 = loads_vec8.load(),
           .vec4 = loads_vec4.load(),
-          .elementwise = loads_elementwise.load()};
+          .elementwise = loads_elementwise.load(),
+          .edge_only = loads_edge_only.load(),
+          .staged = loads_staged.load()};
 }
 
 void gemm(const GemmParams& p, Stream stream) {
@@ -605,16 +704,41 @@ void gemm(const GemmParams& p, Stream stream) {
   MT_CHECK(major >= 8 || p.in_dtype == DType::f16 || (p.in_dtype == DType::f32 && !tf32),
            "gemm: ", tf32 ? "TF32" : dtype_name(p.in_dtype),
            " Tensor Core kernels need sm_80 or newer (cuda:", p.device, " is sm_", major, "x)");
+  MT_CHECK(p.in_dtype == DType::f32 || p.in_dtype == DType::f16 || p.in_dtype == DType::bf16,
+           "gemm: the CUDA GEMM takes f32, f16 or bf16 inputs, not ", dtype_name(p.in_dtype));
+
+  // The operands as the tiles read them: canonical strides, misaligned ones staged (Note [Staged
+  // operands]); the workspaces live until the kernels are queued, which is all stream order needs.
+  const GemmLoadPlan plan = gemm_load_plan(p);
+  record_load_path(plan.a_bytes, plan.a_staged);
+  record_load_path(plan.b_bytes, plan.b_staged);
+  GemmRecorder::record({.M = p.M,
+                        .N = p.N,
+                        .K = p.K,
+                        .batch = p.batch,
+                        .a_bytes = plan.a_bytes,
+                        .b_bytes = plan.b_bytes,
+                        .a_staged = plan.a_staged,
+                        .b_staged = plan.b_staged,
+                        .caller = p.caller});
+  GemmParams q = p;
+  q.a = canonical(p.a, p.M, p.K, p.batch);
+  q.b = canonical(p.b, p.K, p.N, p.batch);
+  Workspace a_copy, b_copy;
+  if (plan.a_staged)
+    q.a = stage_operand(q.a, a_k_contiguous(q.a), p.M, p.K, p.batch, p.in_dtype, p.device, stream, a_copy);
+  if (plan.b_staged)
+    q.b = stage_operand(q.b, b_n_contiguous(q.b), p.K, p.N, p.batch, p.in_dtype, p.device, stream, b_copy);
   switch (p.in_dtype) {
     case DType::f16:
-      if (p.out_dtype == DType::f16) run_gemm<__half, __half>(p, false, stream);
-      else run_gemm<__half, float>(p, false, stream);
+      if (p.out_dtype == DType::f16) run_gemm<__half, __half>(q, false, stream);
+      else run_gemm<__half, float>(q, false, stream);
       return;
     case DType::bf16:
-      if (p.out_dtype == DType::bf16) run_gemm<__nv_bfloat16, __nv_bfloat16>(p, false, stream);
-      else run_gemm<__nv_bfloat16, float>(p, false, stream);
+      if (p.out_dtype == DType::bf16) run_gemm<__nv_bfloat16, __nv_bfloat16>(q, false, stream);
+      else run_gemm<__nv_bfloat16, float>(q, false, stream);
       return;
-    case DType::f32: run_gemm<float, float>(p, tf32, stream); return;
+    case DType::f32: run_gemm<float, float>(q, tf32, stream); return;
     default: break;
   }
   throw Error(detail::cat("gemm: the CUDA GEMM takes f32, f16 or bf16 inputs, not ", dtype_name(p.in_dtype)));

@@ -22,9 +22,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "cuda/runtime.h"
 #include "tensor/core/dtype.h"
+#include "tensor/core/error.h"
 
 namespace mixtape::cuda {
 
@@ -79,6 +82,7 @@ struct GemmParams {
   BiasAlong bias_along = BiasAlong::none;
   Activation activation = Activation::none;
   Fp32Math fp32_math = Fp32Math::global;
+  const char* caller = "gemm";  // the launcher that asks, for GemmRecorder (a string literal)
 };
 
 // Queues the GEMM on `stream` (the stream of p.device). Throws mixtape::Error on bad arguments
@@ -87,18 +91,66 @@ void gemm(const GemmParams& p, Stream stream);
 
 // How the GEMMs since the program started load their operands (Note [GEMM tiles]): per call, one
 // count per operand under the widest aligned load its layout allows (16, 8 or 4 bytes), or
-// element by element (no unit-stride dim, or a misaligned base). Ragged edges do not count: they
-// are element by element in every case. bench/gemm reports it per shape; the conv tests check
-// that the examples' shapes load as vectors. All 0 without CUDA.
+// element by element (no unit-stride dim, or a misaligned base; gemm() now stages such an
+// operand, so this count stays 0 and tests can require it). Ragged edges do not count: they are
+// element by element in every case. edge_only: operands whose contiguous dim is shorter than one
+// 16-byte vector (a 1 x 1 dy per image), which have no full chunk. staged: operands copied first
+// into a row-padded workspace and read from it as 16-byte vectors (counted under vec16 too; Note
+// [Staged operands] in gemm.cu). bench/gemm reports the load per shape; the conv and example
+// tests check that the examples' shapes load as vectors. All 0 without CUDA.
 struct GemmLoadCounts {
-  uint64_t vec16 = 0, vec8 = 0, vec4 = 0, elementwise = 0;
+  uint64_t vec16 = 0, vec8 = 0, vec4 = 0, elementwise = 0, edge_only = 0, staged = 0;
 };
 GemmLoadCounts gemm_load_counts();
 // The widest load gemm(p) uses for the full chunks of A and of B, in bytes (16, 8, 4; 0: element
-// by element), without running it.
+// by element; kGemmNoFullChunk: the operand has no full chunk), and whether it stages the operand
+// first, without running it.
+inline constexpr int kGemmNoFullChunk = -1;
 struct GemmLoadPlan {
   int a_bytes = 0, b_bytes = 0;
+  bool a_staged = false, b_staged = false;
 };
 GemmLoadPlan gemm_load_plan(const GemmParams& p);
+
+// Records every GEMM queued while it is alive: its sizes, the load path of each operand
+// (gemm_load_plan's bytes) and the launcher that asked. For tests and benchmarks that want to
+// know which calls of a training step load element by element, and why. Off by default: without
+// a recorder, gemm() pays one relaxed atomic load. One recorder at a time (a second throws).
+struct GemmCall {
+  int64_t M = 0, N = 0, K = 0, batch = 1;
+  int a_bytes = 0, b_bytes = 0;  // as GemmLoadPlan
+  bool a_staged = false, b_staged = false;
+  const char* caller = "";
+};
+class GemmRecorder {
+ public:
+  GemmRecorder() {
+    GemmRecorder* none = nullptr;
+    if (!active().compare_exchange_strong(none, this)) throw Error("GemmRecorder: another recorder is active");
+  }
+  ~GemmRecorder() { active().store(nullptr); }
+  GemmRecorder(const GemmRecorder&) = delete;
+  GemmRecorder& operator=(const GemmRecorder&) = delete;
+
+  std::vector<GemmCall> calls() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return calls_;
+  }
+  // Called by gemm() for every call it queues.
+  static void record(const GemmCall& call) {
+    if (GemmRecorder* r = active().load(std::memory_order_relaxed)) {
+      std::lock_guard<std::mutex> lock(r->mutex_);
+      r->calls_.push_back(call);
+    }
+  }
+
+ private:
+  static std::atomic<GemmRecorder*>& active() {
+    static std::atomic<GemmRecorder*> recorder{nullptr};
+    return recorder;
+  }
+  mutable std::mutex mutex_;
+  std::vector<GemmCall> calls_;
+};
 
 }  // namespace mixtape::cuda

@@ -26,6 +26,7 @@ void matmul(const Strided& a, const Strided& b, const Strided& bias, const Strid
 
   GemmParams p;
   p.device = out.device().index;
+  p.caller = "matmul";
   p.M = M, p.N = N, p.K = K;
   p.in_dtype = p.out_dtype = out.dtype();
   p.a = {a.raw_data(), a.strides()[nd - 2], a.strides()[nd - 1], 0};

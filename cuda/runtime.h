@@ -96,13 +96,14 @@ void readout_free(void* ptr, size_t nbytes, int device) noexcept;
 
 // Note [Deferred device checks]
 // A launcher that validates values the host cannot see (cross_entropy's targets, embedding's
-// indices) checks them on the device instead of reading them back: defer_check returns a slot of
-// two words in the readout block, which the check kernel writes unconditionally with [the first
-// bad position or -1, the value there]. The host keeps `message` and, at the next read of the
-// block (Note [Readout block]), throws message(position, value) for the first failed check in
-// launch order, so the error names the op, shapes and dtypes as the immediate check did, and a
-// bad index never costs a synchronization of its own. At most kCheckSlots checks wait at a time;
-// one more reads the block first. check_deferred(device) reads now if any check is pending.
+// indices, binary_cross_entropy's probabilities) checks them on the device instead of reading them
+// back: defer_check returns a slot of two words in the readout block, which the check kernel writes
+// unconditionally with [the first bad position or -1, the value there]. The host keeps `message`
+// and, at the next read of the block (Note [Readout block]), throws message(position, value) for
+// the first failed check in launch order, so the error names the op, shapes and dtypes as the
+// immediate check did, and a bad index never costs a synchronization of its own. At most
+// kCheckSlots checks wait at a time; one more reads the block first. check_deferred(device) reads
+// now if any check is pending.
 inline constexpr size_t kCheckSlots = 64;
 using CheckMessage = std::function<std::string(int64_t position, int64_t value)>;
 int64_t* defer_check(int device, CheckMessage message);

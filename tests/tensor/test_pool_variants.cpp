@@ -10,70 +10,16 @@
 #include <limits>
 
 #include "mixtape.h"
+#include "support/torch_reference.h"
 
 using namespace mixtape;
 using Catch::Contains;
 
-namespace {
-
-// x[i] = ((i * 37) % 23 - 11) / 8 and dy[i] = ((i * 11) % 7 - 3) / 4 over the row-major
-// positions i, as in the reference script.
-Tensor ref_input(const Shape& s, DType dt = DType::f64) {
-  std::vector<double> v(size_t(numel_of(s)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = double(int64_t(i * 37 % 23) - 11) / 8.0;
-  return from_vector(v, s, dt);
-}
-Tensor ref_grad(const Shape& s, DType dt = DType::f64) {
-  std::vector<double> v(size_t(numel_of(s)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = double(int64_t(i * 11 % 7) - 3) / 4.0;
-  return from_vector(v, s, dt);
-}
-
-void check_values(const Tensor& got, const std::vector<double>& want, double tol, const std::string& what) {
-  INFO(what);
-  REQUIRE(size_t(got.numel()) == want.size());
-  const std::vector<double> g = got.to_vector();
-  int64_t bad = 0;
-  double worst = 0.0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double err = std::abs(g[i] - want[i]);
-    worst = std::max(worst, err);
-    if (!(err <= tol * (1.0 + std::abs(want[i])))) ++bad;
-  }
-  INFO(bad << " of " << g.size() << " elements differ; worst abs error " << worst);
-  CHECK(bad == 0);
-}
-
-// Same shape, dtype and values (NaN equal to NaN).
-bool equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))) return false;
-  return true;
-}
-
-// Runs f on the reference inputs of `shapes` (f64, requiring gradients), backward from the
-// reference dy, and compares the output (shape out_shape) and every input's gradient with the
-// PyTorch values want[0] (output), want[1 + i] (gradient of input i).
-void check_against_torch(const std::vector<Shape>& shapes,
-                         const std::function<Variable(const std::vector<Variable>&)>& f, const Shape& out_shape,
-                         const std::vector<std::vector<double>>& want) {
-  REQUIRE(want.size() == shapes.size() + 1);
-  std::vector<Variable> vs;
-  for (const Shape& s : shapes) vs.emplace_back(ref_input(s), true);
-  Tape tape;
-  Variable y = f(vs);
-  REQUIRE(y.shape() == out_shape);
-  check_values(y.data(), want[0], 1e-12, "output");
-  tape.backward(y, ScaledGrad{ref_grad(y.shape()), 1.0f});
-  for (size_t i = 0; i < vs.size(); ++i) {
-    REQUIRE(vs[i].grad().has_value());
-    check_values(vs[i].grad()->unscaled(), want[i + 1], 1e-12, "gradient of input " + std::to_string(i));
-  }
-}
-
-}  // namespace
+using mixtape::test::check_against_torch;
+using mixtape::test::check_values;
+using mixtape::test::equal;
+using mixtape::test::ref_grad;
+using mixtape::test::ref_input;
 
 // ---- adaptive_avg_pool2d ---------------------------------------------------------------------
 

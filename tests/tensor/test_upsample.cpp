@@ -7,62 +7,24 @@
 #include <limits>
 
 #include "mixtape.h"
+#include "support/torch_reference.h"
 
 using namespace mixtape;
 using Catch::Contains;
 
 namespace {
 
-// x[i] = ((i * 37) % 23 - 11) / 8 and dy[i] = ((i * 11) % 7 - 3) / 4 over the row-major
-// positions i, as in the reference script.
-Tensor ref_input(const Shape& s, DType dt = DType::f64) {
-  std::vector<double> v(size_t(numel_of(s)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = double(int64_t(i * 37 % 23) - 11) / 8.0;
-  return from_vector(v, s, dt);
-}
-Tensor ref_grad(const Shape& s, DType dt = DType::f64) {
-  std::vector<double> v(size_t(numel_of(s)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = double(int64_t(i * 11 % 7) - 3) / 4.0;
-  return from_vector(v, s, dt);
-}
-
-void check_values(const Tensor& got, const std::vector<double>& want, const std::string& what) {
-  INFO(what);
-  REQUIRE(size_t(got.numel()) == want.size());
-  const std::vector<double> g = got.to_vector();
-  int64_t bad = 0;
-  double worst = 0.0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double err = std::abs(g[i] - want[i]);
-    worst = std::max(worst, err);
-    if (!(err <= 1e-12 * (1.0 + std::abs(want[i])))) ++bad;
-  }
-  INFO(bad << " of " << g.size() << " elements differ; worst abs error " << worst);
-  CHECK(bad == 0);
-}
-
-// Same shape, dtype and values (NaN equal to NaN).
-bool equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))) return false;
-  return true;
-}
+using mixtape::test::equal;
+using mixtape::test::ref_grad;
+using mixtape::test::ref_input;
 
 // Upsamples the reference input of x_shape (f64) with `options`, backward from the reference dy,
 // and compares the output and the input's gradient with PyTorch's want[0] and want[1].
 void check_against_torch(const Shape& x_shape, const UpsampleOptions& options, const Shape& out_shape,
                          const std::vector<std::vector<double>>& want) {
   INFO(shape_str(x_shape) << " -> " << shape_str(out_shape) << ", " << upsample_mode_name(options.mode));
-  Variable x(ref_input(x_shape), true);
-  Tape tape;
-  Variable y = upsample(x, options);
-  REQUIRE(y.shape() == out_shape);
-  check_values(y.data(), want[0], "output");
-  tape.backward(y, ScaledGrad{ref_grad(y.shape()), 1.0f});
-  REQUIRE(x.grad().has_value());
-  check_values(x.grad()->unscaled(), want[1], "gradient");
+  mixtape::test::check_against_torch(
+      {x_shape}, [&](const std::vector<Variable>& x) { return upsample(x[0], options); }, out_shape, want);
 }
 
 }  // namespace

@@ -6,26 +6,7 @@
 import torch
 import torch.nn.functional as F
 
-torch.set_default_dtype(torch.float64)
-
-
-def xs(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return torch.tensor([((i * 37) % 23 - 11) / 8 for i in range(n)]).reshape(shape)
-
-
-def dys(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return torch.tensor([((i * 11) % 7 - 3) / 4 for i in range(n)]).reshape(shape)
-
-
-def show(name, t):
-    vals = ", ".join(repr(float(v)) for v in t.flatten())
-    print(f"// {name} {list(t.shape)}\n{{{vals}}},")
+from torch_reference_inputs import dys, show, xs
 
 
 def run(name, shape, **kw):

@@ -350,7 +350,7 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
       data::TensorDataset({train.images, train.labels}),
       {.batch_size = c.batch_size, .shuffle = true, .drop_last = true, .seed = c.seed, .transform = augmentation(c)});
   const int64_t steps_per_epoch = train.images.size(0) / c.batch_size;
-  MT_CHECK(steps_per_epoch > 0, "cnn: ", train.images.size(0), " training images make no batch of ", c.batch_size);
+  MT_CHECK(steps_per_epoch > 0, train.images.size(0), " training images make no batch of ", c.batch_size);
   // The schedule spans the planned run; --max-steps only stops it (Note [Resumable runs]).
   run.sched = std::make_unique<LRScheduler>(opt, CosineAnnealingLR(steps_per_epoch * c.epochs));
   LRScheduler& sched = *run.sched;

@@ -61,6 +61,13 @@ void Adam::save_options(TensorDict& d) const {
   d.set_meta("amsgrad", state_io::format(options_.amsgrad));
 }
 
+void Adam::set_momentum(double beta1) {
+  AdamOptions o = options_;
+  o.beta1 = beta1;
+  validate(o);
+  options_ = o;
+}
+
 void Adam::load_options(const TensorDict& d) {
   AdamOptions o = options_;
   o.beta1 = state_io::get_double(d, "beta1", name());

@@ -37,6 +37,8 @@ class Adam : public Optimizer {
   const char* name() const override { return decoupled_ ? "AdamW" : "Adam"; }
   const AdamOptions& options() const { return options_; }
   bool decoupled() const { return decoupled_; }
+  std::optional<double> momentum() const override { return options_.beta1; }  // beta1
+  void set_momentum(double beta1) override;
 
  protected:
   Adam(std::vector<Variable> params, AdamOptions options, bool decoupled);

@@ -37,6 +37,11 @@ double LinearWarmup::lr_at(int64_t step, double base_lr) const {
   return after_ ? after_->lr_at(step - warmup_, base_lr) : base_lr;
 }
 
+std::optional<double> LinearWarmup::momentum_at(int64_t step) const {
+  if (!after_) return std::nullopt;
+  return after_->momentum_at(std::max<int64_t>(step - warmup_, 0));
+}
+
 ExponentialLR::ExponentialLR(double gamma) : gamma_(gamma) {
   MT_CHECK(std::isfinite(gamma) && gamma >= 0.0, "ExponentialLR: gamma must be finite and >= 0, got ", gamma);
 }
@@ -55,7 +60,8 @@ double MultiStepLR::lr_at(int64_t step, double base_lr) const {
   return base_lr * std::pow(gamma_, double(passed));
 }
 
-OneCycleLR::OneCycleLR(double max_lr, int64_t total_steps, Options o) : total_(total_steps), anneal_(o.anneal) {
+OneCycleLR::OneCycleLR(double max_lr, int64_t total_steps, Options o)
+    : total_(total_steps), anneal_(o.anneal), cycle_momentum_(o.cycle_momentum) {
   MT_CHECK(std::isfinite(max_lr) && max_lr >= 0.0, "OneCycleLR: max_lr must be finite and >= 0, got ", max_lr);
   MT_CHECK(total_steps > 0, "OneCycleLR: total_steps must be > 0, got ", total_steps);
   MT_CHECK(o.pct_start >= 0.0 && o.pct_start <= 1.0, "OneCycleLR: pct_start must be in [0, 1], got ", o.pct_start);
@@ -65,11 +71,17 @@ OneCycleLR::OneCycleLR(double max_lr, int64_t total_steps, Options o) : total_(t
            "OneCycleLR: final_div_factor must be finite and > 0, got ", o.final_div_factor);
   MT_CHECK(o.anneal == Anneal::cos || o.anneal == Anneal::linear, "OneCycleLR: invalid anneal strategy ",
            int(o.anneal));
+  // The optimizer checks the range when it takes the value (Optimizer::set_momentum).
+  MT_CHECK(!o.cycle_momentum || (std::isfinite(o.base_momentum) && std::isfinite(o.max_momentum)),
+           "OneCycleLR: base_momentum and max_momentum must be finite, got ", o.base_momentum, " and ", o.max_momentum);
   const double initial = max_lr / o.div_factor, min_lr = initial / o.final_div_factor;
   const double up = o.pct_start * double(total_steps), last = double(total_steps - 1);
+  const double lo = o.base_momentum, hi = o.max_momentum;
   if (o.three_phase)
-    phases_ = {{up - 1.0, initial, max_lr}, {2.0 * up - 2.0, max_lr, initial}, {last, initial, min_lr}};
-  else phases_ = {{up - 1.0, initial, max_lr}, {last, max_lr, min_lr}};
+    phases_ = {{up - 1.0, initial, max_lr, hi, lo},
+               {2.0 * up - 2.0, max_lr, initial, lo, hi},
+               {last, initial, min_lr, hi, hi}};
+  else phases_ = {{up - 1.0, initial, max_lr, hi, lo}, {last, max_lr, min_lr, lo, hi}};
   // PyTorch divides by each phase's length; a phase of length <= 0 would divide by zero there.
   double start = 0.0;
   for (size_t i = 0; i < phases_.size(); ++i) {
@@ -80,25 +92,40 @@ OneCycleLR::OneCycleLR(double max_lr, int64_t total_steps, Options o) : total_(t
   }
 }
 
-double OneCycleLR::lr_at(int64_t step, double) const {
+std::pair<const OneCycleLR::Phase*, double> OneCycleLR::locate(int64_t step) const {
   MT_CHECK(step <= total_, "OneCycleLR: tried to step ", step, " times; the schedule has total_steps ", total_);
   double start = 0.0;
   for (size_t i = 0; i < phases_.size(); ++i) {
     const Phase& ph = phases_[i];
-    if (double(step) <= ph.end_step || i + 1 == phases_.size()) {
-      const double pct = (double(step) - start) / (ph.end_step - start);
-      if (anneal_ == Anneal::linear) return (ph.end_lr - ph.start_lr) * pct + ph.start_lr;
-      return ph.end_lr + (ph.start_lr - ph.end_lr) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
-    }
+    if (double(step) <= ph.end_step || i + 1 == phases_.size())
+      return {&ph, (double(step) - start) / (ph.end_step - start)};
     start = ph.end_step;
   }
   MT_ASSERT(false, "OneCycleLR: no phase");
+}
+
+double OneCycleLR::anneal(double start, double end, double pct) const {
+  if (anneal_ == Anneal::linear) return (end - start) * pct + start;
+  return end + (start - end) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
+}
+
+double OneCycleLR::lr_at(int64_t step, double) const {
+  const auto [ph, pct] = locate(step);
+  return anneal(ph->start_lr, ph->end_lr, pct);
+}
+
+std::optional<double> OneCycleLR::momentum_at(int64_t step) const {
+  if (!cycle_momentum_) return std::nullopt;
+  const auto [ph, pct] = locate(step);
+  return anneal(ph->start_momentum, ph->end_momentum, pct);
 }
 
 LRScheduler::LRScheduler(Optimizer& optimizer, std::shared_ptr<const LRSchedule> schedule)
     : optimizer_(optimizer), schedule_(std::move(schedule)) {
   MT_CHECK(schedule_ != nullptr, "LRScheduler: no schedule given");
   for (size_t g = 0; g < optimizer_.param_groups().size(); ++g) base_lrs_.push_back(optimizer_.lr(g));
+  MT_CHECK(!schedule_->momentum_at(0) || optimizer_.momentum(), "LRScheduler: the schedule moves the momentum, and ",
+           optimizer_.name(), " has no momentum or beta1 (OneCycleLR: set cycle_momentum = false)");
   apply(0);
 }
 
@@ -108,6 +135,9 @@ void LRScheduler::apply(int64_t step) {
            " (groups added after the scheduler was made)");
   std::vector<double> lrs;
   for (size_t g = 0; g < base_lrs_.size(); ++g) lrs.push_back(schedule_->lr_at(step, base_lrs_[g]));
+  for (double lr : lrs)
+    MT_CHECK(std::isfinite(lr) && lr >= 0.0, "LRScheduler: the schedule gives lr ", lr, " at step ", step);
+  if (const std::optional<double> m = schedule_->momentum_at(step)) optimizer_.set_momentum(*m);  // validates first
   for (size_t g = 0; g < base_lrs_.size(); ++g) optimizer_.set_lr(g, lrs[g]);
 }
 

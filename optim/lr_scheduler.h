@@ -16,6 +16,8 @@
 #include <string>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -27,6 +29,9 @@ class LRSchedule {
   virtual ~LRSchedule() = default;
   // The learning rate after `step` scheduler steps (step >= 0) for initial rate base_lr.
   virtual double lr_at(int64_t step, double base_lr) const = 0;
+  // The optimizer's momentum (Optimizer::momentum: SGD's momentum, Adam's beta1) after `step`
+  // steps, for a schedule that moves it too; nullopt leaves it where it is.
+  virtual std::optional<double> momentum_at(int64_t) const { return std::nullopt; }
 };
 
 // base_lr * gamma^floor(step / step_size)   (torch.optim.lr_scheduler.StepLR)
@@ -62,6 +67,8 @@ class LinearWarmup : public LRSchedule {
   LinearWarmup(int64_t warmup_steps, S after)
       : LinearWarmup(warmup_steps, std::make_shared<const S>(std::move(after))) {}
   double lr_at(int64_t step, double base_lr) const override;
+  // The wrapped schedule's, held at its step 0 during the warm-up.
+  std::optional<double> momentum_at(int64_t step) const override;
 
  private:
   int64_t warmup_;
@@ -99,9 +106,12 @@ class MultiStepLR : public LRSchedule {
 // pct being the fraction of the phase done (PyTorch's phase ends: pct_start * total_steps - 1,
 // 2 pct_start * total_steps - 2, total_steps - 1). Every group follows max_lr (the groups'
 // own lrs are not read). Stepping past total_steps throws, as PyTorch does.
-// Not done: PyTorch's cycle_momentum (momentum or beta1 moving against the lr). Momentum and the
-// betas are optimizer-wide options here, not per-group settings a schedule can move, so they
-// stay where the optimizer was built.
+// cycle_momentum (on by default, as in PyTorch) moves the optimizer's momentum against the lr
+// with the same annealing: max_momentum down to base_momentum while the lr rises, back up to
+// max_momentum while it falls (three_phase: and there it stays for the last phase). It is SGD's
+// or RMSprop's momentum, or Adam's beta1 (Optimizer::momentum); an optimizer without one
+// (Adagrad) is refused by the LRScheduler. PyTorch sets it per group; here it is one value for
+// the optimizer, as the option it moves is.
 class OneCycleLR : public LRSchedule {
  public:
   enum class Anneal : uint8_t { cos, linear };
@@ -111,18 +121,26 @@ class OneCycleLR : public LRSchedule {
     double div_factor = 25.0;
     double final_div_factor = 1e4;
     bool three_phase = false;
+    bool cycle_momentum = true;
+    double base_momentum = 0.85;
+    double max_momentum = 0.95;
   };
   OneCycleLR(double max_lr, int64_t total_steps, Options options);
   OneCycleLR(double max_lr, int64_t total_steps) : OneCycleLR(max_lr, total_steps, Options{}) {}
   double lr_at(int64_t step, double base_lr) const override;
+  std::optional<double> momentum_at(int64_t step) const override;
 
  private:
   struct Phase {
-    double end_step, start_lr, end_lr;
+    double end_step, start_lr, end_lr, start_momentum, end_momentum;
   };
+  // The phase holding `step` and the fraction of it done.
+  std::pair<const Phase*, double> locate(int64_t step) const;
+  double anneal(double start, double end, double pct) const;
   std::vector<Phase> phases_;
   int64_t total_;
   Anneal anneal_;
+  bool cycle_momentum_;
 };
 
 // Holds a reference to the optimizer, which must outlive it.
@@ -143,7 +161,8 @@ class LRScheduler {
   void load_state_dict(const TensorDict& dict);
 
  private:
-  // Sets every group's lr for `step`; computes them all before setting any.
+  // Sets every group's lr, and the momentum where the schedule moves it, for `step`; computes
+  // them all before setting any.
   void apply(int64_t step);
   Optimizer& optimizer_;
   std::shared_ptr<const LRSchedule> schedule_;

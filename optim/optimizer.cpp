@@ -98,6 +98,19 @@ void Optimizer::set_lr(size_t group, double lr) {
   groups_[group].lr = lr;
 }
 
+void Optimizer::set_momentum(double) {
+  throw Error(
+      detail::cat(name(), " has no momentum or beta1 for a schedule to move (OneCycleLR: set cycle_momentum = false)"));
+}
+
+void Optimizer::check_momentum_buffer_kept(double from, double to) const {
+  if ((from != 0.0) == (to != 0.0)) return;
+  for (const ParamState& st : state_)
+    MT_CHECK(st.step == 0 && st.buffers.empty(), name(), ": setting momentum from ", from, " to ", to, " would ",
+             to != 0.0 ? "add a momentum_buffer to" : "drop the momentum_buffer of",
+             " parameters that already have state; give the optimizer a non-zero momentum from the start");
+}
+
 Tensor Optimizer::new_buffer(size_t b, const Tensor& like) const {
   const double v = buffer_init(b);
   return v == 0.0 ? zeros_like(like) : full(like.shape(), v, like.dtype(), like.device());

@@ -85,6 +85,16 @@ class Optimizer {
   void set_lr(size_t group, double lr);
   double weight_decay(size_t group = 0) const;
 
+  // The rule's momentum: the one hyper-parameter besides the lr that a schedule moves
+  // (OneCycleLR's cycle_momentum, as PyTorch's). It is SGD's and RMSprop's momentum, Adam's and
+  // AdamW's beta1, and the same in their 16-bit forms; nullopt for a rule without one (Adagrad).
+  // Unlike the lr it is optimizer-wide, not per group.
+  virtual std::optional<double> momentum() const { return std::nullopt; }
+  // Sets it, validated as the constructor validates it. Throws, with nothing changed, for a rule
+  // without one, and, once a parameter has state, for a move between 0 and non-zero in a rule
+  // that keeps a momentum buffer only when it is non-zero (SGD, RMSprop and their 16-bit forms).
+  virtual void set_momentum(double momentum);
+
   // Appends a group; returns its index. A parameter may belong to one group only.
   size_t add_param_group(std::vector<Variable> params, GroupOptions options = {});
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
@@ -152,6 +162,8 @@ class Optimizer {
   virtual void load_options(const TensorDict& dict) = 0;
 
   void check_lr(double lr) const;
+  // set_momentum's check for a rule whose momentum buffer exists only while momentum != 0.
+  void check_momentum_buffer_kept(double from, double to) const;
   void check_weight_decay(double wd) const;
   size_t group_of(size_t index) const { return group_of_[index]; }
 

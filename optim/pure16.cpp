@@ -176,6 +176,15 @@ void SGD16::save_options(TensorDict& d) const {
   save_rounding(d, options_.rounding);
 }
 
+void SGD16::set_momentum(double momentum) {
+  SGD16Options o = options_;
+  o.momentum = momentum;
+  validate(o);
+  check_momentum_buffer_kept(options_.momentum, momentum);
+  options_ = o;
+  refresh_warnings();
+}
+
 void SGD16::load_options(const TensorDict& d) {
   SGD16Options o = options_;
   o.momentum = state_io::get_double(d, "momentum", name());
@@ -243,6 +252,14 @@ void AdamW16::save_options(TensorDict& d) const {
   d.set_meta("eps", state_io::format(options_.eps));
   d.set_meta("amsgrad", state_io::format(options_.amsgrad));
   save_rounding(d, options_.rounding);
+}
+
+void AdamW16::set_momentum(double beta1) {
+  AdamW16Options o = options_;
+  o.beta1 = beta1;
+  validate(o);
+  options_ = o;
+  refresh_warnings();
 }
 
 void AdamW16::load_options(const TensorDict& d) {
@@ -319,6 +336,15 @@ void RMSprop16::save_options(TensorDict& d) const {
   d.set_meta("momentum", state_io::format(options_.momentum));
   d.set_meta("centered", state_io::format(options_.centered));
   save_rounding(d, options_.rounding);
+}
+
+void RMSprop16::set_momentum(double momentum) {
+  RMSprop16Options o = options_;
+  o.momentum = momentum;
+  validate(o);
+  check_momentum_buffer_kept(options_.momentum, momentum);
+  options_ = o;
+  refresh_warnings();
 }
 
 void RMSprop16::load_options(const TensorDict& d) {

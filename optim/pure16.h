@@ -94,6 +94,8 @@ class SGD16 : public Pure16Optimizer {
   explicit SGD16(std::vector<Variable> params, SGD16Options options = {});
   const char* name() const override { return "SGD16"; }
   const SGD16Options& options() const { return options_; }
+  std::optional<double> momentum() const override { return options_.momentum; }
+  void set_momentum(double momentum) override;
 
  protected:
   std::vector<std::string> buffer_names() const override;
@@ -129,6 +131,8 @@ class AdamW16 : public Pure16Optimizer {
   explicit AdamW16(std::vector<Variable> params, AdamW16Options options = {});
   const char* name() const override { return "AdamW16"; }
   const AdamW16Options& options() const { return options_; }
+  std::optional<double> momentum() const override { return options_.beta1; }  // beta1
+  void set_momentum(double beta1) override;
 
  protected:
   std::vector<std::string> buffer_names() const override;
@@ -163,6 +167,8 @@ class RMSprop16 : public Pure16Optimizer {
   explicit RMSprop16(std::vector<Variable> params, RMSprop16Options options = {});
   const char* name() const override { return "RMSprop16"; }
   const RMSprop16Options& options() const { return options_; }
+  std::optional<double> momentum() const override { return options_.momentum; }
+  void set_momentum(double momentum) override;
 
  protected:
   std::vector<std::string> buffer_names() const override;

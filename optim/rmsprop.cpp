@@ -48,6 +48,14 @@ void RMSprop::save_options(TensorDict& d) const {
   d.set_meta("centered", state_io::format(options_.centered));
 }
 
+void RMSprop::set_momentum(double m) {
+  RMSpropOptions o = options_;
+  o.momentum = m;
+  validate(o);
+  check_momentum_buffer_kept(options_.momentum, m);
+  options_ = o;
+}
+
 void RMSprop::load_options(const TensorDict& d) {
   RMSpropOptions o = options_;
   o.alpha = state_io::get_double(d, "alpha", name());

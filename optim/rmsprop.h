@@ -27,6 +27,8 @@ class RMSprop : public Optimizer {
   explicit RMSprop(std::vector<Variable> params, RMSpropOptions options = {});
   const char* name() const override { return "RMSprop"; }
   const RMSpropOptions& options() const { return options_; }
+  std::optional<double> momentum() const override { return options_.momentum; }
+  void set_momentum(double momentum) override;
 
  protected:
   std::vector<std::string> buffer_names() const override;

@@ -42,6 +42,14 @@ void SGD::save_options(TensorDict& d) const {
   d.set_meta("nesterov", state_io::format(options_.nesterov));
 }
 
+void SGD::set_momentum(double m) {
+  SGDOptions o = options_;
+  o.momentum = m;
+  validate(o);
+  check_momentum_buffer_kept(options_.momentum, m);
+  options_ = o;
+}
+
 void SGD::load_options(const TensorDict& d) {
   SGDOptions o = options_;
   o.momentum = state_io::get_double(d, "momentum", name());

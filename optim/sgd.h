@@ -21,6 +21,8 @@ class SGD : public Optimizer {
   explicit SGD(std::vector<Variable> params, SGDOptions options = {});
   const char* name() const override { return "SGD"; }
   const SGDOptions& options() const { return options_; }
+  std::optional<double> momentum() const override { return options_.momentum; }
+  void set_momentum(double momentum) override;
 
  protected:
   std::vector<std::string> buffer_names() const override;

@@ -361,6 +361,136 @@ TEST_CASE("OneCycleLR follows torch.optim.lr_scheduler.OneCycleLR in every phase
 
 namespace {
 
+// The optimizer's momentum at construction and after each of the following scheduler steps.
+void check_momentum_sequence(Optimizer& opt, LRScheduler& sched, const std::vector<double>& want) {
+  for (size_t t = 0; t < want.size(); ++t) {
+    INFO("step " << t << ": momentum " << *opt.momentum() << ", torch " << want[t]);
+    CHECK(std::abs(*opt.momentum() - want[t]) <= 1e-15);
+    if (t + 1 < want.size()) sched.step();
+  }
+}
+
+}  // namespace
+
+// torch 1.13's OneCycleLR with cycle_momentum (its default), group['momentum'] or
+// group['betas'][0] read after each scheduler step.
+TEST_CASE("OneCycleLR cycles the momentum or beta1 against the lr, as torch's cycle_momentum", "[optim]") {
+  Variable a(zeros({1}), true);
+  SECTION("SGD's momentum, cos, PyTorch's defaults") {
+    SGD opt({a}, {.lr = 0.1, .momentum = 0.9});
+    LRScheduler sched(opt, OneCycleLR(1.0, 20));
+    check_momentum_sequence(opt, sched,
+                            {0.95,
+                             0.9404508497187474,
+                             0.9154508497187474,
+                             0.8845491502812526,
+                             0.8595491502812526,
+                             0.85,
+                             0.8512536043909088,
+                             0.854951556604879,
+                             0.8609084258765984,
+                             0.8688255099070633,
+                             0.878305813044122,
+                             0.8888739533021842,
+                             0.8999999999999999,
+                             0.9111260466978157,
+                             0.9216941869558779,
+                             0.9311744900929366,
+                             0.9390915741234015,
+                             0.945048443395121,
+                             0.9487463956090911,
+                             0.95});
+  }
+  SECTION("AdamW's beta1, three phases: the last holds max_momentum") {
+    AdamW opt({a}, {.lr = 0.1});
+    LRScheduler sched(opt, OneCycleLR(2.0, 16, {.pct_start = 0.25, .three_phase = true}));
+    check_momentum_sequence(opt, sched,
+                            {0.95, 0.9249999999999999, 0.875, 0.85, 0.875, 0.9249999999999999, 0.95, 0.95, 0.95, 0.95,
+                             0.95, 0.95, 0.95, 0.95, 0.95, 0.95});
+    CHECK(opt.options().beta1 == 0.95);
+    CHECK(opt.options().beta2 == 0.999);
+  }
+  SECTION("RMSprop's momentum, linear, other bounds") {
+    RMSprop opt({a}, {.lr = 0.1, .momentum = 0.5});
+    LRScheduler sched(opt, OneCycleLR(0.5, 10,
+                                      {.pct_start = 0.4,
+                                       .anneal = OneCycleLR::Anneal::linear,
+                                       .div_factor = 10,
+                                       .final_div_factor = 100,
+                                       .base_momentum = 0.8,
+                                       .max_momentum = 0.9}));
+    check_momentum_sequence(opt, sched,
+                            {0.9, 0.8666666666666667, 0.8333333333333334, 0.8, 0.8166666666666667, 0.8333333333333334,
+                             0.8500000000000001, 0.8666666666666667, 0.8833333333333333, 0.9});
+  }
+  SECTION("the 16-bit rules' momentum moves the same way") {
+    Variable h(zeros({1}, DType::bf16), true);
+    AdamW16 opt({h}, {.lr = 0.1});
+    LRScheduler sched(opt, OneCycleLR(1.0, 20));
+    for (int t = 0; t < 5; ++t) sched.step();
+    CHECK(opt.options().beta1 == 0.85);
+    CHECK(opt.warnings().size() == 1);  // beta2 = 0.999, which bf16 holds as 1 - 2^-8; beta1 needs no warning
+    SGD16 sgd({h}, {.lr = 0.1, .momentum = 0.9});
+    LRScheduler sgd_sched(sgd, OneCycleLR(1.0, 20));
+    CHECK(sgd.options().momentum == 0.95);
+  }
+  SECTION("cycle_momentum = false leaves it, and Adagrad (no momentum) needs it") {
+    SGD opt({a}, {.lr = 0.1, .momentum = 0.9});
+    LRScheduler sched(opt, OneCycleLR(1.0, 20, {.cycle_momentum = false}));
+    sched.step();
+    CHECK(*opt.momentum() == 0.9);
+    Adagrad ada({a}, {.lr = 0.1});
+    CHECK(!ada.momentum());
+    CHECK_THROWS_WITH(LRScheduler(ada, OneCycleLR(1.0, 20)),
+                      Catch::Contains("LRScheduler: the schedule moves the momentum, and Adagrad has no momentum or "
+                                      "beta1 (OneCycleLR: set cycle_momentum = false)"));
+    CHECK_THROWS_WITH(ada.set_momentum(0.9), Catch::Contains("Adagrad has no momentum or beta1"));
+    LRScheduler ada_sched(ada, OneCycleLR(1.0, 20, {.cycle_momentum = false}));
+    CHECK(ada.lr() == 0.040000000000000036);
+  }
+  SECTION("a warm-up in front holds the wrapped schedule's first momentum") {
+    SGD opt({a}, {.lr = 0.1, .momentum = 0.9});
+    LRScheduler sched(opt, LinearWarmup(3, OneCycleLR(1.0, 20)));
+    check_momentum_sequence(opt, sched, {0.95, 0.95, 0.95, 0.95, 0.9404508497187474, 0.9154508497187474});
+  }
+  SECTION("the state dict resumes it, and the optimizer validates it") {
+    SGD opt({a}, {.lr = 0.1, .momentum = 0.9});
+    LRScheduler sched(opt, OneCycleLR(1.0, 20));
+    for (int t = 0; t < 7; ++t) sched.step();
+    Variable b(zeros({1}), true);
+    SGD opt2({b}, {.lr = 0.1, .momentum = 0.9});
+    LRScheduler sched2(opt2, OneCycleLR(1.0, 20));
+    sched2.load_state_dict(sched.state_dict());
+    CHECK(*opt2.momentum() == *opt.momentum());
+    sched.step();
+    sched2.step();
+    CHECK(*opt2.momentum() == *opt.momentum());
+    AdamW adam({b}, {.lr = 0.1});
+    CHECK_THROWS_WITH(LRScheduler(adam, OneCycleLR(1.0, 20, {.max_momentum = 1.0})),
+                      Catch::Contains("AdamW: beta1 must be in [0, 1), got 1"));
+    CHECK(adam.options().beta1 == 0.9);  // nothing changed
+    CHECK_THROWS_WITH(OneCycleLR(1.0, 20, {.base_momentum = std::nan("")}),
+                      Catch::Contains("OneCycleLR: base_momentum and max_momentum must be finite"));
+  }
+  SECTION("a momentum buffer is not added to, or dropped from, parameters that have state") {
+    SGD opt({a}, {.lr = 0.1});  // momentum 0: no momentum_buffer
+    a.set_grad(ScaledGrad{vec({1.0}), 1.0f});
+    opt.step();
+    CHECK_THROWS_WITH(LRScheduler(opt, OneCycleLR(1.0, 20)),
+                      Catch::Contains("SGD: setting momentum from 0 to 0.95 would add a momentum_buffer to parameters "
+                                      "that already have state"));
+    CHECK(*opt.momentum() == 0.0);
+    CHECK(opt.lr() == 0.1);
+    RMSprop rms({a}, {.lr = 0.1, .momentum = 0.9});
+    rms.step();
+    CHECK_THROWS_WITH(rms.set_momentum(0.0), Catch::Contains("would drop the momentum_buffer"));
+    rms.set_momentum(0.5);
+    CHECK(rms.options().momentum == 0.5);
+  }
+}
+
+namespace {
+
 // The lr after each metric.
 std::vector<double> plateau_lrs(const std::vector<double>& metrics, ReduceLROnPlateau::Options o) {
   Variable a(zeros({1}), true);

@@ -12,8 +12,8 @@
 // by default, host scalars (bias corrections, 1 - beta, -lr) come from the same host functions,
 // and 16-bit stores round with the device twins of the CPU's round_to_* (store, store_stochastic;
 // Note [Rounding on the device]). Stochastic rounding draws philox_words(seed, offset + i)[0] for
-// the element of row-major index i, as the CPU loop does, so a fixed (seed, offset) gives the
-// CPU's bits too.
+// the element of row-major index i (formulas::weight_word), the word the CPU draws for it, so a
+// fixed (seed, offset) gives the CPU's bits too.
 //
 // Master weights: the fp32 kernels take the optional 16-bit copy of the master (Note [Fused
 // master copy] in tensor/ops/optim.h) as one more operand, Q* q, written with store<Q> of the new
@@ -175,7 +175,7 @@ __global__ void sgd16_kernel(P* p, const float* g, P* m, P* c, OffsetCalculator<
   MT_GRID_STRIDE(i, n) {
     int64_t o[4];
     oc.offsets(i, o);
-    formulas::sgd16<DeviceUpdate<P>>(p + o[0], g[o[1]], m + o[2], c + o[3], uint64_t(i), k);
+    formulas::sgd16<DeviceUpdate<P>>(p + o[0], g[o[1]], m + o[2], c + o[3], formulas::weight_word(k, uint64_t(i)), k);
   }
 }
 
@@ -187,7 +187,8 @@ __global__ void adamw16_kernel(P* p, const float* g, P* m, P* v, P* vm, P* c, Of
   MT_GRID_STRIDE(i, n) {
     int64_t o[6];
     oc.offsets(i, o);
-    formulas::adamw16<DeviceUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], vm + o[4], c + o[5], uint64_t(i), k);
+    formulas::adamw16<DeviceUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], vm + o[4], c + o[5],
+                                       formulas::weight_word(k, uint64_t(i)), k);
   }
 }
 
@@ -199,7 +200,8 @@ __global__ void rmsprop16_kernel(P* p, const float* g, P* sq, P* ga, P* b, P* c,
   MT_GRID_STRIDE(i, n) {
     int64_t o[6];
     oc.offsets(i, o);
-    formulas::rmsprop16<DeviceUpdate<P>>(p + o[0], g[o[1]], sq + o[2], ga + o[3], b + o[4], c + o[5], uint64_t(i), k);
+    formulas::rmsprop16<DeviceUpdate<P>>(p + o[0], g[o[1]], sq + o[2], ga + o[3], b + o[4], c + o[5],
+                                         formulas::weight_word(k, uint64_t(i)), k);
   }
 }
 
@@ -210,7 +212,8 @@ __global__ void adagrad16_kernel(P* p, const float* g, P* s, P* c, OffsetCalcula
   MT_GRID_STRIDE(i, n) {
     int64_t o[4];
     oc.offsets(i, o);
-    formulas::adagrad16<DeviceUpdate<P>>(p + o[0], g[o[1]], s + o[2], c + o[3], uint64_t(i), k);
+    formulas::adagrad16<DeviceUpdate<P>>(p + o[0], g[o[1]], s + o[2], c + o[3], formulas::weight_word(k, uint64_t(i)),
+                                         k);
   }
 }
 

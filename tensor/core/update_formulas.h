@@ -273,15 +273,23 @@ inline WeightRule weight_rule(Rounding rounding, bool has_kahan_buffer) {
   return rounding == Rounding::stochastic ? WeightRule::stochastic : WeightRule::nearest;
 }
 
+// The random word of stochastic rounding for the element of row-major index i, under the
+// constants k of a 16-bit update: philox_words(seed, offset + i)[0], as every random draw (0, and
+// never read, under the other rules). The GPU draws it element by element; the CPU draws the
+// same words for a block of elements at once (philox_words_n in tensor/cpu/convert.h).
+template <class K>
+MT_HOST_DEVICE inline uint32_t weight_word(const K& k, uint64_t i) {
+  return k.rule == WeightRule::stochastic ? philox_words(k.seed, k.offset + i)[0] : 0u;
+}
+
 // Writes the new weight w + u (w: the stored weight in fp32, u: the fp32 update) into *p under
-// the rule. c: the element's Kahan compensation (read and written for kahan only); the random
-// word of stochastic rounding is philox_words(seed, counter)[0], as every random draw.
+// the rule. c: the element's Kahan compensation (read and written for kahan only); r: the
+// element's random word (weight_word; read for stochastic only).
 template <class D, class P>
-MT_HOST_DEVICE inline void write_weight(P* p, float w, float u, WeightRule rule, P* c, uint64_t seed,
-                                        uint64_t counter) {
+MT_HOST_DEVICE inline void write_weight(P* p, float w, float u, WeightRule rule, P* c, uint32_t r) {
   switch (rule) {
     case WeightRule::nearest: *p = D::nearest(w + u); return;
-    case WeightRule::stochastic: *p = D::stochastic(w + u, philox_words(seed, counter)[0]); return;
+    case WeightRule::stochastic: *p = D::stochastic(w + u, r); return;
     case WeightRule::kahan: {
       // Algorithm 3 lines 7-10 (Algorithm 5 lines 13-16).
       const float y = u - D::load(*c);
@@ -297,7 +305,7 @@ struct Sgd16Consts {
   float neg_lr, wd, mom;
   bool use_mom;
   WeightRule rule;
-  uint64_t seed, offset;  // element i draws counter offset + i
+  uint64_t seed, offset;  // element i draws counter offset + i (weight_word)
 };
 
 inline Sgd16Consts sgd16_consts(double lr, double momentum, double weight_decay, WeightRule rule, uint64_t seed,
@@ -305,11 +313,11 @@ inline Sgd16Consts sgd16_consts(double lr, double momentum, double weight_decay,
   return {float(-lr), float(weight_decay), float(momentum), momentum != 0.0, rule, seed, offset};
 }
 
-// Algorithm 2 (SGD with momentum, 16-bit state) and its Kahan variant, Algorithm 3, for the
-// element of row-major index i: p the weight, g its fp32 gradient, m the momentum (unused without
-// momentum), c the Kahan compensation (unused unless the rule is kahan).
+// Algorithm 2 (SGD with momentum, 16-bit state) and its Kahan variant, Algorithm 3, for one
+// element: p the weight, g its fp32 gradient, m the momentum (unused without momentum), c the
+// Kahan compensation (unused unless the rule is kahan), r the element's random word (weight_word).
 template <class D, class P>
-MT_HOST_DEVICE inline void sgd16(P* p, float g, P* m, P* c, uint64_t i, const Sgd16Consts& k) {
+MT_HOST_DEVICE inline void sgd16(P* p, float g, P* m, P* c, uint32_t r, const Sgd16Consts& k) {
   const float w = D::load(*p);
   float d = g + k.wd * w;  // Algorithm 2 line 3
   if (k.use_mom) {         // line 4, m read back as stored
@@ -317,7 +325,7 @@ MT_HOST_DEVICE inline void sgd16(P* p, float g, P* m, P* c, uint64_t i, const Sg
     *m = mv;
     d = D::load(mv);
   }
-  write_weight<D>(p, w, k.neg_lr * d, k.rule, c, k.seed, k.offset + i);
+  write_weight<D>(p, w, k.neg_lr * d, k.rule, c, r);
 }
 
 struct AdamW16Consts {
@@ -346,12 +354,12 @@ inline AdamW16Consts adamw16_consts(double lr, double beta1, double beta2, doubl
           amsgrad};
 }
 
-// Algorithm 4 (AdamW, 16-bit state) and its Kahan variant, Algorithm 5, for the element of
-// row-major index i; m, v the moments, c as in sgd16. With amsgrad, vmax (unused otherwise) keeps
+// Algorithm 4 (AdamW, 16-bit state) and its Kahan variant, Algorithm 5, for one element; m, v
+// the moments, c and r as in sgd16. With amsgrad, vmax (unused otherwise) keeps
 // the running maximum of the stored v, and line 10 reads it instead of v: the maximum of two
 // stored 16-bit values is one of them, so it is stored without a rounding.
 template <class D, class P>
-MT_HOST_DEVICE inline void adamw16(P* p, float g, P* m, P* v, P* vmax, P* c, uint64_t i, const AdamW16Consts& k) {
+MT_HOST_DEVICE inline void adamw16(P* p, float g, P* m, P* v, P* vmax, P* c, uint32_t r, const AdamW16Consts& k) {
   const float w = D::load(*p);
   const P mv = D::nearest(k.b1 * D::load(*m) + k.w1 * g);        // line 5
   const P vv = D::nearest(k.b2 * D::load(*v) + k.w2 * (g * g));  // line 6
@@ -367,7 +375,7 @@ MT_HOST_DEVICE inline void adamw16(P* p, float g, P* m, P* v, P* vmax, P* c, uin
   const float m_hat = D::load(mv) / k.bias1;                        // line 9
   const float v_hat = D::sqrt(D::load(vd) / k.bias2);               // line 10
   const float u = -(k.lr * m_hat / (v_hat + k.eps) + k.lr_wd * w);  // line 11
-  write_weight<D>(p, w, u, k.rule, c, k.seed, k.offset + i);
+  write_weight<D>(p, w, u, k.rule, c, r);
 }
 
 // RMSprop with 16-bit state, in the manner of Algorithms 2-5: torch.optim.RMSprop's formula in
@@ -390,7 +398,7 @@ inline Rmsprop16Consts rmsprop16_consts(double lr, double alpha, double eps, dou
 }
 
 template <class D, class P>
-MT_HOST_DEVICE inline void rmsprop16(P* p, float g, P* sq, P* ga, P* buf, P* c, uint64_t i, const Rmsprop16Consts& k) {
+MT_HOST_DEVICE inline void rmsprop16(P* p, float g, P* sq, P* ga, P* buf, P* c, uint32_t r, const Rmsprop16Consts& k) {
   const float w = D::load(*p);
   const float d = g + k.wd * w;
   const P sv = D::nearest(k.alpha * D::load(*sq) + k.w * (d * d));
@@ -412,7 +420,7 @@ MT_HOST_DEVICE inline void rmsprop16(P* p, float g, P* sq, P* ga, P* buf, P* c, 
     *buf = bv;
     step = D::load(bv);
   }
-  write_weight<D>(p, w, k.neg_lr * step, k.rule, c, k.seed, k.offset + i);
+  write_weight<D>(p, w, k.neg_lr * step, k.rule, c, r);
 }
 
 // Adagrad with a 16-bit accumulator: sum = round(sum + d^2), read back as stored; the weight is
@@ -431,13 +439,13 @@ inline Adagrad16Consts adagrad16_consts(double lr, double lr_decay, double eps, 
 }
 
 template <class D, class P>
-MT_HOST_DEVICE inline void adagrad16(P* p, float g, P* sum, P* c, uint64_t i, const Adagrad16Consts& k) {
+MT_HOST_DEVICE inline void adagrad16(P* p, float g, P* sum, P* c, uint32_t r, const Adagrad16Consts& k) {
   const float w = D::load(*p);
   const float d = g + k.wd * w;
   const P sv = D::nearest(D::load(*sum) + d * d);
   *sum = sv;
   const float u = k.neg_clr * (d / (D::sqrt(D::load(sv)) + k.eps));
-  write_weight<D>(p, w, u, k.rule, c, k.seed, k.offset + i);
+  write_weight<D>(p, w, u, k.rule, c, r);
 }
 
 }  // namespace mixtape::formulas

@@ -47,6 +47,10 @@ void store_stochastic_scalar(const float* src, T* dst, int64_t n, uint64_t seed,
   store_stochastic_strided(src, dst, n, seed, index, 1);
 }
 
+void philox_words_scalar(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) words[i] = philox_words(seed, index + uint64_t(i))[0];
+}
+
 // One path: a function per conversion.
 struct ConvertPath {
   const char* name;
@@ -56,6 +60,7 @@ struct ConvertPath {
   void (*store_bf16)(const float*, bfloat16*, int64_t);
   void (*store_half_sr)(const float*, half*, int64_t, uint64_t, uint64_t);
   void (*store_bf16_sr)(const float*, bfloat16*, int64_t, uint64_t, uint64_t);
+  void (*philox_words)(uint64_t, uint64_t, uint32_t*, int64_t);
 };
 
 constexpr ConvertPath kScalarPath{"scalar",
@@ -64,7 +69,8 @@ constexpr ConvertPath kScalarPath{"scalar",
                                   store_scalar<half>,
                                   store_scalar<bfloat16>,
                                   store_stochastic_scalar<half>,
-                                  store_stochastic_scalar<bfloat16>};
+                                  store_stochastic_scalar<bfloat16>,
+                                  philox_words_scalar};
 
 #if MT_HAVE_X86_PATHS
 
@@ -305,8 +311,24 @@ void store_bf16_sr_avx2(const float* src, bfloat16* dst, int64_t n, uint64_t see
   blocks<16>(src, dst, n, [&](const float* s, bfloat16* d, int64_t i) { store_sr16(s, d, seed, index + uint64_t(i)); });
 }
 
-constexpr ConvertPath kAvx2Path{"avx2",          load_half_avx2,     load_bf16_avx2,    store_half_avx2,
-                                store_bf16_avx2, store_half_sr_avx2, store_bf16_sr_avx2};
+// Sixteen words per philox16; the last partial block is drawn whole and copied in part.
+void philox_words_avx2(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i r0, r1;
+    philox16(seed, index + uint64_t(i), r0, r1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + i), r0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + i + 8), r1);
+  }
+  if (i < n) {
+    __m256i r[2];
+    philox16(seed, index + uint64_t(i), r[0], r[1]);
+    std::memcpy(words + i, r, size_t(n - i) * sizeof(uint32_t));
+  }
+}
+
+constexpr ConvertPath kAvx2Path{"avx2",          load_half_avx2,     load_bf16_avx2,     store_half_avx2,
+                                store_bf16_avx2, store_half_sr_avx2, store_bf16_sr_avx2, philox_words_avx2};
 
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -326,7 +348,8 @@ bool cpu_has_avx2() {
 // ---- AVX-512 (F, BW, VL): sixteen elements at a time ----------------------------------------
 // The same formulas as the AVX2 path (Note [Vector conversions]) on sixteen lanes: the EVEX forms
 // of vcvtph2ps and vcvtps2ph round as the VEX ones do, with the NaN lanes rebuilt from the bits.
-// Stochastic rounding keeps the AVX2 code: it rounds only weight updates.
+// Stochastic rounding keeps the AVX2 code: it rounds only weight updates. The random words alone
+// (philox_words_n) are drawn sixteen counters to a vector, two vectors at a time (philox32).
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma"))), apply_to = function)
 #else
@@ -385,8 +408,73 @@ void store_bf16_avx512(const float* src, bfloat16* dst, int64_t n) {
   });
 }
 
-constexpr ConvertPath kAvx512Path{"avx512",          load_half_avx512,   load_bf16_avx512,  store_half_avx512,
-                                  store_bf16_avx512, store_half_sr_avx2, store_bf16_sr_avx2};
+// philox16's rounds on sixteen lanes: the high and low words of a * m, lane by lane.
+inline void mulhilo16(__m512i a, __m512i m, __m512i& hi, __m512i& lo) {
+  const __m512i even = _mm512_mul_epu32(a, m);                        // lanes 0, 2, ..., 14
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);  // lanes 1, 3, ..., 15
+  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+  lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+
+// The 64-bit counters index + k, k = 0..15, as low and high words.
+inline void counters16(uint64_t index, __m512i& lo, __m512i& hi) {
+  const __m512i base = _mm512_set1_epi32(int(uint32_t(index)));
+  lo = _mm512_add_epi32(base, _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  // A lane whose low word wrapped past 2^32 carries into the high word.
+  const __mmask16 wrapped = _mm512_cmplt_epu32_mask(lo, base);
+  hi = _mm512_set1_epi32(int(uint32_t(index >> 32)));
+  hi = _mm512_mask_add_epi32(hi, wrapped, hi, _mm512_set1_epi32(1));
+}
+
+// philox_words(seed, index + k)[0] for k = 0..31, as two vectors of sixteen (two blocks
+// interleaved, as in philox16).
+inline void philox32(uint64_t seed, uint64_t index, __m512i& out0, __m512i& out1) {
+  __m512i a0, a1, b0, b1;
+  counters16(index, a0, a1);
+  counters16(index + 16, b0, b1);
+  __m512i a2 = _mm512_setzero_si512(), a3 = a2, b2 = a2, b3 = a2;
+  const __m512i m0 = _mm512_set1_epi32(int(0xD2511F53u)), m1 = _mm512_set1_epi32(int(0xCD9E8D57u));
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const __m512i key0 = _mm512_set1_epi32(int(k0)), key1 = _mm512_set1_epi32(int(k1));
+    __m512i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
+    mulhilo16(a0, m0, ahi0, alo0);
+    mulhilo16(a2, m1, ahi1, alo1);
+    mulhilo16(b0, m0, bhi0, blo0);
+    mulhilo16(b2, m1, bhi1, blo1);
+    a0 = _mm512_xor_si512(_mm512_xor_si512(ahi1, a1), key0);
+    a2 = _mm512_xor_si512(_mm512_xor_si512(ahi0, a3), key1);
+    a1 = alo1;
+    a3 = alo0;
+    b0 = _mm512_xor_si512(_mm512_xor_si512(bhi1, b1), key0);
+    b2 = _mm512_xor_si512(_mm512_xor_si512(bhi0, b3), key1);
+    b1 = blo1;
+    b3 = blo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  out0 = a0;
+  out1 = b0;
+}
+
+// Thirty-two words per philox32; the last partial block is drawn whole and copied in part.
+void philox_words_avx512(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512i r0, r1;
+    philox32(seed, index + uint64_t(i), r0, r1);
+    _mm512_storeu_si512(words + i, r0);
+    _mm512_storeu_si512(words + i + 16, r1);
+  }
+  if (i < n) {
+    __m512i r[2];
+    philox32(seed, index + uint64_t(i), r[0], r[1]);
+    std::memcpy(words + i, r, size_t(n - i) * sizeof(uint32_t));
+  }
+}
+
+constexpr ConvertPath kAvx512Path{"avx512",          load_half_avx512,   load_bf16_avx512,   store_half_avx512,
+                                  store_bf16_avx512, store_half_sr_avx2, store_bf16_sr_avx2, philox_words_avx512};
 
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -448,6 +536,10 @@ void store_stochastic_row(const float* v, half* p, int64_t step, int64_t len, ui
 void store_stochastic_row(const float* v, bfloat16* p, int64_t step, int64_t len, uint64_t seed, uint64_t index) {
   if (step == 1) store_stochastic_n(v, p, len, seed, index);
   else store_stochastic_strided(v, p, len, seed, index, step);
+}
+
+void philox_words_n(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
+  path().philox_words(seed, index, words, n);
 }
 
 void load_n(const float* src, float* dst, int64_t n) {

@@ -24,6 +24,12 @@
 //   state (m, v)           round_to_bf16 / round_to_half (nearest), and the update then reads
 //                          the state back as stored, as the algorithm's next line would
 //   the weight w + u       nearest, or round_to_*_stochastic with the element's Philox word
+//                          philox_words(seed, offset + i)[0], i its row-major index; the kernels
+//                          draw the words of up to kRowChunk elements of a row at once on the
+//                          conversion path's vector Philox (philox_words_n, sixteen or thirty-two
+//                          counters per call of the AVX2 or AVX-512 code) and then update the
+//                          elements one by one with them (for_each_update16), so the bits are
+//                          those of one scalar draw per element on every path and thread count
 //   Kahan's s and c        nearest: y = u - c and (s - w) - y are fp32 values, s and c are stored
 // Consequences of fusing: intermediates (g + d w, the Adam ratio, y) carry fp32 precision where
 // the paper's simulator rounded them to bf16, so our "nearest" baseline is, if anything, kinder
@@ -41,6 +47,7 @@
 #include <type_traits>
 
 #include "tensor/core/update_formulas.h"
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
 
 namespace mixtape::cpu {
@@ -286,6 +293,35 @@ void dispatch_16bit(const char* op, DType t, F&& f) {
   throw Error(detail::cat(op, ": no kernel for ", dtype_name(t), " parameters (need bf16 or f16)"));
 }
 
+// Visits the elements of a 16-bit update as parallel_for_each_offset does, calling f(offsets, r)
+// with the element's random word r (formulas::weight_word). Under stochastic rounding each row
+// piece is taken in chunks of up to kRowChunk elements: the chunk's words are drawn first, on the
+// conversion path's vector Philox (philox_words_n: the words of counters offset + i for the
+// chunk's row-major indices i), then its elements are updated one by one. Under the other rules
+// r is 0 and never read.
+template <size_t N, class K, class F>
+void for_each_update16(const Shape& shape, const std::array<Shape, N>& strides, const K& k, F&& f) {
+  if (k.rule != formulas::WeightRule::stochastic) {
+    parallel_for_each_offset<N>(
+        shape, strides, [&](const std::array<int64_t, N>& o) { f(o, 0u); }, kUpdateGrain);
+    return;
+  }
+  parallel_for_each_row<N>(
+      shape, strides,
+      [&](const RowPiece<N>& row) {
+    uint32_t words[kRowChunk];
+    std::array<int64_t, N> o = row.at;
+    for_chunks(row.len, [&](int64_t j, int64_t n) {
+      philox_words_n(k.seed, k.offset + uint64_t(row.first + j), words, n);
+      for (int64_t e = 0; e < n; ++e) {
+        f(o, words[e]);
+        for (size_t d = 0; d < N; ++d) o[d] += row.step[d];
+      }
+    });
+      },
+      kUpdateGrain);
+}
+
 }  // namespace
 
 void sgd16_update(const Strided& param, const Strided& grad, const Strided& momentum_buf, const Strided& kahan_comp,
@@ -300,12 +336,10 @@ void sgd16_update(const Strided& param, const Strided& grad, const Strided& mome
     const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     P* m = mt.data<P>();
     P* c = ct.data<P>();
-    parallel_for_each_offset<4>(
-        param.shape(), {param.strides(), grad.strides(), mt.strides(), ct.strides()},
-        [&](const std::array<int64_t, 4>& o, int64_t i) {
-      formulas::sgd16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], c + o[3], uint64_t(i), k);
-        },
-        kUpdateGrain);
+    for_each_update16<4>(param.shape(), {param.strides(), grad.strides(), mt.strides(), ct.strides()}, k,
+                         [&](const std::array<int64_t, 4>& o, uint32_t r) {
+      formulas::sgd16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], c + o[3], r, k);
+    });
   });
 }
 
@@ -325,13 +359,12 @@ void adamw16_update(const Strided& param, const Strided& grad, const Strided& ex
     const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     P* vm = xt.data<P>();
     P* c = ct.data<P>();
-    parallel_for_each_offset<6>(
+    for_each_update16<6>(
         param.shape(),
-        {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), xt.strides(), ct.strides()},
-        [&](const std::array<int64_t, 6>& o, int64_t i) {
-      formulas::adamw16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], vm + o[4], c + o[5], uint64_t(i), k);
-        },
-        kUpdateGrain);
+        {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), xt.strides(), ct.strides()}, k,
+        [&](const std::array<int64_t, 6>& o, uint32_t r) {
+      formulas::adamw16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], vm + o[4], c + o[5], r, k);
+        });
   });
 }
 
@@ -353,13 +386,12 @@ void rmsprop16_update(const Strided& param, const Strided& grad, const Strided& 
     P* ga = at.data<P>();
     P* b = bt.data<P>();
     P* c = ct.data<P>();
-    parallel_for_each_offset<6>(
+    for_each_update16<6>(
         param.shape(),
-        {param.strides(), grad.strides(), square_avg.strides(), at.strides(), bt.strides(), ct.strides()},
-        [&](const std::array<int64_t, 6>& o, int64_t i) {
-      formulas::rmsprop16<HostUpdate<P>>(p + o[0], g[o[1]], sq + o[2], ga + o[3], b + o[4], c + o[5], uint64_t(i), k);
-        },
-        kUpdateGrain);
+        {param.strides(), grad.strides(), square_avg.strides(), at.strides(), bt.strides(), ct.strides()}, k,
+        [&](const std::array<int64_t, 6>& o, uint32_t r) {
+      formulas::rmsprop16<HostUpdate<P>>(p + o[0], g[o[1]], sq + o[2], ga + o[3], b + o[4], c + o[5], r, k);
+        });
   });
 }
 
@@ -374,12 +406,10 @@ void adagrad16_update(const Strided& param, const Strided& grad, const Strided& 
     P* s = sum.data<P>();
     const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     P* c = ct.data<P>();
-    parallel_for_each_offset<4>(
-        param.shape(), {param.strides(), grad.strides(), sum.strides(), ct.strides()},
-        [&](const std::array<int64_t, 4>& o, int64_t i) {
-      formulas::adagrad16<HostUpdate<P>>(p + o[0], g[o[1]], s + o[2], c + o[3], uint64_t(i), k);
-        },
-        kUpdateGrain);
+    for_each_update16<4>(param.shape(), {param.strides(), grad.strides(), sum.strides(), ct.strides()}, k,
+                         [&](const std::array<int64_t, 4>& o, uint32_t r) {
+      formulas::adagrad16<HostUpdate<P>>(p + o[0], g[o[1]], s + o[2], c + o[3], r, k);
+    });
   });
 }
 

@@ -1,16 +1,26 @@
 // Pure 16-bit update rules (optim/pure16.h; kernels sgd16_update_ / adamw16_update_ /
 // rmsprop16_update_ / adagrad16_update_): values by hand, stochastic rounding's unbiasedness,
-// Kahan summation against an f64 sum, the bf16 beta2 rule, and the paper's halting effect of
-// nearest rounding on a quadratic.
+// Kahan summation against an f64 sum, the bf16 beta2 rule, the paper's halting effect of
+// nearest rounding on a quadratic, and the stochastic rounding words of the CPU kernels against
+// a direct evaluation of the formulas on every conversion path and thread count.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "mixtape.h"
 #include "optim/optim.h"
+#include "tensor/core/half.h"
+#include "tensor/core/rng.h"
+#include "tensor/core/update_formulas.h"
+#include "tensor/cpu/convert.h"
+#include "tensor/threads.h"
 
 using namespace mixtape;
 
@@ -527,4 +537,214 @@ TEST_CASE("scaled_step drives a pure 16-bit optimizer under loss scaling", "[opt
   CHECK(bytes_of(oa.state_dict().at("state.0.momentum_buffer")) == mom);
   CHECK(oa.step_count(0) == 1);
   CHECK_FALSE(a.grad().has_value());
+}
+
+namespace {
+
+// The CPU's side of the update formulas (HostUpdate in tensor/cpu/optim.cpp), for evaluating a
+// formula element by element with a word drawn here.
+template <class P>
+struct ScalarUpdate {
+  static float sqrt(float x) { return std::sqrt(x); }
+  static float load(P v) { return mixtape::load(v); }
+  static P nearest(float v) {
+    if constexpr (std::is_same_v<P, half>) return round_to_half(v);
+    else return round_to_bf16(v);
+  }
+  static P stochastic(float v, uint32_t r) {
+    if constexpr (std::is_same_v<P, half>) return round_to_half_stochastic(v, r);
+    else return round_to_bf16_stochastic(v, r);
+  }
+};
+
+// The four 16-bit updates, each with every state buffer it can use.
+enum class Update16 { sgd, adamw, rmsprop, adagrad };
+
+const char* update_name(Update16 u) {
+  switch (u) {
+    case Update16::sgd: return "sgd16 (momentum)";
+    case Update16::adamw: return "adamw16 (amsgrad)";
+    case Update16::rmsprop: return "rmsprop16 (centered, momentum)";
+    case Update16::adagrad: return "adagrad16";
+  }
+  return "";
+}
+
+int state_count(Update16 u) { return u == Update16::sgd ? 1 : u == Update16::adagrad ? 1 : 3; }
+
+// The operands of one update: the weight, the f32 gradient and the 16-bit state, each either
+// contiguous of `shape` or, with `view`, the transpose of a (shape[1], shape[0]) tensor.
+struct Operands16 {
+  Tensor param, grad;
+  std::vector<Tensor> state;
+};
+
+Tensor operand(const Shape& shape, bool view, DType dt, double lo, double hi, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  const Shape stored = view ? Shape{shape[1], shape[0]} : shape;
+  int64_t n = 1;
+  for (int64_t s : stored) n *= s;
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = u(rng);
+  const Tensor t = from_vector(v, stored, dt);
+  return view ? t.t() : t;
+}
+
+Operands16 operands16(Update16 u, const Shape& shape, bool view, DType dt, uint32_t draw) {
+  std::mt19937 rng(draw);
+  Operands16 o;
+  o.param = operand(shape, view, dt, -2.0, 2.0, rng);
+  o.grad = operand(shape, view, DType::f32, -1.0, 1.0, rng);
+  for (int s = 0; s < state_count(u); ++s) {
+    // second moments and sums positive, first moments and momenta of either sign
+    const bool positive =
+        (u == Update16::adamw && s != 0) || (u == Update16::rmsprop && s == 0) || u == Update16::adagrad;
+    o.state.push_back(positive ? operand(shape, view, dt, 1e-4, 1e-2, rng)
+                               : operand(shape, view, dt, -1e-2, 1e-2, rng));
+  }
+  return o;
+}
+
+constexpr double kLr = 1e-2;
+
+void run_update16(Update16 u, Operands16& o, uint64_t seed, uint64_t offset) {
+  Tensor none;
+  switch (u) {
+    case Update16::sgd:
+      sgd16_update_(o.param, o.grad, o.state[0], none, kLr, 0.9, 1e-2, Rounding::stochastic, seed, offset);
+      return;
+    case Update16::adamw:
+      adamw16_update_(o.param, o.grad, o.state[0], o.state[1], none, kLr, 0.9, 0.99609375, 1e-6, 1e-2, 3,
+                      Rounding::stochastic, seed, offset, &o.state[2]);
+      return;
+    case Update16::rmsprop:
+      rmsprop16_update_(o.param, o.grad, o.state[0], o.state[1], o.state[2], none, kLr, 0.98828125, 1e-6, 1e-2, 0.5,
+                        true, Rounding::stochastic, seed, offset);
+      return;
+    case Update16::adagrad:
+      adagrad16_update_(o.param, o.grad, o.state[0], none, kLr, 1e-3, 1e-6, 1e-2, 2, Rounding::stochastic, seed,
+                        offset);
+      return;
+  }
+}
+
+// The bits of the weight and of every state buffer, each in row-major order.
+std::vector<uint8_t> result_bits(const Operands16& o) {
+  std::vector<uint8_t> b = bytes_of(o.param);
+  for (const Tensor& s : o.state) {
+    const std::vector<uint8_t> sb = bytes_of(s);
+    b.insert(b.end(), sb.begin(), sb.end());
+  }
+  return b;
+}
+
+template <class P>
+std::vector<P> values_of(const Tensor& t) {
+  const std::vector<uint8_t> b = bytes_of(t);
+  std::vector<P> v(b.size() / sizeof(P));
+  if (!b.empty()) std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+// The same update evaluated here, element by element: the formula of update_formulas.h with the
+// word philox_words(seed, offset + i)[0] for the element of row-major index i.
+template <class P>
+std::vector<uint8_t> direct_update16(Update16 u, const Operands16& in, uint64_t seed, uint64_t offset) {
+  using D = ScalarUpdate<P>;
+  const formulas::WeightRule sr = formulas::WeightRule::stochastic;
+  std::vector<P> p = values_of<P>(in.param);
+  const std::vector<double> g = in.grad.to_vector();
+  std::vector<std::vector<P>> s;
+  for (const Tensor& t : in.state) s.push_back(values_of<P>(t));
+  P unused{};
+  for (size_t i = 0; i < p.size(); ++i) {
+    const uint32_t r = philox_words(seed, offset + i)[0];
+    const float gi = float(g[i]);
+    switch (u) {
+      case Update16::sgd:
+        formulas::sgd16<D>(&p[i], gi, &s[0][i], &unused, r, formulas::sgd16_consts(kLr, 0.9, 1e-2, sr, seed, offset));
+        break;
+      case Update16::adamw:
+        formulas::adamw16<D>(
+            &p[i], gi, &s[0][i], &s[1][i], &s[2][i], &unused, r,
+            formulas::adamw16_consts(kLr, 0.9, 0.99609375, 1e-6, 1e-2, 3, sr, seed, offset, /*amsgrad=*/true));
+        break;
+      case Update16::rmsprop:
+        formulas::rmsprop16<D>(&p[i], gi, &s[0][i], &s[1][i], &s[2][i], &unused, r,
+                               formulas::rmsprop16_consts(kLr, 0.98828125, 1e-6, 1e-2, 0.5, true, sr, seed, offset));
+        break;
+      case Update16::adagrad:
+        formulas::adagrad16<D>(&p[i], gi, &s[0][i], &unused, r,
+                               formulas::adagrad16_consts(kLr, 1e-3, 1e-6, 1e-2, 2, sr, seed, offset));
+        break;
+    }
+  }
+  std::vector<uint8_t> b(p.size() * sizeof(P));
+  if (!b.empty()) std::memcpy(b.data(), p.data(), b.size());
+  for (const std::vector<P>& sv : s) {
+    const size_t at = b.size();
+    b.resize(at + sv.size() * sizeof(P));
+    if (!sv.empty()) std::memcpy(b.data() + at, sv.data(), sv.size() * sizeof(P));
+  }
+  return b;
+}
+
+// Restores the thread count and the conversion path on exit.
+struct ThreadsAndPath {
+  int threads = num_threads();
+  std::string path = cpu::conversion_path();
+  ~ThreadsAndPath() {
+    set_num_threads(threads);
+    cpu::set_conversion_path(path);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("stochastic 16-bit updates draw each element's word alike on every conversion path and thread count",
+          "[optim][pure16]") {
+  // The CPU kernels draw the words of a row's elements a block at a time on the vector path
+  // (philox_words_n); every path and thread count must give the bits of one scalar draw per
+  // element. Sizes leave every tail of a 16- and 32-word block and split rows over threads mid-
+  // block; the views are transposes (rows of 29 and 150 elements), and the second offset makes
+  // the counters cross 2^32 inside the tensor.
+  const ThreadsAndPath restore;
+  const std::vector<std::string> paths = cpu::conversion_paths();
+  REQUIRE(paths.front() == "scalar");
+  const std::vector<std::pair<Shape, bool>> layouts = {{{1}, false},     {{15}, false},     {{17}, false},
+                                                       {{255}, false},   {{1000}, false},   {{20011}, false},
+                                                       {{37, 29}, true}, {{141, 150}, true}};
+  const uint64_t seed = 0x243F6A8885A308D3ull;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (Update16 u : {Update16::sgd, Update16::adamw, Update16::rmsprop, Update16::adagrad}) {
+      for (const auto& [shape, view] : layouts) {
+        for (uint64_t offset : {uint64_t(12345), uint64_t(0xFFFFFFFFull - 600)}) {
+          INFO(dtype_name(dt) << " " << update_name(u) << ", " << (view ? "transposed " : "") << shape.size() << "-d, "
+                              << shape[0] << " x " << (shape.size() > 1 ? shape[1] : 1) << ", offset " << offset);
+          const Operands16 in = operands16(u, shape, view, dt, uint32_t(offset + shape[0]));
+          const std::vector<uint8_t> direct = dt == DType::bf16 ? direct_update16<bfloat16>(u, in, seed, offset)
+                                                                : direct_update16<half>(u, in, seed, offset);
+          if (in.param.numel() >= 255) {  // a word drawn for the wrong counter would show
+            const std::vector<uint8_t> shifted = dt == DType::bf16 ? direct_update16<bfloat16>(u, in, seed, offset + 1)
+                                                                   : direct_update16<half>(u, in, seed, offset + 1);
+            REQUIRE(shifted != direct);
+          }
+          std::vector<uint8_t> scalar;
+          for (const std::string& path : paths) {
+            for (int threads : {1, 3}) {
+              INFO("path " << path << ", " << threads << " threads");
+              cpu::set_conversion_path(path);
+              set_num_threads(threads);
+              Operands16 o = operands16(u, shape, view, dt, uint32_t(offset + shape[0]));
+              run_update16(u, o, seed, offset);
+              const std::vector<uint8_t> got = result_bits(o);
+              if (scalar.empty()) scalar = got;
+              CHECK(got == scalar);
+              CHECK(got == direct);
+            }
+          }
+        }
+      }
+    }
+  }
 }

@@ -202,6 +202,24 @@ TEST_CASE("stochastic rounding draws the same word and rounds alike on every pat
   }
 }
 
+TEST_CASE("philox_words_n draws the words of its counters on every path", "[convert]") {
+  // Lengths leave every tail of a 16- and a 32-word block; the counters cross 2^32 for the
+  // second index.
+  for (uint64_t index : {uint64_t(7), uint64_t(0xFFFFFFF0ull)}) {
+    const uint64_t seed = 0x243F6A8885A308D3ull + index;
+    for (const std::string& p : cpu::conversion_paths()) {
+      PathScope scope(p);
+      for (int64_t n : {0, 1, 15, 16, 17, 31, 32, 33, 100, 256}) {
+        INFO("path " << p << ", index " << index << ", " << n << " words");
+        std::vector<uint32_t> words(size_t(n) + 1, 0xDEADBEEFu);
+        cpu::philox_words_n(seed, index, words.data(), n);
+        for (int64_t i = 0; i < n; ++i) REQUIRE(words[size_t(i)] == philox_words(seed, index + uint64_t(i))[0]);
+        CHECK(words[size_t(n)] == 0xDEADBEEFu);  // nothing written past the end
+      }
+    }
+  }
+}
+
 TEST_CASE("row stores are counted by an open rounding census, on every path", "[convert]") {
   const std::vector<float> f = {1.0f, 1e-9f, 1e-6f, 70000.0f, 0.0f, 3.0f, -1e-30f, 2.0f, 5e-39f};
   for (const std::string& p : cpu::conversion_paths()) {

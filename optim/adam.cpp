@@ -62,10 +62,8 @@ void Adam::save_options(TensorDict& d) const {
 }
 
 void Adam::set_momentum(double beta1) {
-  AdamOptions o = options_;
-  o.beta1 = beta1;
-  validate(o);
-  options_ = o;
+  replace_momentum(
+      options_, &AdamOptions::beta1, beta1, [&](const AdamOptions& o) { validate(o); }, false);
 }
 
 void Adam::load_options(const TensorDict& d) {

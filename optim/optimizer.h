@@ -162,12 +162,23 @@ class Optimizer {
   virtual void load_options(const TensorDict& dict) = 0;
 
   void check_lr(double lr) const;
-  // set_momentum's check for a rule whose momentum buffer exists only while momentum != 0.
-  void check_momentum_buffer_kept(double from, double to) const;
+  // set_momentum's body: options.*field = m, once `validate` accepts a copy of the options with
+  // it and, for a rule whose momentum buffer exists only while momentum != 0
+  // (buffer_while_nonzero), once no parameter with state would gain or lose that buffer.
+  template <class Options, class Validate>
+  void replace_momentum(Options& options, double Options::*field, double m, Validate&& validate,
+                        bool buffer_while_nonzero) const {
+    Options o = options;
+    o.*field = m;
+    validate(o);
+    if (buffer_while_nonzero) check_momentum_buffer_kept(options.*field, m);
+    options = o;
+  }
   void check_weight_decay(double wd) const;
   size_t group_of(size_t index) const { return group_of_[index]; }
 
  private:
+  void check_momentum_buffer_kept(double from, double to) const;
   std::vector<ParamGroup> groups_;
   std::vector<size_t> group_of_;   // parameter index -> group
   std::vector<ParamState> state_;  // parameter index -> state

@@ -177,11 +177,8 @@ void SGD16::save_options(TensorDict& d) const {
 }
 
 void SGD16::set_momentum(double momentum) {
-  SGD16Options o = options_;
-  o.momentum = momentum;
-  validate(o);
-  check_momentum_buffer_kept(options_.momentum, momentum);
-  options_ = o;
+  replace_momentum(
+      options_, &SGD16Options::momentum, momentum, [&](const SGD16Options& o) { validate(o); }, true);
   refresh_warnings();
 }
 
@@ -255,10 +252,8 @@ void AdamW16::save_options(TensorDict& d) const {
 }
 
 void AdamW16::set_momentum(double beta1) {
-  AdamW16Options o = options_;
-  o.beta1 = beta1;
-  validate(o);
-  options_ = o;
+  replace_momentum(
+      options_, &AdamW16Options::beta1, beta1, [&](const AdamW16Options& o) { validate(o); }, false);
   refresh_warnings();
 }
 
@@ -339,11 +334,8 @@ void RMSprop16::save_options(TensorDict& d) const {
 }
 
 void RMSprop16::set_momentum(double momentum) {
-  RMSprop16Options o = options_;
-  o.momentum = momentum;
-  validate(o);
-  check_momentum_buffer_kept(options_.momentum, momentum);
-  options_ = o;
+  replace_momentum(
+      options_, &RMSprop16Options::momentum, momentum, [&](const RMSprop16Options& o) { validate(o); }, true);
   refresh_warnings();
 }
 

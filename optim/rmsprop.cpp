@@ -49,11 +49,8 @@ void RMSprop::save_options(TensorDict& d) const {
 }
 
 void RMSprop::set_momentum(double m) {
-  RMSpropOptions o = options_;
-  o.momentum = m;
-  validate(o);
-  check_momentum_buffer_kept(options_.momentum, m);
-  options_ = o;
+  replace_momentum(
+      options_, &RMSpropOptions::momentum, m, [&](const RMSpropOptions& o) { validate(o); }, true);
 }
 
 void RMSprop::load_options(const TensorDict& d) {

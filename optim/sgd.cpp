@@ -43,11 +43,8 @@ void SGD::save_options(TensorDict& d) const {
 }
 
 void SGD::set_momentum(double m) {
-  SGDOptions o = options_;
-  o.momentum = m;
-  validate(o);
-  check_momentum_buffer_kept(options_.momentum, m);
-  options_ = o;
+  replace_momentum(
+      options_, &SGDOptions::momentum, m, [&](const SGDOptions& o) { validate(o); }, true);
 }
 
 void SGD::load_options(const TensorDict& d) {

@@ -8,9 +8,15 @@
 // input channels [g C/G, (g+1) C/G), the weight rows [g OC/G, (g+1) OC/G) (each a [OC/G, C/G*KH*KW]
 // block of the row-major weight) and writes those output channels. With G = 1 this is exactly
 // the single convolution above.
-// The column matrix, the gathered output gradient and the weight matrix hold the stored type:
-// a 16-bit convolution copies 16-bit values and the GEMM widens or pairs them as it packs its
-// panels (Note [16-bit GEMM] in linalg.cpp); only the GEMM's output is f32, rounded once.
+// The column matrix, the gathered output gradient and the weight matrix hold the GEMM's operand
+// type (gemm_operand_t below); only the GEMM's output is in the compute type, rounded once.
+//   - bf16 keeps bf16: the GEMM packs its operands into the bf16 pairs of dot_bf16 in any case
+//     (Note [16-bit GEMM] in linalg.cpp), so the convolution copies 16-bit values.
+//   - f16 is widened to f32 first, exactly: f16's arithmetic is fma_f32, which reads an f32
+//     operand with contiguous rows in place, while an f16 one is converted again in every panel
+//     it is packed into. The input is widened once (widen_images), before im2col copies each
+//     value KH*KW times; the GEMM then sums the same f32 values as before, so the bits are the
+//     same.
 #include "tensor/cpu/conv.h"
 
 #include <algorithm>
@@ -56,11 +62,33 @@ inline void valid_range(int64_t iw0, int64_t s, int64_t W, int64_t OW, int64_t& 
   hi = std::clamp(hi, lo, OW);
 }
 
+// The type a convolution of T holds its GEMM operands in (Note [im2col layout]).
+template <class T>
+using gemm_operand_t = std::conditional_t<std::is_same_v<T, half>, float, T>;
+
+// The C channels of nb images starting at x (strides xs) as contiguous f32 planes,
+// dst[nb, C, H, W]; returns dst's strides.
+template <class T>
+Shape widen_images(const T* x, const Shape& xs, const Geom& g, int64_t nb, float* dst) {
+  const int64_t HW = g.H * g.W;
+  // Each plane is one thread's; only conversions, so any split gives the same bits.
+  parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const T* plane = x + (p / g.C) * xs[0] + (p % g.C) * xs[1];
+      float* d = dst + p * HW;
+      if (xs[3] == 1 && xs[2] == g.W) load_row_to(plane, 1, HW, d);
+      else
+        for (int64_t h = 0; h < g.H; ++h) load_row_to(plane + h * xs[2], xs[3], g.W, d + h * g.W);
+    }
+  });
+  return {g.C * HW, HW, g.W, 1};
+}
+
 // col[rows, nb*L] for the nb images starting at x (strides xs), in x's type. Only copies: a
-// 16-bit element is moved as its uint16_t bits, which the compiler vectorizes as it does floats.
+// bf16 element is moved as its uint16_t bits, which the compiler vectorizes as it does floats.
 template <class T>
 void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
     im2col(reinterpret_cast<const uint16_t*>(x), xs, g, nb, reinterpret_cast<uint16_t*>(col));
     return;
   }
@@ -94,6 +122,17 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
       }
     }
   });
+}
+
+// col[rows, nb*L] in the GEMM operand type of T (Note [im2col layout]).
+template <class T>
+void columns(const T* x, const Shape& xs, const Geom& g, int64_t nb, gemm_operand_t<T>* col) {
+  if constexpr (std::is_same_v<T, half>) {
+    float* wide = workspace<float>(Workspace::conv_input, nb * g.C * g.H * g.W);
+    im2col(wide, widen_images(x, xs, g, nb, wide), g, nb, col);
+  } else {
+    im2col(x, xs, g, nb, col);
+  }
 }
 
 // img[nb, C, H, W] (contiguous, compute type) += col2im(col): the adjoint of im2col.
@@ -139,11 +178,13 @@ void conv_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
   }
 }
 
-// w [OC, C, KH, KW] as a row-major [OC, C*KH*KW] matrix: w itself when contiguous, else a copy.
-template <class T>
-const T* weight_matrix(const Strided& w, std::vector<T>& copy) {
+// w [OC, C, KH, KW] as a row-major [OC, C*KH*KW] matrix of E (T, or f32 for f16): w itself when
+// it is that already, else a copy.
+template <class T, class E = gemm_operand_t<T>>
+const E* weight_matrix(const Strided& w, std::vector<E>& copy) {
   const T* p = static_cast<const T*>(w.raw_data());
-  if (w.is_contiguous()) return p;
+  if constexpr (std::is_same_v<T, E>)
+    if (w.is_contiguous()) return p;
   const Shape& s = w.shape();
   const Shape& st = w.strides();
   copy.resize(size_t(w.numel()));
@@ -151,7 +192,11 @@ const T* weight_matrix(const Strided& w, std::vector<T>& copy) {
   for (int64_t o = 0; o < s[0]; ++o)
     for (int64_t c = 0; c < s[1]; ++c)
       for (int64_t i = 0; i < s[2]; ++i)
-        for (int64_t j = 0; j < s[3]; ++j) copy[k++] = p[o * st[0] + c * st[1] + i * st[2] + j * st[3]];
+        for (int64_t j = 0; j < s[3]; ++j) {
+          const T v = p[o * st[0] + c * st[1] + i * st[2] + j * st[3]];
+          if constexpr (std::is_same_v<T, E>) copy[k++] = v;
+          else copy[k++] = load(v);
+        }
   return copy.data();
 }
 
@@ -185,17 +230,24 @@ void add_bias_and_store(C* src, const C* bias, T* dst, int64_t len) {
   }
 }
 
-// G[OC, nb*L] = dy[n0 + n, oc, oh, ow] for the chunk (dy [N, OC, OH, OW], any strides).
-template <class T>
-void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int64_t nb, T* G) {
+// G[OC, nb*L] = dy[n0 + n, oc, oh, ow] for the chunk (dy [N, OC, OH, OW], any strides), in
+// the GEMM operand type of T.
+template <class T, class E = gemm_operand_t<T>>
+void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int64_t nb, E* G) {
   const int64_t L = g.L(), cols = nb * L;
   parallel_for(g.OC, grain_for(cols), [&](int64_t oc_begin, int64_t oc_end) {
     for (int64_t oc = oc_begin; oc < oc_end; ++oc)
       for (int64_t n = 0; n < nb; ++n) {
         const T* plane = dy + (n0 + n) * ds[0] + oc * ds[1];
-        T* dst = G + oc * cols + n * L;
-        for (int64_t oh = 0; oh < g.OH; ++oh)
-          for (int64_t ow = 0; ow < g.OW; ++ow) dst[oh * g.OW + ow] = plane[oh * ds[2] + ow * ds[3]];
+        E* dst = G + oc * cols + n * L;
+        if constexpr (std::is_same_v<T, E>) {
+          for (int64_t oh = 0; oh < g.OH; ++oh)
+            for (int64_t ow = 0; ow < g.OW; ++ow) dst[oh * g.OW + ow] = plane[oh * ds[2] + ow * ds[3]];
+        } else if (ds[3] == 1 && ds[2] == g.OW) {
+          load_row_to(plane, 1, L, dst);
+        } else {
+          for (int64_t oh = 0; oh < g.OH; ++oh) load_row_to(plane + oh * ds[2], ds[3], g.OW, dst + oh * g.OW);
+        }
       }
   });
 }
@@ -203,11 +255,12 @@ void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int
 template <class T>
 void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const Geom& g, const Strided& out) {
   using C = compute_t<T>;
-  std::vector<T> wcopy;
-  const T* wm = weight_matrix<T>(w, wcopy);
+  using E = gemm_operand_t<T>;
+  std::vector<E> wcopy;
+  const E* wm = weight_matrix<T>(w, wcopy);
   const std::vector<C> bv = load_bias<T>(bias);
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
-  T* col = workspace<T>(Workspace::conv_columns, R * nb_max * L);
+  E* col = workspace<E>(Workspace::conv_columns, R * nb_max * L);
   C* y = workspace<C>(Workspace::conv_rows, g.OC * nb_max * L);
   const T* px = static_cast<const T*>(x.raw_data());
   T* po = static_cast<T*>(out.raw_data());
@@ -215,9 +268,9 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
     for (int64_t grp = 0; grp < g.G; ++grp) {
-      im2col(px + n0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, nb, col);
+      columns(px + n0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, nb, col);
       // Y = W_g col: (OC, nb*L) = (OC, C*KH*KW) (C*KH*KW, nb*L)
-      conv_gemm<T>(false, false, g.OC, cols, R, wm + grp * g.OC * R, R, col, cols, false, y, cols);
+      conv_gemm<E>(false, false, g.OC, cols, R, wm + grp * g.OC * R, R, col, cols, false, y, cols);
       parallel_for(nb * g.OC, grain_for(L), [&](int64_t begin, int64_t end) {
         for (int64_t p = begin; p < end; ++p) {
           const int64_t n = p / g.OC, oc = grp * g.OC + p % g.OC;
@@ -233,11 +286,12 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
 template <class T>
 void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, const Geom& g, const Strided& dx) {
   using C = compute_t<T>;
-  std::vector<T> wcopy;
-  const T* wm = weight_matrix<T>(w, wcopy);
+  using E = gemm_operand_t<T>;
+  std::vector<E> wcopy;
+  const E* wm = weight_matrix<T>(w, wcopy);
   const std::vector<C> bv = load_bias<T>(bias);
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk(), HW = g.H * g.W;
-  T* G = workspace<T>(Workspace::conv_rows, g.OC * nb_max * L);
+  E* G = workspace<E>(Workspace::conv_rows, g.OC * nb_max * L);
   C* dcol = workspace<C>(Workspace::conv_columns, R * nb_max * L);
   C* img = workspace<C>(Workspace::conv_images, nb_max * g.C * HW);
   const T* pdy = static_cast<const T*>(dy.raw_data());
@@ -248,7 +302,7 @@ void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, c
     for (int64_t grp = 0; grp < g.G; ++grp) {
       gather_columns(pdy + grp * g.OC * dy.strides()[1], dy.strides(), g, n0, nb, G);
       // dcol = W_g^T G: (C*KH*KW, nb*L) = (OC, C*KH*KW)^T (OC, nb*L)
-      conv_gemm<T>(true, false, R, cols, g.OC, wm + grp * g.OC * R, R, G, cols, false, dcol, cols);
+      conv_gemm<E>(true, false, R, cols, g.OC, wm + grp * g.OC * R, R, G, cols, false, dcol, cols);
       std::fill(img, img + nb * g.C * HW, C(0));
       col2im_add(dcol, g, nb, img);
       parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
@@ -266,19 +320,20 @@ void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, c
 template <class T>
 void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const Strided& dw) {
   using C = compute_t<T>;
+  using E = gemm_operand_t<T>;
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
-  T* col = workspace<T>(Workspace::conv_columns, R * nb_max * L);
-  T* G = workspace<T>(Workspace::conv_rows, g.OC * nb_max * L);
+  E* col = workspace<E>(Workspace::conv_columns, R * nb_max * L);
+  E* G = workspace<E>(Workspace::conv_rows, g.OC * nb_max * L);
   std::vector<C> acc(size_t(g.G * g.OC * R), C(0));  // dW as [G*OC, C*KH*KW], group blocks in order
   const T* px = static_cast<const T*>(x.raw_data());
   const T* pdy = static_cast<const T*>(dy.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
     for (int64_t grp = 0; grp < g.G; ++grp) {
-      im2col(px + n0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, nb, col);
+      columns(px + n0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, nb, col);
       gather_columns(pdy + grp * g.OC * dy.strides()[1], dy.strides(), g, n0, nb, G);
       // dW_g += G col^T: (OC, C*KH*KW) = (OC, nb*L) (C*KH*KW, nb*L)^T, accumulated across chunks
-      conv_gemm<T>(false, true, g.OC, R, cols, G, cols, col, cols, true, acc.data() + grp * g.OC * R, R);
+      conv_gemm<E>(false, true, g.OC, R, cols, G, cols, col, cols, true, acc.data() + grp * g.OC * R, R);
     }
   }
   T* pdw = static_cast<T*>(dw.raw_data());

@@ -2,7 +2,8 @@
 // Every f32, f16 and bf16 GEMM of the CPU backend (matmul, and conv through im2col) runs here.
 // Its arithmetic is defined element by element (GemmArith in gemm.h), not left to a library:
 //   - fma_f32 (f32 and f16 operands): each c[i][j] is one chain of fp32 FMAs in k order. A 16-bit
-//     operand is widened to f32 while its panel is packed, so no conversion pass precedes the call.
+//     operand is widened to f32 while its panel is packed (an f16 B with contiguous rows: as the
+//     tile loads it), so no conversion pass precedes the call.
 //   - dot_bf16 (bf16 operands): the chain of AVX512_BF16's vdpbf16ps, two products per step
 //     (odd element first), fp32 accumulation, subnormal operands and results flushed to zero.
 //     On a CPU with the instruction it runs at twice the rate of an f32 FMA; elsewhere the same
@@ -121,6 +122,7 @@ struct Ops {
   static constexpr bool kNativeDot = false;
   static V zero() { return _mm256_setzero_ps(); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load_half(const half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
   static V bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
@@ -168,6 +170,7 @@ struct Avx512Ops {
   static constexpr int kDotMR = 8, kDotNV = 2;  // dot_bf16
   static V zero() { return _mm512_setzero_ps(); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_half(const half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
   static V bcast(const float* p) { return _mm512_set1_ps(*p); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }

@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/parallel.h"
@@ -91,21 +96,102 @@ std::vector<formulas::UpsampleTaps<C>> upsample_axis_taps(int64_t in, int64_t ou
   return taps;
 }
 
+// Note [Max-pool segments]
+// Most outputs of a max-pool row have their whole window inside the row (all but the padded
+// edges). On the AVX-512 conversion path (conversion_path(), convert.h) those are computed
+// sixteen at a time, one output per lane: for each tap (h, w0 + j dw) in window order, every
+// lane compares that tap's value with its maximum so far (strict >, so the first maximum wins,
+// as in PyTorch). Each output sees the same values in the same order as in the one-output loop,
+// and a select does no arithmetic, so both give the same bits (tests/tensor/test_pool_variants.cpp
+// compares them). A block of outputs that saw a NaN is redone output by output (the first NaN
+// wins).
+#if defined(__x86_64__)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// Outputs o < n of a row segment: output o's window starts at column w0 + o sw and covers rows
+// h_lo, h_lo + dh, ... < h_hi and columns w0 + o sw + j dw, j < kw, all inside the plane (row
+// length W). Writes best[o] and arg[o] (position h W + w of the maximum); returns whether a
+// value was NaN, for the caller to redo the segment.
+bool max_segment_avx512(const float* plane, int64_t W, int64_t h_lo, int64_t h_hi, int64_t dh, int64_t kw, int64_t dw,
+                        int64_t sw, int64_t w0, int64_t n, float* best, int64_t* arg) {
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i offset = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(int(sw)));  // o sw, o < 16
+  const __m512i off_lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(offset));
+  const __m512i off_hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(offset, 1));
+  const __m512i even = _mm512_add_epi32(lanes, lanes);  // 0, 2, ..., 30: sw == 2 from two loads
+  __mmask16 nan = 0;
+  for (int64_t o0 = 0; o0 < n; o0 += 16) {
+    const int64_t m = std::min<int64_t>(16, n - o0);
+    const __mmask16 live = __mmask16((1u << m) - 1u);
+    __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    const __m512i start = _mm512_set1_epi64(h_lo * W + w0 + o0 * sw);
+    __m512i arg_lo = _mm512_add_epi64(start, off_lo), arg_hi = _mm512_add_epi64(start, off_hi);
+    for (int64_t h = h_lo; h < h_hi; h += dh)
+      for (int64_t j = 0; j < kw; ++j) {
+        const int64_t first = h * W + w0 + j * dw + o0 * sw;  // the tap's position for lane 0
+        const float* tap = plane + first;
+        __m512 v;
+        if (sw == 1) {
+          v = _mm512_maskz_loadu_ps(live, tap);
+        } else if (sw == 2) {  // lanes read tap[0], tap[2], ... tap[2 (m - 1)]
+          const __mmask16 lo = __mmask16((1u << std::min<int64_t>(16, 2 * m - 1)) - 1u);
+          const __mmask16 hi = m > 8 ? __mmask16((1u << (2 * m - 17)) - 1u) : __mmask16(0);
+          v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, tap), even, _mm512_maskz_loadu_ps(hi, tap + 16));
+        } else {
+          v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, offset, tap, 4);
+        }
+        const __mmask16 gt = _mm512_mask_cmp_ps_mask(live, v, mx, _CMP_GT_OQ);
+        mx = _mm512_mask_mov_ps(mx, gt, v);
+        const __m512i pos = _mm512_set1_epi64(first);
+        arg_lo = _mm512_mask_mov_epi64(arg_lo, __mmask8(gt), _mm512_add_epi64(pos, off_lo));
+        arg_hi = _mm512_mask_mov_epi64(arg_hi, __mmask8(gt >> 8), _mm512_add_epi64(pos, off_hi));
+        nan |= _mm512_mask_cmp_ps_mask(live, v, v, _CMP_UNORD_Q);
+      }
+    _mm512_mask_storeu_ps(best + o0, live, mx);
+    _mm512_mask_storeu_epi64(arg + o0, __mmask8(live), arg_lo);
+    _mm512_mask_storeu_epi64(arg + o0 + 8, __mmask8(live >> 8), arg_hi);
+  }
+  return nan != 0;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+#endif  // __x86_64__
+
 }  // namespace
 
 void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
                 int64_t dw, const Strided& out, const Strided& indices) {
   MT_ASSERT(out.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64);
   const int64_t H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
+  const bool vector_path = std::string_view(conversion_path()) == "avx512";  // Note [Max-pool segments]
   dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
     using Cc = compute_t<T>;
     for_each_plane(x, static_cast<T*>(out.raw_data()), OH * OW, OH * OW * kh * kw,
                    [&](int64_t p, const Cc* plane, Cc* po_p) {
       int64_t* pi_p = indices.data<int64_t>() + p * OH * OW;
+      // Outputs [ow_a, ow_b) have their whole window inside the row (Note [Max-pool segments]).
+      const int64_t ow_a = std::min(OW, (pw + sw - 1) / sw);
+      const int64_t last_start = W - 1 - (kw - 1) * dw + pw;  // the largest window start ow sw
+      const int64_t ow_b = last_start < 0 ? ow_a : std::clamp(last_start / sw + 1, ow_a, OW);
       for (int64_t oh = 0; oh < OH; ++oh) {
         int64_t h_lo, h_hi;
         dilated_span(oh, kh, sh, ph, dh, H, h_lo, h_hi);
-        for (int64_t ow = 0; ow < OW; ++ow) {
+        Cc* po_row = po_p + oh * OW;
+        int64_t* pi_row = pi_p + oh * OW;
+        auto one = [&](int64_t ow) {
           int64_t w_lo, w_hi;
           dilated_span(ow, kw, sw, pw, dw, W, w_lo, w_hi);
           // Padding is -inf: it never wins. Strict > keeps the first maximum. The selects are
@@ -135,9 +221,22 @@ void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
                 }
               }
           }
-          *po_p++ = best;
-          *pi_p++ = arg;
+          po_row[ow] = best;
+          pi_row[ow] = arg;
+        };
+        int64_t ow = 0;
+#if defined(__x86_64__)
+        if constexpr (std::is_same_v<Cc, float>) {
+          if (vector_path && ow_b > ow_a) {
+            for (; ow < ow_a; ++ow) one(ow);
+            if (max_segment_avx512(plane, W, h_lo, h_hi, dh, kw, dw, sw, ow_a * sw - pw, ow_b - ow_a, po_row + ow_a,
+                                   pi_row + ow_a))
+              for (; ow < ow_b; ++ow) one(ow);  // a NaN: the first one wins
+            ow = ow_b;
+          }
         }
+#endif
+        for (; ow < OW; ++ow) one(ow);
       }
     });
   });

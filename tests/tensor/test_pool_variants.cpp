@@ -5,12 +5,17 @@
 // the test needs no torch: forward outputs and the gradients of every input for a fixed dy.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "mixtape.h"
 #include "support/torch_reference.h"
+#include "tensor/cpu/convert.h"
 
 using namespace mixtape;
 using Catch::Contains;
@@ -843,4 +848,65 @@ TEST_CASE("grouped conv2d asks gemm_beta with its own group's dot-product length
   CHECK(rule.reductions == std::vector<int64_t>{12});
   CHECK(x.grad()->scale == 32.0f);
   CHECK(w.grad()->scale == 8.0f);
+}
+
+// Note [Max-pool segments]: on the AVX-512 conversion path the outputs whose windows lie inside
+// the row are computed sixteen at a time. Every path this CPU runs must give the scalar path's
+// outputs and indices bit for bit: windows of every size, stride, padding and dilation below,
+// rows whose inner segments have 1 to 40 outputs (full and partial blocks of sixteen), many ties
+// (values from a small set, so the first maximum must win), infinities, and NaNs.
+TEST_CASE("max_pool2d gives the same bits and indices on every vector path", "[conv][pool]") {
+  const std::vector<std::string> paths = cpu::conversion_paths();
+  const std::string saved = cpu::conversion_path();
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return uint32_t(state >> 33);
+  };
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  int cases = 0, cases_with_nan = 0;
+  for (int64_t W : {1, 5, 16, 17, 33, 47, 81}) {
+    for (int64_t k = 1; k <= 3; ++k)
+      for (int64_t s = 1; s <= 3; ++s)
+        for (int64_t pad = 0; pad <= k / 2; ++pad)
+          for (int64_t d = 1; d <= 2; ++d)
+            for (bool ceil : {false, true}) {
+              if ((k - 1) * d + 1 > W + 2 * pad) continue;  // no output
+              const int64_t H = 3 + W % 4;
+              if ((k - 1) * d + 1 > H + 2 * pad) continue;
+              std::vector<double> v(size_t(2 * H * W));
+              const bool plant_nan = next() % 4 == 0;
+              for (double& e : v) {
+                const uint32_t r = next() % 64;
+                e = r == 0 ? -inf : r == 1 ? inf : double(int(r % 7) - 3);  // ties everywhere
+                if (plant_nan && next() % 97 == 0) e = nan;
+              }
+              INFO("W " << W << " k " << k << " s " << s << " pad " << pad << " d " << d << " ceil " << ceil);
+              const Tensor x = from_vector(v, {1, 2, H, W}).to(DType::f32);
+              cpu::set_conversion_path("scalar");
+              PoolWithIndices ref;
+              try {
+                ref = max_pool2d_with_indices(x, k, s, pad, d, ceil);
+              } catch (const Error&) {  // a window of only padding: refused on every path alike
+                continue;
+              }
+              for (const std::string& path : paths) {
+                INFO("path " << path);
+                cpu::set_conversion_path(path);
+                const PoolWithIndices got = max_pool2d_with_indices(x, k, s, pad, d, ceil);
+                REQUIRE(got.out.shape() == ref.out.shape());
+                const std::vector<float> a = got.out.values<float>(), b = ref.out.values<float>();
+                bool same_bits = true;
+                for (size_t i = 0; i < a.size(); ++i)
+                  same_bits &= std::bit_cast<uint32_t>(a[i]) == std::bit_cast<uint32_t>(b[i]);
+                CHECK(same_bits);
+                CHECK(got.indices.values<int64_t>() == ref.indices.values<int64_t>());
+              }
+              ++cases;
+              cases_with_nan += std::any_of(v.begin(), v.end(), [](double e) { return std::isnan(e); });
+            }
+  }
+  cpu::set_conversion_path(saved);
+  CHECK(cases > 300);
+  CHECK(cases_with_nan > 20);
 }

@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
@@ -67,6 +72,141 @@ struct LaneSum {
   }
 };
 
+// Note [Batch norm vectors]
+// On the AVX-512 conversion path (conversion_path(), convert.h) the f32 row loops below run
+// eight lanes of double, or sixteen floats, to a vector: one __m512d holds LaneSum's eight lanes
+// (element i of a chunk still goes to lane i % 8, a partial last group to the first lanes), and
+// every element is computed with the scalar loop's operations in its order (no fused
+// multiply-adds), so both give the same bits.
+#if defined(__x86_64__)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512bw"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+namespace avx512 {
+
+// Adds term(v, i) (a vector of the eight doubles of elements i..i+7) to the lanes, over n elements.
+template <class Term>
+inline void add_lanes(LaneSum& s, int64_t n, Term&& term) {
+  __m512d acc = _mm512_loadu_pd(s.lane);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm512_add_pd(acc, term(i, __mmask8(0xFF)));
+  if (i < n) {
+    const __mmask8 m = __mmask8((1u << (n - i)) - 1u);
+    acc = _mm512_mask_add_pd(acc, m, acc, term(i, m));
+  }
+  _mm512_storeu_pd(s.lane, acc);
+}
+
+inline __m512d widen(const float* v, __mmask8 m) { return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, v)); }
+
+void sum(LaneSum& s, const float* v, int64_t n) {
+  add_lanes(s, n, [&](int64_t i, __mmask8 m) { return widen(v + i, m); });
+}
+
+void sum_sq_dev(LaneSum& s, const float* v, int64_t n, double mean) {
+  const __m512d mv = _mm512_set1_pd(mean);
+  add_lanes(s, n, [&](int64_t i, __mmask8 m) {
+    const __m512d d = _mm512_sub_pd(widen(v + i, m), mv);
+    return _mm512_mul_pd(d, d);
+  });
+}
+
+void sum_dy_dyxh(LaneSum& s_dy, LaneSum& s_dyxh, const float* x, const float* g, int64_t n, float mc, float ic) {
+  add_lanes(s_dy, n, [&](int64_t i, __mmask8 m) { return widen(g + i, m); });
+  const __m256 mv = _mm256_set1_ps(mc), iv = _mm256_set1_ps(ic);
+  add_lanes(s_dyxh, n, [&](int64_t i, __mmask8 m) {
+    const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskz_loadu_ps(m, x + i), mv), iv);
+    return _mm512_mul_pd(widen(g + i, m), _mm512_cvtps_pd(xh));
+  });
+}
+
+// y = (x - mc) * ic * wc + bc, sixteen at a time.
+void normalize(const float* x, float* y, int64_t n, float mc, float ic, float wc, float bc) {
+  const __m512 mv = _mm512_set1_ps(mc), iv = _mm512_set1_ps(ic), wv = _mm512_set1_ps(wc), bv = _mm512_set1_ps(bc);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(v, mv), iv), wv), bv));
+  }
+}
+
+// d = k * (g - mdy - ((x - mc) * ic) * mdyxh), sixteen at a time.
+void grad_input(const float* x, const float* g, float* d, int64_t n, float k, float mdy, float mc, float ic,
+                float mdyxh) {
+  const __m512 kv = _mm512_set1_ps(k), dyv = _mm512_set1_ps(mdy), mv = _mm512_set1_ps(mc), iv = _mm512_set1_ps(ic),
+               hv = _mm512_set1_ps(mdyxh);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mv), iv);
+    const __m512 inner = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, g + i), dyv), _mm512_mul_ps(xh, hv));
+    _mm512_mask_storeu_ps(d + i, m, _mm512_mul_ps(kv, inner));
+  }
+}
+
+}  // namespace avx512
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+#endif  // __x86_64__
+
+// The row loops of batch norm in the compute type A: the scalar reference, or for f32 on the
+// AVX-512 path its vector form (Note [Batch norm vectors]).
+template <class A>
+struct RowLoops {
+  bool vector = false;
+
+  void sum(LaneSum& s, const A* v, int64_t n) const {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<A, float>)
+      if (vector) return avx512::sum(s, v, n);
+#endif
+    s.add(n, [&](int64_t i) { return double(v[i]); });
+  }
+  void sum_sq_dev(LaneSum& s, const A* v, int64_t n, double m) const {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<A, float>)
+      if (vector) return avx512::sum_sq_dev(s, v, n, m);
+#endif
+    s.add(n, [&](int64_t i) {
+      const double d = double(v[i]) - m;
+      return d * d;
+    });
+  }
+  void sum_dy_dyxh(LaneSum& s_dy, LaneSum& s_dyxh, const A* x, const A* g, int64_t n, A mc, A ic) const {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<A, float>)
+      if (vector) return avx512::sum_dy_dyxh(s_dy, s_dyxh, x, g, n, mc, ic);
+#endif
+    s_dy.add(n, [&](int64_t i) { return double(g[i]); });
+    s_dyxh.add(n, [&](int64_t i) { return double(g[i]) * double((x[i] - mc) * ic); });
+  }
+  void normalize(const A* x, A* y, int64_t n, A mc, A ic, A wc, A bc) const {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<A, float>)
+      if (vector) return avx512::normalize(x, y, n, mc, ic, wc, bc);
+#endif
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mc) * ic * wc + bc;
+  }
+  void grad_input(const A* x, const A* g, A* d, int64_t n, A k, A mdy, A mc, A ic, A mdyxh) const {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<A, float>)
+      if (vector) return avx512::grad_input(x, g, d, n, k, mdy, mc, ic, mdyxh);
+#endif
+    for (int64_t i = 0; i < n; ++i) d[i] = k * (g[i] - mdy - ((x[i] - mc) * ic) * mdyxh);
+  }
+};
+
+bool bn_vector_path() { return std::string_view(conversion_path()) == "avx512"; }
+
 }  // namespace
 
 void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& bias, const Strided& running_mean,
@@ -80,6 +220,7 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
   const std::vector<double> rm = read_vec(running_mean), rv = read_vec(running_var);
   dispatch_floating(x.dtype(), "batch_norm", [&]<class T>() {
     using A = compute_t<T>;  // type of the saved statistics and of the per-element arithmetic
+    const RowLoops<A> loops{bn_vector_path()};
     const T* px = static_cast<const T*>(x.raw_data());
     T* py = static_cast<T*>(y.raw_data());
     A* pm = mean.data<A>();
@@ -95,8 +236,7 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
           for_each_row<1>(xv.pos_shape, {xv.pos_strides}, [&](const RowPiece<1>& r) {
             for_chunks(r.len, [&](int64_t j, int64_t len) {
               A buf[kRowChunk];
-              const A* v = load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, buf);
-              s.add(len, [&](int64_t i) { return double(v[i]); });
+              loops.sum(s, load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, buf), len);
             });
           });
           m = s.total() / double(n);
@@ -104,11 +244,7 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
           for_each_row<1>(xv.pos_shape, {xv.pos_strides}, [&](const RowPiece<1>& r) {
             for_chunks(r.len, [&](int64_t j, int64_t len) {
               A buf[kRowChunk];
-              const A* v = load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, buf);
-              q.add(len, [&](int64_t i) {
-                const double d = double(v[i]) - m;
-                return d * d;
-              });
+              loops.sum_sq_dev(q, load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, buf), len, m);
             });
           });
           var = q.total() / double(n);
@@ -133,7 +269,7 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
             const A* xr = load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, xb);
             T* out = yc + r.at[1] + j * r.step[1];
             A* yr = out_row(out, r.step[1], yb);
-            for (int64_t i = 0; i < len; ++i) yr[i] = (xr[i] - mc) * ic * wc + bc;
+            loops.normalize(xr, yr, len, mc, ic, wc, bc);
             store_row(yr, out, r.step[1], len);
           });
         });
@@ -152,6 +288,7 @@ void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& wei
   const std::vector<double> w = read_vec(weight);
   dispatch_floating(x.dtype(), "batch_norm backward", [&]<class T>() {
     using A = compute_t<T>;
+    const RowLoops<A> loops{bn_vector_path()};
     const T* px = static_cast<const T*>(x.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pdx = dx.defined() ? static_cast<T*>(dx.raw_data()) : nullptr;
@@ -173,8 +310,7 @@ void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& wei
               A xb[kRowChunk], gb[kRowChunk];
               const A* xr = load_row(xc + r.at[0] + j * r.step[0], r.step[0], len, xb);
               const A* gr = load_row(dyc + r.at[1] + j * r.step[1], r.step[1], len, gb);
-              s_dy.add(len, [&](int64_t i) { return double(gr[i]); });
-              s_dyxh.add(len, [&](int64_t i) { return double(gr[i]) * double((xr[i] - mc) * ic); });
+              loops.sum_dy_dyxh(s_dy, s_dyxh, xr, gr, len, mc, ic);
             });
           });
           sdy = s_dy.total();
@@ -195,7 +331,7 @@ void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& wei
               const A* gr = load_row(dyc + r.at[1] + j * r.step[1], r.step[1], len, gb);
               T* out = dxc + r.at[2] + j * r.step[2];
               A* dr = out_row(out, r.step[2], db);
-              for (int64_t i = 0; i < len; ++i) dr[i] = k * (gr[i] - mdy - ((xr[i] - mc) * ic) * mdyxh);
+              loops.grad_input(xr, gr, dr, len, k, mdy, mc, ic, mdyxh);
               store_row(dr, out, r.step[2], len);
             });
           });

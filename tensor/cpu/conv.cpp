@@ -349,18 +349,24 @@ void conv_bias_grad(const Strided& dy, const Strided& db) {
   T* pdb = static_cast<T*>(db.raw_data());
   // Each channel's whole sum is one thread's (Note [Deterministic threads]).
   parallel_for(OC, grain_for(N * H * W), [&](int64_t oc_begin, int64_t oc_end) {
+    // A plane with contiguous rows is read (or widened) whole, the rest row by row; the sums run
+    // row by row either way.
+    const bool whole = ds[3] == 1 && ds[2] == W;
+    std::vector<compute_t<T>> buf(static_cast<size_t>(whole ? H * W : W));
     for (int64_t oc = oc_begin; oc < oc_end; ++oc) {
       double acc[4] = {0.0, 0.0, 0.0, 0.0};  // independent partial sums keep the adds pipelined
-      std::vector<compute_t<T>> buf(static_cast<size_t>(W));
-      for (int64_t n = 0; n < N; ++n)
+      for (int64_t n = 0; n < N; ++n) {
+        const T* plane = p + n * ds[0] + oc * ds[1];
+        const compute_t<T>* rows = whole ? load_row(plane, 1, H * W, buf.data()) : buf.data();
         for (int64_t h = 0; h < H; ++h) {
-          const compute_t<T>* row = buf.data();
-          load_row_to(p + n * ds[0] + oc * ds[1] + h * ds[2], ds[3], W, buf.data());
+          const compute_t<T>* row = rows + (whole ? h * W : 0);
+          if (!whole) load_row_to(plane + h * ds[2], ds[3], W, buf.data());
           int64_t w = 0;
           for (; w + 4 <= W; w += 4)
             for (int k = 0; k < 4; ++k) acc[k] += double(row[w + k]);
           for (; w < W; ++w) acc[0] += double(row[w]);
         }
+      }
       pdb[oc * db.strides()[0]] = store<T>((acc[0] + acc[1]) + (acc[2] + acc[3]));
     }
   });

@@ -113,14 +113,14 @@ inline __m128i pack_u16(__m256i v) {
 inline void load_half8(const half* src, float* dst) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
   __m256 f = _mm256_cvtph_ps(h);
-  const __m256i h32 = _mm256_cvtepu16_epi32(h);
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x7FFF)), _mm256_set1_epi32(0x7C00));
-  if (!_mm256_testz_si256(nan, nan)) {  // sign | exponent all ones | payload << 13
+  const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);  // exactly the f16 NaN lanes
+  if (!_mm256_testz_ps(nan, nan)) {                      // sign | exponent all ones | payload << 13
+    const __m256i h32 = _mm256_cvtepu16_epi32(h);
     const __m256i bits =
         _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16),
                                         _mm256_set1_epi32(0x7F800000)),
                         _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3FF)), 13));
-    f = _mm256_blendv_ps(f, _mm256_castsi256_ps(bits), _mm256_castsi256_ps(nan));
+    f = _mm256_blendv_ps(f, _mm256_castsi256_ps(bits), nan);
   }
   _mm256_storeu_ps(dst, f);
 }
@@ -366,10 +366,9 @@ void load_half_avx512(const half* src, float* dst, int64_t n) {
   blocks<16>(src, dst, n, [](const half* s, float* d, int64_t) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
     __m512 f = _mm512_cvtph_ps(h);
-    const __m512i h32 = _mm512_cvtepu16_epi32(h);
-    const __mmask16 nan =
-        _mm512_cmpgt_epi32_mask(_mm512_and_si512(h32, _mm512_set1_epi32(0x7FFF)), _mm512_set1_epi32(0x7C00));
-    if (nan) {  // sign | exponent all ones | payload << 13
+    const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);  // exactly the f16 NaN lanes
+    if (nan) {                                                     // sign | exponent all ones | payload << 13
+      const __m512i h32 = _mm512_cvtepu16_epi32(h);
       const __m512i sign = _mm512_maskz_slli_epi32(0xFFFF, _mm512_and_si512(h32, _mm512_set1_epi32(0x8000)), 16);
       const __m512i payload = _mm512_maskz_slli_epi32(0xFFFF, _mm512_and_si512(h32, _mm512_set1_epi32(0x3FF)), 13);
       const __m512i bits = _mm512_or_si512(_mm512_or_si512(sign, _mm512_set1_epi32(0x7F800000)), payload);

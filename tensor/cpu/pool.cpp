@@ -59,7 +59,9 @@ const Cc* load_plane(const T* plane, int64_t H, int64_t W, int64_t hs, int64_t w
   if constexpr (std::is_same_v<T, Cc>)
     if (ws == 1 && hs == W) return plane;
   buf.resize(size_t(H * W));
-  for (int64_t h = 0; h < H; ++h) load_row_to(plane + h * hs, ws, W, buf.data() + h * W);
+  if (ws == 1 && hs == W) load_row_to(plane, 1, H * W, buf.data());  // one conversion, not H short ones
+  else
+    for (int64_t h = 0; h < H; ++h) load_row_to(plane + h * hs, ws, W, buf.data() + h * W);
   return buf.data();
 }
 

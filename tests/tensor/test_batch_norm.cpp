@@ -2,11 +2,14 @@
 // messages.
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "mixtape.h"
 #include "support/test_util.h"
+#include "tensor/cpu/convert.h"
 
 using namespace mixtape;
 using Catch::Matchers::Contains;
@@ -104,4 +107,56 @@ TEST_CASE("batch_norm rejects bad inputs with messages naming the shapes", "[bat
              Contains("more than one value per channel"));
   CHECK_THAT(error_of([&] { batch_norm(zeros({3}), Tensor(), Tensor(), Tensor(), Tensor(), true); }),
              Contains("at least 2 dims"));
+}
+
+// Note [Batch norm vectors]: the AVX-512 row loops must give the scalar loops' bits, forward
+// (output, statistics, running statistics) and backward (dx, dweight, dbias), in training and
+// eval mode, for planes shorter than a vector, planes across two row chunks (> 256 positions),
+// channels-last strides, and every floating dtype the loops see as f32.
+TEST_CASE("batch_norm gives the same bits on every vector path", "[batch_norm]") {
+  auto bits = [](const Tensor& t) {
+    std::vector<uint64_t> b;
+    for (double v : t.to_vector()) b.push_back(std::bit_cast<uint64_t>(v));
+    return b;
+  };
+  const std::vector<std::string> paths = cpu::conversion_paths();
+  const std::string saved = cpu::conversion_path();
+  Generator gen(11);
+  int compared = 0;
+  for (const Shape& shape : {Shape{4, 3, 7, 7}, Shape{2, 5, 17, 19}, Shape{3, 2, 1, 5}, Shape{6, 4}})
+    for (bool channels_last : {false, true})
+      for (DType dt : {DType::f32, DType::f16, DType::bf16})
+        for (bool training : {true, false}) {
+          if (channels_last && shape.size() != 4) continue;
+          INFO("shape " << shape_str(shape) << (channels_last ? " channels-last" : "") << ", " << dtype_name(dt)
+                        << (training ? ", training" : ", eval"));
+          const int64_t C = shape[1];
+          Tensor x = add(uniform(shape, -2.0, 2.0, gen), full(shape, 3.0, DType::f32, Device::cpu())).to(dt);
+          if (channels_last) x = x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+          const Tensor w = uniform({C}, 0.5, 1.5, gen), b = uniform({C}, -0.5, 0.5, gen);
+          const Tensor dy = uniform(shape, -1.0, 1.0, gen).to(dt);
+          const Tensor rm0 = uniform({C}, -0.5, 0.5, gen), rv0 = uniform({C}, 0.5, 1.5, gen);
+          std::vector<std::vector<uint64_t>> ref;
+          for (const std::string& path : paths) {
+            INFO("path " << path);
+            cpu::set_conversion_path(path);
+            const Tensor rm = rm0.clone(), rv = rv0.clone();
+            const BatchNormOutput f = batch_norm_forward(x, w, b, rm, rv, training, 0.1, 1e-5);
+            const BatchNormGrads g =
+                batch_norm_backward(dy, x, w, f.mean, f.invstd, training, true, true, true, DType::f32);
+            const std::vector<std::vector<uint64_t>> got = {bits(f.y), bits(f.mean), bits(f.invstd),  bits(rm),
+                                                            bits(rv),  bits(g.dx),   bits(g.dweight), bits(g.dbias)};
+            if (ref.empty()) {  // the first path is the scalar reference
+              ref = got;
+              continue;
+            }
+            for (size_t k = 0; k < got.size(); ++k) {
+              INFO("result " << k);
+              CHECK(got[k] == ref[k]);
+            }
+            ++compared;
+          }
+        }
+  cpu::set_conversion_path(saved);
+  CHECK((paths.size() == 1 || compared > 0));
 }

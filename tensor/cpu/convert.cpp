@@ -348,8 +348,9 @@ bool cpu_has_avx2() {
 // ---- AVX-512 (F, BW, VL): sixteen elements at a time ----------------------------------------
 // The same formulas as the AVX2 path (Note [Vector conversions]) on sixteen lanes: the EVEX forms
 // of vcvtph2ps and vcvtps2ph round as the VEX ones do, with the NaN lanes rebuilt from the bits.
-// Stochastic rounding keeps the AVX2 code: it rounds only weight updates. The random words alone
-// (philox_words_n) are drawn sixteen counters to a vector, two vectors at a time (philox32).
+// The random words of stochastic rounding (store_*_sr, philox_words_n) are drawn sixteen
+// counters to a vector, two vectors at a time (philox32); the rounding itself is the AVX2 path's,
+// eight lanes at a time.
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma"))), apply_to = function)
 #else
@@ -456,6 +457,29 @@ inline void philox32(uint64_t seed, uint64_t index, __m512i& out0, __m512i& out1
   out1 = b0;
 }
 
+// Thirty-two f32 -> thirty-two f16 or bf16 rounded stochastically, element k with the word of
+// counter index + k: philox32's words, then the AVX2 path's rounding formulas on each eight.
+template <class D>
+inline void store_sr32(const float* src, D* dst, uint64_t seed, uint64_t index) {
+  __m512i r[2];
+  philox32(seed, index, r[0], r[1]);
+  for (int q = 0; q < 4; ++q) {
+    const __m512i w = r[q / 2];
+    const __m256i rq = q % 2 == 0 ? _mm512_castsi512_si256(w) : _mm512_extracti64x4_epi64(w, 1);
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 8 * q));
+    const __m256i y = std::is_same_v<D, half> ? half_sr8(x, rq) : bf16_sr8(x, rq);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 8 * q), pack_u16(y));
+  }
+}
+
+void store_half_sr_avx512(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index) {
+  blocks<32>(src, dst, n, [&](const float* s, half* d, int64_t i) { store_sr32(s, d, seed, index + uint64_t(i)); });
+}
+
+void store_bf16_sr_avx512(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index) {
+  blocks<32>(src, dst, n, [&](const float* s, bfloat16* d, int64_t i) { store_sr32(s, d, seed, index + uint64_t(i)); });
+}
+
 // Thirty-two words per philox32; the last partial block is drawn whole and copied in part.
 void philox_words_avx512(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
   int64_t i = 0;
@@ -472,8 +496,8 @@ void philox_words_avx512(uint64_t seed, uint64_t index, uint32_t* words, int64_t
   }
 }
 
-constexpr ConvertPath kAvx512Path{"avx512",          load_half_avx512,   load_bf16_avx512,   store_half_avx512,
-                                  store_bf16_avx512, store_half_sr_avx2, store_bf16_sr_avx2, philox_words_avx512};
+constexpr ConvertPath kAvx512Path{"avx512",          load_half_avx512,     load_bf16_avx512,     store_half_avx512,
+                                  store_bf16_avx512, store_half_sr_avx512, store_bf16_sr_avx512, philox_words_avx512};
 
 #if defined(__clang__)
 #pragma clang attribute pop

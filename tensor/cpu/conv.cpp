@@ -12,11 +12,11 @@
 // type (gemm_operand_t below); only the GEMM's output is in the compute type, rounded once.
 //   - bf16 keeps bf16: the GEMM packs its operands into the bf16 pairs of dot_bf16 in any case
 //     (Note [16-bit GEMM] in linalg.cpp), so the convolution copies 16-bit values.
-//   - f16 is widened to f32 first, exactly: f16's arithmetic is fma_f32, which reads an f32
-//     operand with contiguous rows in place, while an f16 one is converted again in every panel
-//     it is packed into. The input is widened once (widen_images), before im2col copies each
-//     value KH*KW times; the GEMM then sums the same f32 values as before, so the bits are the
-//     same.
+//   - f16 is widened to f32 first, exactly, once per input value (widen_images): im2col then
+//     copies f32 values, and the GEMM (fma_f32, f16's arithmetic) reads f32 operands. Left in
+//     f16, every value would be widened again in each panel or tile that reads it, and the
+//     column matrix holds each input value KH*KW times. The GEMM sums the same f32 values
+//     either way, so the bits are the same.
 #include "tensor/cpu/conv.h"
 
 #include <algorithm>
@@ -340,6 +340,30 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   for (size_t k = 0; k < acc.size(); ++k) pdw[k] = store<T>(acc[k]);
 }
 
+// acc[k] += row[w + k] for each group of four of each of the H rows (W values each, `step`
+// apart), the rest of a row into acc[0], in double. A function of its own, with no call inside:
+// where the plane's conversion call sat in the same loop, GCC kept the sums on the stack, in
+// half-register accesses that stalled.
+template <class C>
+void add_rows(const C* rows, int64_t H, int64_t W, int64_t step, double (&acc)[4]) {
+  double a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+  for (int64_t h = 0; h < H; ++h) {
+    const C* row = rows + h * step;
+    int64_t w = 0;
+    for (; w + 4 <= W; w += 4) {
+      a0 += double(row[w]);
+      a1 += double(row[w + 1]);
+      a2 += double(row[w + 2]);
+      a3 += double(row[w + 3]);
+    }
+    for (; w < W; ++w) a0 += double(row[w]);
+  }
+  acc[0] = a0;
+  acc[1] = a1;
+  acc[2] = a2;
+  acc[3] = a3;
+}
+
 // db[oc] = sum over n, h, w of dy[n, oc, h, w], accumulated in double (a large reduction).
 template <class T>
 void conv_bias_grad(const Strided& dy, const Strided& db) {
@@ -357,14 +381,13 @@ void conv_bias_grad(const Strided& dy, const Strided& db) {
       double acc[4] = {0.0, 0.0, 0.0, 0.0};  // independent partial sums keep the adds pipelined
       for (int64_t n = 0; n < N; ++n) {
         const T* plane = p + n * ds[0] + oc * ds[1];
-        const compute_t<T>* rows = whole ? load_row(plane, 1, H * W, buf.data()) : buf.data();
-        for (int64_t h = 0; h < H; ++h) {
-          const compute_t<T>* row = rows + (whole ? h * W : 0);
-          if (!whole) load_row_to(plane + h * ds[2], ds[3], W, buf.data());
-          int64_t w = 0;
-          for (; w + 4 <= W; w += 4)
-            for (int k = 0; k < 4; ++k) acc[k] += double(row[w + k]);
-          for (; w < W; ++w) acc[0] += double(row[w]);
+        if (whole) {
+          add_rows(load_row(plane, 1, H * W, buf.data()), H, W, W, acc);
+        } else {
+          for (int64_t h = 0; h < H; ++h) {
+            load_row_to(plane + h * ds[2], ds[3], W, buf.data());
+            add_rows(buf.data(), 1, W, W, acc);
+          }
         }
       }
       pdb[oc * db.strides()[0]] = store<T>((acc[0] + acc[1]) + (acc[2] + acc[3]));

@@ -105,8 +105,7 @@ std::vector<formulas::UpsampleTaps<C>> upsample_axis_taps(int64_t in, int64_t ou
 // lane compares that tap's value with its maximum so far (strict >, so the first maximum wins,
 // as in PyTorch). Each output sees the same values in the same order as in the one-output loop,
 // and a select does no arithmetic, so both give the same bits (tests/tensor/test_pool_variants.cpp
-// compares them). A block of outputs that saw a NaN is redone output by output (the first NaN
-// wins).
+// compares them). A segment that saw a NaN is redone output by output (the first NaN wins).
 #if defined(__x86_64__)
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)

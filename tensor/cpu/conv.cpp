@@ -185,9 +185,15 @@ const E* weight_matrix(const Strided& w, std::vector<E>& copy) {
   const T* p = static_cast<const T*>(w.raw_data());
   if constexpr (std::is_same_v<T, E>)
     if (w.is_contiguous()) return p;
+  copy.resize(size_t(w.numel()));
+  if constexpr (!std::is_same_v<T, E>) {
+    if (w.is_contiguous()) {  // f16 widened in one pass
+      load_row_to(p, 1, w.numel(), copy.data());
+      return copy.data();
+    }
+  }
   const Shape& s = w.shape();
   const Shape& st = w.strides();
-  copy.resize(size_t(w.numel()));
   size_t k = 0;
   for (int64_t o = 0; o < s[0]; ++o)
     for (int64_t c = 0; c < s[1]; ++c)
@@ -336,8 +342,7 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
       conv_gemm<E>(false, true, g.OC, R, cols, G, cols, col, cols, true, acc.data() + grp * g.OC * R, R);
     }
   }
-  T* pdw = static_cast<T*>(dw.raw_data());
-  for (size_t k = 0; k < acc.size(); ++k) pdw[k] = store<T>(acc[k]);
+  store_row(acc.data(), static_cast<T*>(dw.raw_data()), 1, int64_t(acc.size()));  // each rounded once
 }
 
 // acc[k] += row[w + k] for each group of four of each of the H rows (W values each, `step`

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <omp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -189,6 +190,33 @@ TEST_CASE("gemm: dot_bf16 flushes subnormal operands and results at the boundary
       INFO("path " << path << ": " << t.c0 << " + " << t.a1 << " * " << t.b1 << " + " << t.a0 << " * " << t.b0);
       CHECK(std::bit_cast<uint32_t>(c) == std::bit_cast<uint32_t>(t.expect));
     }
+  }
+}
+
+// The packing of a bf16 B with contiguous rows pairs two rows, flushing subnormal operands on the
+// way (pack_pairs in gemm_tiles.inc). Operands at the boundary, each times 2^20 so that a kept
+// one gives a normal product: the smallest normal (exponent field 1) must count, the largest
+// subnormal must not, on every path, in every column.
+TEST_CASE("gemm: dot_bf16 packs bf16 rows at the subnormal boundary on every path", "[gemm]") {
+  const float boundary[] = {0x1p-126f, -0x1p-126f, 0x1.fcp-127f, -0x1.fcp-127f, 0x1p-133f, 0.0f, -0.0f, 0x1.02p-126f};
+  const int64_t M = 3, N = 37, K = 6;  // 37 columns: two blocks of sixteen and a tail
+  std::vector<bfloat16> a(size_t(M * K)), b(size_t(K * N));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = bfloat16(i % 2 ? 0x1p20f : -0x1p20f);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = bfloat16(boundary[(i * 5 + i / 7) % 8]);
+  std::vector<float> ref;
+  for (const std::string& path : cpu::gemm_paths()) {
+    const GemmPathScope scope(path);
+    std::vector<float> c(size_t(M * N), 0.0f);
+    cpu::gemm(GemmArith::dot_bf16, M, N, K, {DType::bf16, a.data(), K, 1}, {DType::bf16, b.data(), N, 1}, false,
+              c.data(), N);
+    if (ref.empty()) {
+      ref = c;
+      // The reference keeps the smallest normal: some sum is a nonzero multiple of 2^-106.
+      CHECK(std::any_of(ref.begin(), ref.end(), [](float x) { return x != 0.0f; }));
+      continue;
+    }
+    INFO("path " << path);
+    CHECK(count_different(c, ref) == 0);
   }
 }
 

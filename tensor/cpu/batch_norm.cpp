@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string_view>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -11,6 +10,7 @@
 
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/target_region.h"
 
 namespace mixtape::cpu {
 
@@ -73,21 +73,13 @@ struct LaneSum {
 };
 
 // Note [Batch norm vectors]
-// On the AVX-512 conversion path (conversion_path(), convert.h) the f32 row loops below run
+// On the AVX-512 conversion path (avx512_path_active(), convert.h) the f32 row loops below run
 // eight lanes of double, or sixteen floats, to a vector: one __m512d holds LaneSum's eight lanes
 // (element i of a chunk still goes to lane i % 8, a partial last group to the first lanes), and
 // every element is computed with the scalar loop's operations in its order (no fused
 // multiply-adds), so both give the same bits.
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512bw"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512bw")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+MT_TARGET_BEGIN("avx512f,avx512vl,avx512bw")
 namespace avx512 {
 
 // Adds term(v, i) (a vector of the eight doubles of elements i..i+7) to the lanes, over n elements.
@@ -104,6 +96,9 @@ inline void add_lanes(LaneSum& s, int64_t n, Term&& term) {
 }
 
 inline __m512d widen(const float* v, __mmask8 m) { return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, v)); }
+
+// The first min(n, 16) lanes.
+inline __mmask16 first16(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
 
 void sum(LaneSum& s, const float* v, int64_t n) {
   add_lanes(s, n, [&](int64_t i, __mmask8 m) { return widen(v + i, m); });
@@ -130,7 +125,7 @@ void sum_dy_dyxh(LaneSum& s_dy, LaneSum& s_dyxh, const float* x, const float* g,
 void normalize(const float* x, float* y, int64_t n, float mc, float ic, float wc, float bc) {
   const __m512 mv = _mm512_set1_ps(mc), iv = _mm512_set1_ps(ic), wv = _mm512_set1_ps(wc), bv = _mm512_set1_ps(bc);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __mmask16 m = first16(n - i);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
     _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(v, mv), iv), wv), bv));
   }
@@ -142,7 +137,7 @@ void grad_input(const float* x, const float* g, float* d, int64_t n, float k, fl
   const __m512 kv = _mm512_set1_ps(k), dyv = _mm512_set1_ps(mdy), mv = _mm512_set1_ps(mc), iv = _mm512_set1_ps(ic),
                hv = _mm512_set1_ps(mdyxh);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __mmask16 m = first16(n - i);
     const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mv), iv);
     const __m512 inner = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, g + i), dyv), _mm512_mul_ps(xh, hv));
     _mm512_mask_storeu_ps(d + i, m, _mm512_mul_ps(kv, inner));
@@ -150,12 +145,7 @@ void grad_input(const float* x, const float* g, float* d, int64_t n, float k, fl
 }
 
 }  // namespace avx512
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+MT_TARGET_END
 #endif  // __x86_64__
 
 // The row loops of batch norm in the compute type A: the scalar reference, or for f32 on the
@@ -205,8 +195,6 @@ struct RowLoops {
   }
 };
 
-bool bn_vector_path() { return std::string_view(conversion_path()) == "avx512"; }
-
 }  // namespace
 
 void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& bias, const Strided& running_mean,
@@ -220,7 +208,7 @@ void batch_norm_forward(const Strided& x, const Strided& weight, const Strided& 
   const std::vector<double> rm = read_vec(running_mean), rv = read_vec(running_var);
   dispatch_floating(x.dtype(), "batch_norm", [&]<class T>() {
     using A = compute_t<T>;  // type of the saved statistics and of the per-element arithmetic
-    const RowLoops<A> loops{bn_vector_path()};
+    const RowLoops<A> loops{avx512_path_active()};
     const T* px = static_cast<const T*>(x.raw_data());
     T* py = static_cast<T*>(y.raw_data());
     A* pm = mean.data<A>();
@@ -288,7 +276,7 @@ void batch_norm_backward(const Strided& dy, const Strided& x, const Strided& wei
   const std::vector<double> w = read_vec(weight);
   dispatch_floating(x.dtype(), "batch_norm backward", [&]<class T>() {
     using A = compute_t<T>;
-    const RowLoops<A> loops{bn_vector_path()};
+    const RowLoops<A> loops{avx512_path_active()};
     const T* px = static_cast<const T*>(x.raw_data());
     const T* pdy = static_cast<const T*>(dy.raw_data());
     T* pdx = dx.defined() ? static_cast<T*>(dx.raw_data()) : nullptr;

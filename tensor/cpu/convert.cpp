@@ -8,6 +8,7 @@
 #include "tensor/core/error.h"
 #include "tensor/core/rng.h"
 #include "tensor/core/rounding_census.h"
+#include "tensor/cpu/target_region.h"
 #include "tensor/cpu/vector_paths.h"
 
 #if defined(__x86_64__)
@@ -92,12 +93,7 @@ constexpr ConvertPath kScalarPath{"scalar",
 
 // Everything up to cpu_has_avx2 is compiled for AVX2 + F16C + FMA (lambdas included); it runs
 // only where cpu_has_avx2() said yes.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,f16c,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,f16c,fma")
-#endif
+MT_TARGET_BEGIN("avx2,f16c,fma")
 
 inline __m256i nan_lanes_f32(__m256i x) {
   return _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
@@ -330,11 +326,7 @@ void philox_words_avx2(uint64_t seed, uint64_t index, uint32_t* words, int64_t n
 constexpr ConvertPath kAvx2Path{"avx2",          load_half_avx2,     load_bf16_avx2,     store_half_avx2,
                                 store_bf16_avx2, store_half_sr_avx2, store_bf16_sr_avx2, philox_words_avx2};
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+MT_TARGET_END
 
 bool cpu_has_avx2() {
   __builtin_cpu_init();
@@ -351,17 +343,7 @@ bool cpu_has_avx2() {
 // The random words of stochastic rounding (store_*_sr, philox_words_n) are drawn sixteen
 // counters to a vector, two vectors at a time (philox32); the rounding itself is the AVX2 path's,
 // eight lanes at a time.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,f16c,fma")
-// GCC 12 reports the deliberately undefined pass-through operand inside its own AVX-512
-// intrinsics (_mm512_undefined_*) as uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+MT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx2,f16c,fma")
 
 void load_half_avx512(const half* src, float* dst, int64_t n) {
   blocks<16>(src, dst, n, [](const half* s, float* d, int64_t) {
@@ -499,12 +481,7 @@ void philox_words_avx512(uint64_t seed, uint64_t index, uint32_t* words, int64_t
 constexpr ConvertPath kAvx512Path{"avx512",          load_half_avx512,     load_bf16_avx512,     store_half_avx512,
                                   store_bf16_avx512, store_half_sr_avx512, store_bf16_sr_avx512, philox_words_avx512};
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+MT_TARGET_END
 
 bool cpu_has_avx512() {
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -571,6 +548,8 @@ void load_n(const float* src, float* dst, int64_t n) {
 void store_n(const float* src, float* dst, int64_t n) { load_n(src, dst, n); }
 
 const char* conversion_path() { return path().name; }
+
+bool avx512_path_active() { return std::string_view(path().name) == "avx512"; }
 
 std::vector<std::string> conversion_paths() { return paths().names(); }
 

@@ -56,6 +56,10 @@ void store_n(const float* src, float* dst, int64_t n);
 const char* conversion_path();
 std::vector<std::string> conversion_paths();
 void set_conversion_path(std::string_view name);
+// Whether the path in use is "avx512". The AVX-512 forms of other memory-bound kernels follow it
+// (Note [Max-pool segments] in pool.cpp, Note [Batch norm vectors] in batch_norm.cpp), so that
+// one switch selects, and the tests compare, every vector form.
+bool avx512_path_active();
 
 // ---- strided rows, for kernels templated on the stored type T (compute type C) ----------------
 

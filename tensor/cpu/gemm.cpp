@@ -28,6 +28,7 @@
 #include "tensor/core/error.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/gemm_blocks.h"
+#include "tensor/cpu/target_region.h"
 #include "tensor/cpu/vector_paths.h"
 
 #if defined(__x86_64__)
@@ -104,12 +105,7 @@ constexpr GemmPath kScalarPath{"scalar", scalar_block};
 
 // ---- AVX2 + FMA: tiles of 8-lane vectors -------------------------------------------------------
 // Everything in this region is compiled for AVX2 + F16C + FMA and runs only where the CPU has them.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,f16c,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,f16c,fma")
-#endif
+MT_TARGET_BEGIN("avx2,f16c,fma")
 
 namespace avx2 {
 
@@ -142,25 +138,10 @@ struct Ops {
 
 }  // namespace avx2
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+MT_TARGET_END
 
 // ---- AVX-512: tiles of 16-lane vectors, with and without AVX512_BF16 ----------------------------
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,f16c,fma"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,f16c,fma")
-// GCC 12 reports the deliberately undefined pass-through operand inside its own AVX-512
-// intrinsics (_mm512_undefined_*) as uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+MT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512bf16,avx2,f16c,fma")
 
 struct Avx512Ops {
   using V = __m512;
@@ -204,12 +185,7 @@ struct Ops : Avx512Ops {
 #include "tensor/cpu/gemm_tiles.inc"
 }  // namespace avx512bf16
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+MT_TARGET_END
 
 constexpr GemmPath kAvx2Path{"avx2", avx2::block};
 constexpr GemmPath kAvx512Path{"avx512", avx512::block};

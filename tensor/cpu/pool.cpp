@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string_view>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -12,6 +11,7 @@
 
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/target_region.h"
 
 namespace mixtape::cpu {
 
@@ -100,22 +100,14 @@ std::vector<formulas::UpsampleTaps<C>> upsample_axis_taps(int64_t in, int64_t ou
 
 // Note [Max-pool segments]
 // Most outputs of a max-pool row have their whole window inside the row (all but the padded
-// edges). On the AVX-512 conversion path (conversion_path(), convert.h) those are computed
+// edges). On the AVX-512 conversion path (avx512_path_active(), convert.h) those are computed
 // sixteen at a time, one output per lane: for each tap (h, w0 + j dw) in window order, every
 // lane compares that tap's value with its maximum so far (strict >, so the first maximum wins,
 // as in PyTorch). Each output sees the same values in the same order as in the one-output loop,
 // and a select does no arithmetic, so both give the same bits (tests/tensor/test_pool_variants.cpp
 // compares them). A segment that saw a NaN is redone output by output (the first NaN wins).
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+MT_TARGET_BEGIN("avx512f")
 
 // Outputs o < n of a row segment: output o's window starts at column w0 + o sw and covers rows
 // h_lo, h_lo + dh, ... < h_hi and columns w0 + o sw + j dw, j < kw, all inside the plane (row
@@ -163,12 +155,7 @@ bool max_segment_avx512(const float* plane, int64_t W, int64_t h_lo, int64_t h_h
   return nan != 0;
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+MT_TARGET_END
 #endif  // __x86_64__
 
 }  // namespace
@@ -177,7 +164,7 @@ void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
                 int64_t dw, const Strided& out, const Strided& indices) {
   MT_ASSERT(out.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64);
   const int64_t H = x.size(2), W = x.size(3), OH = out.size(2), OW = out.size(3);
-  const bool vector_path = std::string_view(conversion_path()) == "avx512";  // Note [Max-pool segments]
+  const bool vector_path = avx512_path_active();  // Note [Max-pool segments]
   dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
     using Cc = compute_t<T>;
     for_each_plane(x, static_cast<T*>(out.raw_data()), OH * OW, OH * OW * kh * kw,

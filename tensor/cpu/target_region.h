@@ -13,16 +13,17 @@
 #define MT_PRAGMA(...) _Pragma(#__VA_ARGS__)
 
 #if defined(__clang__)
-#define MT_TARGET_BEGIN(features) MT_PRAGMA(clang attribute push(__attribute__((target(features))), apply_to = function))
+#define MT_TARGET_BEGIN(features) \
+  MT_PRAGMA(clang attribute push(__attribute__((target(features))), apply_to = function))
 #define MT_TARGET_END MT_PRAGMA(clang attribute pop)
 #else
-#define MT_TARGET_BEGIN(features)                         \
-  MT_PRAGMA(GCC push_options)                             \
-  MT_PRAGMA(GCC target(features))                         \
-  MT_PRAGMA(GCC diagnostic push)                          \
-  MT_PRAGMA(GCC diagnostic ignored "-Wuninitialized")     \
+#define MT_TARGET_BEGIN(features)                     \
+  MT_PRAGMA(GCC push_options)                         \
+  MT_PRAGMA(GCC target(features))                     \
+  MT_PRAGMA(GCC diagnostic push)                      \
+  MT_PRAGMA(GCC diagnostic ignored "-Wuninitialized") \
   MT_PRAGMA(GCC diagnostic ignored "-Wmaybe-uninitialized")
-#define MT_TARGET_END          \
+#define MT_TARGET_END           \
   MT_PRAGMA(GCC diagnostic pop) \
   MT_PRAGMA(GCC pop_options)
 #endif

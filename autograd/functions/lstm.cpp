@@ -1,9 +1,8 @@
 #include "autograd/functions/lstm.h"
 
 #include "autograd/tape.h"
-#include "tensor/ops/elementwise.h"
 #include "tensor/ops/linalg.h"
-#include "tensor/ops/shape.h"
+#include "tensor/ops/lstm.h"
 
 namespace mixtape {
 
@@ -49,7 +48,10 @@ Variable gru_cell(const Variable& gx, const Variable& gh, const Variable& h_prev
 //
 // The cells save their activations (lstm_cell_saving: 5H compute-type values per row, where the
 // unrolled graph keeps the 4H gates and recomputes them), which gives the same bits with five
-// transcendentals less per element (Note [LSTM cell backward]).
+// transcendentals less per element (Note [LSTM cell backward]). Both recurrences run as
+// lstm_sequence and lstm_sequence_backward (tensor/ops/lstm.h): on the CPU one kernel each, the
+// batch rows split over the threads for all T steps (Note [LSTM layer recurrence]), elsewhere the
+// step ops; the same values either way.
 // Every activation gradient is computed exactly as the unrolled graph computes it; only the
 // weight and bias gradients are summed in a different order (one fp32 accumulation instead of T
 // separately rounded pieces), which in 16 bits is also the more accurate sum. The scale passes
@@ -71,63 +73,36 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
            b_hh.data().meta());
   MT_CHECK(T > 0, "lstm_layer: the sequence ", proj.data().meta(), " has no steps");
 
-  const Tensor x = proj.data(), w = w_hh.data(), b = b_hh.defined() ? b_hh.data() : Tensor();
-  // W_hh with W_hh^T's rows contiguous: each step's GEMM then reads its right operand in place
-  // instead of transposing it into packed panels again, T times (tensor/cpu/gemm_tiles.inc). The
-  // arithmetic does not depend on the layout.
+  const Tensor w = w_hh.data();
+  // W_hh with W_hh^T's rows contiguous: the step GEMMs of the step-op path then read their right
+  // operand in place (tensor/cpu/gemm_tiles.inc). The arithmetic does not depend on the layout.
   const Tensor w_rows = w.t().contiguous().t();
-  // acts[t]: step t's activations (lstm_cell_saving); cs[t], hs[t]: the state before step t
-  // (cs[T], hs[T]: after the last).
-  std::vector<Tensor> acts(static_cast<size_t>(T)), cs(static_cast<size_t>(T + 1)), hs(static_cast<size_t>(T + 1));
-  cs[0] = c0.data();
-  hs[0] = h0.data();
   const bool recording = should_record({&proj, &w_hh, &b_hh, &h0, &c0});  // else no activations are kept
-  for (int64_t t = 0; t < T; ++t) {
-    const size_t i = size_t(t);
-    // The unrolled graph's ops in its order: proj_t + (h W_hh^T + b_hh), each rounded once.
-    const Tensor gates = add(x.select(time_dim, t), linear(hs[i], w_rows, b));
-    LstmCellSaved step;
-    if (recording) {
-      step = lstm_cell_saving(gates, cs[i]);
-    } else {
-      LstmCellResult<Tensor> r = mixtape::lstm_cell(gates, cs[i]);
-      step.c = std::move(r.c);
-      step.h = std::move(r.h);
-    }
-    acts[i] = std::move(step.acts);
-    cs[i + 1] = std::move(step.c);
-    hs[i + 1] = std::move(step.h);
-  }
-  Tensor out = stack(std::vector<Tensor>(hs.begin() + 1, hs.end()), time_dim);
-  Tensor h_n = hs.back(), c_n = cs.back();
-  hs.pop_back();  // backward needs h_0 .. h_{T-1} and c_0 .. c_{T-1}
-  cs.pop_back();
+  LstmSequence seq = lstm_sequence(proj.data(), time_dim, w_rows, b_hh.defined() ? b_hh.data() : Tensor(), h0.data(),
+                                   c0.data(), recording);
+  // hs[t] in proj's layout: steps 1 .. T are the output, steps 0 .. T-1 the weight gradient's rows.
+  auto in_layout = [time_dim](const Tensor& steps) {
+    return time_dim == 0 ? steps : steps.transpose(0, 1).contiguous();
+  };
+  Tensor out = in_layout(seq.hs.narrow(0, 1, T));
+  Tensor h_n = seq.hs.select(0, T), c_n = seq.cs.select(0, T);
 
   std::vector<Variable> vs = record_multi(OpId::lstm_layer, {proj, w_hh, b_hh, h0, c0}, {out, h_n, c_n},
-                                          [acts = std::move(acts), cs = std::move(cs), hs = std::move(hs), w, time_dim,
-                                           T, B, H](const std::vector<Tensor>& dys, const std::vector<bool>& needs) {
+                                          [seq = std::move(seq), w, time_dim, in_layout, T, B, H](
+                                              const std::vector<Tensor>& dys, const std::vector<bool>& needs) {
     MT_CHECK(!scaling_rule_active(),
              "lstm_layer: recorded without a gradient-scaling rule but run backward with one; set the rule on the "
              "tape before the forward pass (nn::LSTM then records the unrolled graph)");
-    const Tensor& dout = dys[0];
-    Tensor dh = dys[1], dc = dys[2];
-    std::vector<Tensor> dgs(static_cast<size_t>(T));
-    for (int64_t t = T - 1; t >= 0; --t) {
-      const size_t i = size_t(t);
-      LstmCellGrads g = lstm_cell_backward_saved(acts[i], cs[i], dc, add(dout.select(time_dim, t), dh));
-      dc = std::move(g.d_c_prev);
-      if (t > 0 || needs[3]) dh = linear_backward_input(g.d_gates, w);  // (B, H) = (B, 4H) (4H, H)
-      dgs[i] = std::move(g.d_gates);
-    }
+    LstmSequenceGrads g = lstm_sequence_backward(seq, w, dys[0], time_dim, dys[1], dys[2], needs[3]);
     std::vector<Tensor> dx(5);
-    const Tensor dG = stack(dgs, time_dim);  // proj's layout
+    const Tensor dG = in_layout(g.dg);  // proj's layout
     if (needs[0]) dx[0] = dG;
     const Tensor dG_rows = dG.reshape({T * B, 4 * H});
     if (needs[1])  // (4H, H) = (T*B, 4H)^T (T*B, H), rows in proj's (t, b) or (b, t) order
-      dx[1] = linear_backward_weight(dG_rows, stack(hs, time_dim).reshape({T * B, H}));
+      dx[1] = linear_backward_weight(dG_rows, in_layout(seq.hs.narrow(0, 0, T)).reshape({T * B, H}));
     if (needs[2]) dx[2] = linear_backward_bias(dG_rows);
-    if (needs[3]) dx[3] = dh;
-    if (needs[4]) dx[4] = dc;
+    if (needs[3]) dx[3] = g.dh;
+    if (needs[4]) dx[4] = g.dc;
     return dx;
   });
   return {vs[0], vs[1], vs[2]};

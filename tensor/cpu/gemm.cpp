@@ -93,13 +93,27 @@ void scalar_block(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOp
 
 using BlockFn = void (*)(GemmArith, int64_t, int64_t, int64_t, const GemmOperand&, const GemmOperand&, bool, float*,
                          int64_t);
+using PackBFn = void (*)(GemmArith, int64_t, int64_t, const GemmOperand&, std::vector<float>&, std::vector<uint32_t>&);
+using BlockPackedFn = void (*)(GemmArith, int64_t, int64_t, int64_t, const GemmOperand&, const GemmOperand&,
+                               const std::vector<float>&, const std::vector<uint32_t>&, bool, float*, int64_t);
 
 struct GemmPath {
   const char* name;
   BlockFn block;
+  PackBFn pack_b;              // PackedB's panels
+  BlockPackedFn block_packed;  // block() over them
 };
 
-constexpr GemmPath kScalarPath{"scalar", scalar_block};
+// The reference packs nothing: it reads B in place.
+void scalar_pack_b(GemmArith, int64_t, int64_t, const GemmOperand&, std::vector<float>&, std::vector<uint32_t>&) {}
+
+void scalar_block_packed(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B,
+                         const std::vector<float>&, const std::vector<uint32_t>&, bool accumulate, float* C,
+                         int64_t ldc) {
+  scalar_block(arith, M, N, K, A, B, accumulate, C, ldc);
+}
+
+constexpr GemmPath kScalarPath{"scalar", scalar_block, scalar_pack_b, scalar_block_packed};
 
 #if MT_HAVE_X86_PATHS
 
@@ -187,9 +201,9 @@ struct Ops : Avx512Ops {
 
 MT_TARGET_END
 
-constexpr GemmPath kAvx2Path{"avx2", avx2::block};
-constexpr GemmPath kAvx512Path{"avx512", avx512::block};
-constexpr GemmPath kAvx512Bf16Path{"avx512bf16", avx512bf16::block};
+constexpr GemmPath kAvx2Path{"avx2", avx2::block, avx2::pack_b, avx2::block_packed};
+constexpr GemmPath kAvx512Path{"avx512", avx512::block, avx512::pack_b, avx512::block_packed};
+constexpr GemmPath kAvx512Bf16Path{"avx512bf16", avx512bf16::block, avx512bf16::pack_b, avx512bf16::block_packed};
 
 // CPUID leaf 7: EBX bit 5 AVX2, bit 16 AVX512F, bit 17 AVX512DQ, bit 30 AVX512BW, bit 31
 // AVX512VL; leaf 7 subleaf 1: EAX bit 5 AVX512_BF16. Leaf 1: ECX bit 12 FMA, 29 F16C, 27 OSXSAVE.
@@ -253,6 +267,27 @@ void gemm(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A
   gemm_blocked(M, N, K, accumulate, C, ldc,
                [&](int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t k0, int64_t k, bool acc, float* c,
                    int64_t ldc_c) { block(arith, m, n, k, at(A, i0, k0), at(B, k0, j0), acc, c, ldc_c); });
+}
+
+PackedB::PackedB(GemmArith arith, int64_t N, int64_t K, const GemmOperand& B)
+    : arith_(arith), n_(N), k_(K), b_(B), path_(&paths().active()) {
+  MT_ASSERT(arith != GemmArith::dot_bf16 || B.dtype != DType::f16, "PackedB: dot_bf16 takes bf16 values, not f16");
+  if (N > 0 && K > 0) paths().active().pack_b(arith, N, K, B, f32_panels_, pair_panels_);
+}
+
+void gemm_on_thread(int64_t M, const GemmOperand& A, const PackedB& B, bool accumulate, float* C, int64_t ldc) {
+  MT_ASSERT(B.arith_ != GemmArith::dot_bf16 || A.dtype != DType::f16, "gemm: dot_bf16 takes bf16 values, not f16");
+  const int64_t N = B.n_, K = B.k_;
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+    return;
+  }
+  const GemmPath& path = paths().active();
+  if (&path == B.path_)
+    path.block_packed(B.arith_, M, N, K, A, B.b_, B.f32_panels_, B.pair_panels_, accumulate, C, ldc);
+  else path.block(B.arith_, M, N, K, A, B.b_, accumulate, C, ldc);  // packed for another path: B in place
 }
 
 const char* gemm_path() { return paths().active().name; }

@@ -43,6 +43,30 @@ struct GemmOperand {
 void gemm(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, bool accumulate,
           float* C, int64_t ldc);
 
+// B[K, N] packed once for many GEMMs that share it, each on one thread (an LSTM layer's
+// recurrent weight, read at every time step by every thread's rows): the panels each gemm() call
+// would otherwise pack again, laid out for the vector path active when it was made. B's storage
+// must outlive it (the reference path reads B in place).
+class PackedB {
+ public:
+  PackedB(GemmArith arith, int64_t N, int64_t K, const GemmOperand& B);
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+
+ private:
+  friend void gemm_on_thread(int64_t M, const GemmOperand& A, const PackedB& B, bool accumulate, float* C, int64_t ldc);
+  GemmArith arith_;
+  int64_t n_, k_;
+  GemmOperand b_;
+  const void* path_;                   // the path whose panel layout this is
+  std::vector<float> f32_panels_;      // fma_f32
+  std::vector<uint32_t> pair_panels_;  // dot_bf16: bf16 pairs
+};
+
+// C[M, N] = (accumulate ? C : 0) + A B as gemm() computes it, the same bits, but on the calling
+// thread alone, for kernels that split their work over the threads themselves (by rows of A).
+void gemm_on_thread(int64_t M, const GemmOperand& A, const PackedB& B, bool accumulate, float* C, int64_t ldc);
+
 // The GEMM's vector path: "avx512bf16" (AVX-512 with vdpbf16ps), "avx512" (AVX-512F; dot_bf16
 // emulated), "avx2" (AVX2 + FMA), or "scalar" (the reference: the formulas above, one element at
 // a time). gemm_paths() lists those this CPU runs, the reference first and the default last;

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "tensor/cpu/convert.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/cpu/math.h"
 #include "tensor/cpu/parallel.h"
 
@@ -58,6 +59,32 @@ inline void cell_grads(C i, C f, C gg, C o, C tc, C cp, C gc, C gh, C* dg, C* dc
   dg[2 * H + j] = dc_tot * (i * (C(1) - gg * gg));
   dg[3 * H + j] = gh * (tc * (o * (C(1) - o)));
   dcp[j] = dc_tot * f;
+}
+
+// One row of the cell (gates g [4H], c_prev cp [H]) into c cv and h hv [H], unrounded, and the
+// activations i | f | g | o | tanh(c) into a [5H] unless a is null.
+template <class C>
+inline void cell_row(const C* g, const C* cp, C* cv, C* hv, C* a, int64_t H) {
+  for (int64_t j = 0; j < H; ++j) {
+    const C i = sigmoid(g[j]), f = sigmoid(g[H + j]), gg = tanh_c(g[2 * H + j]), o = sigmoid(g[3 * H + j]);
+    cv[j] = f * cp[j] + i * gg;
+    const C tc = tanh_c(cv[j]);  // from the unrounded c
+    hv[j] = o * tc;
+    if (a) {
+      a[j] = i;
+      a[H + j] = f;
+      a[2 * H + j] = gg;
+      a[3 * H + j] = o;
+      a[4 * H + j] = tc;
+    }
+  }
+}
+
+// One row's gradients from its saved activations a [5H] (cell_row's), c_prev cp, dc gc and dh gh.
+template <class C>
+inline void saved_cell_grads_row(const C* a, const C* cp, const C* gc, const C* gh, C* dg, C* dcp, int64_t H) {
+  for (int64_t j = 0; j < H; ++j)
+    cell_grads(a[j], a[H + j], a[2 * H + j], a[3 * H + j], a[4 * H + j], cp[j], gc[j], gh[j], dg, dcp, H, j);
 }
 
 // Element j of a GRU row's forward (formulas in tensor/ops/lstm.h): r, z and n from gx [3H],
@@ -97,20 +124,7 @@ void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, co
       for (int64_t b = b0; b < b1; ++b) {
         load_row_to(pg.row(b), pg.s1, 4 * H, g);
         load_row_to(pcp.row(b), pcp.s1, H, cp);
-        C* const a = pa ? pa + b * 5 * H : nullptr;
-        for (int64_t j = 0; j < H; ++j) {
-          const C i = sigmoid(g[j]), f = sigmoid(g[H + j]), gg = tanh_c(g[2 * H + j]), o = sigmoid(g[3 * H + j]);
-          cv[j] = f * cp[j] + i * gg;
-          const C tc = tanh_c(cv[j]);  // from the unrounded c
-          hv[j] = o * tc;
-          if (a) {
-            a[j] = i;
-            a[H + j] = f;
-            a[2 * H + j] = gg;
-            a[3 * H + j] = o;
-            a[4 * H + j] = tc;
-          }
-        }
+        cell_row(g, cp, cv, hv, pa ? pa + b * 5 * H : nullptr, H);
         store_row(cv, pc.row(b), pc.s1, H);
         store_row(hv, ph.row(b), ph.s1, H);
       }
@@ -133,10 +147,7 @@ void lstm_cell_backward_saved(const Strided& acts, const Strided& c_prev, const 
         load_row_to(pcp.row(b), pcp.s1, H, cp);
         load_row_to(pdc.row(b), pdc.s1, H, gc);
         load_row_to(pdh.row(b), pdh.s1, H, gh);
-        const C* const a = pa + b * 5 * H;
-        for (int64_t j = 0; j < H; ++j) {
-          cell_grads(a[j], a[H + j], a[2 * H + j], a[3 * H + j], a[4 * H + j], cp[j], gc[j], gh[j], dg, dcp, H, j);
-        }
+        saved_cell_grads_row(pa + b * 5 * H, cp, gc, gh, dg, dcp, H);
         store_row(dg, pdg.row(b), pdg.s1, 4 * H);
         store_row(dcp, pdcp.row(b), pdcp.s1, H);
       }
@@ -167,6 +178,139 @@ void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strid
         store_row(dcp, pdcp.row(b), pdcp.s1, H);
       }
     });
+  });
+}
+
+// Note [LSTM layer recurrence]
+// The LSTM layer node (Note [LSTM layer node] in autograd/functions/lstm.cpp) runs a layer's whole
+// recurrence here on the CPU: every step's GEMM, sum and cell, forward and backward. Row b of
+// h_{t+1} depends on row b of h_t alone, so each thread takes a block of batch rows through all T
+// steps: one fork for the sequence, no barrier between steps. The step ops forked the threads
+// three or four times per step each way, about 1,400 times per char_lstm training step, each
+// fork a wake-up of the other thread (a futex call when it sleeps). The recurrent weight is
+// packed for the GEMM once per layer (PackedB), not at every step. Every value is computed by
+// the operations the step ops use, in their order, each rounded where they round (store_n, RNE):
+//   forward   lin = round(b + h_t W^T)      linear: the GEMM's sums start from the bias
+//             gates = round(proj_t + lin)   add
+//             c_{t+1}, h_{t+1}, acts_t      lstm_cell, saving its activations
+//   backward  dh_in = round(dout_t + dh)    add
+//             dG_t, dc                      lstm_cell_backward_saved
+//             dh = round(dG_t W)            linear_backward_input
+// and a GEMM's element is the same bits whichever rows it is computed with (Note [Own GEMM]), so
+// the results are the step ops' bits for any thread count (tests/tensor/test_lstm_sequence.cpp
+// runs both).
+
+namespace {
+
+// v[0 .. n) rounded to T and read back, as storing a T tensor and loading it gives (nothing to
+// do when T is the compute type). tmp has room for n values.
+template <class T, class C>
+void round_through(C* v, int64_t n, T* tmp) {
+  if constexpr (!std::is_same_v<T, C>) {
+    store_n(v, tmp, n);
+    load_n(tmp, v, n);
+  }
+}
+
+// Batch rows per thread at least: a GEMM tile's rows.
+constexpr int64_t kLayerRowGrain = 8;
+
+// The GEMM operand whose element (r, c) is p[r rs + c cs].
+template <class T>
+GemmOperand matrix(const T* p, int64_t rs, int64_t cs) {
+  return {dtype_of<T>::value, p, rs, cs};
+}
+
+}  // namespace
+
+void lstm_layer_forward(const Strided& proj, int64_t time_dim, const Strided& w, const Strided& b, const Strided& hs,
+                        const Strided& cs, const Strided& acts) {
+  dispatch_floating(hs.dtype(), "lstm_layer", [&]<class T>() {
+    if constexpr (std::is_same_v<T, double>) {
+      MT_ASSERT(false, "lstm_layer_forward: f64 runs the step ops (tensor/ops/lstm.cpp)");
+    } else {
+      using C = compute_t<T>;
+      const int64_t steps = hs.size(0) - 1, B = hs.size(1), H = hs.size(2), G = 4 * H;
+      // The GEMM's B is W^T: element (k, j) is w[j][k].
+      const PackedB wt(gemm_arith_for(hs.dtype()), G, H, matrix(w.data<T>(), w.strides()[1], w.strides()[0]));
+      const T* const px = proj.data<T>();
+      const int64_t x_t = proj.strides()[size_t(time_dim)], x_b = proj.strides()[size_t(1 - time_dim)];
+      const int64_t x_j = proj.strides()[2];
+      T* const ph = hs.data<T>();
+      T* const pc = cs.data<T>();
+      C* const pa = acts.defined() ? acts.data<C>() : nullptr;
+      std::vector<C> bias(static_cast<size_t>(b.defined() ? G : 0));
+      if (b.defined()) load_row_to(b.data<T>(), b.strides()[0], G, bias.data());
+      parallel_for(B, kLayerRowGrain, [&](int64_t b0, int64_t b1) {
+        const int64_t m = b1 - b0;
+        std::vector<C> lin(static_cast<size_t>(m * G)), buf(static_cast<size_t>(G + 3 * H));
+        C *x = buf.data(), *cp = x + G, *cv = cp + H, *hv = cv + H;
+        std::vector<T> tmp(static_cast<size_t>(G));
+        for (int64_t t = 0; t < steps; ++t) {
+          if (b.defined())
+            for (int64_t r = 0; r < m; ++r) std::copy(bias.begin(), bias.end(), lin.begin() + r * G);
+          gemm_on_thread(m, matrix(ph + (t * B + b0) * H, H, 1), wt, b.defined(), lin.data(), G);
+          for (int64_t r = 0; r < m; ++r) {
+            const int64_t row = t * B + b0 + r;  // of hs, cs and acts at step t
+            C* const g = lin.data() + r * G;
+            round_through(g, G, tmp.data());  // linear's output
+            load_row_to(px + t * x_t + (b0 + r) * x_b, x_j, G, x);
+            for (int64_t j = 0; j < G; ++j) g[j] = x[j] + g[j];
+            round_through(g, G, tmp.data());  // add's output
+            load_row_to(pc + row * H, 1, H, cp);
+            cell_row(g, cp, cv, hv, pa ? pa + row * 5 * H : nullptr, H);
+            store_row(cv, pc + (row + B) * H, 1, H);
+            store_row(hv, ph + (row + B) * H, 1, H);
+          }
+        }
+      });
+    }
+  });
+}
+
+void lstm_layer_backward(const Strided& acts, const Strided& cs, const Strided& w, const Strided& dout,
+                         int64_t time_dim, const Strided& dh, const Strided& dc, const Strided& dg, bool need_dh0) {
+  dispatch_floating(dg.dtype(), "lstm_layer backward", [&]<class T>() {
+    if constexpr (std::is_same_v<T, double>) {
+      MT_ASSERT(false, "lstm_layer_backward: f64 runs the step ops (tensor/ops/lstm.cpp)");
+    } else {
+      using C = compute_t<T>;
+      const int64_t steps = acts.size(0), B = acts.size(1), H = dh.size(1), G = 4 * H;
+      // The GEMM's B is W itself: (K, N) = (4H, H).
+      const PackedB wk(gemm_arith_for(dg.dtype()), H, G, matrix(w.data<T>(), w.strides()[0], w.strides()[1]));
+      const C* const pa = acts.data<C>();
+      const T* const pc = cs.data<T>();
+      const T* const po = dout.data<T>();
+      const int64_t o_t = dout.strides()[size_t(time_dim)], o_b = dout.strides()[size_t(1 - time_dim)];
+      const int64_t o_j = dout.strides()[2];
+      T* const pdh = dh.data<T>();
+      T* const pdc = dc.data<T>();
+      T* const pdg = dg.data<T>();
+      parallel_for(B, kLayerRowGrain, [&](int64_t b0, int64_t b1) {
+        const int64_t m = b1 - b0;
+        std::vector<C> dh_rows(static_cast<size_t>(m * H)), buf(static_cast<size_t>(G + 5 * H));
+        C *dgv = buf.data(), *x = dgv + G, *gh = x + H, *cp = gh + H, *gc = cp + H, *dcp = gc + H;
+        std::vector<T> tmp(static_cast<size_t>(H));
+        for (int64_t t = steps - 1; t >= 0; --t) {
+          for (int64_t r = 0; r < m; ++r) {
+            const int64_t bb = b0 + r, row = t * B + bb;
+            load_row_to(po + t * o_t + bb * o_b, o_j, H, x);
+            load_row_to(pdh + bb * H, 1, H, gh);
+            for (int64_t j = 0; j < H; ++j) gh[j] = x[j] + gh[j];
+            round_through(gh, H, tmp.data());  // add's output
+            load_row_to(pc + row * H, 1, H, cp);
+            load_row_to(pdc + bb * H, 1, H, gc);
+            saved_cell_grads_row(pa + row * 5 * H, cp, gc, gh, dgv, dcp, H);
+            store_row(dgv, pdg + row * G, 1, G);
+            store_row(dcp, pdc + bb * H, 1, H);
+          }
+          if (t > 0 || need_dh0) {
+            gemm_on_thread(m, matrix(pdg + (t * B + b0) * G, G, 1), wk, false, dh_rows.data(), H);
+            store_row(dh_rows.data(), pdh + b0 * H, 1, m * H);
+          }
+        }
+      });
+    }
   });
 }
 

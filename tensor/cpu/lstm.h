@@ -17,6 +17,20 @@ void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strid
 void lstm_cell_backward_saved(const Strided& acts, const Strided& c_prev, const Strided& dc, const Strided& dh,
                               const Strided& d_gates, const Strided& d_c_prev);
 
+// The recurrence of one LSTM layer over a whole sequence (Note [LSTM layer recurrence]), f32,
+// f16 or bf16: for t = 0 .. T-1, gates = proj_t + (h_t W^T + b), then the cell.
+//   proj [T, B, 4H] (time_dim 0) or [B, T, 4H] (time_dim 1), any strides; w [4H, H]; b [4H] or
+//   undefined; hs, cs contiguous [T + 1, B, H], h_0 and c_0 in place at index 0, h_t and c_t
+//   written at t; acts contiguous [T, B, 5H] of f32 (lstm_cell's), or undefined.
+void lstm_layer_forward(const Strided& proj, int64_t time_dim, const Strided& w, const Strided& b, const Strided& hs,
+                        const Strided& cs, const Strided& acts);
+// Its backward through time: for t = T-1 .. 0, (dG_t, dc) = the saved cell backward of step t
+// from dout_t + dh, then dh = dG_t W (at t = 0 only when need_dh0).
+//   acts, cs as the forward wrote them; dout laid out as proj with H columns; dh, dc contiguous
+//   [B, H]: the gradients of h_T and c_T in, of h_0 and c_0 out; dg contiguous [T, B, 4H] out.
+void lstm_layer_backward(const Strided& acts, const Strided& cs, const Strided& w, const Strided& dout,
+                         int64_t time_dim, const Strided& dh, const Strided& dc, const Strided& dg, bool need_dh0);
+
 // GRU (formulas in tensor/ops/lstm.h; backward: Note [GRU cell backward]).
 void gru_cell(const Strided& gx, const Strided& gh, const Strided& h_prev, const Strided& h);
 void gru_cell_backward(const Strided& gx, const Strided& gh, const Strided& h_prev, const Strided& dh,

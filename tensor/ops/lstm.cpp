@@ -3,6 +3,9 @@
 #include "cuda/backend.h"
 #include "tensor/cpu/lstm.h"
 #include "tensor/ops/common.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/ops/linalg.h"
+#include "tensor/ops/shape.h"
 
 namespace mixtape {
 
@@ -83,6 +86,92 @@ LstmCellGrads lstm_cell_backward_saved(const Tensor& acts, const Tensor& c_prev,
       c_prev.device(), [&] { cpu::lstm_cell_backward_saved(acts, c_prev, dc, dh, d_gates, d_c_prev); },
       [&] { cuda::lstm_cell_backward_saved(acts, c_prev, dc, dh, d_gates, d_c_prev); });
   return {d_gates, d_c_prev};
+}
+
+namespace {
+
+// The CPU kernels take f32, f16 and bf16; f64 (the gradient checks) and other devices run the
+// step ops.
+bool sequence_on_cpu(const Tensor& proj) { return proj.device().is_cpu() && proj.dtype() != DType::f64; }
+
+}  // namespace
+
+LstmSequence lstm_sequence(const Tensor& proj, int64_t time_dim, const Tensor& w, const Tensor& b, const Tensor& h0,
+                           const Tensor& c0, bool save) {
+  const char* op = "lstm_sequence";
+  MT_CHECK(time_dim == 0 || time_dim == 1, op, ": time_dim must be 0 or 1, got ", time_dim);
+  if (b.defined()) ops::check_same(op, {&proj, &w, &b, &h0, &c0});
+  else ops::check_same(op, {&proj, &w, &h0, &c0});
+  ops::check_floating(op, proj);
+  MT_CHECK(proj.dim() == 3 && w.dim() == 2 && w.size(0) == 4 * w.size(1) && proj.size(2) == w.size(0), op,
+           ": expected proj [., ., 4H] and w [4H, H], got ", proj.meta(), " and ", w.meta());
+  const int64_t T = proj.size(time_dim), B = proj.size(1 - time_dim), H = w.size(1);
+  for (const Tensor* s : {&h0, &c0})
+    MT_CHECK(s->shape() == Shape({B, H}), op, ": the initial states must be [", B, ", ", H, "], got ", s->meta());
+  MT_CHECK(!b.defined() || b.shape() == Shape({4 * H}), op, ": b must be [", 4 * H, "], got ", b.meta());
+  const DType compute = proj.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  LstmSequence s;
+  if (sequence_on_cpu(proj)) {
+    s.hs = empty({T + 1, B, H}, proj.dtype(), proj.device());
+    s.cs = empty({T + 1, B, H}, proj.dtype(), proj.device());
+    s.hs.select(0, 0).copy_(h0);
+    s.cs.select(0, 0).copy_(c0);
+    if (save) s.acts = empty({T, B, 5 * H}, compute, proj.device());
+    cpu::lstm_layer_forward(proj, time_dim, w, b, s.hs, s.cs, s.acts);
+    return s;
+  }
+  std::vector<Tensor> hs{h0}, cs{c0}, acts;
+  for (int64_t t = 0; t < T; ++t) {
+    const Tensor gates = add(proj.select(time_dim, t), linear(hs.back(), w, b));
+    if (save) {
+      LstmCellSaved step = lstm_cell_saving(gates, cs.back());
+      acts.push_back(std::move(step.acts));
+      cs.push_back(std::move(step.c));
+      hs.push_back(std::move(step.h));
+    } else {
+      LstmCellResult<Tensor> step = lstm_cell(gates, cs.back());
+      cs.push_back(std::move(step.c));
+      hs.push_back(std::move(step.h));
+    }
+  }
+  s.hs = stack(hs, 0);
+  s.cs = stack(cs, 0);
+  if (save) s.acts = stack(acts, 0);
+  return s;
+}
+
+LstmSequenceGrads lstm_sequence_backward(const LstmSequence& s, const Tensor& w, const Tensor& dout, int64_t time_dim,
+                                         const Tensor& dh, const Tensor& dc, bool need_dh0) {
+  const char* op = "lstm_sequence backward";
+  MT_CHECK(s.acts.defined(), op, ": the sequence was run without saving its activations");
+  MT_CHECK(time_dim == 0 || time_dim == 1, op, ": time_dim must be 0 or 1, got ", time_dim);
+  ops::check_same(op, {&s.hs, &w, &dout, &dh, &dc});
+  const int64_t T = s.acts.size(0), B = s.acts.size(1), H = w.size(1);
+  const Shape douts = time_dim == 0 ? Shape{T, B, H} : Shape{B, T, H};
+  MT_CHECK(dout.shape() == douts && dh.shape() == Shape({B, H}) && dc.shape() == Shape({B, H}), op, ": expected dout ",
+           shape_str(douts), " and dh, dc [", B, ", ", H, "], got ", dout.meta(), ", ", dh.meta(), ", ", dc.meta());
+  LstmSequenceGrads g;
+  if (sequence_on_cpu(dout)) {
+    g.dg = empty({T, B, 4 * H}, dout.dtype(), dout.device());
+    g.dh = dh.clone();  // the kernel's running gradients: fresh contiguous copies
+    g.dc = dc.clone();
+    cpu::lstm_layer_backward(s.acts, s.cs, w, dout, time_dim, g.dh, g.dc, g.dg, need_dh0);
+    if (!need_dh0) g.dh = Tensor();
+    return g;
+  }
+  Tensor gh = dh, gc = dc;
+  std::vector<Tensor> dgs(static_cast<size_t>(T));
+  for (int64_t t = T - 1; t >= 0; --t) {
+    LstmCellGrads step =
+        lstm_cell_backward_saved(s.acts.select(0, t), s.cs.select(0, t), gc, add(dout.select(time_dim, t), gh));
+    gc = std::move(step.d_c_prev);
+    if (t > 0 || need_dh0) gh = linear_backward_input(step.d_gates, w);  // (B, H) = (B, 4H) (4H, H)
+    dgs[size_t(t)] = std::move(step.d_gates);
+  }
+  g.dg = stack(dgs, 0);
+  if (need_dh0) g.dh = gh;
+  g.dc = gc;
+  return g;
 }
 
 namespace {

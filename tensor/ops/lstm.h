@@ -51,6 +51,30 @@ LstmCellGrads lstm_cell_backward(const Tensor& gates, const Tensor& c_prev, cons
 // The same gradients, bit for bit, from the activations lstm_cell_saving returned.
 LstmCellGrads lstm_cell_backward_saved(const Tensor& acts, const Tensor& c_prev, const Tensor& dc, const Tensor& dh);
 
+// The recurrence of one LSTM layer over a whole sequence, for the LSTM layer node (Note [LSTM
+// layer node] in autograd/functions/lstm.cpp): for t = 0 .. T-1
+//   gates_t = proj_t + (h_t W^T + b),  (c_{t+1}, h_{t+1}) = lstm_cell(gates_t, c_t)
+// with the step ops' values and roundings (add, linear, lstm_cell_saving). proj is [T, B, 4H]
+// (time_dim 0) or [B, T, 4H] (time_dim 1), w [4H, H], b [4H] or undefined, h0 and c0 [B, H].
+// On the CPU (f32, f16, bf16) one kernel runs all T steps (Note [LSTM layer recurrence] in
+// cpu/lstm.cpp); elsewhere, and in f64, the step ops do.
+struct LstmSequence {
+  Tensor hs, cs;  // [T + 1, B, H]: h_0 .. h_T and c_0 .. c_T
+  Tensor acts;    // [T, B, 5H], lstm_cell_saving's activations of each step (when saved)
+};
+LstmSequence lstm_sequence(const Tensor& proj, int64_t time_dim, const Tensor& w, const Tensor& b, const Tensor& h0,
+                           const Tensor& c0, bool save);
+
+// Its backward through time from the saved sequence (save = true): for t = T-1 .. 0
+//   (dG_t, dc) = lstm_cell_backward_saved(acts_t, c_t, dc, dout_t + dh),  dh = dG_t W
+// dout is laid out as proj with H columns; dh and dc are the gradients of h_T and c_T.
+struct LstmSequenceGrads {
+  Tensor dg;      // [T, B, 4H]: each step's gates gradient
+  Tensor dh, dc;  // of h_0 (only when need_dh0) and of c_0
+};
+LstmSequenceGrads lstm_sequence_backward(const LstmSequence& s, const Tensor& w, const Tensor& dout, int64_t time_dim,
+                                         const Tensor& dh, const Tensor& dc, bool need_dh0);
+
 // The GRU step (formulas above): gx and gh [B, 3H], h_prev [B, H] -> h [B, H].
 Tensor gru_cell(const Tensor& gx, const Tensor& gh, const Tensor& h_prev);
 

@@ -220,6 +220,42 @@ TEST_CASE("gemm: dot_bf16 packs bf16 rows at the subnormal boundary on every pat
   }
 }
 
+TEST_CASE("gemm: a packed B gives gemm's bits on the calling thread, on every path", "[gemm]") {
+  // PackedB holds the panels block_gemm would pack, in its (column block, K chunk) order: shapes
+  // across the column blocks of every path (16 or 32 columns x 64) and the K chunks (256, 512).
+  const std::vector<std::string> paths = cpu::gemm_paths();
+  std::mt19937 rng(13);
+  const Shape3 shapes[] = {{3, 5, 7}, {9, 33, 17}, {20, 2100, 40}, {13, 45, 1030}, {16, 96, 24}};
+  for (const Shape3& s : shapes)
+    for (GemmArith arith : {GemmArith::fma_f32, GemmArith::dot_bf16})
+      for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+        if (arith == GemmArith::dot_bf16 && dt != DType::bf16) continue;
+        for (bool b_transposed : {false, true}) {
+          const Matrix a = make(dt, s.M, s.K, false, rng, true), b = make(dt, s.K, s.N, b_transposed, rng, true);
+          std::vector<float> c0(size_t(s.M * s.N));
+          for (float& x : c0) x = draw(rng, true);
+          for (bool accumulate : {false, true}) {
+            const std::vector<float> ref = run("scalar", arith, a, b, accumulate, c0);
+            for (const std::string& path : paths) {
+              INFO("path " << path << ", " << (arith == GemmArith::fma_f32 ? "fma_f32" : "dot_bf16") << ", "
+                           << dtype_name(dt) << ", M N K " << s.M << " " << s.N << " " << s.K << ", B transposed "
+                           << b_transposed << ", accumulate " << accumulate);
+              const GemmPathScope scope(path);
+              const cpu::PackedB packed(arith, s.N, s.K, b.operand());
+              std::vector<float> c = c0;
+              cpu::gemm_on_thread(s.M, a.operand(), packed, accumulate, c.data(), s.N);
+              CHECK(count_different(c, ref) == 0);
+              // Packed on one path, used on another: B is read in place, the same bits.
+              const GemmPathScope other(paths.front() == path ? paths.back() : paths.front());
+              c = c0;
+              cpu::gemm_on_thread(s.M, a.operand(), packed, accumulate, c.data(), s.N);
+              CHECK(count_different(c, ref) == 0);
+            }
+          }
+        }
+      }
+}
+
 TEST_CASE("gemm: the result does not depend on the thread count", "[gemm][threads]") {
   std::mt19937 rng(11);
   const int saved = omp_get_max_threads();

@@ -95,7 +95,7 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
              "tape before the forward pass (nn::LSTM then records the unrolled graph)");
     LstmSequenceGrads g = lstm_sequence_backward(seq, w, dys[0], time_dim, dys[1], dys[2], needs[3]);
     std::vector<Tensor> dx(5);
-    const Tensor dG = in_layout(g.dg);  // proj's layout
+    const Tensor& dG = g.dg;  // proj's layout
     if (needs[0]) dx[0] = dG;
     const Tensor dG_rows = dG.reshape({T * B, 4 * H});
     if (needs[1])  // (4H, H) = (T*B, 4H)^T (T*B, H), rows in proj's (t, b) or (b, t) order

@@ -286,6 +286,7 @@ void lstm_layer_backward(const Strided& acts, const Strided& cs, const Strided& 
       T* const pdh = dh.data<T>();
       T* const pdc = dc.data<T>();
       T* const pdg = dg.data<T>();
+      const int64_t g_t = dg.strides()[size_t(time_dim)], g_b = dg.strides()[size_t(1 - time_dim)];
       parallel_for(B, kLayerRowGrain, [&](int64_t b0, int64_t b1) {
         const int64_t m = b1 - b0;
         std::vector<C> dh_rows(static_cast<size_t>(m * H)), buf(static_cast<size_t>(G + 5 * H));
@@ -301,11 +302,11 @@ void lstm_layer_backward(const Strided& acts, const Strided& cs, const Strided& 
             load_row_to(pc + row * H, 1, H, cp);
             load_row_to(pdc + bb * H, 1, H, gc);
             saved_cell_grads_row(pa + row * 5 * H, cp, gc, gh, dgv, dcp, H);
-            store_row(dgv, pdg + row * G, 1, G);
+            store_row(dgv, pdg + t * g_t + bb * g_b, 1, G);
             store_row(dcp, pdc + bb * H, 1, H);
           }
           if (t > 0 || need_dh0) {
-            gemm_on_thread(m, matrix(pdg + (t * B + b0) * G, G, 1), wk, false, dh_rows.data(), H);
+            gemm_on_thread(m, matrix(pdg + t * g_t + b0 * g_b, g_b, 1), wk, false, dh_rows.data(), H);
             store_row(dh_rows.data(), pdh + b0 * H, 1, m * H);
           }
         }

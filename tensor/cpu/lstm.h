@@ -27,7 +27,8 @@ void lstm_layer_forward(const Strided& proj, int64_t time_dim, const Strided& w,
 // Its backward through time: for t = T-1 .. 0, (dG_t, dc) = the saved cell backward of step t
 // from dout_t + dh, then dh = dG_t W (at t = 0 only when need_dh0).
 //   acts, cs as the forward wrote them; dout laid out as proj with H columns; dh, dc contiguous
-//   [B, H]: the gradients of h_T and c_T in, of h_0 and c_0 out; dg contiguous [T, B, 4H] out.
+//   [B, H]: the gradients of h_T and c_T in, of h_0 and c_0 out; dg out, laid out as proj with
+//   contiguous rows.
 void lstm_layer_backward(const Strided& acts, const Strided& cs, const Strided& w, const Strided& dout,
                          int64_t time_dim, const Strided& dh, const Strided& dc, const Strided& dg, bool need_dh0);
 

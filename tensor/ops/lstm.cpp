@@ -152,7 +152,7 @@ LstmSequenceGrads lstm_sequence_backward(const LstmSequence& s, const Tensor& w,
            shape_str(douts), " and dh, dc [", B, ", ", H, "], got ", dout.meta(), ", ", dh.meta(), ", ", dc.meta());
   LstmSequenceGrads g;
   if (sequence_on_cpu(dout)) {
-    g.dg = empty({T, B, 4 * H}, dout.dtype(), dout.device());
+    g.dg = empty(time_dim == 0 ? Shape{T, B, 4 * H} : Shape{B, T, 4 * H}, dout.dtype(), dout.device());
     g.dh = dh.clone();  // the kernel's running gradients: fresh contiguous copies
     g.dc = dc.clone();
     cpu::lstm_layer_backward(s.acts, s.cs, w, dout, time_dim, g.dh, g.dc, g.dg, need_dh0);
@@ -168,7 +168,7 @@ LstmSequenceGrads lstm_sequence_backward(const LstmSequence& s, const Tensor& w,
     if (t > 0 || need_dh0) gh = linear_backward_input(step.d_gates, w);  // (B, H) = (B, 4H) (4H, H)
     dgs[size_t(t)] = std::move(step.d_gates);
   }
-  g.dg = stack(dgs, 0);
+  g.dg = stack(dgs, time_dim);
   if (need_dh0) g.dh = gh;
   g.dc = gc;
   return g;

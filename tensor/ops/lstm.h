@@ -69,7 +69,7 @@ LstmSequence lstm_sequence(const Tensor& proj, int64_t time_dim, const Tensor& w
 //   (dG_t, dc) = lstm_cell_backward_saved(acts_t, c_t, dc, dout_t + dh),  dh = dG_t W
 // dout is laid out as proj with H columns; dh and dc are the gradients of h_T and c_T.
 struct LstmSequenceGrads {
-  Tensor dg;      // [T, B, 4H]: each step's gates gradient
+  Tensor dg;      // each step's gates gradient, laid out as proj (contiguous)
   Tensor dh, dc;  // of h_0 (only when need_dh0) and of c_0
 };
 LstmSequenceGrads lstm_sequence_backward(const LstmSequence& s, const Tensor& w, const Tensor& dout, int64_t time_dim,

@@ -43,7 +43,7 @@ LstmSequenceGrads step_ops_backward(const LstmSequence& s, const Tensor& w, cons
     if (t > 0 || need_dh0) dh = linear_backward_input(g.d_gates, w);
     dgs[size_t(t)] = g.d_gates;
   }
-  return {stack(dgs, 0), need_dh0 ? dh : Tensor(), dc};
+  return {stack(dgs, time_dim), need_dh0 ? dh : Tensor(), dc};
 }
 
 // The same bits (shape, dtype and every byte).

@@ -39,15 +39,11 @@
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/math.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/vector_math.h"
 
 namespace mixtape::cpu {
 
 namespace {
-
-template <class C>
-inline C sigmoid(C x) {
-  return C(1) / (C(1) + std::exp(-x));
-}
 
 // Element j of a row's gradients (the Note's formulas) from its activations i, f, g, o, tc = tanh(c),
 // c_prev cp and the incoming gc = dc, gh = dh: d_gates into dg [4H], d_c_prev into dcp [H].
@@ -62,21 +58,29 @@ inline void cell_grads(C i, C f, C gg, C o, C tc, C cp, C gc, C gh, C* dg, C* dc
 }
 
 // One row of the cell (gates g [4H], c_prev cp [H]) into c cv and h hv [H], unrounded, and the
-// activations i | f | g | o | tanh(c) into a [5H] unless a is null.
+// activations i | f | g | o | tanh(c) into a [5H]. In float the activations are computed row by
+// row (vector_math.h: the same bits, sixteen at a time on the AVX-512 path).
 template <class C>
 inline void cell_row(const C* g, const C* cp, C* cv, C* hv, C* a, int64_t H) {
+  if constexpr (std::is_same_v<C, float>) {
+    sigmoid_row(g, a, 2 * H);  // i | f
+    tanh_row(g + 2 * H, a + 2 * H, H);
+    sigmoid_row(g + 3 * H, a + 3 * H, H);
+    for (int64_t j = 0; j < H; ++j) cv[j] = a[H + j] * cp[j] + a[j] * a[2 * H + j];
+    tanh_row(cv, a + 4 * H, H);  // from the unrounded c
+    for (int64_t j = 0; j < H; ++j) hv[j] = a[3 * H + j] * a[4 * H + j];
+    return;
+  }
   for (int64_t j = 0; j < H; ++j) {
     const C i = sigmoid(g[j]), f = sigmoid(g[H + j]), gg = tanh_c(g[2 * H + j]), o = sigmoid(g[3 * H + j]);
     cv[j] = f * cp[j] + i * gg;
     const C tc = tanh_c(cv[j]);  // from the unrounded c
     hv[j] = o * tc;
-    if (a) {
-      a[j] = i;
-      a[H + j] = f;
-      a[2 * H + j] = gg;
-      a[3 * H + j] = o;
-      a[4 * H + j] = tc;
-    }
+    a[j] = i;
+    a[H + j] = f;
+    a[2 * H + j] = gg;
+    a[3 * H + j] = o;
+    a[4 * H + j] = tc;
   }
 }
 
@@ -119,12 +123,12 @@ void lstm_cell(const Strided& gates, const Strided& c_prev, const Strided& c, co
     const Rows<T> pc(c), ph(h);
     C* const pa = acts.defined() ? acts.data<C>() : nullptr;  // [B, 5H], contiguous
     parallel_for(B, grain_for(8 * H), [&](int64_t b0, int64_t b1) {
-      std::vector<C> buf(static_cast<size_t>(7 * H));  // gates [4H], c_prev, c, h
-      C *g = buf.data(), *cp = g + 4 * H, *cv = cp + H, *hv = cv + H;
+      std::vector<C> buf(static_cast<size_t>(12 * H));  // gates [4H], c_prev, c, h, activations [5H]
+      C *g = buf.data(), *cp = g + 4 * H, *cv = cp + H, *hv = cv + H, *act = hv + H;
       for (int64_t b = b0; b < b1; ++b) {
         load_row_to(pg.row(b), pg.s1, 4 * H, g);
         load_row_to(pcp.row(b), pcp.s1, H, cp);
-        cell_row(g, cp, cv, hv, pa ? pa + b * 5 * H : nullptr, H);
+        cell_row(g, cp, cv, hv, pa ? pa + b * 5 * H : act, H);
         store_row(cv, pc.row(b), pc.s1, H);
         store_row(hv, ph.row(b), ph.s1, H);
       }
@@ -243,8 +247,8 @@ void lstm_layer_forward(const Strided& proj, int64_t time_dim, const Strided& w,
       if (b.defined()) load_row_to(b.data<T>(), b.strides()[0], G, bias.data());
       parallel_for(B, kLayerRowGrain, [&](int64_t b0, int64_t b1) {
         const int64_t m = b1 - b0;
-        std::vector<C> lin(static_cast<size_t>(m * G)), buf(static_cast<size_t>(G + 3 * H));
-        C *x = buf.data(), *cp = x + G, *cv = cp + H, *hv = cv + H;
+        std::vector<C> lin(static_cast<size_t>(m * G)), buf(static_cast<size_t>(G + 8 * H));
+        C *x = buf.data(), *cp = x + G, *cv = cp + H, *hv = cv + H, *act = hv + H;  // act: when not saved
         std::vector<T> tmp(static_cast<size_t>(G));
         for (int64_t t = 0; t < steps; ++t) {
           if (b.defined())
@@ -258,7 +262,7 @@ void lstm_layer_forward(const Strided& proj, int64_t time_dim, const Strided& w,
             for (int64_t j = 0; j < G; ++j) g[j] = x[j] + g[j];
             round_through(g, G, tmp.data());  // add's output
             load_row_to(pc + row * H, 1, H, cp);
-            cell_row(g, cp, cv, hv, pa ? pa + row * 5 * H : nullptr, H);
+            cell_row(g, cp, cv, hv, pa ? pa + row * 5 * H : act, H);
             store_row(cv, pc + (row + B) * H, 1, H);
             store_row(hv, ph + (row + B) * H, 1, H);
           }

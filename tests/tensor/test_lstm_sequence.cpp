@@ -1,7 +1,7 @@
 // The LSTM layer's recurrence (lstm_sequence, lstm_sequence_backward; Note [LSTM layer
 // recurrence] in tensor/cpu/lstm.cpp): the CPU kernel against the same recurrence written with
-// the step ops, bit for bit, in f32, f16 and bf16, both time layouts, strided operands, on every
-// GEMM path and with 1 and 2 threads; and its messages on bad input.
+// the step ops on the scalar paths, bit for bit, in f32, f16 and bf16, both time layouts, strided
+// operands, on every GEMM and conversion path and with 1 and 2 threads; its messages on bad input.
 #include <catch2/catch.hpp>
 #include <omp.h>
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mixtape.h"
+#include "tensor/cpu/convert.h"
 #include "tensor/cpu/gemm.h"
 
 using namespace mixtape;
@@ -53,13 +54,22 @@ bool same_bits(const Tensor& x, const Tensor& y) {
   return std::memcmp(a.raw_data(), b.raw_data(), size_t(a.numel()) * dtype_size(a.dtype())) == 0;
 }
 
-class GemmPathScope {
+// The GEMM path and the conversion path (which also computes the cell's sigmoid and tanh, Note
+// [Vector exp]) for a scope.
+class PathScope {
  public:
-  explicit GemmPathScope(const std::string& name) : saved_(cpu::gemm_path()) { cpu::set_gemm_path(name); }
-  ~GemmPathScope() { cpu::set_gemm_path(saved_); }
+  PathScope(const std::string& gemm, const std::string& conversion)
+      : gemm_(cpu::gemm_path()), conversion_(cpu::conversion_path()) {
+    cpu::set_gemm_path(gemm);
+    cpu::set_conversion_path(conversion);
+  }
+  ~PathScope() {
+    cpu::set_gemm_path(gemm_);
+    cpu::set_conversion_path(conversion_);
+  }
 
  private:
-  std::string saved_;
+  std::string gemm_, conversion_;
 };
 
 }  // namespace
@@ -87,28 +97,34 @@ TEST_CASE("lstm_sequence: the CPU kernel computes the step ops' bits, forward an
           const Tensor b = bias ? uniform({4 * H}, -0.5, 0.5, gen, dt) : Tensor();
           const Tensor h0 = uniform({B, H}, -1.0, 1.0, gen, dt), c0 = uniform({B, H}, -1.0, 1.0, gen, dt);
           const Tensor dh = uniform({B, H}, -1.0, 1.0, gen, dt), dc = uniform({H, B}, -1.0, 1.0, gen, dt).t();
-          const LstmSequence want = step_ops_forward(proj, time_dim, w, b, h0, c0);
-          for (bool need_dh0 : {true, false}) {
-            const LstmSequenceGrads want_g = step_ops_backward(want, w, dout, time_dim, dh, dc, need_dh0);
-            for (const std::string& path : cpu::gemm_paths())
-              for (int threads : {1, 2}) {
-                INFO(dtype_name(dt) << " T B H " << T << " " << B << " " << H << ", time_dim " << time_dim
-                                    << (bias ? ", bias" : ", no bias") << ", need_dh0 " << need_dh0 << ", path " << path
-                                    << ", " << threads << " threads");
-                const GemmPathScope scope(path);
-                omp_set_num_threads(threads);
-                const LstmSequence got = lstm_sequence(proj, time_dim, w, b, h0, c0, true);
-                CHECK(same_bits(got.hs, want.hs));
-                CHECK(same_bits(got.cs, want.cs));
-                CHECK(same_bits(got.acts, want.acts));
-                const LstmSequenceGrads g = lstm_sequence_backward(got, w, dout, time_dim, dh, dc, need_dh0);
-                CHECK(same_bits(g.dg, want_g.dg));
-                CHECK(same_bits(g.dc, want_g.dc));
-                CHECK(g.dh.defined() == need_dh0);
-                if (need_dh0) CHECK(same_bits(g.dh, want_g.dh));
-                ++compared;
-              }
+          LstmSequence want;
+          LstmSequenceGrads want_g[2];  // without and with dh0
+          {
+            const PathScope reference("scalar", "scalar");
+            want = step_ops_forward(proj, time_dim, w, b, h0, c0);
+            for (bool need_dh0 : {false, true})
+              want_g[need_dh0] = step_ops_backward(want, w, dout, time_dim, dh, dc, need_dh0);
           }
+          for (bool need_dh0 : {true, false})
+            for (const std::string& gemm : cpu::gemm_paths())
+              for (const std::string& conversion : cpu::conversion_paths())
+                for (int threads : {1, 2}) {
+                  INFO(dtype_name(dt) << " T B H " << T << " " << B << " " << H << ", time_dim " << time_dim
+                                      << (bias ? ", bias" : ", no bias") << ", need_dh0 " << need_dh0 << ", GEMM path "
+                                      << gemm << ", conversion path " << conversion << ", " << threads << " threads");
+                  const PathScope scope(gemm, conversion);
+                  omp_set_num_threads(threads);
+                  const LstmSequence got = lstm_sequence(proj, time_dim, w, b, h0, c0, true);
+                  CHECK(same_bits(got.hs, want.hs));
+                  CHECK(same_bits(got.cs, want.cs));
+                  CHECK(same_bits(got.acts, want.acts));
+                  const LstmSequenceGrads g = lstm_sequence_backward(got, w, dout, time_dim, dh, dc, need_dh0);
+                  CHECK(same_bits(g.dg, want_g[need_dh0].dg));
+                  CHECK(same_bits(g.dc, want_g[need_dh0].dc));
+                  CHECK(g.dh.defined() == need_dh0);
+                  if (need_dh0) CHECK(same_bits(g.dh, want_g[need_dh0].dh));
+                  ++compared;
+                }
         }
   omp_set_num_threads(saved_threads);
   CHECK(compared >= 2 * 3 * 2 * 2 * 2 * 2);

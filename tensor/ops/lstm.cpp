@@ -106,6 +106,7 @@ LstmSequence lstm_sequence(const Tensor& proj, int64_t time_dim, const Tensor& w
   MT_CHECK(proj.dim() == 3 && w.dim() == 2 && w.size(0) == 4 * w.size(1) && proj.size(2) == w.size(0), op,
            ": expected proj [., ., 4H] and w [4H, H], got ", proj.meta(), " and ", w.meta());
   const int64_t T = proj.size(time_dim), B = proj.size(1 - time_dim), H = w.size(1);
+  MT_CHECK(T > 0, op, ": the sequence ", proj.meta(), " has no steps");
   for (const Tensor* s : {&h0, &c0})
     MT_CHECK(s->shape() == Shape({B, H}), op, ": the initial states must be [", B, ", ", H, "], got ", s->meta());
   MT_CHECK(!b.defined() || b.shape() == Shape({4 * H}), op, ": b must be [", 4 * H, "], got ", b.meta());

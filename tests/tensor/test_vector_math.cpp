@@ -96,7 +96,7 @@ TEST_CASE("sigmoid_row and tanh_row give the scalar functions' bits on every con
   }
 }
 
-TEST_CASE("sigmoid_row and tanh_row on all 2^32 floats", "[vector_math][slow]") {
+TEST_CASE("sigmoid_row and tanh_row on all 2^32 floats", "[.][vector_math][slow]") {
   for (const std::string& path : cpu::conversion_paths()) {
     INFO("conversion path " << path);
     const ConversionPathScope scope(path);

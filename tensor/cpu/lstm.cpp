@@ -40,7 +40,6 @@
 #include "tensor/cpu/math.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/vector_math.h"
-#include "tensor/cpu/workspace.h"
 
 namespace mixtape::cpu {
 
@@ -248,17 +247,16 @@ void lstm_layer_forward(const Strided& proj, int64_t time_dim, const Strided& w,
       if (b.defined()) load_row_to(b.data<T>(), b.strides()[0], G, bias.data());
       parallel_for(B, kLayerRowGrain, [&](int64_t b0, int64_t b1) {
         const int64_t m = b1 - b0;
-        C* const lin = workspace<C>(Workspace::lstm_rows, m * G);  // the step GEMM's rows: the gates
-        std::vector<C> buf(static_cast<size_t>(G + 8 * H));
+        std::vector<C> lin(static_cast<size_t>(m * G)), buf(static_cast<size_t>(G + 8 * H));
         C *x = buf.data(), *cp = x + G, *cv = cp + H, *hv = cv + H, *act = hv + H;  // act: when not saved
         std::vector<T> tmp(static_cast<size_t>(G));
         for (int64_t t = 0; t < steps; ++t) {
           if (b.defined())
-            for (int64_t r = 0; r < m; ++r) std::copy(bias.begin(), bias.end(), lin + r * G);
-          gemm_on_thread(m, matrix(ph + (t * B + b0) * H, H, 1), wt, b.defined(), lin, G);
+            for (int64_t r = 0; r < m; ++r) std::copy(bias.begin(), bias.end(), lin.begin() + r * G);
+          gemm_on_thread(m, matrix(ph + (t * B + b0) * H, H, 1), wt, b.defined(), lin.data(), G);
           for (int64_t r = 0; r < m; ++r) {
             const int64_t row = t * B + b0 + r;  // of hs, cs and acts at step t
-            C* const g = lin + r * G;
+            C* const g = lin.data() + r * G;
             round_through(g, G, tmp.data());  // linear's output
             load_row_to(px + t * x_t + (b0 + r) * x_b, x_j, G, x);
             for (int64_t j = 0; j < G; ++j) g[j] = x[j] + g[j];
@@ -295,8 +293,7 @@ void lstm_layer_backward(const Strided& acts, const Strided& cs, const Strided& 
       const int64_t g_t = dg.strides()[size_t(time_dim)], g_b = dg.strides()[size_t(1 - time_dim)];
       parallel_for(B, kLayerRowGrain, [&](int64_t b0, int64_t b1) {
         const int64_t m = b1 - b0;
-        C* const dh_rows = workspace<C>(Workspace::lstm_rows, m * H);  // the step GEMM's rows: dh
-        std::vector<C> buf(static_cast<size_t>(G + 5 * H));
+        std::vector<C> dh_rows(static_cast<size_t>(m * H)), buf(static_cast<size_t>(G + 5 * H));
         C *dgv = buf.data(), *x = dgv + G, *gh = x + H, *cp = gh + H, *gc = cp + H, *dcp = gc + H;
         std::vector<T> tmp(static_cast<size_t>(H));
         for (int64_t t = steps - 1; t >= 0; --t) {
@@ -313,8 +310,8 @@ void lstm_layer_backward(const Strided& acts, const Strided& cs, const Strided& 
             store_row(dcp, pdc + bb * H, 1, H);
           }
           if (t > 0 || need_dh0) {
-            gemm_on_thread(m, matrix(pdg + t * g_t + b0 * g_b, g_b, 1), wk, false, dh_rows, H);
-            store_row(dh_rows, pdh + b0 * H, 1, m * H);
+            gemm_on_thread(m, matrix(pdg + t * g_t + b0 * g_b, g_b, 1), wk, false, dh_rows.data(), H);
+            store_row(dh_rows.data(), pdh + b0 * H, 1, m * H);
           }
         }
       });

@@ -23,7 +23,6 @@ enum class Workspace : int {
   conv_input,     // conv: f16 images widened to f32 for im2col
   matmul_output,  // matmul: a 16-bit GEMM's f32 output before it is rounded
   gemm_partials,  // gemm_blocked: the partial sums of split-K blocks
-  lstm_rows,      // the LSTM layer's recurrence: a thread's rows of the step GEMM's f32 output
   count
 };
 

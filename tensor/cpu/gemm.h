@@ -63,8 +63,10 @@ class PackedB {
   std::vector<uint32_t> pair_panels_;  // dot_bf16: bf16 pairs
 };
 
-// C[M, N] = (accumulate ? C : 0) + A B as gemm() computes it, the same bits, but on the calling
-// thread alone, for kernels that split their work over the threads themselves (by rows of A).
+// C[M, N] = (accumulate ? C : 0) + A B on the calling thread alone, for kernels that split their
+// work over the threads themselves (by rows of A). Each element is summed over all of K in one
+// chain, which is gemm()'s result for every shape but the split-K ones of gemm_blocks.h (M and N
+// below 128 with K of 4096 or more).
 void gemm_on_thread(int64_t M, const GemmOperand& A, const PackedB& B, bool accumulate, float* C, int64_t ldc);
 
 // The GEMM's vector path: "avx512bf16" (AVX-512 with vdpbf16ps), "avx512" (AVX-512F; dot_bf16

@@ -200,9 +200,10 @@ void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strid
 //   backward  dh_in = round(dout_t + dh)    add
 //             dG_t, dc                      lstm_cell_backward_saved
 //             dh = round(dG_t W)            linear_backward_input
-// and a GEMM's element is the same bits whichever rows it is computed with (Note [Own GEMM]), so
-// the results are the step ops' bits for any thread count (tests/tensor/test_lstm_sequence.cpp
-// runs both).
+// and a GEMM's element is the same bits whichever rows it is computed with (Note [Own GEMM]; the
+// step GEMMs never meet the split-K blocks of gemm_blocks.h: with N = 4H or H, K = H or 4H stays
+// below 4096 whenever N is below 128), so the results are the step ops' bits for any thread count
+// (tests/tensor/test_lstm_sequence.cpp runs both).
 
 namespace {
 

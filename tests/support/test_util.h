@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "tensor/core/error.h"
+#include "tensor/cpu/convert.h"
+#include "tensor/cpu/gemm.h"
 
 namespace mixtape::test {
 
@@ -50,5 +52,30 @@ std::string error_of(F&& f) {
   } catch (const Error& e) { return e.what(); }
   return "(no error)";
 }
+
+// The CPU's conversion path (convert.h) or GEMM path (gemm.h) set for a scope, restored after.
+class ConversionPathScope {
+ public:
+  explicit ConversionPathScope(const std::string& name) : saved_(cpu::conversion_path()) {
+    cpu::set_conversion_path(name);
+  }
+  ~ConversionPathScope() { cpu::set_conversion_path(saved_); }
+  ConversionPathScope(const ConversionPathScope&) = delete;
+  ConversionPathScope& operator=(const ConversionPathScope&) = delete;
+
+ private:
+  std::string saved_;
+};
+
+class GemmPathScope {
+ public:
+  explicit GemmPathScope(const std::string& name) : saved_(cpu::gemm_path()) { cpu::set_gemm_path(name); }
+  ~GemmPathScope() { cpu::set_gemm_path(saved_); }
+  GemmPathScope(const GemmPathScope&) = delete;
+  GemmPathScope& operator=(const GemmPathScope&) = delete;
+
+ private:
+  std::string saved_;
+};
 
 }  // namespace mixtape::test

@@ -15,20 +15,11 @@
 #include "tensor/core/rng.h"
 #include "tensor/core/rounding_census.h"
 #include "tensor/cpu/convert.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 
 namespace {
-
-// Selects a path for its lifetime.
-class PathScope {
- public:
-  explicit PathScope(const std::string& name) : saved_(cpu::conversion_path()) { cpu::set_conversion_path(name); }
-  ~PathScope() { cpu::set_conversion_path(saved_); }
-
- private:
-  std::string saved_;
-};
 
 std::vector<std::string> vector_paths() {
   std::vector<std::string> paths = cpu::conversion_paths();
@@ -96,7 +87,7 @@ TEST_CASE("every 16-bit pattern loads to the same float on every path", "[conver
   }
   std::vector<float> ref_h(65536), ref_b(65536);
   {
-    PathScope scalar("scalar");
+    test::ConversionPathScope scalar("scalar");
     cpu::load_n(h.data(), ref_h.data(), 65536);
     cpu::load_n(b.data(), ref_b.data(), 65536);
   }
@@ -106,7 +97,7 @@ TEST_CASE("every 16-bit pattern loads to the same float on every path", "[conver
   }
   for (const std::string& p : vector_paths()) {
     INFO("path " << p);
-    PathScope scope(p);
+    test::ConversionPathScope scope(p);
     std::vector<float> got_h(65536), got_b(65536);
     cpu::load_n(h.data(), got_h.data(), 65536);
     cpu::load_n(b.data(), got_b.data(), 65536);
@@ -130,7 +121,7 @@ TEST_CASE("float -> fp16 and bf16 round to nearest even alike on every path", "[
   std::vector<half> ref_h(f.size());
   std::vector<bfloat16> ref_b(f.size());
   {
-    PathScope scalar("scalar");
+    test::ConversionPathScope scalar("scalar");
     cpu::store_n(f.data(), ref_h.data(), n);
     cpu::store_n(f.data(), ref_b.data(), n);
   }
@@ -140,7 +131,7 @@ TEST_CASE("float -> fp16 and bf16 round to nearest even alike on every path", "[
   }
   for (const std::string& p : vector_paths()) {
     INFO("path " << p);
-    PathScope scope(p);
+    test::ConversionPathScope scope(p);
     std::vector<half> got_h(f.size());
     std::vector<bfloat16> got_b(f.size());
     cpu::store_n(f.data(), got_h.data(), n);
@@ -171,7 +162,7 @@ TEST_CASE("stochastic rounding draws the same word and rounds alike on every pat
     std::vector<half> ref_h(f.size());
     std::vector<bfloat16> ref_b(f.size());
     {
-      PathScope scalar("scalar");
+      test::ConversionPathScope scalar("scalar");
       cpu::store_stochastic_n(f.data(), ref_h.data(), n, seed, index);
       cpu::store_stochastic_n(f.data(), ref_b.data(), n, seed, index);
     }
@@ -182,7 +173,7 @@ TEST_CASE("stochastic rounding draws the same word and rounds alike on every pat
     }
     for (const std::string& p : vector_paths()) {
       INFO("path " << p << ", index " << index);
-      PathScope scope(p);
+      test::ConversionPathScope scope(p);
       std::vector<half> got_h(f.size());
       std::vector<bfloat16> got_b(f.size());
       cpu::store_stochastic_n(f.data(), got_h.data(), n, seed, index);
@@ -208,7 +199,7 @@ TEST_CASE("philox_words_n draws the words of its counters on every path", "[conv
   for (uint64_t index : {uint64_t(7), uint64_t(0xFFFFFFF0ull)}) {
     const uint64_t seed = 0x243F6A8885A308D3ull + index;
     for (const std::string& p : cpu::conversion_paths()) {
-      PathScope scope(p);
+      test::ConversionPathScope scope(p);
       for (int64_t n : {0, 1, 15, 16, 17, 31, 32, 33, 100, 256}) {
         INFO("path " << p << ", index " << index << ", " << n << " words");
         std::vector<uint32_t> words(size_t(n) + 1, 0xDEADBEEFu);
@@ -224,7 +215,7 @@ TEST_CASE("row stores are counted by an open rounding census, on every path", "[
   const std::vector<float> f = {1.0f, 1e-9f, 1e-6f, 70000.0f, 0.0f, 3.0f, -1e-30f, 2.0f, 5e-39f};
   for (const std::string& p : cpu::conversion_paths()) {
     INFO("path " << p);
-    PathScope scope(p);
+    test::ConversionPathScope scope(p);
     std::vector<half> h(f.size());
     RoundingCensus census;
     cpu::store_n(f.data(), h.data(), int64_t(f.size()));

@@ -16,21 +16,14 @@
 
 #include "tensor/core/half.h"
 #include "tensor/cpu/gemm.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 using cpu::GemmArith;
 using cpu::GemmOperand;
+using test::GemmPathScope;
 
 namespace {
-
-class GemmPathScope {
- public:
-  explicit GemmPathScope(const std::string& name) : saved_(cpu::gemm_path()) { cpu::set_gemm_path(name); }
-  ~GemmPathScope() { cpu::set_gemm_path(saved_); }
-
- private:
-  std::string saved_;
-};
 
 // A matrix stored as f32, f16 or bf16 bits, with its values as floats.
 struct Matrix {

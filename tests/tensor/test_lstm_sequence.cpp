@@ -13,6 +13,7 @@
 #include "mixtape.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/gemm.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 using Catch::Matchers::Contains;
@@ -54,24 +55,6 @@ bool same_bits(const Tensor& x, const Tensor& y) {
   return std::memcmp(a.raw_data(), b.raw_data(), size_t(a.numel()) * dtype_size(a.dtype())) == 0;
 }
 
-// The GEMM path and the conversion path (which also computes the cell's sigmoid and tanh, Note
-// [Vector exp]) for a scope.
-class PathScope {
- public:
-  PathScope(const std::string& gemm, const std::string& conversion)
-      : gemm_(cpu::gemm_path()), conversion_(cpu::conversion_path()) {
-    cpu::set_gemm_path(gemm);
-    cpu::set_conversion_path(conversion);
-  }
-  ~PathScope() {
-    cpu::set_gemm_path(gemm_);
-    cpu::set_conversion_path(conversion_);
-  }
-
- private:
-  std::string gemm_, conversion_;
-};
-
 }  // namespace
 
 TEST_CASE("lstm_sequence: the CPU kernel computes the step ops' bits, forward and backward", "[lstm]") {
@@ -100,7 +83,8 @@ TEST_CASE("lstm_sequence: the CPU kernel computes the step ops' bits, forward an
           LstmSequence want;
           LstmSequenceGrads want_g[2];  // without and with dh0
           {
-            const PathScope reference("scalar", "scalar");
+            const test::GemmPathScope gemm_reference("scalar");
+            const test::ConversionPathScope conversion_reference("scalar");
             want = step_ops_forward(proj, time_dim, w, b, h0, c0);
             for (bool need_dh0 : {false, true})
               want_g[need_dh0] = step_ops_backward(want, w, dout, time_dim, dh, dc, need_dh0);
@@ -112,7 +96,8 @@ TEST_CASE("lstm_sequence: the CPU kernel computes the step ops' bits, forward an
                   INFO(dtype_name(dt) << " T B H " << T << " " << B << " " << H << ", time_dim " << time_dim
                                       << (bias ? ", bias" : ", no bias") << ", need_dh0 " << need_dh0 << ", GEMM path "
                                       << gemm << ", conversion path " << conversion << ", " << threads << " threads");
-                  const PathScope scope(gemm, conversion);
+                  const test::GemmPathScope gemm_scope(gemm);
+                  const test::ConversionPathScope conversion_scope(conversion);
                   omp_set_num_threads(threads);
                   const LstmSequence got = lstm_sequence(proj, time_dim, w, b, h0, c0, true);
                   CHECK(same_bits(got.hs, want.hs));

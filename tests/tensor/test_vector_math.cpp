@@ -12,21 +12,11 @@
 
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/vector_math.h"
+#include "support/test_util.h"
 
 using namespace mixtape;
 
 namespace {
-
-class ConversionPathScope {
- public:
-  explicit ConversionPathScope(const std::string& name) : saved_(cpu::conversion_path()) {
-    cpu::set_conversion_path(name);
-  }
-  ~ConversionPathScope() { cpu::set_conversion_path(saved_); }
-
- private:
-  std::string saved_;
-};
 
 struct Mismatches {
   uint64_t count = 0;
@@ -61,7 +51,7 @@ void compare(uint64_t start, uint64_t step, Mismatches& sig, Mismatches& tnh) {
 TEST_CASE("sigmoid_row and tanh_row give the scalar functions' bits on every conversion path", "[vector_math]") {
   for (const std::string& path : cpu::conversion_paths()) {
     INFO("conversion path " << path);
-    const ConversionPathScope scope(path);
+    const test::ConversionPathScope scope(path);
     Mismatches sig, tnh;
     compare(0, 251, sig, tnh);
     CHECK(sig.count == 0);
@@ -99,7 +89,7 @@ TEST_CASE("sigmoid_row and tanh_row give the scalar functions' bits on every con
 TEST_CASE("sigmoid_row and tanh_row on all 2^32 floats", "[.][vector_math][slow]") {
   for (const std::string& path : cpu::conversion_paths()) {
     INFO("conversion path " << path);
-    const ConversionPathScope scope(path);
+    const test::ConversionPathScope scope(path);
     Mismatches sig, tnh;
     compare(0, 1, sig, tnh);
     INFO("first sigmoid mismatch at bits " << sig.first << ", tanh at " << tnh.first);

@@ -74,12 +74,9 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
   MT_CHECK(T > 0, "lstm_layer: the sequence ", proj.data().meta(), " has no steps");
 
   const Tensor w = w_hh.data();
-  // W_hh with W_hh^T's rows contiguous: the step GEMMs of the step-op path then read their right
-  // operand in place (tensor/cpu/gemm_tiles.inc). The arithmetic does not depend on the layout.
-  const Tensor w_rows = w.t().contiguous().t();
   const bool recording = should_record({&proj, &w_hh, &b_hh, &h0, &c0});  // else no activations are kept
-  LstmSequence seq = lstm_sequence(proj.data(), time_dim, w_rows, b_hh.defined() ? b_hh.data() : Tensor(), h0.data(),
-                                   c0.data(), recording);
+  LstmSequence seq =
+      lstm_sequence(proj.data(), time_dim, w, b_hh.defined() ? b_hh.data() : Tensor(), h0.data(), c0.data(), recording);
   // hs[t] in proj's layout: steps 1 .. T are the output, steps 0 .. T-1 the weight gradient's rows.
   auto in_layout = [time_dim](const Tensor& steps) {
     return time_dim == 0 ? steps : steps.transpose(0, 1).contiguous();

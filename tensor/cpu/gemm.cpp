@@ -251,18 +251,22 @@ GemmOperand at(const GemmOperand& x, int64_t r0, int64_t c0) {
   return {x.dtype, base + int64_t(dtype_size(x.dtype)) * (r0 * x.rs + c0 * x.cs), x.rs, x.cs};
 }
 
+// An empty C, or an empty sum (C = 0 unless accumulating): true when there is nothing to multiply.
+bool no_products(int64_t M, int64_t N, int64_t K, bool accumulate, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return true;
+  if (K > 0) return false;
+  if (!accumulate)
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+  return true;
+}
+
 }  // namespace
 
 void gemm(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, bool accumulate,
           float* C, int64_t ldc) {
   MT_ASSERT(arith != GemmArith::dot_bf16 || (A.dtype != DType::f16 && B.dtype != DType::f16),
             "gemm: dot_bf16 takes bf16 values, not f16");
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {  // an empty sum
-    if (!accumulate)
-      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
-    return;
-  }
+  if (no_products(M, N, K, accumulate, C, ldc)) return;
   const BlockFn block = paths().active().block;
   gemm_blocked(M, N, K, accumulate, C, ldc,
                [&](int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t k0, int64_t k, bool acc, float* c,
@@ -278,12 +282,7 @@ PackedB::PackedB(GemmArith arith, int64_t N, int64_t K, const GemmOperand& B)
 void gemm_on_thread(int64_t M, const GemmOperand& A, const PackedB& B, bool accumulate, float* C, int64_t ldc) {
   MT_ASSERT(B.arith_ != GemmArith::dot_bf16 || A.dtype != DType::f16, "gemm: dot_bf16 takes bf16 values, not f16");
   const int64_t N = B.n_, K = B.k_;
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    if (!accumulate)
-      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
-    return;
-  }
+  if (no_products(M, N, K, accumulate, C, ldc)) return;
   const GemmPath& path = paths().active();
   if (&path == B.path_)
     path.block_packed(B.arith_, M, N, K, A, B.b_, B.f32_panels_, B.pair_panels_, accumulate, C, ldc);

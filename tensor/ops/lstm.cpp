@@ -121,9 +121,13 @@ LstmSequence lstm_sequence(const Tensor& proj, int64_t time_dim, const Tensor& w
     cpu::lstm_layer_forward(proj, time_dim, w, b, s.hs, s.cs, s.acts);
     return s;
   }
+  // W with W^T's rows contiguous: each step's GEMM then reads its right operand in place instead
+  // of packing it again, T times (tensor/cpu/gemm_tiles.inc). The arithmetic does not depend on
+  // the layout. (The CPU kernel packs W once, from any strides.)
+  const Tensor w_rows = w.t().contiguous().t();
   std::vector<Tensor> hs{h0}, cs{c0}, acts;
   for (int64_t t = 0; t < T; ++t) {
-    const Tensor gates = add(proj.select(time_dim, t), linear(hs.back(), w, b));
+    const Tensor gates = add(proj.select(time_dim, t), linear(hs.back(), w_rows, b));
     if (save) {
       LstmCellSaved step = lstm_cell_saving(gates, cs.back());
       acts.push_back(std::move(step.acts));

@@ -108,6 +108,18 @@ MT_HOST_DEVICE inline C unary_backward(C x, C y, C dy, C a, C b) {
   else if constexpr (OP == UnaryOp::rdiv_scalar) return -(dy * (y / x));  // d(a/x) = -a/x^2 = -y/x
 }
 
+// Whether unary_backward<OP> reads its x and its y: a kernel need not load (or, for 16-bit
+// tensors, convert) an operand the formula ignores. tests/tensor/test_elementwise_formulas.cpp
+// checks each false entry by passing NaN there.
+template <UnaryOp OP>
+inline constexpr bool backward_reads_y = OP == UnaryOp::exp || OP == UnaryOp::sqrt || OP == UnaryOp::sigmoid ||
+                                         OP == UnaryOp::tanh || OP == UnaryOp::rdiv_scalar;
+template <UnaryOp OP>
+inline constexpr bool backward_reads_x =
+    !(OP == UnaryOp::neg || OP == UnaryOp::exp || OP == UnaryOp::sqrt || OP == UnaryOp::sigmoid ||
+      OP == UnaryOp::tanh || OP == UnaryOp::add_scalar || OP == UnaryOp::mul_scalar || OP == UnaryOp::div_scalar ||
+      OP == UnaryOp::rsub_scalar);
+
 template <BinaryOp OP, class C>
 MT_HOST_DEVICE inline C binary(C a, C b) {
   if constexpr (OP == BinaryOp::add) return a + b;

@@ -84,6 +84,34 @@ Shape widen_images(const T* x, const Shape& xs, const Geom& g, int64_t nb, float
   return {g.C * HW, HW, g.W, 1};
 }
 
+// Note [im2col runs]
+// When the input rows lie as far apart as the output rows (sh * row stride == OW) and a row's
+// valid columns read consecutive elements (sw * element stride == 1): a stride-1 convolution that
+// keeps the width, the cnn's, the image's part of a column row is one copy. Output (oh, ow) reads
+// input offset S + oh * OW + ow, so the valid rows [oh0, oh1) are one run of consecutive elements
+// from their first valid pixel to their last; the run also copies, into each row's columns
+// outside [lo, hi), the neighbouring pixels of the rows above and below, which are then
+// overwritten with the padding's zeros. One copy of up to OH * OW elements replaces OH copies of
+// at most OW (14 and 28 for the cnn, each a library call), and the values are the same.
+template <class T>
+void im2col_run(const T* plane, const Shape& xs, const Geom& g, int64_t kh, int64_t iw0, int64_t lo, int64_t hi,
+                T* dst) {
+  const auto ih = [&](int64_t oh) { return oh * g.sh - g.ph + kh * g.dh; };
+  int64_t oh0 = 0, oh1 = g.OH;
+  while (oh0 < oh1 && ih(oh0) < 0) ++oh0;
+  while (oh1 > oh0 && ih(oh1 - 1) >= g.H) --oh1;
+  std::fill(dst, dst + oh0 * g.OW, T{});
+  std::fill(dst + oh1 * g.OW, dst + g.L(), T{});
+  if (oh0 == oh1) return;
+  const T* src = plane + ih(oh0) * xs[2] + (iw0 + lo * g.sw) * xs[3];
+  std::copy(src, src + (oh1 - 1 - oh0) * g.OW + (hi - lo), dst + oh0 * g.OW + lo);
+  for (int64_t oh = oh0; oh < oh1; ++oh) {
+    T* d = dst + oh * g.OW;
+    for (int64_t ow = 0; ow < lo; ++ow) d[ow] = T{};
+    for (int64_t ow = hi; ow < g.OW; ++ow) d[ow] = T{};
+  }
+}
+
 // col[rows, nb*L] for the nb images starting at x (strides xs), in x's type. Only copies: a
 // bf16 element is moved as its uint16_t bits, which the compiler vectorizes as it does floats.
 template <class T>
@@ -93,6 +121,8 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
     return;
   }
   const int64_t L = g.L(), cols = nb * L;
+  // Note [im2col runs]: the input rows are as far apart as the output rows, element by element.
+  const bool one_run = g.sw * xs[3] == 1 && g.sh * xs[2] == g.OW;
   // Each row (c, kh, kw) is one thread's (Note [Deterministic threads]).
   parallel_for(g.rows(), grain_for(cols), [&](int64_t r_begin, int64_t r_end) {
     for (int64_t r = r_begin; r < r_end; ++r) {
@@ -103,6 +133,10 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
       valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
       for (int64_t n = 0; n < nb; ++n) {
         const T* plane = x + n * xs[0] + c * xs[1];
+        if (one_run && lo < hi) {
+          im2col_run(plane, xs, g, kh, iw0, lo, hi, row + n * L);
+          continue;
+        }
         for (int64_t oh = 0; oh < g.OH; ++oh) {
           T* dst = row + n * L + oh * g.OW;
           const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
@@ -156,7 +190,11 @@ void col2im_add(const C* col, const Geom& g, int64_t nb, C* img) {
               if (ih < 0 || ih >= g.H) continue;
               const C* src = row + n * L + oh * g.OW;
               C* dst = plane + ih * g.W;
-              for (int64_t ow = lo; ow < hi; ++ow) dst[iw0 + ow * g.sw] += src[ow];
+              if (g.sw == 1) {  // the same additions with a unit stride the compiler can vectorize
+                for (int64_t ow = lo; ow < hi; ++ow) dst[iw0 + ow] += src[ow];
+              } else {
+                for (int64_t ow = lo; ow < hi; ++ow) dst[iw0 + ow * g.sw] += src[ow];
+              }
             }
           }
         }
@@ -247,8 +285,12 @@ void gather_columns(const T* dy, const Shape& ds, const Geom& g, int64_t n0, int
         const T* plane = dy + (n0 + n) * ds[0] + oc * ds[1];
         E* dst = G + oc * cols + n * L;
         if constexpr (std::is_same_v<T, E>) {
-          for (int64_t oh = 0; oh < g.OH; ++oh)
-            for (int64_t ow = 0; ow < g.OW; ++ow) dst[oh * g.OW + ow] = plane[oh * ds[2] + ow * ds[3]];
+          if (ds[3] == 1 && ds[2] == g.OW) {
+            std::copy(plane, plane + L, dst);
+          } else {
+            for (int64_t oh = 0; oh < g.OH; ++oh)
+              for (int64_t ow = 0; ow < g.OW; ++ow) dst[oh * g.OW + ow] = plane[oh * ds[2] + ow * ds[3]];
+          }
         } else if (ds[3] == 1 && ds[2] == g.OW) {
           load_row_to(plane, 1, L, dst);
         } else {

@@ -49,13 +49,16 @@ void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Stride
       parallel_for_each_row<4>(dx.shape(), {dx.strides(), x.strides(), y.strides(), dy.strides()},
                                [&](const RowPiece<4>& r) {
         for_chunks(r.len, [&](int64_t j, int64_t n) {
+          // Only the operands the formula reads are loaded (the others are passed as 0).
+          constexpr bool kx = formulas::backward_reads_x<OP>, ky = formulas::backward_reads_y<OP>;
           C xb[kRowChunk], yb[kRowChunk], gb[kRowChunk], db[kRowChunk];
-          const C* xv = load_row(px + r.at[1] + j * r.step[1], r.step[1], n, xb);
-          const C* yv = load_row(py + r.at[2] + j * r.step[2], r.step[2], n, yb);
+          const C* xv = kx ? load_row(px + r.at[1] + j * r.step[1], r.step[1], n, xb) : nullptr;
+          const C* yv = ky ? load_row(py + r.at[2] + j * r.step[2], r.step[2], n, yb) : nullptr;
           const C* gv = load_row(pdy + r.at[3] + j * r.step[3], r.step[3], n, gb);
           T* pout = pdx + r.at[0] + j * r.step[0];
           C* dv = out_row(pout, r.step[0], db);
-          for (int64_t i = 0; i < n; ++i) dv[i] = formulas::unary_backward<OP, HostMath>(xv[i], yv[i], gv[i], ca, cb);
+          for (int64_t i = 0; i < n; ++i)
+            dv[i] = formulas::unary_backward<OP, HostMath>(kx ? xv[i] : C(0), ky ? yv[i] : C(0), gv[i], ca, cb);
           store_row(dv, pout, r.step[0], n);
         });
       });

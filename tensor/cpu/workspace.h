@@ -23,6 +23,8 @@ enum class Workspace : int {
   conv_input,     // conv: f16 images widened to f32 for im2col
   matmul_output,  // matmul: a 16-bit GEMM's f32 output before it is rounded
   gemm_partials,  // gemm_blocked: the partial sums of split-K blocks
+  norm_values,    // batch norm: a 16-bit channel's x in the compute type (Note [Batch norm copies])
+  norm_grads,     // batch norm backward: the same for dy
   count
 };
 

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "mixtape.h"
+#include "tensor/core/elementwise_formulas.h"
+#include "tensor/cpu/math.h"
 
 using namespace mixtape;
 
@@ -239,4 +241,31 @@ TEST_CASE("the activations round once from fp32 and read strided inputs", "[tens
     const std::vector<double> yc = unary(o.op, x32.t().contiguous(), o.a, o.b).to_vector();
     for (size_t i = 0; i < yt.size(); ++i) CHECK(same_bits(float(yt[i]), float(yc[i])));
   }
+}
+
+TEST_CASE("unary_backward reads x and y exactly where backward_reads_x / _y say", "[tensor][elementwise]") {
+  // The CPU kernel loads only the operands these flags name (tensor/cpu/elementwise.cpp): an
+  // operand flagged as unread must not change the gradient, checked with a NaN in its place, and
+  // one flagged as read must matter somewhere, checked on a few points.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> xs = {1.5f, -0.75f, 2.0f}, ys = {0.25f, 3.0f, -1.5f};
+  auto check = [&]<UnaryOp OP>() {
+    INFO("op " << int(OP));
+    const float a = 0.5f, b = 2.5f, dy = 1.25f;
+    bool x_matters = false, y_matters = false;
+    for (float x : xs)
+      for (float y : ys) {
+        const float g = formulas::unary_backward<OP, cpu::HostMath>(x, y, dy, a, b);
+        const float no_x = formulas::unary_backward<OP, cpu::HostMath>(nan, y, dy, a, b);
+        const float no_y = formulas::unary_backward<OP, cpu::HostMath>(x, nan, dy, a, b);
+        if (!formulas::backward_reads_x<OP>) CHECK(same_bits(no_x, g));
+        if (!formulas::backward_reads_y<OP>) CHECK(same_bits(no_y, g));
+        x_matters = x_matters || !same_bits(no_x, g);
+        y_matters = y_matters || !same_bits(no_y, g);
+      }
+    CHECK(x_matters == formulas::backward_reads_x<OP>);
+    CHECK(y_matters == formulas::backward_reads_y<OP>);
+  };
+  for (int op = 0; op <= int(UnaryOp::rdiv_scalar); ++op)
+    formulas::dispatch_unary(UnaryOp(op), [&]<UnaryOp OP>() { check.template operator()<OP>(); });
 }

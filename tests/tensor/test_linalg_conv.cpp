@@ -268,20 +268,28 @@ TEST_CASE("conv2d matches a naive loop", "[conv]") {
       {{1, 2, 5, 7}, {2, 2, 1, 1}, 3, 0, 1, true},
       {{1, 1, 4, 4}, {2, 1, 5, 5}, 1, 2, 1, false},
       {{3, 2, 8, 8}, {2, 2, 2, 2}, 2, 0, 3, true},
+      // Stride 1 keeping the width: on a contiguous input, one copy per image and column row
+      // (Note [im2col runs]), with padded columns on both sides and wholly padded rows.
+      {{2, 3, 6, 5}, {4, 3, 3, 3}, 1, 1, 1, true},
+      {{1, 2, 9, 8}, {3, 2, 3, 3}, 1, 2, 2, false},
+      {{2, 2, 2, 7}, {3, 2, 5, 5}, 1, 2, 1, true},
+      {{1, 3, 5, 6}, {2, 3, 1, 3}, 1, {0, 1}, 1, false},
   };
-  for (DType dt : {DType::f64, DType::f32}) {
-    const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
-    for (const P& q : params) {
-      INFO("x " << shape_str(q.x) << " w " << shape_str(q.w) << " stride " << size2_str(q.s) << " padding "
-                << size2_str(q.p) << " dilation " << size2_str(q.d) << " " << dtype_name(dt));
-      // A permuted (non-contiguous) input with the same values.
-      Shape xt = {q.x[0], q.x[2], q.x[3], q.x[1]};
-      const Tensor x = rand_input(xt, dt, 31).permute({0, 3, 1, 2});
-      const Tensor w = rand_input(q.w, dt, 32);
-      const Tensor b = q.bias ? rand_input({q.w[0]}, dt, 33) : Tensor();
-      check_close(conv2d(x, w, b, q.s, q.p, q.d), naive_conv2d(x, w, b, q.s, q.p, q.d), tol, tol);
+  for (DType dt : {DType::f64, DType::f32})
+    for (bool permuted : {true, false}) {
+      const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+      for (const P& q : params) {
+        INFO("x " << shape_str(q.x) << " w " << shape_str(q.w) << " stride " << size2_str(q.s) << " padding "
+                  << size2_str(q.p) << " dilation " << size2_str(q.d) << " " << dtype_name(dt)
+                  << (permuted ? " permuted" : " contiguous"));
+        // A permuted (non-contiguous) input, or a contiguous one.
+        Shape xt = {q.x[0], q.x[2], q.x[3], q.x[1]};
+        const Tensor x = permuted ? rand_input(xt, dt, 31).permute({0, 3, 1, 2}) : rand_input(q.x, dt, 31);
+        const Tensor w = rand_input(q.w, dt, 32);
+        const Tensor b = q.bias ? rand_input({q.w[0]}, dt, 33) : Tensor();
+        check_close(conv2d(x, w, b, q.s, q.p, q.d), naive_conv2d(x, w, b, q.s, q.p, q.d), tol, tol);
+      }
     }
-  }
 }
 
 TEST_CASE("conv_transpose2d matches a naive scatter and is the adjoint of conv2d", "[conv]") {

@@ -269,3 +269,44 @@ TEST_CASE("unary_backward reads x and y exactly where backward_reads_x / _y say"
   for (int op = 0; op <= int(UnaryOp::rdiv_scalar); ++op)
     formulas::dispatch_unary(UnaryOp(op), [&]<UnaryOp OP>() { check.template operator()<OP>(); });
 }
+
+TEST_CASE("relu on 16-bit patterns equals the widening kernel on all 65,536 patterns", "[tensor][elementwise]") {
+  // Note [ReLU on 16-bit patterns]: without a rounding census relu and its gradient select on the
+  // 16-bit patterns; with one open the generic kernel (widen, select, round) runs. Every x
+  // pattern, each against two dy patterns (two permutations of all 65,536, so NaN, inf, zeros
+  // and subnormals meet each kind of x), contiguous and through a transposed view.
+  for (DType dt : {DType::f16, DType::bf16}) {
+    INFO(dtype_name(dt));
+    const auto patterns = [&](uint32_t mul) {
+      Tensor t = empty({256, 256}, dt);
+      auto* p = static_cast<uint16_t*>(t.raw_data());
+      for (uint32_t i = 0; i < 65536; ++i) p[i] = uint16_t(i * mul);
+      return t;
+    };
+    const auto bits = [](const Tensor& t) {
+      const Tensor c = t.contiguous();
+      const auto* p = static_cast<const uint16_t*>(c.raw_data());
+      return std::vector<uint16_t>(p, p + c.numel());
+    };
+    const Tensor x = patterns(1);
+    for (bool transposed : {false, true}) {
+      INFO((transposed ? "transposed" : "contiguous"));
+      const Tensor xv = transposed ? x.transpose(0, 1) : x;
+      std::vector<uint16_t> fast = bits(relu(xv)), generic;
+      {
+        RoundingCensus census;
+        generic = bits(relu(xv));
+      }
+      CHECK(fast == generic);
+      for (uint32_t mul : {40503u, 7u}) {
+        const Tensor dy = transposed ? patterns(mul).transpose(0, 1) : patterns(mul);
+        fast = bits(unary_backward(UnaryOp::relu, xv, Tensor(), dy));
+        {
+          RoundingCensus census;
+          generic = bits(unary_backward(UnaryOp::relu, xv, Tensor(), dy));
+        }
+        CHECK(fast == generic);
+      }
+    }
+  }
+}

@@ -5,9 +5,14 @@
 
 #include <cmath>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/math.h"
+#include "tensor/cpu/target_region.h"
 #include "tensor/core/elementwise_formulas.h"
 
 namespace mixtape::cpu {
@@ -45,6 +50,44 @@ inline uint16_t relu_grad_bits(uint16_t x, uint16_t dy) {
 template <class T>
 constexpr bool kSelectsBits = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
 
+// Note [Vector leaky ReLU]
+// leaky_relu and its gradient multiply by the slope that leaky_slope picks (x > 0 ? 1 : a), one
+// multiply per element; the scalar form's table lookup keeps the compiler from vectorizing it.
+// On the AVX-512 conversion path (avx512_path_active()) float rows run sixteen lanes at a time:
+// the slope chosen by a compare mask (false for NaN, as the table's index is), then the same
+// multiply, x * slope or dy * slope, so the same bits (test_elementwise.cpp compares the paths).
+#if defined(__x86_64__)
+MT_TARGET_BEGIN("avx512f")
+namespace avx512 {
+
+inline __m512 slope16(__m512 x, __m512 a) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), a, _mm512_set1_ps(1.0f));
+}
+
+// v[i] * leaky_slope(x[i], a) for i < n.
+void times_leaky_slope(const float* x, const float* v, float* out, int64_t n, float a) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __m512 xs = _mm512_maskz_loadu_ps(m, x + i);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, v + i), slope16(xs, av)));
+  }
+}
+
+}  // namespace avx512
+MT_TARGET_END
+#endif
+
+// out[i] = v[i] * leaky_slope(x[i], a): the forward (v = x) and the gradient (v = dy).
+template <class C>
+void times_leaky_slope(const C* x, const C* v, C* out, int64_t n, C a) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<C, float>)
+    if (avx512_path_active()) return avx512::times_leaky_slope(x, v, out, n, a);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = v[i] * leaky_slope(x[i], a);
+}
+
 }  // namespace
 
 void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b) {
@@ -74,7 +117,11 @@ void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b)
           const C* xv = load_row(px + r.at[1] + j * r.step[1], r.step[1], n, xb);
           T* pout = po + r.at[0] + j * r.step[0];
           C* yv = out_row(pout, r.step[0], yb);
-          for (int64_t i = 0; i < n; ++i) yv[i] = formulas::unary_forward<OP, HostMath>(xv[i], ca, cb);
+          if constexpr (OP == UnaryOp::leaky_relu) {  // Note [Vector leaky ReLU]
+            times_leaky_slope(xv, xv, yv, n, ca);
+          } else {
+            for (int64_t i = 0; i < n; ++i) yv[i] = formulas::unary_forward<OP, HostMath>(xv[i], ca, cb);
+          }
           store_row(yv, pout, r.step[0], n);
         });
       });
@@ -119,8 +166,12 @@ void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Stride
           const C* gv = load_row(pdy + r.at[3] + j * r.step[3], r.step[3], n, gb);
           T* pout = pdx + r.at[0] + j * r.step[0];
           C* dv = out_row(pout, r.step[0], db);
-          for (int64_t i = 0; i < n; ++i)
-            dv[i] = formulas::unary_backward<OP, HostMath>(kx ? xv[i] : C(0), ky ? yv[i] : C(0), gv[i], ca, cb);
+          if constexpr (OP == UnaryOp::leaky_relu) {  // Note [Vector leaky ReLU]
+            times_leaky_slope(xv, gv, dv, n, ca);
+          } else {
+            for (int64_t i = 0; i < n; ++i)
+              dv[i] = formulas::unary_backward<OP, HostMath>(kx ? xv[i] : C(0), ky ? yv[i] : C(0), gv[i], ca, cb);
+          }
           store_row(dv, pout, r.step[0], n);
         });
       });

@@ -23,9 +23,14 @@
 #include <memory>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/linalg.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/target_region.h"
 #include "tensor/cpu/workspace.h"
 
 namespace mixtape::cpu {
@@ -84,6 +89,15 @@ Shape widen_images(const T* x, const Shape& xs, const Geom& g, int64_t nb, float
   return {g.C * HW, HW, g.W, 1};
 }
 
+// The rows oh of an output plane [OH, OW] whose input row ih(oh) = oh sh - ph + kh dh lies in the
+// image: [oh0, oh1).
+inline void valid_rows(const Geom& g, int64_t kh, int64_t& oh0, int64_t& oh1) {
+  oh0 = 0;
+  oh1 = g.OH;
+  while (oh0 < oh1 && oh0 * g.sh - g.ph + kh * g.dh < 0) ++oh0;
+  while (oh1 > oh0 && (oh1 - 1) * g.sh - g.ph + kh * g.dh >= g.H) --oh1;
+}
+
 // Note [im2col runs]
 // When the input rows lie as far apart as the output rows (sh * row stride == OW) and a row's
 // valid columns read consecutive elements (sw * element stride == 1): a stride-1 convolution that
@@ -97,9 +111,8 @@ template <class T>
 void im2col_run(const T* plane, const Shape& xs, const Geom& g, int64_t kh, int64_t iw0, int64_t lo, int64_t hi,
                 T* dst) {
   const auto ih = [&](int64_t oh) { return oh * g.sh - g.ph + kh * g.dh; };
-  int64_t oh0 = 0, oh1 = g.OH;
-  while (oh0 < oh1 && ih(oh0) < 0) ++oh0;
-  while (oh1 > oh0 && ih(oh1 - 1) >= g.H) --oh1;
+  int64_t oh0, oh1;
+  valid_rows(g, kh, oh0, oh1);
   std::fill(dst, dst + oh0 * g.OW, T{});
   std::fill(dst + oh1 * g.OW, dst + g.L(), T{});
   if (oh0 == oh1) return;
@@ -112,6 +125,105 @@ void im2col_run(const T* plane, const Shape& xs, const Geom& g, int64_t kh, int6
   }
 }
 
+// Note [im2col vectors]
+// A strided convolution's column rows are short gathers: output ow of a row reads input
+// iw0 + ow sw, and the dcgan's rows are 4 to 16 outputs long, each copied element by element
+// (0.7 to 1.1 ns an output). On the AVX-512 conversion path (avx512_path_active()), a row whose
+// outputs fit one vector (16 floats, or 32 16-bit values) and whose inputs fit two is one or two
+// masked loads, one lane permute that picks every es-th input (es = sw * element stride) and
+// zeroes the padding lanes, and one masked store; the masks and the permutation depend only on
+// (kh, kw), so they are made once per column row. The lanes move bits unchanged, so the columns
+// are the same; test_linalg_conv.cpp compares the paths.
+#if defined(__x86_64__)
+MT_TARGET_BEGIN("avx512f,avx512bw,avx512vl")
+namespace avx512 {
+
+// E: float (sixteen lanes) or uint16_t (thirty-two).
+template <class E>
+constexpr int64_t kLanes = int64_t(64 / sizeof(E));
+
+// Whether an output row of OW values, lo..hi of them read es apart, fits (see the Note).
+template <class E>
+bool row_fits(int64_t OW, int64_t lo, int64_t hi, int64_t es) {
+  return OW <= kLanes<E> && (hi <= lo || es * (hi - lo - 1) + 1 <= 2 * kLanes<E>);
+}
+
+// Column row (c, kh, kw) of the nb images at x (row: its nb * L columns); iw0 = kw dw - pw and
+// [lo, hi) the outputs whose input column is in the image (row_fits holds).
+template <class E>
+void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t c, int64_t kh, int64_t iw0, int64_t lo,
+                 int64_t hi, E* row) {
+  constexpr int64_t V = kLanes<E>;
+  using Mask = std::conditional_t<sizeof(E) == 4, __mmask16, __mmask32>;
+  const int64_t L = g.L(), OW = g.OW, es = g.sw * xs[3];
+  const int64_t span = hi > lo ? es * (hi - lo - 1) + 1 : 0;  // inputs from the first valid one to the last
+  const auto first = [](int64_t k) { return k >= V ? Mask(~Mask(0)) : Mask((uint64_t(1) << k) - 1u); };
+  const Mask m0 = first(std::min(span, V)), m1 = first(std::max<int64_t>(span - V, 0)), out = first(OW);
+  Mask keep = 0;
+  using Index = std::conditional_t<sizeof(E) == 4, int32_t, int16_t>;
+  alignas(64) Index index[V] = {};
+  for (int64_t ow = lo; ow < hi; ++ow) {
+    index[ow] = Index(es * (ow - lo));
+    keep = Mask(keep | (Mask(1) << ow));
+  }
+  const __m512i perm = _mm512_load_si512(index);
+  int64_t oh0, oh1;
+  valid_rows(g, kh, oh0, oh1);
+  for (int64_t n = 0; n < nb; ++n) {
+    E* dst = row + n * L;
+    std::fill(dst, dst + oh0 * OW, E{});
+    std::fill(dst + oh1 * OW, dst + L, E{});
+    const E* plane = x + n * xs[0] + c * xs[1] + (iw0 + lo * g.sw) * xs[3];
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      const E* src = plane + (oh * g.sh - g.ph + kh * g.dh) * xs[2];
+      if constexpr (sizeof(E) == 4) {
+        const __m512 a = _mm512_maskz_loadu_ps(m0, src), b = _mm512_maskz_loadu_ps(m1, src + V);
+        _mm512_mask_storeu_ps(dst + oh * OW, out, _mm512_maskz_permutex2var_ps(keep, a, perm, b));
+      } else {
+        const __m512i a = _mm512_maskz_loadu_epi16(m0, src), b = _mm512_maskz_loadu_epi16(m1, src + V);
+        _mm512_mask_storeu_epi16(dst + oh * OW, out, _mm512_maskz_permutex2var_epi16(keep, a, perm, b));
+      }
+    }
+  }
+}
+
+// The adjoint, for col2im_add: column row (c, kh, kw) of the nb images added into their planes
+// of img (contiguous, f32): img[ih, iw0 + ow sw] += row[n L + oh OW + ow], one vector add per
+// output row. The lane permute spreads the row's values to their pixels, and the add and store
+// are masked to those pixels: every other pixel is left as it is (adding 0 would turn -0 into
+// +0), and each pixel gets the same one addition as in the scalar loop, in the same order.
+void scatter_add_rows(const float* row, const Geom& g, int64_t nb, int64_t c, int64_t kh, int64_t iw0, int64_t lo,
+                      int64_t hi, float* img) {
+  constexpr int64_t V = 16;
+  const int64_t L = g.L(), OW = g.OW, es = g.sw;
+  alignas(64) int32_t index[2 * V] = {};
+  uint32_t targets = 0;  // pixels of the span [iw0 + lo sw, iw0 + lo sw + 2V) that get a value
+  for (int64_t ow = lo; ow < hi; ++ow) {
+    index[es * (ow - lo)] = int32_t(ow);
+    targets |= uint32_t(1) << (es * (ow - lo));
+  }
+  const __m512i perm0 = _mm512_load_si512(index), perm1 = _mm512_load_si512(index + V);
+  const __mmask16 t0 = __mmask16(targets), t1 = __mmask16(targets >> V);
+  const __mmask16 in = OW >= V ? __mmask16(0xFFFF) : __mmask16((1u << OW) - 1u);
+  int64_t oh0, oh1;
+  valid_rows(g, kh, oh0, oh1);
+  for (int64_t n = 0; n < nb; ++n) {
+    float* plane = img + (n * g.C + c) * g.H * g.W + iw0 + lo * es;
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      const __m512 v = _mm512_maskz_loadu_ps(in, row + n * L + oh * OW);
+      float* d = plane + (oh * g.sh - g.ph + kh * g.dh) * g.W;
+      _mm512_mask_storeu_ps(d, t0, _mm512_add_ps(_mm512_maskz_loadu_ps(t0, d), _mm512_permutexvar_ps(perm0, v)));
+      if (t1)
+        _mm512_mask_storeu_ps(d + V, t1,
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(t1, d + V), _mm512_permutexvar_ps(perm1, v)));
+    }
+  }
+}
+
+}  // namespace avx512
+MT_TARGET_END
+#endif
+
 // col[rows, nb*L] for the nb images starting at x (strides xs), in x's type. Only copies: a
 // bf16 element is moved as its uint16_t bits, which the compiler vectorizes as it does floats.
 template <class T>
@@ -123,6 +235,9 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
   const int64_t L = g.L(), cols = nb * L;
   // Note [im2col runs]: the input rows are as far apart as the output rows, element by element.
   const bool one_run = g.sw * xs[3] == 1 && g.sh * xs[2] == g.OW;
+  // Note [im2col vectors]: short gathered rows of 4- and 2-byte elements.
+  [[maybe_unused]] const bool vector =
+      (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>)&&!one_run && xs[3] > 0 && avx512_path_active();
   // Each row (c, kh, kw) is one thread's (Note [Deterministic threads]).
   parallel_for(g.rows(), grain_for(cols), [&](int64_t r_begin, int64_t r_end) {
     for (int64_t r = r_begin; r < r_end; ++r) {
@@ -131,6 +246,14 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
       const int64_t iw0 = kw * g.dw - g.pw;
       int64_t lo, hi;
       valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
+#if defined(__x86_64__)
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
+        if (vector && avx512::row_fits<T>(g.OW, lo, hi, g.sw * xs[3])) {
+          avx512::gather_rows(x, xs, g, nb, c, kh, iw0, lo, hi, row);
+          continue;
+        }
+      }
+#endif
       for (int64_t n = 0; n < nb; ++n) {
         const T* plane = x + n * xs[0] + c * xs[1];
         if (one_run && lo < hi) {
@@ -173,6 +296,8 @@ void columns(const T* x, const Shape& xs, const Geom& g, int64_t nb, gemm_operan
 template <class C>
 void col2im_add(const C* col, const Geom& g, int64_t nb, C* img) {
   const int64_t L = g.L(), cols = nb * L;
+  // Note [im2col vectors], the adjoint: short strided rows of f32 on the AVX-512 path.
+  [[maybe_unused]] const bool vector = std::is_same_v<C, float> && avx512_path_active();
   // Each channel's planes are one thread's, summed in the serial order (Note [Deterministic
   // threads]): the rows (c, kh, kw) of one c add into the same pixels.
   parallel_for(g.C, grain_for(g.KH * g.KW * cols), [&](int64_t c_begin, int64_t c_end) {
@@ -183,6 +308,14 @@ void col2im_add(const C* col, const Geom& g, int64_t nb, C* img) {
           const int64_t iw0 = kw * g.dw - g.pw;
           int64_t lo, hi;
           valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
+#if defined(__x86_64__)
+          if constexpr (std::is_same_v<C, float>) {
+            if (vector && avx512::row_fits<float>(g.OW, lo, hi, g.sw)) {
+              if (lo < hi) avx512::scatter_add_rows(row, g, nb, c, kh, iw0, lo, hi, img);
+              continue;
+            }
+          }
+#endif
           for (int64_t n = 0; n < nb; ++n) {
             C* plane = img + (n * g.C + c) * g.H * g.W;
             for (int64_t oh = 0; oh < g.OH; ++oh) {

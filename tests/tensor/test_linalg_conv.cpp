@@ -8,6 +8,8 @@
 
 #include "mixtape.h"
 #include "support/op_cases.h"
+#include "support/test_util.h"
+#include "tensor/cpu/convert.h"
 
 using namespace mixtape;
 using Catch::Contains;
@@ -289,6 +291,49 @@ TEST_CASE("conv2d matches a naive loop", "[conv]") {
         const Tensor b = q.bias ? rand_input({q.w[0]}, dt, 33) : Tensor();
         check_close(conv2d(x, w, b, q.s, q.p, q.d), naive_conv2d(x, w, b, q.s, q.p, q.d), tol, tol);
       }
+    }
+}
+
+TEST_CASE("im2col's and col2im's vector rows give the scalar code's bits", "[conv]") {
+  // Note [im2col vectors]: on the AVX-512 conversion path, short strided rows are gathered with
+  // masked loads and a lane permute, and scattered back the same way. conv2d and its weight
+  // gradient (through im2col) and its input gradient (through col2im) on every conversion path,
+  // f32 and bf16, bit for bit: rows that just fit one vector (OW 16 for
+  // f32, 32 for bf16) and just miss it, inputs that just fit two vectors, strides 2 to 4,
+  // dilation, rows wholly in the padding, and a channels-last input (element stride C).
+  struct P {
+    Shape x, w;
+    Size2 s, p, d;
+    bool channels_last;
+  };
+  const std::vector<P> params = {
+      {{2, 3, 32, 32}, {4, 3, 4, 4}, 2, 1, 1, false},     // OW 16, inputs 31 apart
+      {{2, 3, 34, 34}, {4, 3, 4, 4}, 2, 1, 1, false},     // OW 17: f32 rows take the scalar code
+      {{1, 2, 64, 64}, {2, 2, 4, 4}, 2, 1, 1, false},     // OW 32: the bf16 rows' limit
+      {{1, 2, 9, 10}, {2, 2, 3, 3}, 2, 2, 2, false},      // dilation, padded columns on both sides
+      {{1, 2, 7, 9}, {3, 2, 3, 3}, {2, 3}, 1, 1, false},  // es 3
+      {{1, 2, 12, 64}, {2, 2, 3, 3}, 4, 1, 1, false},     // es 4, OW 16: 61 inputs, over two f32 vectors
+      {{1, 2, 5, 6}, {2, 2, 5, 5}, 2, 4, 1, false},       // rows wholly in the padding
+      {{2, 2, 8, 8}, {3, 2, 3, 3}, 2, 1, 1, true},        // element stride 2: es 4
+  };
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const P& q : params) {
+      INFO("x " << shape_str(q.x) << " w " << shape_str(q.w) << " stride " << size2_str(q.s) << " padding "
+                << size2_str(q.p) << " dilation " << size2_str(q.d) << " " << dtype_name(dt)
+                << (q.channels_last ? " channels-last" : ""));
+      const Tensor x = q.channels_last
+                           ? rand_input({q.x[0], q.x[2], q.x[3], q.x[1]}, DType::f32, 61).permute({0, 3, 1, 2}).to(dt)
+                           : rand_input(q.x, DType::f32, 61).to(dt);
+      const Tensor w = rand_input(q.w, DType::f32, 62).to(dt);
+      std::vector<std::vector<double>> outs;
+      for (const std::string& path : cpu::conversion_paths()) {
+        test::ConversionPathScope scope(path);
+        const Tensor y = conv2d(x, w, Tensor(), q.s, q.p, q.d);
+        outs.push_back(y.to_vector());
+        outs.push_back(conv2d_backward_weight(x, y, w.shape(), q.s, q.p, q.d).to_vector());
+        outs.push_back(conv2d_backward_input(y, w, x.shape(), q.s, q.p, q.d).to_vector());  // col2im
+      }
+      for (size_t i = 3; i < outs.size(); ++i) CHECK(outs[i] == outs[i % 3]);
     }
 }
 

@@ -22,33 +22,37 @@ namespace mixtape::cpu {
 
 namespace {
 
-// Note [ReLU on 16-bit patterns]
+// Note [ReLU on bit patterns]
 // relu and its gradient only select: relu(x) = x < 0 ? 0 : x is x or +0, its gradient
 // x <= 0 ? 0 : dy is dy or +0. On f16 and bf16 the generic kernel widens, selects and rounds
 // back, which gives the selected value's own bits, except that store<> writes every NaN as the
-// canonical 0x7FFF. These select on the 16-bit patterns directly, with that NaN rule: the same
-// bits in one pass over the data instead of three (test_elementwise.cpp compares both kernels on
-// all 65,536 patterns). While a rounding census is open the generic kernel runs, so that its
-// stores are counted (Note [Rounding census]).
+// canonical 0x7FFF; on f32 it selects in place, a comparison and a branch per element. These
+// select on the bit patterns instead (integer operations the compiler vectorizes), with the NaN
+// rule of the 16-bit stores: the same bits, and for 16 bits one pass over the data instead of
+// three (test_elementwise.cpp compares both kernels on all 65,536 16-bit patterns and on f32
+// specials and random bits). While a rounding census is open the generic kernel runs, so that
+// its stores are counted (Note [Rounding census]).
 template <class T>
-constexpr uint16_t kExpMask = std::is_same_v<T, half> ? 0x7C00 : 0x7F80;  // all-ones exponent
+struct ReluBits {
+  using U = std::conditional_t<std::is_same_v<T, float>, uint32_t, uint16_t>;
+  static constexpr U kSign = U(U(1) << (8 * sizeof(U) - 1)), kMag = U(~kSign);
+  static constexpr U kInf = std::is_same_v<T, float> ? U(0x7F800000) : std::is_same_v<T, half> ? U(0x7C00) : U(0x7F80);
+  static constexpr bool kCanonicalNan = !std::is_same_v<T, float>;  // store<> writes NaN as 0x7FFF
+
+  static U relu(U x) {
+    const U mag = U(x & kMag);
+    if (kCanonicalNan && mag > kInf) return U(0x7FFF);         // NaN
+    return (x & kSign) && mag != 0 && mag <= kInf ? U(0) : x;  // x < 0: +0
+  }
+  static U grad(U x, U dy) {
+    const U mag = U(x & kMag);
+    if (mag <= kInf && ((x & kSign) || mag == 0)) return U(0);  // x <= 0: +0
+    return kCanonicalNan && U(dy & kMag) > kInf ? U(0x7FFF) : dy;
+  }
+};
 
 template <class T>
-inline uint16_t relu_bits(uint16_t x) {
-  const uint16_t mag = x & 0x7FFF;
-  if (mag > kExpMask<T>) return 0x7FFF;     // NaN
-  return (x & 0x8000) && mag != 0 ? 0 : x;  // x < 0: +0
-}
-
-template <class T>
-inline uint16_t relu_grad_bits(uint16_t x, uint16_t dy) {
-  const uint16_t mag = x & 0x7FFF;
-  if (mag <= kExpMask<T> && ((x & 0x8000) || mag == 0)) return 0;  // x <= 0: +0
-  return (dy & 0x7FFF) > kExpMask<T> ? 0x7FFF : dy;                // dy, a NaN made canonical
-}
-
-template <class T>
-constexpr bool kSelectsBits = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
+constexpr bool kSelectsBits = std::is_same_v<T, float> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
 
 // Note [Vector leaky ReLU]
 // leaky_relu and its gradient multiply by the slope that leaky_slope picks (x > 0 ? 1 : a), one
@@ -98,14 +102,16 @@ void unary(UnaryOp op, const Strided& x, const Strided& out, double a, double b)
     const C ca = C(a), cb = C(b);
     formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
       if constexpr (OP == UnaryOp::relu && kSelectsBits<T>) {
-        if (!RoundingCensus::is_open()) {  // Note [ReLU on 16-bit patterns]
+        if (!RoundingCensus::is_open()) {  // Note [ReLU on bit patterns]
+          using B = ReluBits<T>;
+          using U = typename B::U;
           parallel_for_each_row<2>(out.shape(), {out.strides(), x.strides()}, [&](const RowPiece<2>& r) {
-            const uint16_t* xs = reinterpret_cast<const uint16_t*>(px) + r.at[1];
-            uint16_t* os = reinterpret_cast<uint16_t*>(po) + r.at[0];
+            const U* xs = reinterpret_cast<const U*>(px) + r.at[1];
+            U* os = reinterpret_cast<U*>(po) + r.at[0];
             if (r.step[0] == 1 && r.step[1] == 1) {
-              for (int64_t i = 0; i < r.len; ++i) os[i] = relu_bits<T>(xs[i]);
+              for (int64_t i = 0; i < r.len; ++i) os[i] = B::relu(xs[i]);
             } else {
-              for (int64_t i = 0; i < r.len; ++i) os[i * r.step[0]] = relu_bits<T>(xs[i * r.step[1]]);
+              for (int64_t i = 0; i < r.len; ++i) os[i * r.step[0]] = B::relu(xs[i * r.step[1]]);
             }
           });
           return;
@@ -140,16 +146,17 @@ void unary_backward(UnaryOp op, const Strided& x, const Strided& y, const Stride
     const C ca = C(a), cb = C(b);
     formulas::dispatch_unary(op, [&]<UnaryOp OP>() {
       if constexpr (OP == UnaryOp::relu && kSelectsBits<T>) {
-        if (!RoundingCensus::is_open()) {  // Note [ReLU on 16-bit patterns]
+        if (!RoundingCensus::is_open()) {  // Note [ReLU on bit patterns]
+          using B = ReluBits<T>;
+          using U = typename B::U;
           parallel_for_each_row<3>(dx.shape(), {dx.strides(), x.strides(), dy.strides()}, [&](const RowPiece<3>& r) {
-            const uint16_t* xs = reinterpret_cast<const uint16_t*>(px) + r.at[1];
-            const uint16_t* gs = reinterpret_cast<const uint16_t*>(pdy) + r.at[2];
-            uint16_t* ds = reinterpret_cast<uint16_t*>(pdx) + r.at[0];
+            const U* xs = reinterpret_cast<const U*>(px) + r.at[1];
+            const U* gs = reinterpret_cast<const U*>(pdy) + r.at[2];
+            U* ds = reinterpret_cast<U*>(pdx) + r.at[0];
             if (r.step[0] == 1 && r.step[1] == 1 && r.step[2] == 1) {
-              for (int64_t i = 0; i < r.len; ++i) ds[i] = relu_grad_bits<T>(xs[i], gs[i]);
+              for (int64_t i = 0; i < r.len; ++i) ds[i] = B::grad(xs[i], gs[i]);
             } else {
-              for (int64_t i = 0; i < r.len; ++i)
-                ds[i * r.step[0]] = relu_grad_bits<T>(xs[i * r.step[1]], gs[i * r.step[2]]);
+              for (int64_t i = 0; i < r.len; ++i) ds[i * r.step[0]] = B::grad(xs[i * r.step[1]], gs[i * r.step[2]]);
             }
           });
           return;

@@ -273,29 +273,34 @@ TEST_CASE("unary_backward reads x and y exactly where backward_reads_x / _y say"
     formulas::dispatch_unary(UnaryOp(op), [&]<UnaryOp OP>() { check.template operator()<OP>(); });
 }
 
-TEST_CASE("relu on 16-bit patterns equals the widening kernel on all 65,536 patterns", "[tensor][elementwise]") {
-  // Note [ReLU on 16-bit patterns]: without a rounding census relu and its gradient select on the
-  // 16-bit patterns; with one open the generic kernel (widen, select, round) runs. Every x
-  // pattern, each against two dy patterns (two permutations of all 65,536, so NaN, inf, zeros
-  // and subnormals meet each kind of x), contiguous and through a transposed view.
-  for (DType dt : {DType::f16, DType::bf16}) {
+TEST_CASE("relu on bit patterns equals the generic kernel", "[tensor][elementwise]") {
+  // Note [ReLU on bit patterns]: without a rounding census relu and its gradient select on the bit
+  // patterns; with one open the generic kernel (load, select, store) runs. For f16 and bf16 every
+  // x pattern of the 65,536; for f32 every pattern of the top 16 bits (sign, exponent: zeros,
+  // subnormals, inf, NaN) with mixed low bits. Each x against two dy tensors (two permutations
+  // of the same patterns, so NaN, inf, zeros and subnormals meet each kind of x), contiguous and
+  // through a transposed view.
+  const auto run = [&]<class U>(DType dt) {
     INFO(dtype_name(dt));
     const auto patterns = [&](uint32_t mul) {
       Tensor t = empty({256, 256}, dt);
-      auto* p = static_cast<uint16_t*>(t.raw_data());
-      for (uint32_t i = 0; i < 65536; ++i) p[i] = uint16_t(i * mul);
+      auto* p = static_cast<U*>(t.raw_data());
+      for (uint32_t i = 0; i < 65536; ++i) {
+        const uint32_t k = (i * mul) & 0xFFFFu;
+        p[i] = sizeof(U) == 2 ? U(k) : U(k << 16 | ((k * 40503u) & 0xFFFFu));
+      }
       return t;
     };
     const auto bits = [](const Tensor& t) {
       const Tensor c = t.contiguous();
-      const auto* p = static_cast<const uint16_t*>(c.raw_data());
-      return std::vector<uint16_t>(p, p + c.numel());
+      const auto* p = static_cast<const U*>(c.raw_data());
+      return std::vector<U>(p, p + c.numel());
     };
     const Tensor x = patterns(1);
     for (bool transposed : {false, true}) {
       INFO((transposed ? "transposed" : "contiguous"));
       const Tensor xv = transposed ? x.transpose(0, 1) : x;
-      std::vector<uint16_t> fast = bits(relu(xv)), generic;
+      std::vector<U> fast = bits(relu(xv)), generic;
       {
         RoundingCensus census;
         generic = bits(relu(xv));
@@ -311,7 +316,10 @@ TEST_CASE("relu on 16-bit patterns equals the widening kernel on all 65,536 patt
         CHECK(fast == generic);
       }
     }
-  }
+  };
+  run.template operator()<uint16_t>(DType::f16);
+  run.template operator()<uint16_t>(DType::bf16);
+  run.template operator()<uint32_t>(DType::f32);
 }
 
 TEST_CASE("leaky_relu gives the same bits on every conversion path", "[tensor][elementwise]") {

@@ -46,9 +46,14 @@
 #include <cmath>
 #include <type_traits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "tensor/core/update_formulas.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/target_region.h"
 
 namespace mixtape::cpu {
 
@@ -114,6 +119,46 @@ struct HostUpdate {
     else return round_to_bf16_stochastic(v, r);
   }
 };
+
+// Note [Vector Adam]
+// On the AVX-512 conversion path (avx512_path_active()) the f32 Adam / AdamW update (not
+// AMSGrad) runs sixteen elements at a time over rows whose operands are all contiguous: the
+// operations of formulas::adam in their order, each an IEEE single-precision operation (vsqrtps
+// and vdivps round as std::sqrt and / do, and nothing is fused), so every bit is the scalar
+// code's (test_optim_kernels.cpp compares the paths). The 16-bit master copy is written from a
+// row buffer with store_n.
+#if defined(__x86_64__)
+MT_TARGET_BEGIN("avx512f")
+namespace avx512 {
+
+// formulas::adam on n contiguous elements; next (may be null) receives the new parameters.
+void adam_row(float* p, const float* g, float* m, float* v, int64_t n, const formulas::AdamConsts<float>& k,
+              float* next) {
+  const __m512 wd = _mm512_set1_ps(k.wd), shrink = _mm512_set1_ps(k.shrink), w1 = _mm512_set1_ps(k.w1);
+  const __m512 one_minus_w1 = _mm512_set1_ps(1.0f - k.w1), b2 = _mm512_set1_ps(k.b2), w2 = _mm512_set1_ps(k.w2);
+  const __m512 b2s = _mm512_set1_ps(k.bias2_sqrt), eps = _mm512_set1_ps(k.eps), nss = _mm512_set1_ps(k.neg_step_size);
+  const bool near_start = k.w1 < 0.5f;  // formulas::lerp's choice of end
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 u = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    __m512 pv = _mm512_maskz_loadu_ps(u, p + i), d = _mm512_maskz_loadu_ps(u, g + i);
+    __m512 mv = _mm512_maskz_loadu_ps(u, m + i), vv = _mm512_maskz_loadu_ps(u, v + i);
+    if (k.l2) d = _mm512_add_ps(d, _mm512_mul_ps(wd, pv));
+    if (k.shrink_w) pv = _mm512_mul_ps(pv, shrink);
+    const __m512 diff = _mm512_sub_ps(d, mv);
+    mv = near_start ? _mm512_add_ps(mv, _mm512_mul_ps(w1, diff)) : _mm512_sub_ps(d, _mm512_mul_ps(diff, one_minus_w1));
+    vv = _mm512_add_ps(_mm512_mul_ps(b2, vv), _mm512_mul_ps(w2, _mm512_mul_ps(d, d)));
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), b2s), eps);
+    pv = _mm512_add_ps(pv, _mm512_mul_ps(nss, _mm512_div_ps(mv, denom)));
+    _mm512_mask_storeu_ps(m + i, u, mv);
+    _mm512_mask_storeu_ps(v + i, u, vv);
+    _mm512_mask_storeu_ps(p + i, u, pv);
+    if (next) _mm512_mask_storeu_ps(next + i, u, pv);
+  }
+}
+
+}  // namespace avx512
+MT_TARGET_END
+#endif
 
 }  // namespace
 
@@ -186,18 +231,42 @@ void adam_update(const Strided& param, const Strided& grad, const Strided& exp_a
             kUpdateGrain);
         return;
       }
-      parallel_for_each_offset<5>(
-          param.shape(),
-          {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), copy_strides(rounded_copy, param)},
-          [&](const std::array<int64_t, 5>& o) {
+      const auto element = [&](const std::array<int64_t, 5>& o) {
         C mv = load(m[o[2]]), vv = load(v[o[3]]);
         const C next = formulas::adam<HostUpdate<P>>(C(load(p[o[0]])), g[o[1]], mv, vv, k);
         m[o[2]] = store<S>(mv);
         v[o[3]] = store<S>(vv);
         p[o[0]] = store<P>(next);
         write_copy(q, o[4], next);
-          },
-          kUpdateGrain);
+      };
+      const std::array<Shape, 5> strides = {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(),
+                                            copy_strides(rounded_copy, param)};
+#if defined(__x86_64__)
+      if constexpr (std::is_same_v<P, float> && std::is_same_v<S, float>) {
+        if (avx512_path_active()) {  // Note [Vector Adam]
+          const auto row = [&](const RowPiece<5>& r) {
+            if (r.step != std::array<int64_t, 5>{1, 1, 1, 1, 1}) {
+              std::array<int64_t, 5> o = r.at;
+              for (int64_t i = 0; i < r.len; ++i) {
+                element(o);
+                for (size_t t = 0; t < o.size(); ++t) o[t] += r.step[t];
+              }
+              return;
+            }
+            for_chunks(r.len, [&](int64_t j, int64_t len) {
+              float next[kRowChunk];
+              constexpr bool kCopy = !std::is_same_v<Q, NoCopy>;
+              avx512::adam_row(p + r.at[0] + j, g + r.at[1] + j, m + r.at[2] + j, v + r.at[3] + j, len, k,
+                               kCopy ? next : nullptr);
+              if constexpr (kCopy) store_n(next, q + r.at[4] + j, len);
+            });
+          };
+          parallel_for_each_row<5>(param.shape(), strides, row, kUpdateGrain);
+          return;
+        }
+      }
+#endif
+      parallel_for_each_offset<5>(param.shape(), strides, element, kUpdateGrain);
     });
   });
 }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "support/test_util.h"
+#include "tensor/cpu/convert.h"
 #include "tensor/ops.h"
 #include "tensor/ops/optim.h"
 
@@ -165,4 +167,34 @@ TEST_CASE("a bad rounded copy is rejected before anything is written", "[optim][
   CHECK_THROWS_WITH(sgd_update_(p, g, none, 0.1, 0.0, 0.0, 0.0, false, 1, &undefined),
                     Catch::Contains("the rounded copy is undefined"));
   CHECK(p.to_vector() == std::vector<double>{1.0, 2.0, 3.0});
+}
+
+TEST_CASE("adam_update gives the same bits on every conversion path", "[optim]") {
+  // Note [Vector Adam]: the AVX-512 rows against the scalar loop. Adam (L2) and AdamW, beta1 on
+  // both sides of lerp's switch (1 - beta1 below and above 0.5), with and without the bf16 and
+  // f16 copies, on a contiguous tensor with a ragged tail (37 x 19) and on a transposed one (the
+  // scalar loop), gradients of every magnitude, a few steps each.
+  for (DType low : {DType::f32, DType::bf16, DType::f16})
+    for (double beta1 : {0.9, 0.3})
+      for (bool decoupled : {false, true})
+        for (bool transposed : {false, true}) {
+          INFO("copy " << dtype_name(low) << " beta1 " << beta1 << (decoupled ? " adamw" : " adam")
+                       << (transposed ? " transposed" : ""));
+          std::vector<std::vector<double>> outs;
+          for (const std::string& path : cpu::conversion_paths()) {
+            test::ConversionPathScope scope(path);
+            Generator gen(5);
+            const Tensor base = normal({37, 19}, 0.0, 1.0, gen);
+            Tensor p = transposed ? base.t().contiguous().t() : base.clone();
+            Tensor m = zeros_like(p), v = zeros_like(p);
+            Tensor copy = p.to(low == DType::f32 ? DType::bf16 : low);
+            for (int64_t step = 1; step <= 3; ++step) {
+              const Tensor g = normal({37, 19}, 0.0, std::pow(10.0, 3.0 * double(step) - 6.0), gen);
+              adam_update_(p, g, m, v, 1e-2, beta1, 0.999, 1e-8, 1e-2, decoupled, step,
+                           low == DType::f32 ? nullptr : &copy);
+            }
+            for (const Tensor& t : {p, m, v, copy}) outs.push_back(t.to_vector());
+          }
+          for (size_t i = 4; i < outs.size(); ++i) CHECK(outs[i] == outs[i % 4]);
+        }
 }

@@ -50,6 +50,7 @@
 #include <immintrin.h>
 #endif
 
+#include "tensor/core/rounding_census.h"
 #include "tensor/core/update_formulas.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
@@ -391,6 +392,113 @@ void for_each_update16(const Shape& shape, const std::array<Shape, N>& strides, 
       kUpdateGrain);
 }
 
+// Note [Vector AdamW16]
+// On the AVX-512 conversion path, adamw16_update (not AMSGrad) takes contiguous rows a chunk at
+// a time: the chunk's weights and moments are widened into buffers (load_n), formulas::adamw16's
+// fp32 arithmetic runs sixteen lanes at a time in its order of operations (each an IEEE single
+// operation, nothing fused), and each value the algorithm keeps is rounded as it is stored by the
+// conversion path's store_n (nearest) or store_stochastic_n (the element's word philox_words(
+// seed, offset + i)[0]), then read back as stored where the algorithm reads it (the moments, and
+// Kahan's s). Those conversions give the bits of round_to_* element by element (Note [Vector
+// conversions] in convert.cpp), so the update is the scalar one's bit for bit
+// (test_pure16.cpp compares the paths). While a rounding census is open the scalar code runs, so
+// that nothing new is counted (Note [Rounding census]).
+#if defined(__x86_64__)
+MT_TARGET_BEGIN("avx512f")
+namespace avx512 {
+
+// f(i, mask) for the vectors of sixteen elements of [0, n), the last one partial.
+template <class F>
+inline void by16(int64_t n, F&& f) {
+  for (int64_t i = 0; i < n; i += 16) f(i, n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u));
+}
+
+inline __m512 neg(__m512 x) {
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u))));
+}
+
+// Algorithm 4 lines 5-6 before their rounding: m = b1 m + w1 g, v = b2 v + w2 (g g), in place.
+void adamw16_moments(float* m, float* v, const float* g, int64_t n, const formulas::AdamW16Consts& k) {
+  const __m512 b1 = _mm512_set1_ps(k.b1), w1 = _mm512_set1_ps(k.w1), b2 = _mm512_set1_ps(k.b2),
+               w2 = _mm512_set1_ps(k.w2);
+  by16(n, [&](int64_t i, __mmask16 u) {
+    const __m512 gv = _mm512_maskz_loadu_ps(u, g + i);
+    const __m512 mv = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(u, m + i)), _mm512_mul_ps(w1, gv));
+    const __m512 vv =
+        _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(u, v + i)), _mm512_mul_ps(w2, _mm512_mul_ps(gv, gv)));
+    _mm512_mask_storeu_ps(m + i, u, mv);
+    _mm512_mask_storeu_ps(v + i, u, vv);
+  });
+}
+
+// Lines 9-11 from the stored moments: u = -(lr (m / bias1) / (sqrt(v / bias2) + eps) + lr_wd w),
+// into u.
+void adamw16_step(const float* m, const float* v, const float* w, float* u, int64_t n,
+                  const formulas::AdamW16Consts& k) {
+  const __m512 bias1 = _mm512_set1_ps(k.bias1), bias2 = _mm512_set1_ps(k.bias2), lr = _mm512_set1_ps(k.lr),
+               eps = _mm512_set1_ps(k.eps), lr_wd = _mm512_set1_ps(k.lr_wd);
+  by16(n, [&](int64_t i, __mmask16 e) {
+    const __m512 m_hat = _mm512_div_ps(_mm512_maskz_loadu_ps(e, m + i), bias1);
+    const __m512 v_hat = _mm512_sqrt_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(e, v + i), bias2));
+    const __m512 ratio = _mm512_div_ps(_mm512_mul_ps(lr, m_hat), _mm512_add_ps(v_hat, eps));
+    _mm512_mask_storeu_ps(u + i, e, neg(_mm512_add_ps(ratio, _mm512_mul_ps(lr_wd, _mm512_maskz_loadu_ps(e, w + i)))));
+  });
+}
+
+// out = a + b, or a - b.
+void add(const float* a, const float* b, float* out, int64_t n) {
+  by16(n, [&](int64_t i, __mmask16 e) {
+    _mm512_mask_storeu_ps(out + i, e, _mm512_add_ps(_mm512_maskz_loadu_ps(e, a + i), _mm512_maskz_loadu_ps(e, b + i)));
+  });
+}
+void sub(const float* a, const float* b, float* out, int64_t n) {
+  by16(n, [&](int64_t i, __mmask16 e) {
+    _mm512_mask_storeu_ps(out + i, e, _mm512_sub_ps(_mm512_maskz_loadu_ps(e, a + i), _mm512_maskz_loadu_ps(e, b + i)));
+  });
+}
+
+}  // namespace avx512
+MT_TARGET_END
+
+// formulas::adamw16 (not AMSGrad) on n contiguous elements whose first has row-major index
+// `first`: Note [Vector AdamW16].
+template <class P>
+void adamw16_chunk(P* p, const float* g, P* m, P* v, P* c, int64_t n, int64_t first, const formulas::AdamW16Consts& k) {
+  float w[kRowChunk], mb[kRowChunk], vb[kRowChunk], u[kRowChunk], t[kRowChunk];
+  load_n(p, w, n);
+  load_n(m, mb, n);
+  load_n(v, vb, n);
+  avx512::adamw16_moments(mb, vb, g, n, k);
+  store_n(mb, m, n);  // lines 5-6: rounded to nearest, read back as stored
+  store_n(vb, v, n);
+  load_n(m, mb, n);
+  load_n(v, vb, n);
+  avx512::adamw16_step(mb, vb, w, u, n, k);
+  switch (k.rule) {  // formulas::write_weight
+    case formulas::WeightRule::nearest:
+      avx512::add(w, u, t, n);
+      store_n(t, p, n);
+      return;
+    case formulas::WeightRule::stochastic:
+      avx512::add(w, u, t, n);
+      store_stochastic_n(t, p, n, k.seed, k.offset + uint64_t(first));
+      return;
+    case formulas::WeightRule::kahan: {
+      float y[kRowChunk];
+      load_n(c, t, n);
+      avx512::sub(u, t, y, n);  // y = u - c
+      avx512::add(w, y, t, n);  // s = nearest(w + y)
+      store_n(t, p, n);
+      load_n(p, t, n);
+      avx512::sub(t, w, t, n);  // c = nearest((s - w) - y)
+      avx512::sub(t, y, t, n);
+      store_n(t, c, n);
+      return;
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 void sgd16_update(const Strided& param, const Strided& grad, const Strided& momentum_buf, const Strided& kahan_comp,
@@ -428,12 +536,34 @@ void adamw16_update(const Strided& param, const Strided& grad, const Strided& ex
     const Strided& ct = k.rule == formulas::WeightRule::kahan ? kahan_comp : param;
     P* vm = xt.data<P>();
     P* c = ct.data<P>();
-    for_each_update16<6>(
-        param.shape(),
-        {param.strides(), grad.strides(), exp_avg.strides(), exp_avg_sq.strides(), xt.strides(), ct.strides()}, k,
-        [&](const std::array<int64_t, 6>& o, uint32_t r) {
-      formulas::adamw16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], vm + o[4], c + o[5], r, k);
+    const std::array<Shape, 6> strides = {param.strides(),      grad.strides(), exp_avg.strides(),
+                                          exp_avg_sq.strides(), xt.strides(),   ct.strides()};
+#if defined(__x86_64__)
+    if (!k.amsgrad && avx512_path_active() && !RoundingCensus::is_open()) {  // Note [Vector AdamW16]
+      const auto row = [&](const RowPiece<6>& r) {
+        const bool contiguous = r.step[0] == 1 && r.step[1] == 1 && r.step[2] == 1 && r.step[3] == 1 &&
+                                (k.rule != formulas::WeightRule::kahan || r.step[5] == 1);
+        for_chunks(r.len, [&](int64_t j, int64_t n) {
+          if (contiguous) {
+            adamw16_chunk(p + r.at[0] + j, g + r.at[1] + j, m + r.at[2] + j, v + r.at[3] + j, c + r.at[5] + j, n,
+                          r.first + j, k);
+            return;
+          }
+          for (int64_t e = j; e < j + n; ++e) {
+            const uint32_t word = formulas::weight_word(k, uint64_t(r.first + e));
+            formulas::adamw16<HostUpdate<P>>(p + r.at[0] + e * r.step[0], g[r.at[1] + e * r.step[1]],
+                                             m + r.at[2] + e * r.step[2], v + r.at[3] + e * r.step[3], vm,
+                                             c + r.at[5] + e * r.step[5], word, k);
+          }
         });
+      };
+      parallel_for_each_row<6>(param.shape(), strides, row, kUpdateGrain);
+      return;
+    }
+#endif
+    for_each_update16<6>(param.shape(), strides, k, [&](const std::array<int64_t, 6>& o, uint32_t r) {
+      formulas::adamw16<HostUpdate<P>>(p + o[0], g[o[1]], m + o[2], v + o[3], vm + o[4], c + o[5], r, k);
+    });
   });
 }
 

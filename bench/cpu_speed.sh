@@ -7,7 +7,7 @@
 # Installs PyTorch (Debian's python3-torch, a benchmark-only dependency) when it is missing,
 # builds bench/cpu_train_step, then alternates mixtape and PyTorch for --rounds rounds (so both
 # see the same machine), and prints for each model and precision the median ms/step of each and
-# the ratios the README's Performance section quotes:
+# the ratios the README's Performance section quotes (each the median of the rounds' ratios):
 #   mixtape / PyTorch at the same precision (fp32 and bf16; PyTorch's bf16 is CPU autocast),
 #   each 16-bit policy / mixtape's own fp32, and each pure policy / the mixed one of its dtype.
 # Check `uptime` first: the figures mean something only on a quiet machine. Results (JSON Lines,
@@ -58,23 +58,34 @@ done
 /usr/bin/python3 - "$out" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-med = {}
+by_round = {}  # (impl, model, precision) -> {round: ms}
 for r in rows:
-    med.setdefault((r["impl"], r["model"], r["precision"]), []).append(r["ms_per_step"])
-med = {k: statistics.median(v) for k, v in med.items()}
+    by_round.setdefault((r["impl"], r["model"], r["precision"]), {})[r["round"]] = r["ms_per_step"]
+med = {k: statistics.median(v.values()) for k, v in by_round.items()}
+
+# A ratio is taken round by round (the two figures of one round saw the same machine) and its
+# median printed: the machine's speed drifts between rounds more than within one.
+def ratio(a, b):
+    ra, rb = by_round.get(a), by_round.get(b)
+    if not ra or not rb:
+        return None
+    pairs = [ra[k] / rb[k] for k in ra if k in rb]
+    return statistics.median(pairs) if pairs else None
 models = sorted({k[1] for k in med}, key=["cnn", "char_lstm", "dcgan"].index)
 threads = rows[0]["threads"]
-print(f"\nmedian ms/step over {max(r['round'] for r in rows)} rounds, batch {rows[0]['batch']}, {threads} threads")
+print(f"\nmedian ms/step over {max(r['round'] for r in rows)} rounds, batch {rows[0]['batch']}, {threads} threads;"
+      " ratios: the median of the rounds' ratios")
 print(f"{'model':10} {'precision':16} {'mixtape':>9} {'PyTorch':>9} {'vs PyTorch':>11} {'vs own fp32':>12} {'vs mixed':>9}")
 for m in models:
-    own32 = med.get(("mixtape", m, "fp32"))
     for p in ["fp32", "bf16", "fp16", "bf16-pure-sr", "bf16-pure-kahan"]:
         mt = med.get(("mixtape", m, p))
         if mt is None:
             continue
         pt = med.get(("pytorch", m, p))
-        mixed = med.get(("mixtape", m, p.split("-")[0])) if "pure" in p else None
+        vs_torch = ratio(("mixtape", m, p), ("pytorch", m, p))
+        vs_own = ratio(("mixtape", m, p), ("mixtape", m, "fp32")) if p != "fp32" else None
+        vs_mixed = ratio(("mixtape", m, p), ("mixtape", m, p.split("-")[0])) if "pure" in p else None
         cell = lambda x: f"{x:.2f}x" if x else "-"
-        print(f"{m:10} {p:16} {mt:9.2f} {f'{pt:.2f}' if pt else '-':>9} {cell(pt and mt / pt):>11} "
-              f"{cell(p != 'fp32' and own32 and mt / own32):>12} {cell(mixed and mt / mixed):>9}")
+        print(f"{m:10} {p:16} {mt:9.2f} {f'{pt:.2f}' if pt else '-':>9} {cell(vs_torch):>11} "
+              f"{cell(vs_own):>12} {cell(vs_mixed):>9}")
 EOF

@@ -44,7 +44,11 @@ cmake --build --preset default -j "$(nproc)" --target bench_cpu_train_step >/dev
 
 out=build/bench/cpu_speed.jsonl
 : >"$out"
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+# The model name alone may not tell the core (a virtual machine's "AMD EPYC"): family and model do
+# (AMD family 25 model 17 is Zen 4, family 26 Zen 5).
+cpu_field() { grep -m1 "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'; }
+echo "CPU: $(cpu_field 'model name') (family $(cpu_field 'cpu family'), model $(cpu_field model)), $(nproc) cores;" \
+  "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$rounds"); do
   for m in ${models//,/ }; do
     ./build/bench/cpu_train_step --json --models "$m" --precisions "$precisions" --threads "$threads" \

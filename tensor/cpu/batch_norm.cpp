@@ -99,7 +99,7 @@ inline void add_lanes(LaneSum& s, int64_t n, Term&& term) {
 inline __m512d widen(const float* v, __mmask8 m) { return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, v)); }
 
 // The first min(n, 16) lanes.
-inline __mmask16 first16(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
+inline __mmask16 first16(int64_t n) { return __mmask16(first_lanes(n, 16)); }
 
 void sum(LaneSum& s, const float* v, int64_t n) {
   add_lanes(s, n, [&](int64_t i, __mmask8 m) { return widen(v + i, m); });

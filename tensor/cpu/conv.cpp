@@ -157,7 +157,7 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
   using Mask = std::conditional_t<sizeof(E) == 4, __mmask16, __mmask32>;
   const int64_t L = g.L(), OW = g.OW, es = g.sw * xs[3];
   const int64_t span = hi > lo ? es * (hi - lo - 1) + 1 : 0;  // inputs from the first valid one to the last
-  const auto first = [](int64_t k) { return k >= V ? Mask(~Mask(0)) : Mask((uint64_t(1) << k) - 1u); };
+  const auto first = [](int64_t k) { return Mask(first_lanes(k, int(V))); };
   const Mask m0 = first(std::min(span, V)), m1 = first(std::max<int64_t>(span - V, 0)), out = first(OW);
   Mask keep = 0;
   using Index = std::conditional_t<sizeof(E) == 4, int32_t, int16_t>;
@@ -204,7 +204,7 @@ void scatter_add_rows(const float* row, const Geom& g, int64_t nb, int64_t c, in
   }
   const __m512i perm0 = _mm512_load_si512(index), perm1 = _mm512_load_si512(index + V);
   const __mmask16 t0 = __mmask16(targets), t1 = __mmask16(targets >> V);
-  const __mmask16 in = OW >= V ? __mmask16(0xFFFF) : __mmask16((1u << OW) - 1u);
+  const __mmask16 in = __mmask16(first_lanes(OW, V));
   int64_t oh0, oh1;
   valid_rows(g, kh, oh0, oh1);
   for (int64_t n = 0; n < nb; ++n) {

@@ -549,7 +549,14 @@ void store_n(const float* src, float* dst, int64_t n) { load_n(src, dst, n); }
 
 const char* conversion_path() { return path().name; }
 
-bool avx512_path_active() { return std::string_view(path().name) == "avx512"; }
+// Asked by the vector kernels of other files, some once per row chunk: a pointer comparison.
+bool avx512_path_active() {
+#if MT_HAVE_X86_PATHS
+  return &path() == &kAvx512Path;
+#else
+  return false;
+#endif
+}
 
 std::vector<std::string> conversion_paths() { return paths().names(); }
 

@@ -72,7 +72,7 @@ inline __m512 slope16(__m512 x, __m512 a) {
 void times_leaky_slope(const float* x, const float* v, float* out, int64_t n, float a) {
   const __m512 av = _mm512_set1_ps(a);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __mmask16 m = __mmask16(first_lanes(n - i, 16));
     const __m512 xs = _mm512_maskz_loadu_ps(m, x + i);
     _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, v + i), slope16(xs, av)));
   }

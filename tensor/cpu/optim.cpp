@@ -132,6 +132,12 @@ struct HostUpdate {
 MT_TARGET_BEGIN("avx512f")
 namespace avx512 {
 
+// f(i, mask) for the vectors of sixteen elements of [0, n), the last one partial.
+template <class F>
+inline void by16(int64_t n, F&& f) {
+  for (int64_t i = 0; i < n; i += 16) f(i, __mmask16(first_lanes(n - i, 16)));
+}
+
 // formulas::adam on n contiguous elements; next (may be null) receives the new parameters.
 void adam_row(float* p, const float* g, float* m, float* v, int64_t n, const formulas::AdamConsts<float>& k,
               float* next) {
@@ -139,8 +145,7 @@ void adam_row(float* p, const float* g, float* m, float* v, int64_t n, const for
   const __m512 one_minus_w1 = _mm512_set1_ps(1.0f - k.w1), b2 = _mm512_set1_ps(k.b2), w2 = _mm512_set1_ps(k.w2);
   const __m512 b2s = _mm512_set1_ps(k.bias2_sqrt), eps = _mm512_set1_ps(k.eps), nss = _mm512_set1_ps(k.neg_step_size);
   const bool near_start = k.w1 < 0.5f;  // formulas::lerp's choice of end
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 u = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+  by16(n, [&](int64_t i, __mmask16 u) {
     __m512 pv = _mm512_maskz_loadu_ps(u, p + i), d = _mm512_maskz_loadu_ps(u, g + i);
     __m512 mv = _mm512_maskz_loadu_ps(u, m + i), vv = _mm512_maskz_loadu_ps(u, v + i);
     if (k.l2) d = _mm512_add_ps(d, _mm512_mul_ps(wd, pv));
@@ -154,7 +159,7 @@ void adam_row(float* p, const float* g, float* m, float* v, int64_t n, const for
     _mm512_mask_storeu_ps(v + i, u, vv);
     _mm512_mask_storeu_ps(p + i, u, pv);
     if (next) _mm512_mask_storeu_ps(next + i, u, pv);
-  }
+  });
 }
 
 }  // namespace avx512
@@ -407,12 +412,6 @@ void for_each_update16(const Shape& shape, const std::array<Shape, N>& strides, 
 MT_TARGET_BEGIN("avx512f")
 namespace avx512 {
 
-// f(i, mask) for the vectors of sixteen elements of [0, n), the last one partial.
-template <class F>
-inline void by16(int64_t n, F&& f) {
-  for (int64_t i = 0; i < n; i += 16) f(i, n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u));
-}
-
 inline __m512 neg(__m512 x) {
   return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u))));
 }
@@ -552,8 +551,8 @@ void adamw16_update(const Strided& param, const Strided& grad, const Strided& ex
           for (int64_t e = j; e < j + n; ++e) {
             const uint32_t word = formulas::weight_word(k, uint64_t(r.first + e));
             formulas::adamw16<HostUpdate<P>>(p + r.at[0] + e * r.step[0], g[r.at[1] + e * r.step[1]],
-                                             m + r.at[2] + e * r.step[2], v + r.at[3] + e * r.step[3], vm,
-                                             c + r.at[5] + e * r.step[5], word, k);
+                                             m + r.at[2] + e * r.step[2], v + r.at[3] + e * r.step[3],
+                                             vm + r.at[4] + e * r.step[4], c + r.at[5] + e * r.step[5], word, k);
           }
         });
       };

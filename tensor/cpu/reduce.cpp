@@ -24,7 +24,7 @@ namespace {
 MT_TARGET_BEGIN("avx512f,avx512vl")
 void add_widened_avx512(double* acc, const float* row, int64_t len) {
   for (int64_t j = 0; j < len; j += 8) {
-    const __mmask8 m = len - j >= 8 ? __mmask8(0xFF) : __mmask8((1u << (len - j)) - 1u);
+    const __mmask8 m = __mmask8(first_lanes(len - j, 8));
     const __m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, row + j));
     _mm512_mask_storeu_pd(acc + j, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, acc + j), v));
   }
@@ -97,7 +97,7 @@ bool reduce_sum_fast(ReduceOp op, const Strided& x, const std::vector<int64_t>& 
           const int64_t len = std::min(kRowChunk, j1 - c0);
           double acc[kRowChunk] = {};
           C buf[kRowChunk];
-          for (int64_t r = 0; r < n; ++r) { add_widened(acc, load_row(px + r * m + c0, 1, len, buf), len, vector); }
+          for (int64_t r = 0; r < n; ++r) add_widened(acc, load_row(px + r * m + c0, 1, len, buf), len, vector);
           for (int64_t j = 0; j < len; ++j) po[c0 + j] = store<T>(op == ReduceOp::mean ? acc[j] / div : acc[j]);
         }
       });

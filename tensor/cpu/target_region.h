@@ -10,6 +10,19 @@
 // deliberately undefined pass-through operand inside its own AVX-512 intrinsics.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+
+namespace mixtape::cpu {
+
+// The mask of the first min(n, lanes) of a vector's `lanes` lanes (lanes <= 32, n >= 0): the
+// lanes that a row's last, partial vector loads and stores (cast to __mmask8/16/32).
+constexpr uint32_t first_lanes(int64_t n, int lanes) {
+  return uint32_t((uint64_t(1) << std::min<int64_t>(n, lanes)) - 1u);
+}
+
+}  // namespace mixtape::cpu
+
 #define MT_PRAGMA(...) _Pragma(#__VA_ARGS__)
 
 #if defined(__clang__)

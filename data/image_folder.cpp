@@ -133,10 +133,44 @@ std::string jpeg_huffman_error(const std::vector<unsigned char>& bytes) {
   return "";
 }
 
+// Note [Empty IDAT chunks]
+// A PNG may hold IDAT chunks of length 0 (the compressed stream is the concatenation of the IDAT
+// data, so they add nothing). stb_image 2.27 copies each IDAT's data into a buffer it allocates at
+// the first non-empty one, so an empty IDAT before it is a memcpy to a null pointer with length 0:
+// undefined behaviour that UBSan reports (found by fuzz/image.cpp). The file is a valid image, so
+// it is not refused: the empty IDAT chunks are dropped from the bytes stb_image sees, which
+// changes no pixel. The walk reads chunks as stbi__get_chunk_header does (length, type, data,
+// CRC); at a chunk that runs past the end it stops and keeps the rest as it is.
+void drop_empty_idat_chunks(std::vector<unsigned char>& bytes) {
+  auto be32 = [&](size_t at) {
+    return uint32_t(bytes[at]) << 24 | uint32_t(bytes[at + 1]) << 16 | uint32_t(bytes[at + 2]) << 8 |
+           uint32_t(bytes[at + 3]);
+  };
+  static constexpr unsigned char kIdat[4] = {'I', 'D', 'A', 'T'};
+  size_t read = 8, write = 8;  // past the signature
+  while (read + 12 <= bytes.size()) {
+    const uint64_t length = be32(read);
+    if (length == 0 && std::equal(kIdat, kIdat + 4, bytes.begin() + int64_t(read) + 4)) {
+      read += 12;
+      continue;
+    }
+    if (read + 12 + length > bytes.size()) break;
+    std::copy(bytes.begin() + int64_t(read), bytes.begin() + int64_t(read + 12 + length),
+              bytes.begin() + int64_t(write));
+    read += 12 + length;
+    write += 12 + length;
+  }
+  bytes.erase(std::copy(bytes.begin() + int64_t(read), bytes.end(), bytes.begin() + int64_t(write)), bytes.end());
+}
+
 // Why `bytes` must not reach stb_image (Note [Bytes that reach stb_image]), or "" when they may.
-std::string refused_before_decoding(const std::vector<unsigned char>& bytes) {
+// A PNG's empty IDAT chunks are dropped here (Note [Empty IDAT chunks]).
+std::string prepare_for_stb_image(std::vector<unsigned char>& bytes) {
   static constexpr unsigned char kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
-  if (bytes.size() >= 8 && std::equal(kPng, kPng + 8, bytes.begin())) return "";
+  if (bytes.size() >= 8 && std::equal(kPng, kPng + 8, bytes.begin())) {
+    drop_empty_idat_chunks(bytes);
+    return "";
+  }
   if (bytes.size() >= 2 && bytes[0] == 0xFF && bytes[1] == 0xD8) return jpeg_huffman_error(bytes);
   return "not a PNG or JPEG file (it starts with neither signature)";
 }
@@ -163,7 +197,7 @@ struct StbiFree {
 std::string decode_one(const fs::path& path, int channels, int n, std::vector<float>& out) {
   std::vector<unsigned char> bytes;
   if (std::string why = read_file(path, bytes); !why.empty()) return why;
-  if (std::string why = refused_before_decoding(bytes); !why.empty()) return why;
+  if (std::string why = prepare_for_stb_image(bytes); !why.empty()) return why;
   int w = 0, h = 0, file_channels = 0;
   std::unique_ptr<unsigned char, StbiFree> px(
       stbi_load_from_memory(bytes.data(), int(bytes.size()), &w, &h, &file_channels, channels));

@@ -181,6 +181,43 @@ TEST_CASE("load_image_folder hands only PNG and JPEG bytes to stb_image", "[data
              Contains("photo.jpg") && Contains("Huffman table") && Contains("more than the 256"));
 }
 
+TEST_CASE("load_image_folder decodes PNGs with empty IDAT chunks to the same pixels", "[data]") {
+  // Note [Empty IDAT chunks]: an empty IDAT before the first one with data made stb_image copy 0
+  // bytes to a null pointer (fuzz/regressions/image/). The loader drops empty IDAT chunks.
+  TempDir dir;
+  ImageFolderOptions opt;
+  opt.size = 8;
+  std::vector<unsigned char> px(8 * 8 * 3);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<unsigned char>(i * 37 % 251);
+  REQUIRE(stbi_write_png((dir.path / "p.png").c_str(), 8, 8, 3, px.data(), 8 * 3));
+  const Tensor plain = load_image_folder(dir.path.string(), opt).images;
+
+  std::ifstream in(dir.path / "p.png", std::ios::binary);
+  std::string png(std::istreambuf_iterator<char>(in), {});
+  in.close();
+  const std::string empty_idat("\0\0\0\0IDAT\x35\xaf\x06\x1e", 12);  // length 0, type, CRC
+  const size_t first_idat = png.find("IDAT") - 4, iend = png.find("IEND") - 4;
+  REQUIRE(png.find("IDAT", first_idat + 8) == std::string::npos);  // stb_image_write: one IDAT
+  std::string gapped = png;
+  gapped.insert(iend, empty_idat);
+  gapped.insert(first_idat, empty_idat + empty_idat);  // before the data, twice
+  std::ofstream(dir.path / "p.png", std::ios::binary | std::ios::trunc) << gapped;
+  const Tensor from_gapped = load_image_folder(dir.path.string(), opt).images;
+  REQUIRE(from_gapped.shape() == plain.shape());
+  for (int64_t i = 0; i < plain.numel(); ++i) CHECK(from_gapped.data<float>()[i] == plain.data<float>()[i]);
+
+  // Only empty IDAT chunks: no image data, refused with stb_image's reason.
+  std::string no_data = png.substr(0, first_idat) + empty_idat + png.substr(iend);
+  std::ofstream(dir.path / "p.png", std::ios::binary | std::ios::trunc) << no_data;
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
+             Contains("cannot decode") && Contains("p.png"));
+  // The walk stops at a chunk that runs past the end of the file (here the IDAT with the data,
+  // after the two empty ones) and leaves it for stb_image to refuse.
+  std::ofstream(dir.path / "p.png", std::ios::binary | std::ios::trunc) << gapped.substr(0, first_idat + 24 + 8 + 5);
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
+             Contains("cannot decode") && Contains("p.png"));
+}
+
 TEST_CASE("load_image_folder refuses strips longer than 16 times their width", "[data]") {
   // A 17 x 55811 JPEG of 941 bytes (fuzz/regressions/image/) kept stb_image_resize busy for
   // minutes; a centre crop would keep 1/3283 of it.

@@ -193,12 +193,18 @@ struct StbiFree {
 };
 
 // Decodes one file into `out` (C x N x N floats in [-1, 1], appended). Returns "" on success,
-// else the reason the file was rejected.
-std::string decode_one(const fs::path& path, int channels, int n, std::vector<float>& out) {
+// else the reason the file was rejected (an image of more than max_pixels is not decoded).
+std::string decode_one(const fs::path& path, int channels, int n, int64_t max_pixels, std::vector<float>& out) {
   std::vector<unsigned char> bytes;
   if (std::string why = read_file(path, bytes); !why.empty()) return why;
   if (std::string why = prepare_for_stb_image(bytes); !why.empty()) return why;
   int w = 0, h = 0, file_channels = 0;
+  // The header's size first (stbi_info reads no pixels): where it cannot be read, stbi_load
+  // below gives the reason.
+  if (stbi_info_from_memory(bytes.data(), int(bytes.size()), &w, &h, &file_channels) &&
+      int64_t(w) * int64_t(h) > max_pixels)
+    return detail::cat("a ", w, "x", h, " image: more than max_pixels (", max_pixels,
+                       ") pixels (ImageFolderOptions::max_pixels)");
   std::unique_ptr<unsigned char, StbiFree> px(
       stbi_load_from_memory(bytes.data(), int(bytes.size()), &w, &h, &file_channels, channels));
   if (!px) {
@@ -250,6 +256,7 @@ std::string decode_one(const fs::path& path, int channels, int n, std::vector<fl
 ImageFolder load_image_folder(const std::string& dir, const ImageFolderOptions& options) {
   MT_CHECK(options.size > 0 && options.size <= 16384, "load_image_folder: size must be in [1, 16384], got ",
            options.size);
+  MT_CHECK(options.max_pixels > 0, "load_image_folder: max_pixels must be positive, got ", options.max_pixels);
   const std::vector<fs::path> files = list_images(dir, options.recursive);
   MT_CHECK(!files.empty(), "load_image_folder: no .png/.jpg/.jpeg files in '", dir, "'",
            options.recursive ? "" : " (not searching sub-folders; set recursive)");
@@ -260,7 +267,7 @@ ImageFolder load_image_folder(const std::string& dir, const ImageFolderOptions& 
   std::vector<float> pixels;
   for (const fs::path& p : files) {
     if (options.limit >= 0 && int64_t(result.paths.size()) >= options.limit) break;
-    const std::string why = decode_one(p, channels, n, pixels);
+    const std::string why = decode_one(p, channels, n, options.max_pixels, pixels);
     if (why.empty()) {
       result.paths.push_back(p.string());
       continue;

@@ -10,12 +10,15 @@
 namespace mixtape::data {
 
 struct ImageFolderOptions {
-  int64_t size = 64;             // output N: shorter side resized to N, then the centre N x N crop
-                                 // (longer side truncated, crop offset rounded half up)
-  bool grayscale = false;        // 1 channel (stb's luma) instead of RGB
-  bool recursive = false;        // descend into sub-folders
-  bool skip_unreadable = false;  // skip files stb cannot decode (counted) instead of throwing
-  int64_t limit = -1;            // keep the first `limit` images in path order (-1: all)
+  int64_t size = 64;                      // output N: shorter side resized to N, then the centre N x N crop
+                                          // (longer side truncated, crop offset rounded half up)
+  bool grayscale = false;                 // 1 channel (stb's luma) instead of RGB
+  bool recursive = false;                 // descend into sub-folders
+  bool skip_unreadable = false;           // skip files stb cannot decode (counted) instead of throwing
+  int64_t limit = -1;                     // keep the first `limit` images in path order (-1: all)
+  int64_t max_pixels = int64_t(1) << 25;  // larger images (width x height) are refused before
+                                          // decoding: a JPEG header of a few bytes can declare
+                                          // 55811 x 8209 pixels (1.4 GB of RGB, 5.5 GB as floats)
 };
 
 struct ImageFolder {

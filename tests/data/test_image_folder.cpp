@@ -181,6 +181,33 @@ TEST_CASE("load_image_folder hands only PNG and JPEG bytes to stb_image", "[data
              Contains("photo.jpg") && Contains("Huffman table") && Contains("more than the 256"));
 }
 
+TEST_CASE("load_image_folder refuses images of more than max_pixels before decoding them", "[data]") {
+  // A JPEG of 1,050 bytes declaring 55811 x 8209 pixels (fuzz/regressions/image/) would have
+  // taken 1.4 GB to decode and 5.5 GB as floats.
+  TempDir dir;
+  ImageFolderOptions opt;
+  opt.size = 8;
+  const std::vector<unsigned char> px(40 * 30 * 3, 90);
+  REQUIRE(stbi_write_png((dir.path / "big.png").c_str(), 40, 30, 3, px.data(), 40 * 3));
+  opt.max_pixels = 40 * 30 - 1;
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
+             Contains("big.png") && Contains("40x30") && Contains("max_pixels (1199)"));
+  opt.max_pixels = 40 * 30;
+  CHECK(load_image_folder(dir.path.string(), opt).images.size(0) == 1);
+  opt.max_pixels = 0;
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }), Contains("max_pixels must be positive"));
+
+  // The default refuses the fuzzer's JPEG from its header.
+  std::ifstream in(fs::path(MIXTAPE_SOURCE_DIR) / "fuzz/regressions/image/jpeg-55811x8209-from-1050-bytes.jpg",
+                   std::ios::binary);
+  const std::string jpg(std::istreambuf_iterator<char>(in), {});
+  REQUIRE(jpg.size() == 1050);
+  fs::remove(dir.path / "big.png");
+  std::ofstream(dir.path / "huge.jpg", std::ios::binary) << jpg;
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), ImageFolderOptions{}); }),
+             Contains("huge.jpg") && Contains("8209x55811") && Contains("max_pixels"));
+}
+
 TEST_CASE("load_image_folder decodes PNGs with empty IDAT chunks to the same pixels", "[data]") {
   // Note [Empty IDAT chunks]: an empty IDAT before the first one with data made stb_image copy 0
   // bytes to a null pointer (fuzz/regressions/image/). The loader drops empty IDAT chunks.

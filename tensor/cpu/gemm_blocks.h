@@ -7,11 +7,15 @@
 // by a single-threaded call, and the blocks are handed to the OpenMP threads (Note
 // [Deterministic threads] in parallel.h):
 //   - wide or tall outputs: blocks of columns (or rows) of C, each a GEMM over all of K, so every
-//     element is summed exactly as the one-block call sums it;
+//     element is summed exactly as the one-block call sums it. Since no block boundary changes a
+//     sum, there is one block per thread: a block packs its own copy of A (B for tall outputs),
+//     and the cnn's weight gradient (K = 12,544) ran at 61 GFLOP/s on one thread cut into four
+//     blocks, against about 100 for a GEMM whose operands are packed once;
 //   - small outputs with long sums (weight gradients: dW [OC, C*KH*KW] sums over N*OH*OW): K is
-//     cut into fixed chunks whose partial products are added to C in chunk order.
-// Whatever the thread count, the same blocks are computed by the same calls and combined in the
-// same order, so the result is the same bits.
+//     cut into fixed chunks whose partial products are added to C in chunk order. These chunks
+//     depend only on the shapes.
+// Whatever the thread count, every element of C gets the same products in the same order, so the
+// result is the same bits.
 #pragma once
 
 #include <algorithm>
@@ -42,7 +46,8 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, bool accumulate, T* C, int64_
   if (N >= 2 * kGemmMinBlockSide || M >= 2 * kGemmMinBlockSide) {
     const bool by_columns = N >= M;
     const int64_t side = by_columns ? N : M;
-    const int64_t blocks = std::min(kGemmMaxBlocks, side / kGemmMinBlockSide);
+    const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const int64_t blocks = std::min({threads, kGemmMaxBlocks, side / kGemmMinBlockSide});
     parallel_for(blocks, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t lo = bounds(side, blocks, t), hi = bounds(side, blocks, t + 1);

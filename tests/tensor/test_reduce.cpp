@@ -45,9 +45,10 @@ TEST_CASE("sum and mean over leading and trailing dims match hand-computed value
 TEST_CASE("the contiguous reduce loops are bit-identical to the strided loop in every float dtype", "[reduce]") {
   Generator gen(7);
   // Values of mixed magnitude, so that a different summation order would change low bits.
-  // [37, 29], and [9, 300]: columns across a chunk of 256 (the column sums run eight to a vector
-  // on the AVX-512 path, with a partial last vector).
-  for (const Shape& shape : {Shape{37, 29}, Shape{9, 300}}) {
+  // [37, 29], [9, 300]: columns across a chunk of 256 (the column sums run eight to a vector
+  // on the AVX-512 path, with a partial last vector); [3, 4500]: across blocks of 2048 columns.
+  // The sums over every dim take the row loop.
+  for (const Shape& shape : {Shape{37, 29}, Shape{9, 300}, Shape{3, 4500}}) {
     const Tensor base = normal(shape, 0.0, 1.0, gen) * exp(normal(shape, 0.0, 3.0, gen));
     for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       const Tensor x = base.to(dt);

@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -133,44 +134,59 @@ std::string jpeg_huffman_error(const std::vector<unsigned char>& bytes) {
   return "";
 }
 
-// Note [Empty IDAT chunks]
-// A PNG may hold IDAT chunks of length 0 (the compressed stream is the concatenation of the IDAT
-// data, so they add nothing). stb_image 2.27 copies each IDAT's data into a buffer it allocates at
-// the first non-empty one, so an empty IDAT before it is a memcpy to a null pointer with length 0:
-// undefined behaviour that UBSan reports (found by fuzz/image.cpp). The file is a valid image, so
-// it is not refused: the empty IDAT chunks are dropped from the bytes stb_image sees, which
-// changes no pixel. The walk reads chunks as stbi__get_chunk_header does (length, type, data,
-// CRC); at a chunk that runs past the end it stops and keeps the rest as it is.
-void drop_empty_idat_chunks(std::vector<unsigned char>& bytes) {
+// Note [PNG chunks]
+// A PNG's chunks are walked before stb_image (2.27) reads them, the way stbi__get_chunk_header
+// does (length, type, data, CRC), up to the IEND chunk, for two of its habits:
+//   - It sizes the buffer for the IDAT data from each chunk's declared length before it checks
+//     that the bytes are there: a 143-byte file declaring an IDAT of 1.1 GB made it allocate
+//     2 GB (found by fuzz/image.cpp). A chunk that runs past the end of the file is refused here:
+//     stb_image decodes only at IEND, which such a file cannot reach, so no image is lost.
+//   - An IDAT chunk of length 0 (valid: the compressed stream is the concatenation of the IDAT
+//     data) before the first one with data is a memcpy of 0 bytes to the null pointer, which
+//     UBSan reports (also found by fuzz/image.cpp). Empty IDAT chunks are dropped from the bytes
+//     stb_image sees, which changes no pixel.
+// A file that ends before its IEND chunk is refused too (stb_image cannot decode it either).
+std::string prepare_png(std::vector<unsigned char>& bytes) {
   auto be32 = [&](size_t at) {
     return uint32_t(bytes[at]) << 24 | uint32_t(bytes[at + 1]) << 16 | uint32_t(bytes[at + 2]) << 8 |
            uint32_t(bytes[at + 3]);
   };
-  static constexpr unsigned char kIdat[4] = {'I', 'D', 'A', 'T'};
+  auto is_type = [&](size_t at, const char* type) { return std::equal(type, type + 4, bytes.begin() + int64_t(at)); };
   size_t read = 8, write = 8;  // past the signature
-  while (read + 12 <= bytes.size()) {
+  for (;;) {
+    if (read + 8 > bytes.size())
+      return detail::cat("corrupt PNG: the file ends at byte ", bytes.size(), ", before its IEND chunk");
+    if (is_type(read + 4, "IEND")) break;
     const uint64_t length = be32(read);
-    if (length == 0 && std::equal(kIdat, kIdat + 4, bytes.begin() + int64_t(read) + 4)) {
-      read += 12;
-      continue;
+    if (read + 12 + length > bytes.size()) {
+      const auto type = bytes.begin() + int64_t(read) + 4;
+      std::string name = "a chunk of type 0x";
+      if (std::all_of(type, type + 4, [](unsigned char c) { return std::isalpha(c) != 0; })) {
+        name = "the " + std::string(type, type + 4) + " chunk";
+      } else {
+        char hex[9];
+        std::snprintf(hex, sizeof hex, "%08X", unsigned(be32(read + 4)));
+        name += hex;
+      }
+      return detail::cat("corrupt PNG: ", name, " at byte ", read, " declares ", length,
+                         " bytes of data, past the end of the file (", bytes.size(), " bytes)");
     }
-    if (read + 12 + length > bytes.size()) break;
-    std::copy(bytes.begin() + int64_t(read), bytes.begin() + int64_t(read + 12 + length),
-              bytes.begin() + int64_t(write));
+    if (length > 0 || !is_type(read + 4, "IDAT")) {
+      std::copy(bytes.begin() + int64_t(read), bytes.begin() + int64_t(read + 12 + length),
+                bytes.begin() + int64_t(write));
+      write += 12 + length;
+    }
     read += 12 + length;
-    write += 12 + length;
   }
   bytes.erase(std::copy(bytes.begin() + int64_t(read), bytes.end(), bytes.begin() + int64_t(write)), bytes.end());
+  return "";
 }
 
 // Why `bytes` must not reach stb_image (Note [Bytes that reach stb_image]), or "" when they may.
-// A PNG's empty IDAT chunks are dropped here (Note [Empty IDAT chunks]).
+// A PNG's chunks are checked, and its empty IDAT chunks dropped, here (Note [PNG chunks]).
 std::string prepare_for_stb_image(std::vector<unsigned char>& bytes) {
   static constexpr unsigned char kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
-  if (bytes.size() >= 8 && std::equal(kPng, kPng + 8, bytes.begin())) {
-    drop_empty_idat_chunks(bytes);
-    return "";
-  }
+  if (bytes.size() >= 8 && std::equal(kPng, kPng + 8, bytes.begin())) return prepare_png(bytes);
   if (bytes.size() >= 2 && bytes[0] == 0xFF && bytes[1] == 0xD8) return jpeg_huffman_error(bytes);
   return "not a PNG or JPEG file (it starts with neither signature)";
 }

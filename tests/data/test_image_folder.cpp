@@ -208,9 +208,10 @@ TEST_CASE("load_image_folder refuses images of more than max_pixels before decod
              Contains("huge.jpg") && Contains("8209x55811") && Contains("max_pixels"));
 }
 
-TEST_CASE("load_image_folder decodes PNGs with empty IDAT chunks to the same pixels", "[data]") {
-  // Note [Empty IDAT chunks]: an empty IDAT before the first one with data made stb_image copy 0
-  // bytes to a null pointer (fuzz/regressions/image/). The loader drops empty IDAT chunks.
+TEST_CASE("load_image_folder decodes PNGs with empty IDAT chunks and refuses truncated chunks", "[data]") {
+  // Note [PNG chunks]: an empty IDAT before the first one with data made stb_image copy 0 bytes
+  // to a null pointer, and an IDAT declaring more bytes than the file has made it allocate them
+  // (fuzz/regressions/image/).
   TempDir dir;
   ImageFolderOptions opt;
   opt.size = 8;
@@ -218,6 +219,7 @@ TEST_CASE("load_image_folder decodes PNGs with empty IDAT chunks to the same pix
   for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<unsigned char>(i * 37 % 251);
   REQUIRE(stbi_write_png((dir.path / "p.png").c_str(), 8, 8, 3, px.data(), 8 * 3));
   const Tensor plain = load_image_folder(dir.path.string(), opt).images;
+  auto write = [&](const std::string& bytes) { std::ofstream(dir.path / "p.png", std::ios::binary) << bytes; };
 
   std::ifstream in(dir.path / "p.png", std::ios::binary);
   std::string png(std::istreambuf_iterator<char>(in), {});
@@ -228,21 +230,31 @@ TEST_CASE("load_image_folder decodes PNGs with empty IDAT chunks to the same pix
   std::string gapped = png;
   gapped.insert(iend, empty_idat);
   gapped.insert(first_idat, empty_idat + empty_idat);  // before the data, twice
-  std::ofstream(dir.path / "p.png", std::ios::binary | std::ios::trunc) << gapped;
+  write(gapped + "trailing bytes after IEND are left alone");
   const Tensor from_gapped = load_image_folder(dir.path.string(), opt).images;
   REQUIRE(from_gapped.shape() == plain.shape());
   for (int64_t i = 0; i < plain.numel(); ++i) CHECK(from_gapped.data<float>()[i] == plain.data<float>()[i]);
+  write(gapped.substr(0, gapped.size() - 4));  // IEND without its CRC: stb_image decodes it, so do we
+  CHECK(load_image_folder(dir.path.string(), opt).images.size(0) == 1);
 
   // Only empty IDAT chunks: no image data, refused with stb_image's reason.
-  std::string no_data = png.substr(0, first_idat) + empty_idat + png.substr(iend);
-  std::ofstream(dir.path / "p.png", std::ios::binary | std::ios::trunc) << no_data;
+  write(png.substr(0, first_idat) + empty_idat + png.substr(iend));
   CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
              Contains("cannot decode") && Contains("p.png"));
-  // The walk stops at a chunk that runs past the end of the file (here the IDAT with the data,
-  // after the two empty ones) and leaves it for stb_image to refuse.
-  std::ofstream(dir.path / "p.png", std::ios::binary | std::ios::trunc) << gapped.substr(0, first_idat + 24 + 8 + 5);
+  // The IDAT with the data cut short (after the two empty ones), and a chunk declaring 1.1 GB.
+  write(gapped.substr(0, first_idat + 24 + 8 + 5));
   CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
-             Contains("cannot decode") && Contains("p.png"));
+             Contains("p.png") && Contains("corrupt PNG: the IDAT chunk at byte ") && Contains("past the end"));
+  std::string huge = png;
+  huge.replace(first_idat, 4, "\x41\x64\x6f\x62");
+  write(huge);
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
+             Contains("declares 1097101154 bytes of data, past the end of the file"));
+  huge.replace(first_idat + 4, 4, std::string("\x01\x02\x03\x04", 4));
+  write(huge);
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }), Contains("a chunk of type 0x01020304"));
+  write(png.substr(0, iend));  // no IEND
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }), Contains("before its IEND chunk"));
 }
 
 TEST_CASE("load_image_folder refuses strips longer than 16 times their width", "[data]") {

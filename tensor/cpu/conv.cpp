@@ -28,6 +28,8 @@
 #endif
 
 #include "tensor/cpu/convert.h"
+#include "tensor/cpu/gemm.h"
+#include "tensor/cpu/gemm_blocks.h"
 #include "tensor/cpu/linalg.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/target_region.h"
@@ -349,6 +351,40 @@ void conv_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
   }
 }
 
+// Note [Conv image groups]
+// conv2d and its input gradient take the images of a chunk in groups small enough that a group's
+// column matrix (kGroupColumns elements) stays in the core's L2 cache, one group per thread at a
+// time: im2col, the GEMM and the scatter of a group (for the input gradient: the gather, the
+// GEMM, col2im and the store) each read what the step before just wrote. One GEMM over the whole
+// batch wrote the cnn's 14 MB column matrix to memory, read it back to pack it, and forked the
+// threads for every step. A GEMM's element is the same chain of FMAs whichever columns it is
+// computed with (Note [Deterministic GEMM]), so the results are the same bits; a chunk whose GEMM
+// gemm() would cut along K (gemm_splits_k) and the f64 path keep the one GEMM.
+constexpr int64_t kGroupColumns = int64_t(1) << 17;  // elements of a group's column matrix (512 KiB of f32)
+
+// Images per group for a chunk of nb (at least one group per thread), or 0 when the chunk's GEMM
+// [M, nb L, K] must stay whole.
+template <class T>
+int64_t images_per_group(const Geom& g, int64_t nb, int64_t M, int64_t K) {
+  if constexpr (std::is_same_v<T, double>) {
+    return 0;
+  } else {
+    if (gemm_splits_k(M, nb * g.L(), K)) return 0;
+    const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const int64_t fit = std::max<int64_t>(1, kGroupColumns / std::max<int64_t>(1, g.rows() * g.L()));
+    return std::max<int64_t>(1, std::min(fit, (nb + threads - 1) / threads));
+  }
+}
+
+// The GEMM of one group on the calling thread (conv_gemm's operands; E is not double).
+template <class E>
+void group_gemm(bool trans_a, int64_t M, int64_t N, int64_t K, const E* A, int64_t lda, const E* B, int64_t ldb,
+                float* Y, int64_t ldy) {
+  constexpr DType dt = dtype_of<E>::value;
+  const GemmOperand a = trans_a ? GemmOperand{dt, A, 1, lda} : GemmOperand{dt, A, lda, 1};
+  gemm_on_thread(gemm_arith_for(dt), M, N, K, a, GemmOperand{dt, B, ldb, 1}, false, Y, ldy);
+}
+
 // w [OC, C, KH, KW] as a row-major [OC, C*KH*KW] matrix of E (T, or f32 for f16): w itself when
 // it is that already, else a copy.
 template <class T, class E = gemm_operand_t<T>>
@@ -448,18 +484,36 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
   const int64_t OCt = g.G * g.OC;  // output channels of all groups
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
+    const int64_t per_group = images_per_group<T>(g, nb, g.OC, R);
     for (int64_t grp = 0; grp < g.G; ++grp) {
+      // y[OC, n L] (columns n L apart) to out for images [i0, i0 + n): the bias added, rounded once
+      auto store_images = [&](const C* y_rows, int64_t i0, int64_t n, int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+          const int64_t i = p / g.OC, oc = grp * g.OC + p % g.OC;
+          C* src = const_cast<C*>(y_rows) + (p % g.OC) * n * L + i * L;
+          T* dst = po + ((i0 + i) * OCt + oc) * L;
+          add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(oc)], dst, L);
+        }
+      };
+      if constexpr (!std::is_same_v<T, double>) {
+        if (per_group > 0) {  // Note [Conv image groups]
+          parallel_for((nb + per_group - 1) / per_group, 1, [&](int64_t q0, int64_t q1) {
+            E* gcol = workspace<E>(Workspace::conv_columns, R * per_group * L);
+            C* gy = workspace<C>(Workspace::conv_rows, g.OC * per_group * L);
+            for (int64_t q = q0; q < q1; ++q) {
+              const int64_t i0 = n0 + q * per_group, n = std::min(per_group, n0 + nb - i0);
+              columns(px + i0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, n, gcol);
+              group_gemm<E>(false, g.OC, n * L, R, wm + grp * g.OC * R, R, gcol, n * L, gy, n * L);
+              store_images(gy, i0, n, 0, n * g.OC);
+            }
+          });
+          continue;
+        }
+      }
       columns(px + n0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, nb, col);
       // Y = W_g col: (OC, nb*L) = (OC, C*KH*KW) (C*KH*KW, nb*L)
       conv_gemm<E>(false, false, g.OC, cols, R, wm + grp * g.OC * R, R, col, cols, false, y, cols);
-      parallel_for(nb * g.OC, grain_for(L), [&](int64_t begin, int64_t end) {
-        for (int64_t p = begin; p < end; ++p) {
-          const int64_t n = p / g.OC, oc = grp * g.OC + p % g.OC;
-          C* src = y + (p % g.OC) * cols + n * L;
-          T* dst = po + ((n0 + n) * OCt + oc) * L;
-          add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(oc)], dst, L);
-        }
-      });
+      parallel_for(nb * g.OC, grain_for(L), [&](int64_t begin, int64_t end) { store_images(y, n0, nb, begin, end); });
     }
   }
 }
@@ -480,20 +534,40 @@ void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, c
   const int64_t Ct = g.G * g.C;  // input channels of all groups
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
+    const int64_t per_group = images_per_group<T>(g, nb, R, g.OC);
     for (int64_t grp = 0; grp < g.G; ++grp) {
+      // images [i0, i0 + n) of img (planes p0 .. p1) to dx: the bias added, rounded once
+      auto store_images = [&](C* images, int64_t i0, int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+          const int64_t i = p / g.C, c = grp * g.C + p % g.C;
+          add_bias_and_store(images + p * HW, bv.empty() ? nullptr : &bv[size_t(c)], pdx + ((i0 + i) * Ct + c) * HW,
+                             HW);
+        }
+      };
+      if constexpr (!std::is_same_v<T, double>) {
+        if (per_group > 0) {  // Note [Conv image groups]
+          parallel_for((nb + per_group - 1) / per_group, 1, [&](int64_t q0, int64_t q1) {
+            E* gG = workspace<E>(Workspace::conv_rows, g.OC * per_group * L);
+            C* gdcol = workspace<C>(Workspace::conv_columns, R * per_group * L);
+            C* gimg = workspace<C>(Workspace::conv_images, per_group * g.C * HW);
+            for (int64_t q = q0; q < q1; ++q) {
+              const int64_t i0 = n0 + q * per_group, n = std::min(per_group, n0 + nb - i0);
+              gather_columns(pdy + grp * g.OC * dy.strides()[1], dy.strides(), g, i0, n, gG);
+              group_gemm<E>(true, R, n * L, g.OC, wm + grp * g.OC * R, R, gG, n * L, gdcol, n * L);
+              std::fill(gimg, gimg + n * g.C * HW, C(0));
+              col2im_add(gdcol, g, n, gimg);
+              store_images(gimg, i0, 0, n * g.C);
+            }
+          });
+          continue;
+        }
+      }
       gather_columns(pdy + grp * g.OC * dy.strides()[1], dy.strides(), g, n0, nb, G);
       // dcol = W_g^T G: (C*KH*KW, nb*L) = (OC, C*KH*KW)^T (OC, nb*L)
       conv_gemm<E>(true, false, R, cols, g.OC, wm + grp * g.OC * R, R, G, cols, false, dcol, cols);
       std::fill(img, img + nb * g.C * HW, C(0));
       col2im_add(dcol, g, nb, img);
-      parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
-        for (int64_t p = begin; p < end; ++p) {
-          const int64_t n = p / g.C, c = grp * g.C + p % g.C;
-          C* src = img + p * HW;
-          T* dst = pdx + ((n0 + n) * Ct + c) * HW;
-          add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(c)], dst, HW);
-        }
-      });
+      parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) { store_images(img, n0, begin, end); });
     }
   }
 }

@@ -289,6 +289,14 @@ void gemm_on_thread(int64_t M, const GemmOperand& A, const PackedB& B, bool accu
   else path.block(B.arith_, M, N, K, A, B.b_, accumulate, C, ldc);  // packed for another path: B in place
 }
 
+void gemm_on_thread(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B,
+                    bool accumulate, float* C, int64_t ldc) {
+  MT_ASSERT(arith != GemmArith::dot_bf16 || (A.dtype != DType::f16 && B.dtype != DType::f16),
+            "gemm: dot_bf16 takes bf16 values, not f16");
+  if (no_products(M, N, K, accumulate, C, ldc)) return;
+  paths().active().block(arith, M, N, K, A, B, accumulate, C, ldc);
+}
+
 const char* gemm_path() { return paths().active().name; }
 
 std::vector<std::string> gemm_paths() { return paths().names(); }

@@ -69,6 +69,11 @@ class PackedB {
 // below 128 with K of 4096 or more).
 void gemm_on_thread(int64_t M, const GemmOperand& A, const PackedB& B, bool accumulate, float* C, int64_t ldc);
 
+// The same with B as it is (packed here, block by block, as gemm() packs it): gemm()'s bits
+// for every shape gemm_splits_k (gemm_blocks.h) says it does not cut along K.
+void gemm_on_thread(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B,
+                    bool accumulate, float* C, int64_t ldc);
+
 // The GEMM's vector path: "avx512bf16" (AVX-512 with vdpbf16ps), "avx512" (AVX-512F; dot_bf16
 // emulated), "avx2" (AVX2 + FMA), or "scalar" (the reference: the formulas above, one element at
 // a time). gemm_paths() lists those this CPU runs, the reference first and the default last;

@@ -31,6 +31,13 @@ inline constexpr int64_t kGemmMaxBlocks = 8;
 inline constexpr int64_t kGemmMinBlockSide = 64;  // columns or rows of C per block
 inline constexpr int64_t kGemmMinBlockK = 2048;   // length of a K chunk
 
+// Whether gemm_blocked cuts the K of an [M, N, K] product into partial sums: every other shape
+// is summed over all of K in one chain per element (in one call, or in blocks of columns or rows).
+inline bool gemm_splits_k(int64_t M, int64_t N, int64_t K) {
+  return M * N * K >= kGemmSerialFlops && N < 2 * kGemmMinBlockSide && M < 2 * kGemmMinBlockSide &&
+         K / kGemmMinBlockK > 1;
+}
+
 // C[M, N] (leading dimension ldc) = (accumulate ? C : 0) + A B, computed by calls
 //   block(i0, m, j0, n, k0, k, accumulate, c, ldc_c)
 // each of which must compute, on the calling thread, the [m, n] block of C at rows i0, columns
@@ -57,11 +64,11 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, bool accumulate, T* C, int64_
     });
     return;
   }
-  const int64_t blocks = std::clamp<int64_t>(K / kGemmMinBlockK, 1, kGemmMaxBlocks);
-  if (blocks == 1) {
+  if (!gemm_splits_k(M, N, K)) {
     block(0, M, 0, N, 0, K, accumulate, C, ldc);
     return;
   }
+  const int64_t blocks = std::min(K / kGemmMinBlockK, kGemmMaxBlocks);
   T* partial = workspace<T>(Workspace::gemm_partials, blocks * M * N);
   parallel_for(blocks, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

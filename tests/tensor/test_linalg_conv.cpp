@@ -385,6 +385,36 @@ TEST_CASE("conv2d over many images (several GEMM chunks) equals per-image result
   check_close(conv2d_backward_bias(dy), sum(dy, {0, 2, 3}), 1e-12, 1e-12);
 }
 
+TEST_CASE("conv2d and its input gradient in groups of images give each image's bits", "[conv][threads]") {
+  // Note [Conv image groups]: 8 input channels of 20 x 20, 3 x 3, padding 1: 28,800 column
+  // elements per image, so groups of at most 4 of the 7 images (4 with one thread, 3 per thread
+  // with two), the last one partial; once with two weight groups. Each image's output and input
+  // gradient must be the bits of the same convolution of that image alone.
+  const int threads_before = num_threads();
+  for (int threads : {1, 2})
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (int64_t groups : {1, 2}) {
+        INFO(threads << " threads, " << dtype_name(dt) << ", " << groups << " weight groups");
+        set_num_threads(threads);
+        const Tensor x = rand_input({7, 8, 20, 20}, dt, 61), w = rand_input({6, 8 / groups, 3, 3}, dt, 62);
+        const Tensor b = rand_input({6}, dt, 63);
+        const Tensor y = conv2d(x, w, b, 1, 1, 1, groups);
+        const Tensor dy = rand_input(y.shape(), dt, 64);
+        const Tensor dx = conv2d_backward_input(dy, w, x.shape(), 1, 1, 1, groups);
+        for (int64_t n = 0; n < 7; ++n) {
+          const Tensor xn = x.narrow(0, n, 1), dyn = dy.narrow(0, n, 1);
+          CHECK(y.narrow(0, n, 1).contiguous().to_vector() == conv2d(xn, w, b, 1, 1, 1, groups).to_vector());
+          CHECK(dx.narrow(0, n, 1).contiguous().to_vector() ==
+                conv2d_backward_input(dyn, w, xn.shape(), 1, 1, 1, groups).to_vector());
+        }
+        const double tol = dt == DType::f32 ? 1e-5 : 5e-2;
+        if (groups == 1)
+          check_close(y.to(DType::f64), naive_conv2d(x.to(DType::f64), w.to(DType::f64), b.to(DType::f64), 1, 1, 1),
+                      tol, tol);
+      }
+  set_num_threads(threads_before);
+}
+
 TEST_CASE("conv2d and conv_transpose2d reject bad arguments with clear messages", "[conv]") {
   const Tensor x = zeros({1, 3, 5, 5}), w = zeros({4, 2, 3, 3});
   REQUIRE_THROWS_WITH(conv2d(x, w), Contains("conv2d") && Contains("[1, 3, 5, 5]") && Contains("[4, 2, 3, 3]"));

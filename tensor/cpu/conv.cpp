@@ -226,14 +226,16 @@ void scatter_add_rows(const float* row, const Geom& g, int64_t nb, int64_t c, in
 MT_TARGET_END
 #endif
 
-// col[rows, nb*L] for the nb images starting at x (strides xs), in x's type. Only copies: a
-// bf16 element is moved as its uint16_t bits, which the compiler vectorizes as it does floats.
+// col[rows, nb*L] for the nb images starting at x (strides xs), in x's type; or its rows
+// [r_first, r_first + r_count) alone, at col. Only copies: a bf16 element is moved as its
+// uint16_t bits, which the compiler vectorizes as it does floats.
 template <class T>
-void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
+void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col, int64_t r_first = 0, int64_t r_count = -1) {
   if constexpr (std::is_same_v<T, bfloat16>) {
-    im2col(reinterpret_cast<const uint16_t*>(x), xs, g, nb, reinterpret_cast<uint16_t*>(col));
+    im2col(reinterpret_cast<const uint16_t*>(x), xs, g, nb, reinterpret_cast<uint16_t*>(col), r_first, r_count);
     return;
   }
+  if (r_count < 0) r_count = g.rows();
   const int64_t L = g.L(), cols = nb * L;
   // Note [im2col runs]: the input rows are as far apart as the output rows, element by element.
   const bool one_run = g.sw * xs[3] == 1 && g.sh * xs[2] == g.OW;
@@ -241,10 +243,10 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
   [[maybe_unused]] const bool vector =
       (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>)&&!one_run && xs[3] > 0 && avx512_path_active();
   // Each row (c, kh, kw) is one thread's (Note [Deterministic threads]).
-  parallel_for(g.rows(), grain_for(cols), [&](int64_t r_begin, int64_t r_end) {
-    for (int64_t r = r_begin; r < r_end; ++r) {
+  parallel_for(r_count, grain_for(cols), [&](int64_t r_begin, int64_t r_end) {
+    for (int64_t r = r_first + r_begin; r < r_first + r_end; ++r) {
       const int64_t c = r / (g.KH * g.KW), kh = r / g.KW % g.KH, kw = r % g.KW;
-      T* row = col + r * cols;
+      T* row = col + (r - r_first) * cols;
       const int64_t iw0 = kw * g.dw - g.pw;
       int64_t lo, hi;
       valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
@@ -284,13 +286,15 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col) {
 }
 
 // col[rows, nb*L] in the GEMM operand type of T (Note [im2col layout]).
+// Or its rows [r_first, r_first + r_count) alone.
 template <class T>
-void columns(const T* x, const Shape& xs, const Geom& g, int64_t nb, gemm_operand_t<T>* col) {
+void columns(const T* x, const Shape& xs, const Geom& g, int64_t nb, gemm_operand_t<T>* col, int64_t r_first = 0,
+             int64_t r_count = -1) {
   if constexpr (std::is_same_v<T, half>) {
     float* wide = workspace<float>(Workspace::conv_input, nb * g.C * g.H * g.W);
-    im2col(wide, widen_images(x, xs, g, nb, wide), g, nb, col);
+    im2col(wide, widen_images(x, xs, g, nb, wide), g, nb, col, r_first, r_count);
   } else {
-    im2col(x, xs, g, nb, col);
+    im2col(x, xs, g, nb, col, r_first, r_count);
   }
 }
 
@@ -352,14 +356,18 @@ void conv_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
 }
 
 // Note [Conv image groups]
-// conv2d and its input gradient take the images of a chunk in groups small enough that a group's
-// column matrix (kGroupColumns elements) stays in the core's L2 cache, one group per thread at a
-// time: im2col, the GEMM and the scatter of a group (for the input gradient: the gather, the
-// GEMM, col2im and the store) each read what the step before just wrote. One GEMM over the whole
-// batch wrote the cnn's 14 MB column matrix to memory, read it back to pack it, and forked the
-// threads for every step. A GEMM's element is the same chain of FMAs whichever columns it is
-// computed with (Note [Deterministic GEMM]), so the results are the same bits; a chunk whose GEMM
-// gemm() would cut along K (gemm_splits_k) and the f64 path keep the one GEMM.
+// conv2d and its gradients take the images of a chunk in groups small enough that a group's
+// column matrix (kGroupColumns elements) stays in the core's L2 cache: im2col, the GEMM and the
+// scatter of a group (for the input gradient: the gather, the GEMM, col2im and the store) each
+// read what the step before just wrote. One GEMM over the whole batch wrote the cnn's 14 MB
+// column matrix to memory, read it back to pack it, and forked the threads for every step.
+//   - conv2d and the input gradient: one group per thread at a time. A GEMM's element is the
+//     same chain of FMAs whichever columns it is computed with (Note [Deterministic GEMM]).
+//   - the weight gradient sums over the images, so each thread takes whole panels of dW's
+//     columns (rows of col, im2col'd for its rows alone) through all the groups in order, each
+//     GEMM continuing the chains of the one before (accumulate): the one GEMM's chains, in order.
+// So the results are the same bits. A chunk whose GEMM gemm() would cut along K (gemm_splits_k)
+// and the f64 path keep the one GEMM.
 constexpr int64_t kGroupColumns = int64_t(1) << 17;  // elements of a group's column matrix (512 KiB of f32)
 
 // Images per group for a chunk of nb (at least one group per thread), or 0 when the chunk's GEMM
@@ -376,13 +384,14 @@ int64_t images_per_group(const Geom& g, int64_t nb, int64_t M, int64_t K) {
   }
 }
 
-// The GEMM of one group on the calling thread (conv_gemm's operands; E is not double).
+// conv_gemm on the calling thread, for one group (E is not double).
 template <class E>
-void group_gemm(bool trans_a, int64_t M, int64_t N, int64_t K, const E* A, int64_t lda, const E* B, int64_t ldb,
-                float* Y, int64_t ldy) {
+void group_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const E* A, int64_t lda, const E* B,
+                int64_t ldb, bool accumulate, float* Y, int64_t ldy) {
   constexpr DType dt = dtype_of<E>::value;
   const GemmOperand a = trans_a ? GemmOperand{dt, A, 1, lda} : GemmOperand{dt, A, lda, 1};
-  gemm_on_thread(gemm_arith_for(dt), M, N, K, a, GemmOperand{dt, B, ldb, 1}, false, Y, ldy);
+  const GemmOperand b = trans_b ? GemmOperand{dt, B, 1, ldb} : GemmOperand{dt, B, ldb, 1};
+  gemm_on_thread(gemm_arith_for(dt), M, N, K, a, b, accumulate, Y, ldy);
 }
 
 // w [OC, C, KH, KW] as a row-major [OC, C*KH*KW] matrix of E (T, or f32 for f16): w itself when
@@ -477,8 +486,6 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
   const E* wm = weight_matrix<T>(w, wcopy);
   const std::vector<C> bv = load_bias<T>(bias);
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
-  E* col = workspace<E>(Workspace::conv_columns, R * nb_max * L);
-  C* y = workspace<C>(Workspace::conv_rows, g.OC * nb_max * L);
   const T* px = static_cast<const T*>(x.raw_data());
   T* po = static_cast<T*>(out.raw_data());
   const int64_t OCt = g.G * g.OC;  // output channels of all groups
@@ -503,13 +510,15 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
             for (int64_t q = q0; q < q1; ++q) {
               const int64_t i0 = n0 + q * per_group, n = std::min(per_group, n0 + nb - i0);
               columns(px + i0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, n, gcol);
-              group_gemm<E>(false, g.OC, n * L, R, wm + grp * g.OC * R, R, gcol, n * L, gy, n * L);
+              group_gemm<E>(false, false, g.OC, n * L, R, wm + grp * g.OC * R, R, gcol, n * L, false, gy, n * L);
               store_images(gy, i0, n, 0, n * g.OC);
             }
           });
           continue;
         }
       }
+      E* col = workspace<E>(Workspace::conv_columns, R * cols);
+      C* y = workspace<C>(Workspace::conv_rows, g.OC * cols);
       columns(px + n0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, nb, col);
       // Y = W_g col: (OC, nb*L) = (OC, C*KH*KW) (C*KH*KW, nb*L)
       conv_gemm<E>(false, false, g.OC, cols, R, wm + grp * g.OC * R, R, col, cols, false, y, cols);
@@ -526,9 +535,6 @@ void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, c
   const E* wm = weight_matrix<T>(w, wcopy);
   const std::vector<C> bv = load_bias<T>(bias);
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk(), HW = g.H * g.W;
-  E* G = workspace<E>(Workspace::conv_rows, g.OC * nb_max * L);
-  C* dcol = workspace<C>(Workspace::conv_columns, R * nb_max * L);
-  C* img = workspace<C>(Workspace::conv_images, nb_max * g.C * HW);
   const T* pdy = static_cast<const T*>(dy.raw_data());
   T* pdx = static_cast<T*>(dx.raw_data());
   const int64_t Ct = g.G * g.C;  // input channels of all groups
@@ -553,7 +559,7 @@ void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, c
             for (int64_t q = q0; q < q1; ++q) {
               const int64_t i0 = n0 + q * per_group, n = std::min(per_group, n0 + nb - i0);
               gather_columns(pdy + grp * g.OC * dy.strides()[1], dy.strides(), g, i0, n, gG);
-              group_gemm<E>(true, R, n * L, g.OC, wm + grp * g.OC * R, R, gG, n * L, gdcol, n * L);
+              group_gemm<E>(true, false, R, n * L, g.OC, wm + grp * g.OC * R, R, gG, n * L, false, gdcol, n * L);
               std::fill(gimg, gimg + n * g.C * HW, C(0));
               col2im_add(gdcol, g, n, gimg);
               store_images(gimg, i0, 0, n * g.C);
@@ -562,6 +568,9 @@ void conv_input_grad(const Strided& dy, const Strided& w, const Strided& bias, c
           continue;
         }
       }
+      E* G = workspace<E>(Workspace::conv_rows, g.OC * cols);
+      C* dcol = workspace<C>(Workspace::conv_columns, R * cols);
+      C* img = workspace<C>(Workspace::conv_images, nb * g.C * HW);
       gather_columns(pdy + grp * g.OC * dy.strides()[1], dy.strides(), g, n0, nb, G);
       // dcol = W_g^T G: (C*KH*KW, nb*L) = (OC, C*KH*KW)^T (OC, nb*L)
       conv_gemm<E>(true, false, R, cols, g.OC, wm + grp * g.OC * R, R, G, cols, false, dcol, cols);
@@ -577,14 +586,36 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
   using C = compute_t<T>;
   using E = gemm_operand_t<T>;
   const int64_t L = g.L(), R = g.rows(), nb_max = g.chunk();
-  E* col = workspace<E>(Workspace::conv_columns, R * nb_max * L);
-  E* G = workspace<E>(Workspace::conv_rows, g.OC * nb_max * L);
   std::vector<C> acc(size_t(g.G * g.OC * R), C(0));  // dW as [G*OC, C*KH*KW], group blocks in order
   const T* px = static_cast<const T*>(x.raw_data());
   const T* pdy = static_cast<const T*>(dy.raw_data());
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
     for (int64_t grp = 0; grp < g.G; ++grp) {
+      if constexpr (!std::is_same_v<T, double>) {
+        if (!gemm_splits_k(g.OC, R, cols)) {
+          // Note [Conv image groups]: each thread takes whole GEMM panels of dW's columns (rows of
+          // col) through the image groups in order, so each element's chain runs through K in
+          // order, as in the one GEMM (accumulate continues it).
+          const int64_t per_group = std::max<int64_t>(1, kGroupColumns / std::max<int64_t>(1, R * L));
+          constexpr int64_t kPanel = 32;
+          parallel_for((R + kPanel - 1) / kPanel, 1, [&](int64_t b0, int64_t b1) {
+            const int64_t r0 = b0 * kPanel, rn = std::min(R, b1 * kPanel) - r0;
+            E* gcol = workspace<E>(Workspace::conv_columns, rn * per_group * L);
+            E* gG = workspace<E>(Workspace::conv_rows, g.OC * per_group * L);
+            for (int64_t i0 = n0; i0 < n0 + nb; i0 += per_group) {
+              const int64_t n = std::min(per_group, n0 + nb - i0);
+              columns(px + i0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, n, gcol, r0, rn);
+              gather_columns(pdy + grp * g.OC * dy.strides()[1], dy.strides(), g, i0, n, gG);
+              group_gemm<E>(false, true, g.OC, rn, n * L, gG, n * L, gcol, n * L, true,
+                            acc.data() + grp * g.OC * R + r0, R);
+            }
+          });
+          continue;
+        }
+      }
+      E* col = workspace<E>(Workspace::conv_columns, R * cols);
+      E* G = workspace<E>(Workspace::conv_rows, g.OC * cols);
       columns(px + n0 * x.strides()[0] + grp * g.C * x.strides()[1], x.strides(), g, nb, col);
       gather_columns(pdy + grp * g.OC * dy.strides()[1], dy.strides(), g, n0, nb, G);
       // dW_g += G col^T: (OC, C*KH*KW) = (OC, nb*L) (C*KH*KW, nb*L)^T, accumulated across chunks

@@ -385,7 +385,7 @@ TEST_CASE("conv2d over many images (several GEMM chunks) equals per-image result
   check_close(conv2d_backward_bias(dy), sum(dy, {0, 2, 3}), 1e-12, 1e-12);
 }
 
-TEST_CASE("conv2d and its input gradient in groups of images give each image's bits", "[conv][threads]") {
+TEST_CASE("conv2d and its gradients in groups of images give the bits of one GEMM", "[conv][threads]") {
   // Note [Conv image groups]: 8 input channels of 20 x 20, 3 x 3, padding 1: 28,800 column
   // elements per image, so groups of at most 4 of the 7 images (4 with one thread, 3 per thread
   // with two), the last one partial; once with two weight groups. Each image's output and input
@@ -406,6 +406,28 @@ TEST_CASE("conv2d and its input gradient in groups of images give each image's b
           CHECK(y.narrow(0, n, 1).contiguous().to_vector() == conv2d(xn, w, b, 1, 1, 1, groups).to_vector());
           CHECK(dx.narrow(0, n, 1).contiguous().to_vector() ==
                 conv2d_backward_input(dyn, w, xn.shape(), 1, 1, 1, groups).to_vector());
+        }
+        // The weight gradient: in f32, each element is one chain of FMAs over the images,
+        // rows and columns in order, whichever rows of col a thread took.
+        const Tensor dw = conv2d_backward_weight(x, dy, w.shape(), 1, 1, 1, groups);
+        if (dt == DType::f32) {
+          const std::vector<double> xv = x.to_vector(), dyv = dy.to_vector(), dwv = dw.to_vector();
+          const int64_t cg = 8 / groups, og = 6 / groups;
+          for (int64_t oc = 0; oc < 6; ++oc)
+            for (int64_t c = 0; c < cg; ++c)
+              for (int64_t kh = 0; kh < 3; ++kh)
+                for (int64_t kw = 0; kw < 3; ++kw) {
+                  float chain = 0.0f;
+                  for (int64_t n = 0; n < 7; ++n)
+                    for (int64_t oh = 0; oh < 20; ++oh)
+                      for (int64_t ow = 0; ow < 20; ++ow) {
+                        const int64_t ih = oh - 1 + kh, iw = ow - 1 + kw, xc = oc / og * cg + c;
+                        const bool inside = ih >= 0 && ih < 20 && iw >= 0 && iw < 20;
+                        const float xval = inside ? float(xv[size_t(((n * 8 + xc) * 20 + ih) * 20 + iw)]) : 0.0f;
+                        chain = std::fma(float(dyv[size_t(((n * 6 + oc) * 20 + oh) * 20 + ow)]), xval, chain);
+                      }
+                  CHECK(float(dwv[size_t(((oc * cg + c) * 3 + kh) * 3 + kw)]) == chain);
+                }
         }
         const double tol = dt == DType::f32 ? 1e-5 : 5e-2;
         if (groups == 1)

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 #endif
 
+#include "tensor/core/rounding_census.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/target_region.h"
@@ -230,12 +231,60 @@ void max_pool2d(const Strided& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw
   });
 }
 
+namespace {
+
+// Note [Max pool gradient on bit patterns]
+// max_pool2d's gradient sends each dy to the input its window chose, summing in the compute type
+// and rounding once. On f16 and bf16 an input chosen by one window gets store<T>(0 + dy): dy's
+// own bits, except +0 for -0 and the canonical 0x7FFF for a NaN (store<>'s NaN); an input no
+// window chose gets +0. Where a plane's indices are all different (windows that do not overlap,
+// as the cnn's 2 x 2 pooling), those bits are written directly: no compute-type plane to fill,
+// sum and round. A plane in which an index repeats is summed as before. Not while a rounding
+// census is open, whose counts come from the stores (Note [Rounding census]).
+template <class T>
+bool max_pool_backward_bits(const Strided& dy, const int64_t* pi, T* dx, int64_t HW, int64_t OHW) {
+  if (RoundingCensus::is_open() || !dy.is_contiguous()) return false;
+  constexpr uint16_t kInf = std::is_same_v<T, half> ? 0x7C00 : 0x7F80;
+  const auto* g = static_cast<const uint16_t*>(dy.raw_data());
+  auto* d = reinterpret_cast<uint16_t*>(dx);
+  parallel_for(dy.size(0) * dy.size(1), grain_for(HW), [&](int64_t begin, int64_t end) {
+    std::vector<uint8_t> chosen(static_cast<size_t>(HW));
+    std::vector<float> acc, buf;
+    for (int64_t p = begin; p < end; ++p) {
+      uint16_t* dp = d + p * HW;
+      const uint16_t* gp = g + p * OHW;
+      const int64_t* ip = pi + p * OHW;
+      std::fill(dp, dp + HW, uint16_t(0));
+      std::fill(chosen.begin(), chosen.end(), uint8_t(0));
+      bool repeated = false;
+      for (int64_t k = 0; k < OHW && !repeated; ++k) {
+        const int64_t i = ip[k];
+        repeated = chosen[size_t(i)] != 0;
+        chosen[size_t(i)] = 1;
+        const uint16_t v = gp[k];
+        dp[i] = (v & 0x7FFF) > kInf ? uint16_t(0x7FFF) : v == 0x8000 ? uint16_t(0) : v;
+      }
+      if (!repeated) continue;
+      acc.assign(static_cast<size_t>(HW), 0.0f);
+      buf.resize(static_cast<size_t>(OHW));
+      load_row_to(reinterpret_cast<const T*>(gp), 1, OHW, buf.data());
+      for (int64_t k = 0; k < OHW; ++k) acc[size_t(ip[k])] += buf[size_t(k)];
+      store_row(acc.data(), dx + p * HW, 1, HW);
+    }
+  });
+  return true;
+}
+
+}  // namespace
+
 void max_pool2d_backward(const Strided& dy, const Strided& indices, const Strided& dx) {
   MT_ASSERT(dx.is_contiguous() && indices.is_contiguous() && indices.dtype() == DType::i64);
   const int64_t HW = dx.size(2) * dx.size(3), OHW = dy.size(2) * dy.size(3);
   dispatch_floating(dx.dtype(), "max_pool2d backward", [&]<class T>() {
     using Cc = compute_t<T>;
     const int64_t* pi = indices.data<int64_t>();
+    if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>)
+      if (max_pool_backward_bits(dy, pi, static_cast<T*>(dx.raw_data()), HW, OHW)) return;
     // Overlapping windows can send several gradients to one input: sum in the compute type,
     // round once.
     for_each_plane(dy, static_cast<T*>(dx.raw_data()), HW, HW + OHW, [&](int64_t p, const Cc* g, Cc* acc) {

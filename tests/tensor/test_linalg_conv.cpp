@@ -501,6 +501,35 @@ TEST_CASE("max_pool2d and avg_pool2d match naive loops", "[conv]") {
   CHECK(ga.to_vector() == std::vector<double>{0.25, 0.5, 0.25, 0.5, 1.0, 0.5, 0.25, 0.5, 0.25});
 }
 
+TEST_CASE("max_pool2d's 16-bit gradient on bit patterns equals the generic kernel", "[conv][pool]") {
+  // Note [Max pool gradient on bit patterns]: without a rounding census, planes whose indices are
+  // all different are written as bits; with one open the generic kernel (sum in f32, round) runs.
+  // dy holds all 65,536 patterns (zeros, subnormals, inf, NaN), routed by 2 x 2 windows (no
+  // repeats), and by 3 x 3 windows of stride 2 (repeats: the plane is summed) in a second plane.
+  for (DType dt : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    const Tensor x = test::rand_distinct({2, 2, 512, 512}, dt, 71);
+    for (bool overlap : {false, true}) {
+      INFO((overlap ? "3 x 3 windows, stride 2" : "2 x 2 windows"));
+      const PoolWithIndices pooled = overlap ? max_pool2d_with_indices(x, 3, 2, 1) : max_pool2d_with_indices(x, 2, 2);
+      Tensor dy = empty(pooled.out.shape(), dt);
+      auto* p = static_cast<uint16_t*>(dy.raw_data());
+      for (int64_t i = 0; i < dy.numel(); ++i) p[i] = uint16_t((i * 40503) & 0xFFFF);
+      const Tensor fast = max_pool2d_backward(dy, pooled.indices, x.shape());
+      Tensor generic;
+      {
+        RoundingCensus census;
+        generic = max_pool2d_backward(dy, pooled.indices, x.shape());
+      }
+      const auto* a = static_cast<const uint16_t*>(fast.raw_data());
+      const auto* b = static_cast<const uint16_t*>(generic.raw_data());
+      int64_t differ = 0;
+      for (int64_t i = 0; i < fast.numel(); ++i) differ += a[i] != b[i];
+      CHECK(differ == 0);
+    }
+  }
+}
+
 TEST_CASE("pooling rejects bad arguments with clear messages", "[conv]") {
   const Tensor x = zeros({1, 2, 5, 5});
   REQUIRE_THROWS_WITH(max_pool2d(x, 0), Contains("max_pool2d") && Contains("kernel"));

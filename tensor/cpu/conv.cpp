@@ -171,21 +171,30 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
   const __m512i perm = _mm512_load_si512(index);
   int64_t oh0, oh1;
   valid_rows(g, kh, oh0, oh1);
+  // Rows are stored whole vectors wide where the vector ends inside this column row: the lanes
+  // past OW land on the next output row, which is written after (its own row, or the zero rows
+  // filled after each image). Masked stores of a few lanes each were the cost of this loop.
+  E* const end = row + nb * L;
   for (int64_t n = 0; n < nb; ++n) {
     E* dst = row + n * L;
-    std::fill(dst, dst + oh0 * OW, E{});
-    std::fill(dst + oh1 * OW, dst + L, E{});
     const E* plane = x + n * xs[0] + c * xs[1] + (iw0 + lo * g.sw) * xs[3];
     for (int64_t oh = oh0; oh < oh1; ++oh) {
       const E* src = plane + (oh * g.sh - g.ph + kh * g.dh) * xs[2];
+      E* d = dst + oh * OW;
       if constexpr (sizeof(E) == 4) {
         const __m512 a = _mm512_maskz_loadu_ps(m0, src), b = _mm512_maskz_loadu_ps(m1, src + V);
-        _mm512_mask_storeu_ps(dst + oh * OW, out, _mm512_maskz_permutex2var_ps(keep, a, perm, b));
+        const __m512 v = _mm512_maskz_permutex2var_ps(keep, a, perm, b);
+        if (d + V <= end) _mm512_storeu_ps(d, v);
+        else _mm512_mask_storeu_ps(d, out, v);
       } else {
         const __m512i a = _mm512_maskz_loadu_epi16(m0, src), b = _mm512_maskz_loadu_epi16(m1, src + V);
-        _mm512_mask_storeu_epi16(dst + oh * OW, out, _mm512_maskz_permutex2var_epi16(keep, a, perm, b));
+        const __m512i v = _mm512_maskz_permutex2var_epi16(keep, a, perm, b);
+        if (d + V <= end) _mm512_storeu_si512(d, v);
+        else _mm512_mask_storeu_epi16(d, out, v);
       }
     }
+    std::fill(dst, dst + oh0 * OW, E{});
+    std::fill(dst + oh1 * OW, dst + L, E{});
   }
 }
 

@@ -74,15 +74,19 @@ template <class T>
 using gemm_operand_t = std::conditional_t<std::is_same_v<T, half>, float, T>;
 
 // The C channels of nb images starting at x (strides xs) as contiguous f32 planes,
-// dst[nb, C, H, W]; returns dst's strides.
+// dst[nb, C, H, W], or only the channels [c_first, c_first + c_count) of them (the other planes
+// of dst are left as they are); returns dst's strides.
 template <class T>
-Shape widen_images(const T* x, const Shape& xs, const Geom& g, int64_t nb, float* dst) {
+Shape widen_images(const T* x, const Shape& xs, const Geom& g, int64_t nb, float* dst, int64_t c_first = 0,
+                   int64_t c_count = -1) {
   const int64_t HW = g.H * g.W;
+  if (c_count < 0) c_count = g.C;
   // Each plane is one thread's; only conversions, so any split gives the same bits.
-  parallel_for(nb * g.C, grain_for(HW), [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const T* plane = x + (p / g.C) * xs[0] + (p % g.C) * xs[1];
-      float* d = dst + p * HW;
+  parallel_for(nb * c_count, grain_for(HW), [&](int64_t begin, int64_t end) {
+    for (int64_t q = begin; q < end; ++q) {
+      const int64_t n = q / c_count, c = c_first + q % c_count;
+      const T* plane = x + n * xs[0] + c * xs[1];
+      float* d = dst + (n * g.C + c) * HW;
       if (xs[3] == 1 && xs[2] == g.W) load_row_to(plane, 1, HW, d);
       else
         for (int64_t h = 0; h < g.H; ++h) load_row_to(plane + h * xs[2], xs[3], g.W, d + h * g.W);
@@ -169,6 +173,18 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
     keep = Mask(keep | (Mask(1) << ow));
   }
   const __m512i perm = _mm512_load_si512(index);
+  // Two output rows to a vector where both fit in it and each reads one vector of input: the
+  // dcgan's 8- and 4-pixel rows filled a half or a quarter of a vector each.
+  const bool pairs = 2 * OW <= V && span <= V;
+  alignas(64) Index index2[V] = {};
+  Mask keep2 = 0;
+  for (int64_t ow = lo; ow < hi && pairs; ++ow) {
+    index2[ow] = Index(es * (ow - lo));
+    index2[OW + ow] = Index(V + es * (ow - lo));
+    keep2 = Mask(keep2 | (Mask(1) << ow) | (Mask(1) << (OW + ow)));
+  }
+  const __m512i perm2 = _mm512_load_si512(index2);
+  const Mask out2 = first(2 * OW);
   int64_t oh0, oh1;
   valid_rows(g, kh, oh0, oh1);
   // Rows are stored whole vectors wide where the vector ends inside this column row: the lanes
@@ -178,8 +194,24 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
   for (int64_t n = 0; n < nb; ++n) {
     E* dst = row + n * L;
     const E* plane = x + n * xs[0] + c * xs[1] + (iw0 + lo * g.sw) * xs[3];
-    for (int64_t oh = oh0; oh < oh1; ++oh) {
-      const E* src = plane + (oh * g.sh - g.ph + kh * g.dh) * xs[2];
+    auto src_of = [&](int64_t oh) { return plane + (oh * g.sh - g.ph + kh * g.dh) * xs[2]; };
+    int64_t oh = oh0;
+    for (; pairs && oh + 1 < oh1; oh += 2) {
+      E* d = dst + oh * OW;
+      if constexpr (sizeof(E) == 4) {
+        const __m512 a = _mm512_maskz_loadu_ps(m0, src_of(oh)), b = _mm512_maskz_loadu_ps(m0, src_of(oh + 1));
+        const __m512 v = _mm512_maskz_permutex2var_ps(keep2, a, perm2, b);
+        if (d + V <= end) _mm512_storeu_ps(d, v);
+        else _mm512_mask_storeu_ps(d, out2, v);
+      } else {
+        const __m512i a = _mm512_maskz_loadu_epi16(m0, src_of(oh)), b = _mm512_maskz_loadu_epi16(m0, src_of(oh + 1));
+        const __m512i v = _mm512_maskz_permutex2var_epi16(keep2, a, perm2, b);
+        if (d + V <= end) _mm512_storeu_si512(d, v);
+        else _mm512_mask_storeu_epi16(d, out2, v);
+      }
+    }
+    for (; oh < oh1; ++oh) {
+      const E* src = src_of(oh);
       E* d = dst + oh * OW;
       if constexpr (sizeof(E) == 4) {
         const __m512 a = _mm512_maskz_loadu_ps(m0, src), b = _mm512_maskz_loadu_ps(m1, src + V);
@@ -308,7 +340,9 @@ void columns(const T* x, const Shape& xs, const Geom& g, int64_t nb, gemm_operan
              int64_t r_count = -1) {
   if constexpr (std::is_same_v<T, half>) {
     float* wide = workspace<float>(Workspace::conv_input, nb * g.C * g.H * g.W);
-    im2col(wide, widen_images(x, xs, g, nb, wide), g, nb, col, r_first, r_count);
+    const int64_t taps = g.KH * g.KW, rows = r_count < 0 ? g.rows() - r_first : r_count;
+    const int64_t c_first = r_first / taps, c_count = rows > 0 ? (r_first + rows - 1) / taps + 1 - c_first : 0;
+    im2col(wide, widen_images(x, xs, g, nb, wide, c_first, c_count), g, nb, col, r_first, r_count);  // its channels
   } else {
     im2col(x, xs, g, nb, col, r_first, r_count);
   }

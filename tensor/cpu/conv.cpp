@@ -154,11 +154,13 @@ bool row_fits(int64_t OW, int64_t lo, int64_t hi, int64_t es) {
   return OW <= kLanes<E> && (hi <= lo || es * (hi - lo - 1) + 1 <= 2 * kLanes<E>);
 }
 
-// Column row (c, kh, kw) of the nb images at x (row: its nb * L columns); iw0 = kw dw - pw and
-// [lo, hi) the outputs whose input column is in the image (row_fits holds).
+// Column rows (c, kh, kw) of the nb images at x for the channels c_first + i, i < c_count, row i
+// at rows + i row_stride (its nb * L columns); iw0 = kw dw - pw and [lo, hi) the outputs whose
+// input column is in the image (row_fits holds). The masks and permutations are made once for
+// all the channels: made for every row, they cost more than the dcgan's short rows.
 template <class E>
-void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t c, int64_t kh, int64_t iw0, int64_t lo,
-                 int64_t hi, E* row) {
+void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t c_first, int64_t c_count, int64_t kh,
+                 int64_t iw0, int64_t lo, int64_t hi, E* rows, int64_t row_stride) {
   constexpr int64_t V = kLanes<E>;
   using Mask = std::conditional_t<sizeof(E) == 4, __mmask16, __mmask32>;
   const int64_t L = g.L(), OW = g.OW, es = g.sw * xs[3];
@@ -190,43 +192,47 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
   // Rows are stored whole vectors wide where the vector ends inside this column row: the lanes
   // past OW land on the next output row, which is written after (its own row, or the zero rows
   // filled after each image). Masked stores of a few lanes each were the cost of this loop.
-  E* const end = row + nb * L;
-  for (int64_t n = 0; n < nb; ++n) {
-    E* dst = row + n * L;
-    const E* plane = x + n * xs[0] + c * xs[1] + (iw0 + lo * g.sw) * xs[3];
-    auto src_of = [&](int64_t oh) { return plane + (oh * g.sh - g.ph + kh * g.dh) * xs[2]; };
-    int64_t oh = oh0;
-    for (; pairs && oh + 1 < oh1; oh += 2) {
-      E* d = dst + oh * OW;
-      if constexpr (sizeof(E) == 4) {
-        const __m512 a = _mm512_maskz_loadu_ps(m0, src_of(oh)), b = _mm512_maskz_loadu_ps(m0, src_of(oh + 1));
-        const __m512 v = _mm512_maskz_permutex2var_ps(keep2, a, perm2, b);
-        if (d + V <= end) _mm512_storeu_ps(d, v);
-        else _mm512_mask_storeu_ps(d, out2, v);
-      } else {
-        const __m512i a = _mm512_maskz_loadu_epi16(m0, src_of(oh)), b = _mm512_maskz_loadu_epi16(m0, src_of(oh + 1));
-        const __m512i v = _mm512_maskz_permutex2var_epi16(keep2, a, perm2, b);
-        if (d + V <= end) _mm512_storeu_si512(d, v);
-        else _mm512_mask_storeu_epi16(d, out2, v);
+  for (int64_t i = 0; i < c_count; ++i) {
+    const int64_t c = c_first + i;
+    E* const row = rows + i * row_stride;
+    E* const end = row + nb * L;
+    for (int64_t n = 0; n < nb; ++n) {
+      E* dst = row + n * L;
+      const E* plane = x + n * xs[0] + c * xs[1] + (iw0 + lo * g.sw) * xs[3];
+      auto src_of = [&](int64_t oh) { return plane + (oh * g.sh - g.ph + kh * g.dh) * xs[2]; };
+      int64_t oh = oh0;
+      for (; pairs && oh + 1 < oh1; oh += 2) {
+        E* d = dst + oh * OW;
+        if constexpr (sizeof(E) == 4) {
+          const __m512 a = _mm512_maskz_loadu_ps(m0, src_of(oh)), b = _mm512_maskz_loadu_ps(m0, src_of(oh + 1));
+          const __m512 v = _mm512_maskz_permutex2var_ps(keep2, a, perm2, b);
+          if (d + V <= end) _mm512_storeu_ps(d, v);
+          else _mm512_mask_storeu_ps(d, out2, v);
+        } else {
+          const __m512i a = _mm512_maskz_loadu_epi16(m0, src_of(oh)), b = _mm512_maskz_loadu_epi16(m0, src_of(oh + 1));
+          const __m512i v = _mm512_maskz_permutex2var_epi16(keep2, a, perm2, b);
+          if (d + V <= end) _mm512_storeu_si512(d, v);
+          else _mm512_mask_storeu_epi16(d, out2, v);
+        }
       }
-    }
-    for (; oh < oh1; ++oh) {
-      const E* src = src_of(oh);
-      E* d = dst + oh * OW;
-      if constexpr (sizeof(E) == 4) {
-        const __m512 a = _mm512_maskz_loadu_ps(m0, src), b = _mm512_maskz_loadu_ps(m1, src + V);
-        const __m512 v = _mm512_maskz_permutex2var_ps(keep, a, perm, b);
-        if (d + V <= end) _mm512_storeu_ps(d, v);
-        else _mm512_mask_storeu_ps(d, out, v);
-      } else {
-        const __m512i a = _mm512_maskz_loadu_epi16(m0, src), b = _mm512_maskz_loadu_epi16(m1, src + V);
-        const __m512i v = _mm512_maskz_permutex2var_epi16(keep, a, perm, b);
-        if (d + V <= end) _mm512_storeu_si512(d, v);
-        else _mm512_mask_storeu_epi16(d, out, v);
+      for (; oh < oh1; ++oh) {
+        const E* src = src_of(oh);
+        E* d = dst + oh * OW;
+        if constexpr (sizeof(E) == 4) {
+          const __m512 a = _mm512_maskz_loadu_ps(m0, src), b = _mm512_maskz_loadu_ps(m1, src + V);
+          const __m512 v = _mm512_maskz_permutex2var_ps(keep, a, perm, b);
+          if (d + V <= end) _mm512_storeu_ps(d, v);
+          else _mm512_mask_storeu_ps(d, out, v);
+        } else {
+          const __m512i a = _mm512_maskz_loadu_epi16(m0, src), b = _mm512_maskz_loadu_epi16(m1, src + V);
+          const __m512i v = _mm512_maskz_permutex2var_epi16(keep, a, perm, b);
+          if (d + V <= end) _mm512_storeu_si512(d, v);
+          else _mm512_mask_storeu_epi16(d, out, v);
+        }
       }
+      std::fill(dst, dst + oh0 * OW, E{});
+      std::fill(dst + oh1 * OW, dst + L, E{});
     }
-    std::fill(dst, dst + oh0 * OW, E{});
-    std::fill(dst + oh1 * OW, dst + L, E{});
   }
 }
 
@@ -235,8 +241,10 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
 // output row. The lane permute spreads the row's values to their pixels, and the add and store
 // are masked to those pixels: every other pixel is left as it is (adding 0 would turn -0 into
 // +0), and each pixel gets the same one addition as in the scalar loop, in the same order.
-void scatter_add_rows(const float* row, const Geom& g, int64_t nb, int64_t c, int64_t kh, int64_t iw0, int64_t lo,
-                      int64_t hi, float* img) {
+// For the channels c_first + i, i < c_count, row i at rows + i row_stride (masks and
+// permutations made once, as in gather_rows).
+void scatter_add_rows(const float* rows, int64_t row_stride, const Geom& g, int64_t nb, int64_t c_first,
+                      int64_t c_count, int64_t kh, int64_t iw0, int64_t lo, int64_t hi, float* img) {
   constexpr int64_t V = 16;
   const int64_t L = g.L(), OW = g.OW, es = g.sw;
   alignas(64) int32_t index[2 * V] = {};
@@ -256,17 +264,20 @@ void scatter_add_rows(const float* row, const Geom& g, int64_t nb, int64_t c, in
   // visited in order, spent 80% of this loop waiting so. Each pixel gets one value per call, so
   // the order changes no sum.
   const int64_t step = (2 * V + g.sh * g.W - 1) / (g.sh * g.W) + 1;
-  for (int64_t n = 0; n < nb; ++n) {
-    float* plane = img + (n * g.C + c) * g.H * g.W + iw0 + lo * es;
-    for (int64_t pass = 0; pass < step; ++pass)
-      for (int64_t oh = oh0 + pass; oh < oh1; oh += step) {
-        const __m512 v = _mm512_maskz_loadu_ps(in, row + n * L + oh * OW);
-        float* d = plane + (oh * g.sh - g.ph + kh * g.dh) * g.W;
-        _mm512_mask_storeu_ps(d, t0, _mm512_add_ps(_mm512_maskz_loadu_ps(t0, d), _mm512_permutexvar_ps(perm0, v)));
-        if (t1)
-          _mm512_mask_storeu_ps(d + V, t1,
-                                _mm512_add_ps(_mm512_maskz_loadu_ps(t1, d + V), _mm512_permutexvar_ps(perm1, v)));
-      }
+  for (int64_t i = 0; i < c_count; ++i) {
+    const float* row = rows + i * row_stride;
+    for (int64_t n = 0; n < nb; ++n) {
+      float* plane = img + (n * g.C + c_first + i) * g.H * g.W + iw0 + lo * es;
+      for (int64_t pass = 0; pass < step; ++pass)
+        for (int64_t oh = oh0 + pass; oh < oh1; oh += step) {
+          const __m512 v = _mm512_maskz_loadu_ps(in, row + n * L + oh * OW);
+          float* d = plane + (oh * g.sh - g.ph + kh * g.dh) * g.W;
+          _mm512_mask_storeu_ps(d, t0, _mm512_add_ps(_mm512_maskz_loadu_ps(t0, d), _mm512_permutexvar_ps(perm0, v)));
+          if (t1)
+            _mm512_mask_storeu_ps(d + V, t1,
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(t1, d + V), _mm512_permutexvar_ps(perm1, v)));
+        }
+    }
   }
 }
 
@@ -290,22 +301,37 @@ void im2col(const T* x, const Shape& xs, const Geom& g, int64_t nb, T* col, int6
   // Note [im2col vectors]: short gathered rows of 4- and 2-byte elements.
   [[maybe_unused]] const bool vector =
       (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>)&&!one_run && xs[3] > 0 && avx512_path_active();
+  const int64_t taps = g.KH * g.KW;
   // Each row (c, kh, kw) is one thread's (Note [Deterministic threads]).
   parallel_for(r_count, grain_for(cols), [&](int64_t r_begin, int64_t r_end) {
-    for (int64_t r = r_first + r_begin; r < r_first + r_end; ++r) {
-      const int64_t c = r / (g.KH * g.KW), kh = r / g.KW % g.KH, kw = r % g.KW;
-      T* row = col + (r - r_first) * cols;
-      const int64_t iw0 = kw * g.dw - g.pw;
-      int64_t lo, hi;
+    const int64_t ra = r_first + r_begin, rb = r_first + r_end;  // this thread's rows
+    [[maybe_unused]] auto fits = [&](int64_t kw, int64_t& iw0, int64_t& lo, int64_t& hi) {
+      iw0 = kw * g.dw - g.pw;
       valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
 #if defined(__x86_64__)
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
-        if (vector && avx512::row_fits<T>(g.OW, lo, hi, g.sw * xs[3])) {
-          avx512::gather_rows(x, xs, g, nb, c, kh, iw0, lo, hi, row);
-          continue;
-        }
-      }
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>)
+        return vector && avx512::row_fits<T>(g.OW, lo, hi, g.sw * xs[3]);
 #endif
+      return false;
+    };
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
+      // The vector rows, tap by tap: the channels of this thread's rows that share (kh, kw).
+      for (int64_t k = 0; k < taps && vector; ++k) {
+        int64_t iw0, lo, hi;
+        if (!fits(k % g.KW, iw0, lo, hi)) continue;
+        const int64_t c0 = std::max<int64_t>(0, (ra - k + taps - 1) / taps), c1 = (rb - k + taps - 1) / taps;
+        if (c0 < c1)
+          avx512::gather_rows(x, xs, g, nb, c0, c1 - c0, k / g.KW, iw0, lo, hi, col + (c0 * taps + k - r_first) * cols,
+                              taps * cols);
+      }
+    }
+#endif
+    for (int64_t r = ra; r < rb; ++r) {
+      const int64_t c = r / taps, kh = r / g.KW % g.KH, kw = r % g.KW;
+      T* row = col + (r - r_first) * cols;
+      int64_t iw0, lo, hi;
+      if (fits(kw, iw0, lo, hi)) continue;  // done above
       for (int64_t n = 0; n < nb; ++n) {
         const T* plane = x + n * xs[0] + c * xs[1];
         if (one_run && lo < hi) {
@@ -356,22 +382,26 @@ void col2im_add(const C* col, const Geom& g, int64_t nb, C* img) {
   [[maybe_unused]] const bool vector = std::is_same_v<C, float> && avx512_path_active();
   // Each channel's planes are one thread's, summed in the serial order (Note [Deterministic
   // threads]): the rows (c, kh, kw) of one c add into the same pixels.
+  // A pixel's additions come in (kh, kw) order whichever loop is outer; taps outside lets the
+  // vector rows of one tap take all the thread's channels at once.
   parallel_for(g.C, grain_for(g.KH * g.KW * cols), [&](int64_t c_begin, int64_t c_end) {
-    for (int64_t c = c_begin; c < c_end; ++c)
-      for (int64_t kh = 0; kh < g.KH; ++kh)
-        for (int64_t kw = 0; kw < g.KW; ++kw) {
-          const C* row = col + ((c * g.KH + kh) * g.KW + kw) * cols;
-          const int64_t iw0 = kw * g.dw - g.pw;
-          int64_t lo, hi;
-          valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        const int64_t iw0 = kw * g.dw - g.pw;
+        int64_t lo, hi;
+        valid_range(iw0, g.sw, g.W, g.OW, lo, hi);
 #if defined(__x86_64__)
-          if constexpr (std::is_same_v<C, float>) {
-            if (vector && avx512::row_fits<float>(g.OW, lo, hi, g.sw)) {
-              if (lo < hi) avx512::scatter_add_rows(row, g, nb, c, kh, iw0, lo, hi, img);
-              continue;
-            }
+        if constexpr (std::is_same_v<C, float>) {
+          if (vector && avx512::row_fits<float>(g.OW, lo, hi, g.sw)) {
+            if (lo < hi)
+              avx512::scatter_add_rows(col + ((c_begin * g.KH + kh) * g.KW + kw) * cols, g.KH * g.KW * cols, g, nb,
+                                       c_begin, c_end - c_begin, kh, iw0, lo, hi, img);
+            continue;
           }
+        }
 #endif
+        for (int64_t c = c_begin; c < c_end; ++c) {
+          const C* row = col + ((c * g.KH + kh) * g.KW + kw) * cols;
           for (int64_t n = 0; n < nb; ++n) {
             C* plane = img + (n * g.C + c) * g.H * g.W;
             for (int64_t oh = 0; oh < g.OH; ++oh) {
@@ -387,6 +417,7 @@ void col2im_add(const C* col, const Geom& g, int64_t nb, C* img) {
             }
           }
         }
+      }
   });
 }
 

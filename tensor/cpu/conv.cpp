@@ -192,6 +192,13 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
   // Rows are stored whole vectors wide where the vector ends inside this column row: the lanes
   // past OW land on the next output row, which is written after (its own row, or the zero rows
   // filled after each image). Masked stores of a few lanes each were the cost of this loop.
+  // Input vectors are loaded whole where they end inside x (the lanes the permutation does not
+  // keep are dropped); masked loads, only near x's end, made most of this loop's time.
+  const E* const x_end = x + (nb - 1) * xs[0] + (g.C - 1) * xs[1] + (g.H - 1) * xs[2] + (g.W - 1) * xs[3] + 1;
+  const auto load = [&](Mask m, const E* p) {
+    if constexpr (sizeof(E) == 4) return p + V <= x_end ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+    else return p + V <= x_end ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(m, p);
+  };
   for (int64_t i = 0; i < c_count; ++i) {
     const int64_t c = c_first + i;
     E* const row = rows + i * row_stride;
@@ -204,12 +211,12 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
       for (; pairs && oh + 1 < oh1; oh += 2) {
         E* d = dst + oh * OW;
         if constexpr (sizeof(E) == 4) {
-          const __m512 a = _mm512_maskz_loadu_ps(m0, src_of(oh)), b = _mm512_maskz_loadu_ps(m0, src_of(oh + 1));
+          const __m512 a = load(m0, src_of(oh)), b = load(m0, src_of(oh + 1));
           const __m512 v = _mm512_maskz_permutex2var_ps(keep2, a, perm2, b);
           if (d + V <= end) _mm512_storeu_ps(d, v);
           else _mm512_mask_storeu_ps(d, out2, v);
         } else {
-          const __m512i a = _mm512_maskz_loadu_epi16(m0, src_of(oh)), b = _mm512_maskz_loadu_epi16(m0, src_of(oh + 1));
+          const __m512i a = load(m0, src_of(oh)), b = load(m0, src_of(oh + 1));
           const __m512i v = _mm512_maskz_permutex2var_epi16(keep2, a, perm2, b);
           if (d + V <= end) _mm512_storeu_si512(d, v);
           else _mm512_mask_storeu_epi16(d, out2, v);
@@ -219,12 +226,12 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
         const E* src = src_of(oh);
         E* d = dst + oh * OW;
         if constexpr (sizeof(E) == 4) {
-          const __m512 a = _mm512_maskz_loadu_ps(m0, src), b = _mm512_maskz_loadu_ps(m1, src + V);
+          const __m512 a = load(m0, src), b = load(m1, src + V);
           const __m512 v = _mm512_maskz_permutex2var_ps(keep, a, perm, b);
           if (d + V <= end) _mm512_storeu_ps(d, v);
           else _mm512_mask_storeu_ps(d, out, v);
         } else {
-          const __m512i a = _mm512_maskz_loadu_epi16(m0, src), b = _mm512_maskz_loadu_epi16(m1, src + V);
+          const __m512i a = load(m0, src), b = load(m1, src + V);
           const __m512i v = _mm512_maskz_permutex2var_epi16(keep, a, perm, b);
           if (d + V <= end) _mm512_storeu_si512(d, v);
           else _mm512_mask_storeu_epi16(d, out, v);

@@ -113,13 +113,20 @@ void sum_sq_dev(LaneSum& s, const float* v, int64_t n, double mean) {
   });
 }
 
+// Both sums in one pass: two independent chains of additions, where two passes each waited on
+// one (the same additions, lane by lane, in the same order).
 void sum_dy_dyxh(LaneSum& s_dy, LaneSum& s_dyxh, const float* x, const float* g, int64_t n, float mc, float ic) {
-  add_lanes(s_dy, n, [&](int64_t i, __mmask8 m) { return widen(g + i, m); });
   const __m256 mv = _mm256_set1_ps(mc), iv = _mm256_set1_ps(ic);
-  add_lanes(s_dyxh, n, [&](int64_t i, __mmask8 m) {
+  __m512d a = _mm512_loadu_pd(s_dy.lane), b = _mm512_loadu_pd(s_dyxh.lane);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __mmask8 m = __mmask8(first_lanes(n - i, 8));
+    const __m512d gd = widen(g + i, m);
     const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskz_loadu_ps(m, x + i), mv), iv);
-    return _mm512_mul_pd(widen(g + i, m), _mm512_cvtps_pd(xh));
-  });
+    a = _mm512_mask_add_pd(a, m, a, gd);
+    b = _mm512_mask_add_pd(b, m, b, _mm512_mul_pd(gd, _mm512_cvtps_pd(xh)));
+  }
+  _mm512_storeu_pd(s_dy.lane, a);
+  _mm512_storeu_pd(s_dyxh.lane, b);
 }
 
 // y = (x - mc) * ic * wc + bc, sixteen at a time.

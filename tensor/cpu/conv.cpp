@@ -581,11 +581,12 @@ void conv_forward(const Strided& x, const Strided& w, const Strided& bias, const
     const int64_t nb = std::min(nb_max, g.N - n0), cols = nb * L;
     const int64_t per_group = images_per_group<T>(g, nb, g.OC, R);
     for (int64_t grp = 0; grp < g.G; ++grp) {
-      // y[OC, n L] (columns n L apart) to out for images [i0, i0 + n): the bias added, rounded once
-      auto store_images = [&](const C* y_rows, int64_t i0, int64_t n, int64_t p0, int64_t p1) {
+      // y[OC, n L] (scratch) to out for images [i0, i0 + n), planes p0 .. p1: the bias added,
+      // rounded once
+      auto store_images = [&](C* y_rows, int64_t i0, int64_t n, int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t i = p / g.OC, oc = grp * g.OC + p % g.OC;
-          C* src = const_cast<C*>(y_rows) + (p % g.OC) * n * L + i * L;
+          C* src = y_rows + (p % g.OC) * n * L + i * L;
           T* dst = po + ((i0 + i) * OCt + oc) * L;
           add_bias_and_store(src, bv.empty() ? nullptr : &bv[size_t(oc)], dst, L);
         }

@@ -43,8 +43,11 @@
 // prints both regimes).
 #include "tensor/cpu/optim.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -346,11 +349,34 @@ void grad_stats(const Strided& g, const Strided& out) {
     const T* pg = static_cast<const T*>(g.raw_data());
     bool bad = false;
     C m = C(0);
-    for_each_offset<1>(g.shape(), {g.strides()}, [&](const std::array<int64_t, 1>& o) {
-      const C v = std::abs(C(load(pg[o[0]])));
-      if (!std::isfinite(v)) bad = true;
-      else if (v > m) m = v;
-    });
+    const auto see = [](bool& b, C& mm, C v) {
+      if (!std::isfinite(v)) b = true;
+      else if (v > mm) mm = v;
+    };
+    const int64_t n = g.numel();
+    if (g.is_contiguous() && n >= 2 * kGrainElements) {
+      // Whether any value is inf or NaN, and the largest finite |g|: the same for any split of the
+      // elements, so contiguous gradients are split over the threads in fixed pieces.
+      const int64_t pieces = std::min<int64_t>(64, n / kGrainElements);
+      std::vector<uint8_t> part_bad(static_cast<size_t>(pieces), 0);
+      std::vector<C> part_max(static_cast<size_t>(pieces), C(0));
+      parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+          bool b = false;
+          C mm = C(0);
+          for (int64_t i = n * p / pieces; i < n * (p + 1) / pieces; ++i) see(b, mm, std::abs(C(load(pg[i]))));
+          part_bad[size_t(p)] = b;
+          part_max[size_t(p)] = mm;
+        }
+      });
+      for (int64_t p = 0; p < pieces; ++p) {
+        bad = bad || part_bad[size_t(p)] != 0;
+        m = std::max(m, part_max[size_t(p)]);
+      }
+    } else {
+      for_each_offset<1>(g.shape(), {g.strides()},
+                         [&](const std::array<int64_t, 1>& o) { see(bad, m, std::abs(C(load(pg[o[0]])))); });
+    }
     C* po = out.data<C>();
     po[0] = bad ? C(1) : C(0);
     po[1] = m;

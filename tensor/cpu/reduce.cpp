@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -285,12 +286,27 @@ void var_backward(const Strided& x, const Strided& y, const Strided& dy, const s
 
 double max_abs(const Strided& x) {
   double m = 0.0;
+  // The largest |x|, or the first NaN in element order: a piece's result is that of its elements,
+  // and the pieces are folded in order the same way, so any split gives the same value.
+  const auto fold = [](double& acc, double v) {
+    if (v > acc || std::isnan(v)) acc = std::isnan(acc) ? acc : v;
+  };
   dispatch_floating(x.dtype(), "max_abs", [&]<class T>() {
     const T* px = static_cast<const T*>(x.raw_data());
-    for_each_offset<1>(x.shape(), {x.strides()}, [&](const std::array<int64_t, 1>& o) {
-      const double v = std::abs(double(load(px[o[0]])));
-      if (v > m || std::isnan(v)) m = std::isnan(m) ? m : v;
-    });
+    const int64_t n = x.numel();
+    if (x.is_contiguous() && n >= 2 * kGrainElements) {  // a gradient norm's first pass, on the threads
+      const int64_t pieces = std::min<int64_t>(64, n / kGrainElements);
+      std::vector<double> part(static_cast<size_t>(pieces), 0.0);
+      parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p)
+          for (int64_t i = n * p / pieces; i < n * (p + 1) / pieces; ++i)
+            fold(part[size_t(p)], std::abs(double(load(px[i]))));
+      });
+      for (double v : part) fold(m, v);
+      return;
+    }
+    for_each_offset<1>(x.shape(), {x.strides()},
+                       [&](const std::array<int64_t, 1>& o) { fold(m, std::abs(double(load(px[o[0]])))); });
   });
   return m;
 }

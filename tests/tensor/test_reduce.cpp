@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -63,6 +64,50 @@ TEST_CASE("the contiguous reduce loops are bit-identical to the strided loop in 
       CHECK(sum(x).item() == sum(xs).item());
     }
   }
+}
+
+TEST_CASE("max_abs and grad_stats split over the threads equal the one-pass loop", "[reduce][threads]") {
+  // A contiguous tensor of 2 x 32768 elements or more is scanned in fixed pieces on the threads;
+  // a strided view of the same values takes the one-pass loop. The largest |x| sits on the last
+  // element of a piece, and two NaNs of different payloads lie in different pieces: the first in
+  // element order must win, as in the loop.
+  const int threads_before = num_threads();
+  Generator gen(5);
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    Tensor x = uniform({300, 700}, -1.0, 1.0, gen).to(dt);  // 210,000 elements: 6 pieces
+    std::vector<double> v = x.to_vector();
+    v[size_t(210000 / 6 * 2 - 1)] = -8.0;  // the last element of piece 1
+    x = from_vector(v, {300, 700}, dt);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      CHECK(max_abs(x) == 8.0);
+      CHECK(max_abs(x) == max_abs(strided_copy(x)));
+      const GradStats a = grad_stats(x), b = grad_stats(strided_copy(x));
+      CHECK(a.max_abs == 8.0);
+      CHECK(a.max_abs == b.max_abs);
+      CHECK_FALSE(a.has_inf_nan);
+    }
+    if (dt == DType::f32) {
+      Tensor y = x.clone();
+      auto* p = y.data<float>();
+      p[150000] = std::bit_cast<float>(0x7FC00002u);  // later piece: a second NaN
+      p[70001] = std::bit_cast<float>(0x7FC00001u);   // the first NaN in element order
+      p[100] = std::numeric_limits<float>::infinity();
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        const double m = max_abs(y), ms = max_abs(strided_copy(y));
+        CHECK(std::isnan(m));
+        CHECK(std::bit_cast<uint64_t>(m) == std::bit_cast<uint64_t>(ms));
+        CHECK(std::bit_cast<uint64_t>(m) == std::bit_cast<uint64_t>(double(std::bit_cast<float>(0x7FC00001u))));
+        const GradStats a = grad_stats(y), b = grad_stats(strided_copy(y));
+        CHECK(a.has_inf_nan);
+        CHECK(a.max_abs == b.max_abs);
+        CHECK(a.max_abs == 8.0);
+      }
+    }
+  }
+  set_num_threads(threads_before);
 }
 
 // ---- min, argmax / argmin, var / std ----------------------------------------------------------

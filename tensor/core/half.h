@@ -4,7 +4,9 @@
 //   round_to_half / round_to_bf16                  round-to-nearest-even (RNE) from float
 //   round_to_half_f64 / round_to_bf16_f64 (_i64)   RNE from double (int64), rounding once
 //   round_to_half_stochastic / ..._bf16_...        stochastic rounding from a random 32-bit word
-// Search for "round_to_" to find them all.
+// Search for "round_to_" to find them all. Kernels that move 16-bit values without widening them
+// (ReLU, the max-pool gradient) write the bits the round trip to float and back would give:
+//   round_trip_half_bits / round_trip_bf16_bits    x itself, or the canonical NaN for a NaN
 //
 // The RNE conversions are bit-identical to CUDA's __float2half_rn and __float2bfloat16_rn:
 // subnormals, signed zero, overflow to inf (values >= max + ulp/2 round to inf), and every NaN
@@ -158,6 +160,11 @@ constexpr uint16_t float_to_half_sr(float f, uint32_t r) {
   if (frac == 0.0) return uint16_t(sign | t);
   return uint16_t(sign | (sr_round_up(frac, r) ? t + 1u : t));  // t + 1 = 0x7C00 is inf
 }
+
+// The bits of a 16-bit value widened to float and rounded back to nearest: its own, except that
+// every NaN becomes the canonical 0x7FFF (the round trip rounds nothing else).
+constexpr uint16_t round_trip_half_bits(uint16_t x) { return (x & 0x7FFFu) > 0x7C00u ? uint16_t(0x7FFFu) : x; }
+constexpr uint16_t round_trip_bf16_bits(uint16_t x) { return (x & 0x7FFFu) > 0x7F80u ? uint16_t(0x7FFFu) : x; }
 
 }  // namespace bits16
 

@@ -37,17 +37,21 @@ struct ReluBits {
   using U = std::conditional_t<std::is_same_v<T, float>, uint32_t, uint16_t>;
   static constexpr U kSign = U(U(1) << (8 * sizeof(U) - 1)), kMag = U(~kSign);
   static constexpr U kInf = std::is_same_v<T, float> ? U(0x7F800000) : std::is_same_v<T, half> ? U(0x7C00) : U(0x7F80);
-  static constexpr bool kCanonicalNan = !std::is_same_v<T, float>;  // store<> writes NaN as 0x7FFF
 
+  // The bits store<T> gives the value x selected (half.h's round trip for 16 bits).
+  static U stored(U x) {
+    if constexpr (std::is_same_v<T, half>) return bits16::round_trip_half_bits(x);
+    else if constexpr (std::is_same_v<T, bfloat16>) return bits16::round_trip_bf16_bits(x);
+    else return x;
+  }
   static U relu(U x) {
     const U mag = U(x & kMag);
-    if (kCanonicalNan && mag > kInf) return U(0x7FFF);         // NaN
-    return (x & kSign) && mag != 0 && mag <= kInf ? U(0) : x;  // x < 0: +0
+    return (x & kSign) && mag != 0 && mag <= kInf ? U(0) : stored(x);  // x < 0: +0
   }
   static U grad(U x, U dy) {
     const U mag = U(x & kMag);
     if (mag <= kInf && ((x & kSign) || mag == 0)) return U(0);  // x <= 0: +0
-    return kCanonicalNan && U(dy & kMag) > kInf ? U(0x7FFF) : dy;
+    return stored(dy);
   }
 };
 

@@ -244,7 +244,6 @@ namespace {
 template <class T>
 bool max_pool_backward_bits(const Strided& dy, const int64_t* pi, T* dx, int64_t HW, int64_t OHW) {
   if (RoundingCensus::is_open() || !dy.is_contiguous()) return false;
-  constexpr uint16_t kInf = std::is_same_v<T, half> ? 0x7C00 : 0x7F80;
   const auto* g = static_cast<const uint16_t*>(dy.raw_data());
   auto* d = reinterpret_cast<uint16_t*>(dx);
   parallel_for(dy.size(0) * dy.size(1), grain_for(HW), [&](int64_t begin, int64_t end) {
@@ -262,7 +261,9 @@ bool max_pool_backward_bits(const Strided& dy, const int64_t* pi, T* dx, int64_t
         repeated = chosen[size_t(i)] != 0;
         chosen[size_t(i)] = 1;
         const uint16_t v = gp[k];
-        dp[i] = (v & 0x7FFF) > kInf ? uint16_t(0x7FFF) : v == 0x8000 ? uint16_t(0) : v;
+        const uint16_t stored =
+            std::is_same_v<T, half> ? bits16::round_trip_half_bits(v) : bits16::round_trip_bf16_bits(v);
+        dp[i] = v == 0x8000 ? uint16_t(0) : stored;  // 0 + -0 is +0
       }
       if (!repeated) continue;
       acc.assign(static_cast<size_t>(HW), 0.0f);

@@ -47,6 +47,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -357,21 +358,14 @@ void grad_stats(const Strided& g, const Strided& out) {
     if (g.is_contiguous() && n >= 2 * kGrainElements) {
       // Whether any value is inf or NaN, and the largest finite |g|: the same for any split of the
       // elements, so contiguous gradients are split over the threads in fixed pieces.
-      const int64_t pieces = std::min<int64_t>(64, n / kGrainElements);
-      std::vector<uint8_t> part_bad(static_cast<size_t>(pieces), 0);
-      std::vector<C> part_max(static_cast<size_t>(pieces), C(0));
-      parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
-        for (int64_t p = p0; p < p1; ++p) {
-          bool b = false;
-          C mm = C(0);
-          for (int64_t i = n * p / pieces; i < n * (p + 1) / pieces; ++i) see(b, mm, std::abs(C(load(pg[i]))));
-          part_bad[size_t(p)] = b;
-          part_max[size_t(p)] = mm;
-        }
+      const auto part = piece_results<std::pair<bool, C>>(n, [&](int64_t begin, int64_t end) {
+        std::pair<bool, C> r{false, C(0)};
+        for (int64_t i = begin; i < end; ++i) see(r.first, r.second, std::abs(C(load(pg[i]))));
+        return r;
       });
-      for (int64_t p = 0; p < pieces; ++p) {
-        bad = bad || part_bad[size_t(p)] != 0;
-        m = std::max(m, part_max[size_t(p)]);
+      for (const auto& [b, mm] : part) {
+        bad = bad || b;
+        m = std::max(m, mm);
       }
     } else {
       for_each_offset<1>(g.shape(), {g.strides()},

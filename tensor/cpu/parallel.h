@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace mixtape::cpu {
 
@@ -48,5 +49,18 @@ inline constexpr int64_t kGrainElements = 32768;
 
 // The grain, in items, for items that cost about `work` simple elements each.
 inline int64_t grain_for(int64_t work) { return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, work)); }
+
+// piece(begin, end) for fixed pieces of [0, n) (at most 64 of at least kGrainElements; their
+// bounds depend on n alone), on the threads; the results in piece order, for a caller to fold in
+// that order. For reductions whose result does not depend on the split (a maximum, a flag).
+template <class R, class F>
+std::vector<R> piece_results(int64_t n, F&& piece) {
+  const int64_t pieces = std::clamp<int64_t>(n / kGrainElements, 1, 64);
+  std::vector<R> out(static_cast<size_t>(pieces));
+  parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) out[size_t(p)] = piece(n * p / pieces, n * (p + 1) / pieces);
+  });
+  return out;
+}
 
 }  // namespace mixtape::cpu

@@ -295,12 +295,10 @@ double max_abs(const Strided& x) {
     const T* px = static_cast<const T*>(x.raw_data());
     const int64_t n = x.numel();
     if (x.is_contiguous() && n >= 2 * kGrainElements) {  // a gradient norm's first pass, on the threads
-      const int64_t pieces = std::min<int64_t>(64, n / kGrainElements);
-      std::vector<double> part(static_cast<size_t>(pieces), 0.0);
-      parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
-        for (int64_t p = p0; p < p1; ++p)
-          for (int64_t i = n * p / pieces; i < n * (p + 1) / pieces; ++i)
-            fold(part[size_t(p)], std::abs(double(load(px[i]))));
+      const auto part = piece_results<double>(n, [&](int64_t begin, int64_t end) {
+        double pm = 0.0;
+        for (int64_t i = begin; i < end; ++i) fold(pm, std::abs(double(load(px[i]))));
+        return pm;
       });
       for (double v : part) fold(m, v);
       return;

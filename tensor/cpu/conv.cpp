@@ -167,25 +167,22 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
   const int64_t span = hi > lo ? es * (hi - lo - 1) + 1 : 0;  // inputs from the first valid one to the last
   const auto first = [](int64_t k) { return Mask(first_lanes(k, int(V))); };
   const Mask m0 = first(std::min(span, V)), m1 = first(std::max<int64_t>(span - V, 0)), out = first(OW);
-  Mask keep = 0;
-  using Index = std::conditional_t<sizeof(E) == 4, int32_t, int16_t>;
-  alignas(64) Index index[V] = {};
-  for (int64_t ow = lo; ow < hi; ++ow) {
-    index[ow] = Index(es * (ow - lo));
-    keep = Mask(keep | (Mask(1) << ow));
-  }
-  const __m512i perm = _mm512_load_si512(index);
   // Two output rows to a vector where both fit in it and each reads one vector of input: the
-  // dcgan's 8- and 4-pixel rows filled a half or a quarter of a vector each.
+  // dcgan's 8- and 4-pixel rows filled a half or a quarter of a vector each. Lane OW + ow of such
+  // a vector takes the second row's input from the permutation's second operand.
   const bool pairs = 2 * OW <= V && span <= V;
-  alignas(64) Index index2[V] = {};
-  Mask keep2 = 0;
-  for (int64_t ow = lo; ow < hi && pairs; ++ow) {
-    index2[ow] = Index(es * (ow - lo));
-    index2[OW + ow] = Index(V + es * (ow - lo));
-    keep2 = Mask(keep2 | (Mask(1) << ow) | (Mask(1) << (OW + ow)));
+  using Index = std::conditional_t<sizeof(E) == 4, int32_t, int16_t>;
+  alignas(64) Index index[V] = {}, index2[V] = {};
+  Mask keep = 0, keep2 = 0;
+  for (int64_t ow = lo; ow < hi; ++ow) {
+    index[ow] = index2[ow] = Index(es * (ow - lo));
+    keep = Mask(keep | (Mask(1) << ow));
+    if (pairs) {
+      index2[OW + ow] = Index(V + es * (ow - lo));
+      keep2 = Mask(keep2 | (Mask(1) << ow) | (Mask(1) << (OW + ow)));
+    }
   }
-  const __m512i perm2 = _mm512_load_si512(index2);
+  const __m512i perm = _mm512_load_si512(index), perm2 = _mm512_load_si512(index2);
   const Mask out2 = first(2 * OW);
   int64_t oh0, oh1;
   valid_rows(g, kh, oh0, oh1);
@@ -199,6 +196,19 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
     if constexpr (sizeof(E) == 4) return p + V <= x_end ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
     else return p + V <= x_end ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(m, p);
   };
+  // The lanes of a and b that perm picks (the others zero), stored at d: the whole vector where it
+  // ends before `end`, else its first `last` lanes.
+  const auto put = [&](Mask k, __m512i p, auto a, auto b, E* d, Mask last, const E* end) {
+    if constexpr (sizeof(E) == 4) {
+      const __m512 v = _mm512_maskz_permutex2var_ps(k, a, p, b);
+      if (d + V <= end) _mm512_storeu_ps(d, v);
+      else _mm512_mask_storeu_ps(d, last, v);
+    } else {
+      const __m512i v = _mm512_maskz_permutex2var_epi16(k, a, p, b);
+      if (d + V <= end) _mm512_storeu_si512(d, v);
+      else _mm512_mask_storeu_epi16(d, last, v);
+    }
+  };
   for (int64_t i = 0; i < c_count; ++i) {
     const int64_t c = c_first + i;
     E* const row = rows + i * row_stride;
@@ -208,35 +218,9 @@ void gather_rows(const E* x, const Shape& xs, const Geom& g, int64_t nb, int64_t
       const E* plane = x + n * xs[0] + c * xs[1] + (iw0 + lo * g.sw) * xs[3];
       auto src_of = [&](int64_t oh) { return plane + (oh * g.sh - g.ph + kh * g.dh) * xs[2]; };
       int64_t oh = oh0;
-      for (; pairs && oh + 1 < oh1; oh += 2) {
-        E* d = dst + oh * OW;
-        if constexpr (sizeof(E) == 4) {
-          const __m512 a = load(m0, src_of(oh)), b = load(m0, src_of(oh + 1));
-          const __m512 v = _mm512_maskz_permutex2var_ps(keep2, a, perm2, b);
-          if (d + V <= end) _mm512_storeu_ps(d, v);
-          else _mm512_mask_storeu_ps(d, out2, v);
-        } else {
-          const __m512i a = load(m0, src_of(oh)), b = load(m0, src_of(oh + 1));
-          const __m512i v = _mm512_maskz_permutex2var_epi16(keep2, a, perm2, b);
-          if (d + V <= end) _mm512_storeu_si512(d, v);
-          else _mm512_mask_storeu_epi16(d, out2, v);
-        }
-      }
-      for (; oh < oh1; ++oh) {
-        const E* src = src_of(oh);
-        E* d = dst + oh * OW;
-        if constexpr (sizeof(E) == 4) {
-          const __m512 a = load(m0, src), b = load(m1, src + V);
-          const __m512 v = _mm512_maskz_permutex2var_ps(keep, a, perm, b);
-          if (d + V <= end) _mm512_storeu_ps(d, v);
-          else _mm512_mask_storeu_ps(d, out, v);
-        } else {
-          const __m512i a = load(m0, src), b = load(m1, src + V);
-          const __m512i v = _mm512_maskz_permutex2var_epi16(keep, a, perm, b);
-          if (d + V <= end) _mm512_storeu_si512(d, v);
-          else _mm512_mask_storeu_epi16(d, out, v);
-        }
-      }
+      for (; pairs && oh + 1 < oh1; oh += 2)
+        put(keep2, perm2, load(m0, src_of(oh)), load(m0, src_of(oh + 1)), dst + oh * OW, out2, end);
+      for (; oh < oh1; ++oh) put(keep, perm, load(m0, src_of(oh)), load(m1, src_of(oh) + V), dst + oh * OW, out, end);
       std::fill(dst, dst + oh0 * OW, E{});
       std::fill(dst + oh1 * OW, dst + L, E{});
     }
@@ -458,6 +442,11 @@ void conv_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
 // and the f64 path keep the one GEMM.
 constexpr int64_t kGroupColumns = int64_t(1) << 17;  // elements of a group's column matrix (512 KiB of f32)
 
+// Images whose column matrix fits kGroupColumns (at least one).
+inline int64_t images_that_fit(const Geom& g) {
+  return std::max<int64_t>(1, kGroupColumns / std::max<int64_t>(1, g.rows() * g.L()));
+}
+
 // Images per group for a chunk of nb (at least one group per thread), or 0 when the chunk's GEMM
 // [M, nb L, K] must stay whole.
 template <class T>
@@ -467,8 +456,7 @@ int64_t images_per_group(const Geom& g, int64_t nb, int64_t M, int64_t K) {
   } else {
     if (gemm_splits_k(M, nb * g.L(), K)) return 0;
     const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    const int64_t fit = std::max<int64_t>(1, kGroupColumns / std::max<int64_t>(1, g.rows() * g.L()));
-    return std::max<int64_t>(1, std::min(fit, (nb + threads - 1) / threads));
+    return std::max<int64_t>(1, std::min(images_that_fit(g), (nb + threads - 1) / threads));
   }
 }
 
@@ -686,7 +674,7 @@ void conv_weight_grad(const Strided& x, const Strided& dy, const Geom& g, const 
           // Note [Conv image groups]: each thread takes whole GEMM panels of dW's columns (rows of
           // col) through the image groups in order, so each element's chain runs through K in
           // order, as in the one GEMM (accumulate continues it).
-          const int64_t per_group = std::max<int64_t>(1, kGroupColumns / std::max<int64_t>(1, R * L));
+          const int64_t per_group = images_that_fit(g);
           constexpr int64_t kPanel = 32;
           parallel_for((R + kPanel - 1) / kPanel, 1, [&](int64_t b0, int64_t b1) {
             const int64_t r0 = b0 * kPanel, rn = std::min(R, b1 * kPanel) - r0;

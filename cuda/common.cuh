@@ -139,10 +139,6 @@ __device__ __forceinline__ __nv_bfloat16 store_stochastic<__nv_bfloat16>(float v
   return __ushort_as_bfloat16(bits16::float_to_bf16_sr(v, r));
 }
 
-// The random word of element i in stream (seed, offset): philox_words(seed, offset + i)[0], as
-// the CPU kernels draw it.
-__device__ __forceinline__ uint32_t philox_word(uint64_t seed, uint64_t index) { return philox_words(seed, index)[0]; }
-
 // Arithmetic rounded once per operation, spelled out where a kernel must equal the CPU's fp32
 // expression bit for bit. The build already forbids contraction (--fmad=false, Note [No
 // contracted multiply-adds] in CMakeLists.txt) and nvcc's / and sqrt are correctly rounded by

@@ -77,19 +77,17 @@ struct CopyNearest {
   __device__ void operator()(int64_t, const int64_t (&o)[2]) const { dst[o[0]] = convert<D>(src[o[1]]); }
 };
 
-// dst[o0] = stochastic round of src[o1] with word 0 of Philox block (seed, offset + i), as
-// cpu::copy_cast: philox_words(seed, offset + i)[0] (philox_words is not constexpr, so the block
-// is built from philox4x32_10 with its counter and key layout). D is f16 or bf16. Exact values
-// (same-dtype copies included) never move; NaN becomes 0x7FFF as on the CPU.
+// dst[o0] = stochastic round of src[o1] with the rounding word offset + i (Note [Rounding words]
+// in tensor/core/rng.h), as cpu::copy_cast. D is f16 or bf16. Exact values (same-dtype copies
+// included) never move; NaN becomes 0x7FFF as on the CPU. Each thread computes the whole Philox
+// block of its word, of which the three neighbouring elements' threads use the other words.
 template <class D, class S>
 struct CopyStochastic {
   const S* src;
   D* dst;
   uint64_t seed, offset;
   __device__ void operator()(int64_t i, const int64_t (&o)[2]) const {
-    const uint64_t index = offset + uint64_t(i);
-    const uint32_t r =
-        philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u}, {uint32_t(seed), uint32_t(seed >> 32)})[0];
+    const uint32_t r = rounding_word(seed, offset + uint64_t(i));
     dst[o[0]] = store_stochastic<D>(to_float_rn(src[o[1]]), r);
   }
 };

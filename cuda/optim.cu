@@ -11,9 +11,10 @@
 // Note [No contracted multiply-adds] in CMakeLists.txt), nvcc's / and sqrt are correctly rounded
 // by default, host scalars (bias corrections, 1 - beta, -lr) come from the same host functions,
 // and 16-bit stores round with the device twins of the CPU's round_to_* (store, store_stochastic;
-// Note [Rounding on the device]). Stochastic rounding draws philox_words(seed, offset + i)[0] for
-// the element of row-major index i (formulas::weight_word), the word the CPU draws for it, so a
-// fixed (seed, offset) gives the CPU's bits too.
+// Note [Rounding on the device]). Stochastic rounding draws rounding_word(seed, offset + i) for
+// the element of row-major index i (formulas::weight_word, Note [Rounding words] in
+// tensor/core/rng.h), the word the CPU draws for it, so a fixed (seed, offset) gives the CPU's
+// bits too.
 //
 // Master weights: the fp32 kernels take the optional 16-bit copy of the master (Note [Fused
 // master copy] in tensor/ops/optim.h) as one more operand, Q* q, written with store<Q> of the new

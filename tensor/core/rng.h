@@ -29,6 +29,20 @@ constexpr PhiloxBlock philox_words(uint64_t seed, uint64_t index) {
   return philox4x32_10({uint32_t(index), uint32_t(index >> 32), 0u, 0u}, {uint32_t(seed), uint32_t(seed >> 32)});
 }
 
+// Note [Rounding words]
+// Stochastic rounding takes one random 32-bit word per element (Note [Stochastic rounding] in
+// half.h), and a Philox block has four. Word j of a stream is word j mod 4 of the block with
+// counter {j / 4, 1}: one block serves four consecutive elements, a quarter of the work of a
+// block per element. The 1 in the counter's third word keeps these blocks apart from those of
+// philox_words (third word 0), so a generator that serves both kinds of draw (casts, dropout,
+// initialisation) never hands out the same bits twice. A stochastic draw of n elements at
+// offset o takes words o .. o + n - 1, element i word o + i, on every path, thread count and
+// device.
+constexpr PhiloxBlock rounding_block(uint64_t seed, uint64_t block) {  // words 4 block .. 4 block + 3
+  return philox4x32_10({uint32_t(block), uint32_t(block >> 32), 1u, 0u}, {uint32_t(seed), uint32_t(seed >> 32)});
+}
+constexpr uint32_t rounding_word(uint64_t seed, uint64_t j) { return rounding_block(seed, j >> 2)[j & 3]; }
+
 // Uniform in [0, 1) from 24 random bits (exact in float), or 53 bits for f64.
 inline float uniform01(uint32_t w) { return float(w >> 8) * (1.0f / 16777216.0f); }
 inline double uniform01_f64(uint32_t hi, uint32_t lo) {

@@ -274,12 +274,13 @@ inline WeightRule weight_rule(Rounding rounding, bool has_kahan_buffer) {
 }
 
 // The random word of stochastic rounding for the element of row-major index i, under the
-// constants k of a 16-bit update: philox_words(seed, offset + i)[0], as every random draw (0, and
-// never read, under the other rules). The GPU draws it element by element; the CPU draws the
-// same words for a block of elements at once (philox_words_n in tensor/cpu/convert.h).
+// constants k of a 16-bit update: rounding_word(seed, offset + i), as every stochastic rounding
+// (Note [Rounding words] in rng.h; 0, and never read, under the other rules). The GPU draws it
+// element by element; the CPU draws the same words for a block of elements at once
+// (rounding_words_n in tensor/cpu/convert.h).
 template <class K>
 MT_HOST_DEVICE inline uint32_t weight_word(const K& k, uint64_t i) {
-  return k.rule == WeightRule::stochastic ? philox_words(k.seed, k.offset + i)[0] : 0u;
+  return k.rule == WeightRule::stochastic ? rounding_word(k.seed, k.offset + i) : 0u;
 }
 
 // Writes the new weight w + u (w: the stored weight in fp32, u: the fp32 update) into *p under

@@ -1,5 +1,6 @@
 #include "tensor/cpu/convert.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -33,23 +34,37 @@ void store_scalar(const float* src, T* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = store<T>(src[i]);
 }
 
-// dst[i step] for i < n, element i with the word of counter index + i.
+// words[i] = rounding_word(seed, index + i) for i < n (Note [Rounding words] in rng.h): one
+// Philox block per four words.
+void rounding_words_scalar(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
+  for (int64_t i = 0; i < n;) {
+    const uint64_t j = index + uint64_t(i);
+    const PhiloxBlock w = rounding_block(seed, j >> 2);
+    for (uint64_t k = j & 3; k < 4 && i < n; ++k) words[i++] = w[k];
+  }
+}
+
+void draw_rounding_words(uint64_t seed, uint64_t index, uint32_t* words, int64_t n);  // the active path's
+
+// dst[i step] for i < n, element i rounded with the word index + i, drawn kWordChunk at a time.
+constexpr int64_t kWordChunk = 512;
+
 template <class T>
 void store_stochastic_strided(const float* src, T* dst, int64_t n, uint64_t seed, uint64_t index, int64_t step) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t r = philox_words(seed, index + uint64_t(i))[0];
-    if constexpr (std::is_same_v<T, half>) dst[i * step] = round_to_half_stochastic(src[i], r);
-    else dst[i * step] = round_to_bf16_stochastic(src[i], r);
+  uint32_t words[kWordChunk];
+  for (int64_t c = 0; c < n; c += kWordChunk) {
+    const int64_t m = std::min(kWordChunk, n - c);
+    draw_rounding_words(seed, index + uint64_t(c), words, m);
+    for (int64_t i = 0; i < m; ++i) {
+      if constexpr (std::is_same_v<T, half>) dst[(c + i) * step] = round_to_half_stochastic(src[c + i], words[i]);
+      else dst[(c + i) * step] = round_to_bf16_stochastic(src[c + i], words[i]);
+    }
   }
 }
 
 template <class T>
 void store_stochastic_scalar(const float* src, T* dst, int64_t n, uint64_t seed, uint64_t index) {
   store_stochastic_strided(src, dst, n, seed, index, 1);
-}
-
-void philox_words_scalar(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) words[i] = philox_words(seed, index + uint64_t(i))[0];
 }
 
 // One path: a function per conversion.
@@ -61,7 +76,7 @@ struct ConvertPath {
   void (*store_bf16)(const float*, bfloat16*, int64_t);
   void (*store_half_sr)(const float*, half*, int64_t, uint64_t, uint64_t);
   void (*store_bf16_sr)(const float*, bfloat16*, int64_t, uint64_t, uint64_t);
-  void (*philox_words)(uint64_t, uint64_t, uint32_t*, int64_t);
+  void (*rounding_words)(uint64_t, uint64_t, uint32_t*, int64_t);
 };
 
 constexpr ConvertPath kScalarPath{"scalar",
@@ -71,7 +86,7 @@ constexpr ConvertPath kScalarPath{"scalar",
                                   store_scalar<bfloat16>,
                                   store_stochastic_scalar<half>,
                                   store_stochastic_scalar<bfloat16>,
-                                  philox_words_scalar};
+                                  rounding_words_scalar};
 
 #if MT_HAVE_X86_PATHS
 
@@ -87,7 +102,8 @@ constexpr ConvertPath kScalarPath{"scalar",
 //   MXCSR.DAZ/FTZ. NaN lanes become the canonical 0x7FFF, as in the reference (vcvtps2ph would
 //   keep sign and payload).
 // - bf16 <-> f32 and stochastic rounding: the reference's integer formulas on eight lanes, with
-//   Philox4x32-10 computed for sixteen counters at once (philox16 below).
+//   the rounding words (Note [Rounding words] in rng.h) of a chunk drawn first, Philox4x32-10
+//   for sixteen blocks at once (rounding_words64 below), and read back lane by lane.
 // The tests compare every path with the scalar one on all 2^16 16-bit patterns and on about 12
 // million floats (ties, subnormals, overflow, NaN), bit for bit (tests/tensor/test_convert.cpp).
 
@@ -190,46 +206,98 @@ inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
   lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
 }
 
-// The 64-bit counters index + k, k = 0..7, as low and high words.
-inline void counters8(uint64_t index, __m256i& lo, __m256i& hi) {
-  const __m256i base = _mm256_set1_epi32(int(uint32_t(index)));
-  lo = _mm256_add_epi32(base, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+// The 64-bit block numbers block + offset[k], k = 0..7, as low and high words.
+inline void counters8(uint64_t block, __m256i offset, __m256i& lo, __m256i& hi) {
+  const __m256i base = _mm256_set1_epi32(int(uint32_t(block)));
+  lo = _mm256_add_epi32(base, offset);
   // A lane whose low word wrapped past 2^32 carries into the high word.
   const __m256i bias = _mm256_set1_epi32(int(0x80000000u));
   const __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(base, bias), _mm256_xor_si256(lo, bias));
-  hi = _mm256_sub_epi32(_mm256_set1_epi32(int(uint32_t(index >> 32))), wrapped);
+  hi = _mm256_sub_epi32(_mm256_set1_epi32(int(uint32_t(block >> 32))), wrapped);
 }
 
-// philox_words(seed, index + k)[0] for k = 0..15 (rng.h: Philox4x32-10, counter {index, 0, 0}),
-// as two vectors of eight. Two independent blocks interleaved keep the multipliers busy while
-// each round waits for the previous one.
-inline void philox16(uint64_t seed, uint64_t index, __m256i& out0, __m256i& out1) {
-  __m256i a0, a1, b0, b1;
-  counters8(index, a0, a1);
-  counters8(index + 8, b0, b1);
-  __m256i a2 = _mm256_setzero_si256(), a3 = a2, b2 = a2, b3 = a2;
+// Four vectors of lanes, each lane one block's word 0, 1, 2, 3, as four vectors of the blocks'
+// words in order. Within each 128-bit half, lane 4h + q of the input is the block that the
+// output vector q takes (the in-lane 4x4 transpose of unpack), so the blocks are laid out in the
+// lanes to make each output vector the words of consecutive blocks.
+inline void transpose_words(__m256i (&w)[4]) {
+  const __m256i t0 = _mm256_unpacklo_epi32(w[0], w[1]), t1 = _mm256_unpackhi_epi32(w[0], w[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(w[2], w[3]), t3 = _mm256_unpackhi_epi32(w[2], w[3]);
+  w[0] = _mm256_unpacklo_epi64(t0, t2);
+  w[1] = _mm256_unpackhi_epi64(t0, t2);
+  w[2] = _mm256_unpacklo_epi64(t1, t3);
+  w[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+// words[k] = rounding_word(seed, 4 block + k) for k = 0..63: Philox4x32-10 (rng.h) for the
+// sixteen blocks block .. block + 15, eight to a vector. Two independent vectors interleaved
+// keep the multipliers busy while each round waits for the previous one. Lane 4h + q of a vector
+// holds block 2q + h (transpose_words), so its four outputs are words 8q .. 8q + 7.
+inline void rounding_words64(uint64_t seed, uint64_t block, uint32_t* words) {
+  const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  __m256i a[4], b[4];
+  counters8(block, order, a[0], a[1]);
+  counters8(block + 8, order, b[0], b[1]);
+  a[2] = b[2] = _mm256_set1_epi32(1);  // the counter's third word (Note [Rounding words])
+  a[3] = b[3] = _mm256_setzero_si256();
   const __m256i m0 = _mm256_set1_epi32(int(0xD2511F53u)), m1 = _mm256_set1_epi32(int(0xCD9E8D57u));
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
   for (int round = 0; round < 10; ++round) {
     const __m256i key0 = _mm256_set1_epi32(int(k0)), key1 = _mm256_set1_epi32(int(k1));
-    __m256i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
-    mulhilo8(a0, m0, ahi0, alo0);
-    mulhilo8(a2, m1, ahi1, alo1);
-    mulhilo8(b0, m0, bhi0, blo0);
-    mulhilo8(b2, m1, bhi1, blo1);
-    a0 = _mm256_xor_si256(_mm256_xor_si256(ahi1, a1), key0);
-    a2 = _mm256_xor_si256(_mm256_xor_si256(ahi0, a3), key1);
-    a1 = alo1;
-    a3 = alo0;
-    b0 = _mm256_xor_si256(_mm256_xor_si256(bhi1, b1), key0);
-    b2 = _mm256_xor_si256(_mm256_xor_si256(bhi0, b3), key1);
-    b1 = blo1;
-    b3 = blo0;
+    for (__m256i* c : {a, b}) {
+      __m256i hi0, lo0, hi1, lo1;
+      mulhilo8(c[0], m0, hi0, lo0);
+      mulhilo8(c[2], m1, hi1, lo1);
+      c[0] = _mm256_xor_si256(_mm256_xor_si256(hi1, c[1]), key0);
+      c[2] = _mm256_xor_si256(_mm256_xor_si256(hi0, c[3]), key1);
+      c[1] = lo1;
+      c[3] = lo0;
+    }
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  out0 = a0;
-  out1 = b0;
+  transpose_words(a);
+  transpose_words(b);
+  for (int q = 0; q < 4; ++q) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + 8 * q), a[q]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + 32 + 8 * q), b[q]);
+  }
+}
+
+// rounding_words_n on a vector path whose group(seed, block, words) draws the G = 64 or 128
+// words of blocks block .. block + G/4 - 1: the words before the first block boundary come from
+// that one block, the last partial group is drawn whole into a buffer.
+template <int G, class Group>
+inline void draw_words(uint64_t seed, uint64_t index, uint32_t* words, int64_t n, Group&& group) {
+  int64_t i = 0;
+  if ((index & 3) != 0 && n > 0) {
+    const PhiloxBlock w = rounding_block(seed, index >> 2);
+    for (uint64_t k = index & 3; k < 4 && i < n; ++k) words[i++] = w[k];
+  }
+  for (; i + G <= n; i += G) group(seed, (index + uint64_t(i)) >> 2, words + i);
+  if (i < n) {
+    uint32_t tail[G];
+    group(seed, (index + uint64_t(i)) >> 2, tail);
+    std::memcpy(words + i, tail, size_t(n - i) * sizeof(uint32_t));
+  }
+}
+
+void rounding_words_avx2(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
+  draw_words<64>(seed, index, words, n, [](uint64_t s, uint64_t b, uint32_t* w) { rounding_words64(s, b, w); });
+}
+
+// store_*_sr on a vector path: the words of up to kWordChunk elements are drawn first (rounded
+// up to whole vectors of L, so the zero-padded tail of blocks<L> has words too), then rounded
+// L at a time by round(x, r, d).
+template <int L, class D, class Round>
+inline void store_sr_chunks(const float* src, D* dst, int64_t n, uint64_t seed, uint64_t index,
+                            void (*draw)(uint64_t, uint64_t, uint32_t*, int64_t), Round&& round) {
+  uint32_t words[kWordChunk];
+  for (int64_t c = 0; c < n; c += kWordChunk) {
+    const int64_t m = std::min(kWordChunk, n - c);
+    draw(seed, index + uint64_t(c), words, (m + L - 1) / L * L);
+    blocks<L>(src + c, dst + c, m, [&](const float* s, D* d, int64_t i) { round(s, words + i, d); });
+  }
 }
 
 // Unsigned a < b on 32-bit lanes.
@@ -286,45 +354,27 @@ inline __m256i half_sr8(__m256i x, __m256i r) {
   return _mm256_blendv_epi8(h, _mm256_set1_epi32(0x7FFF), nan_lanes_f32(x));
 }
 
-// Sixteen f32 -> sixteen f16 or bf16 rounded stochastically, element k with the word of counter
-// index + k.
+// Eight f32 -> eight f16 or bf16 rounded stochastically with the words r[0..7].
 template <class D>
-inline void store_sr16(const float* src, D* dst, uint64_t seed, uint64_t index) {
-  __m256i r[2];
-  philox16(seed, index, r[0], r[1]);
-  for (int h = 0; h < 2; ++h) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 8 * h));
-    const __m256i y = std::is_same_v<D, half> ? half_sr8(x, r[h]) : bf16_sr8(x, r[h]);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 8 * h), pack_u16(y));
-  }
+inline void store_sr8(const float* src, const uint32_t* r, D* dst) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r));
+  const __m256i y = std::is_same_v<D, half> ? half_sr8(x, w) : bf16_sr8(x, w);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), pack_u16(y));
 }
 
 void store_half_sr_avx2(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index) {
-  blocks<16>(src, dst, n, [&](const float* s, half* d, int64_t i) { store_sr16(s, d, seed, index + uint64_t(i)); });
+  store_sr_chunks<8>(src, dst, n, seed, index, rounding_words_avx2,
+                     [](const float* s, const uint32_t* r, half* d) { store_sr8(s, r, d); });
 }
 
 void store_bf16_sr_avx2(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index) {
-  blocks<16>(src, dst, n, [&](const float* s, bfloat16* d, int64_t i) { store_sr16(s, d, seed, index + uint64_t(i)); });
-}
-
-// Sixteen words per philox16; the last partial block is drawn whole and copied in part.
-void philox_words_avx2(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256i r0, r1;
-    philox16(seed, index + uint64_t(i), r0, r1);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + i), r0);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + i + 8), r1);
-  }
-  if (i < n) {
-    __m256i r[2];
-    philox16(seed, index + uint64_t(i), r[0], r[1]);
-    std::memcpy(words + i, r, size_t(n - i) * sizeof(uint32_t));
-  }
+  store_sr_chunks<8>(src, dst, n, seed, index, rounding_words_avx2,
+                     [](const float* s, const uint32_t* r, bfloat16* d) { store_sr8(s, r, d); });
 }
 
 constexpr ConvertPath kAvx2Path{"avx2",          load_half_avx2,     load_bf16_avx2,     store_half_avx2,
-                                store_bf16_avx2, store_half_sr_avx2, store_bf16_sr_avx2, philox_words_avx2};
+                                store_bf16_avx2, store_half_sr_avx2, store_bf16_sr_avx2, rounding_words_avx2};
 
 MT_TARGET_END
 
@@ -340,12 +390,15 @@ bool cpu_has_avx2() {
 // ---- AVX-512 (F, BW, VL): sixteen elements at a time ----------------------------------------
 // The same formulas as the AVX2 path (Note [Vector conversions]) on sixteen lanes: the EVEX forms
 // of vcvtph2ps and vcvtps2ph round as the VEX ones do, with the NaN lanes rebuilt from the bits.
-// The random words of stochastic rounding (store_*_sr, philox_words_n) are drawn sixteen
-// counters to a vector, two vectors at a time (philox32); the rounding itself is the AVX2 path's,
-// eight lanes at a time.
+// The rounding words (store_*_sr, rounding_words_n) are drawn sixteen blocks to a vector, two
+// vectors at a time (rounding_words128); bf16 is rounded stochastically sixteen lanes at a time,
+// f16 eight at a time by the AVX2 path's formula.
+// The helpers blocks, draw_words and store_sr_chunks are compiled for AVX2 where they are defined,
+// so they cannot inline the AVX-512 lambdas they are given; each function below is [[gnu::flatten]]
+// to inline them, lambdas included, into its own AVX-512 body instead of a call per vector.
 MT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx2,f16c,fma")
 
-void load_half_avx512(const half* src, float* dst, int64_t n) {
+[[gnu::flatten]] void load_half_avx512(const half* src, float* dst, int64_t n) {
   blocks<16>(src, dst, n, [](const half* s, float* d, int64_t) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
     __m512 f = _mm512_cvtph_ps(h);
@@ -361,14 +414,14 @@ void load_half_avx512(const half* src, float* dst, int64_t n) {
   });
 }
 
-void load_bf16_avx512(const bfloat16* src, float* dst, int64_t n) {
+[[gnu::flatten]] void load_bf16_avx512(const bfloat16* src, float* dst, int64_t n) {
   blocks<16>(src, dst, n, [](const bfloat16* s, float* d, int64_t) {
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
     _mm512_storeu_si512(d, _mm512_maskz_slli_epi32(0xFFFF, _mm512_cvtepu16_epi32(b), 16));
   });
 }
 
-void store_half_avx512(const float* src, half* dst, int64_t n) {
+[[gnu::flatten]] void store_half_avx512(const float* src, half* dst, int64_t n) {
   blocks<16>(src, dst, n, [](const float* s, half* d, int64_t) {
     const __m512 f = _mm512_loadu_ps(s);
     const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -378,7 +431,7 @@ void store_half_avx512(const float* src, half* dst, int64_t n) {
 }
 
 // float_to_bf16_rn on sixteen lanes: (x + 0x7FFF + lsb) >> 16, NaN -> 0x7FFF.
-void store_bf16_avx512(const float* src, bfloat16* dst, int64_t n) {
+[[gnu::flatten]] void store_bf16_avx512(const float* src, bfloat16* dst, int64_t n) {
   blocks<16>(src, dst, n, [](const float* s, bfloat16* d, int64_t) {
     const __m512i x = _mm512_loadu_si512(s);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
@@ -390,7 +443,7 @@ void store_bf16_avx512(const float* src, bfloat16* dst, int64_t n) {
   });
 }
 
-// philox16's rounds on sixteen lanes: the high and low words of a * m, lane by lane.
+// mulhilo8 on sixteen lanes: the high and low words of a * m, lane by lane.
 inline void mulhilo16(__m512i a, __m512i m, __m512i& hi, __m512i& lo) {
   const __m512i even = _mm512_mul_epu32(a, m);                        // lanes 0, 2, ..., 14
   const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);  // lanes 1, 3, ..., 15
@@ -398,88 +451,90 @@ inline void mulhilo16(__m512i a, __m512i m, __m512i& hi, __m512i& lo) {
   lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
 }
 
-// The 64-bit counters index + k, k = 0..15, as low and high words.
-inline void counters16(uint64_t index, __m512i& lo, __m512i& hi) {
-  const __m512i base = _mm512_set1_epi32(int(uint32_t(index)));
-  lo = _mm512_add_epi32(base, _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+// The 64-bit block numbers block + offset[k], k = 0..15, as low and high words.
+inline void counters16(uint64_t block, __m512i offset, __m512i& lo, __m512i& hi) {
+  const __m512i base = _mm512_set1_epi32(int(uint32_t(block)));
+  lo = _mm512_add_epi32(base, offset);
   // A lane whose low word wrapped past 2^32 carries into the high word.
   const __mmask16 wrapped = _mm512_cmplt_epu32_mask(lo, base);
-  hi = _mm512_set1_epi32(int(uint32_t(index >> 32)));
+  hi = _mm512_set1_epi32(int(uint32_t(block >> 32)));
   hi = _mm512_mask_add_epi32(hi, wrapped, hi, _mm512_set1_epi32(1));
 }
 
-// philox_words(seed, index + k)[0] for k = 0..31, as two vectors of sixteen (two blocks
-// interleaved, as in philox16).
-inline void philox32(uint64_t seed, uint64_t index, __m512i& out0, __m512i& out1) {
-  __m512i a0, a1, b0, b1;
-  counters16(index, a0, a1);
-  counters16(index + 16, b0, b1);
-  __m512i a2 = _mm512_setzero_si512(), a3 = a2, b2 = a2, b3 = a2;
+// transpose_words on sixteen lanes: lane 4h + q of the input is the block of output vector q.
+inline void transpose_words(__m512i (&w)[4]) {
+  const __m512i t0 = _mm512_unpacklo_epi32(w[0], w[1]), t1 = _mm512_unpackhi_epi32(w[0], w[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(w[2], w[3]), t3 = _mm512_unpackhi_epi32(w[2], w[3]);
+  w[0] = _mm512_unpacklo_epi64(t0, t2);
+  w[1] = _mm512_unpackhi_epi64(t0, t2);
+  w[2] = _mm512_unpacklo_epi64(t1, t3);
+  w[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// words[k] = rounding_word(seed, 4 block + k) for k = 0..127: rounding_words64 on sixteen lanes,
+// blocks block .. block + 31. Lane 4h + q of a vector holds block 4q + h, so its four outputs are
+// words 16q .. 16q + 15. The two xors of a round are one vpternlogd.
+inline void rounding_words128(uint64_t seed, uint64_t block, uint32_t* words) {
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  __m512i a[4], b[4];
+  counters16(block, order, a[0], a[1]);
+  counters16(block + 16, order, b[0], b[1]);
+  a[2] = b[2] = _mm512_set1_epi32(1);  // the counter's third word (Note [Rounding words])
+  a[3] = b[3] = _mm512_setzero_si512();
   const __m512i m0 = _mm512_set1_epi32(int(0xD2511F53u)), m1 = _mm512_set1_epi32(int(0xCD9E8D57u));
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
   for (int round = 0; round < 10; ++round) {
     const __m512i key0 = _mm512_set1_epi32(int(k0)), key1 = _mm512_set1_epi32(int(k1));
-    __m512i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
-    mulhilo16(a0, m0, ahi0, alo0);
-    mulhilo16(a2, m1, ahi1, alo1);
-    mulhilo16(b0, m0, bhi0, blo0);
-    mulhilo16(b2, m1, bhi1, blo1);
-    a0 = _mm512_xor_si512(_mm512_xor_si512(ahi1, a1), key0);
-    a2 = _mm512_xor_si512(_mm512_xor_si512(ahi0, a3), key1);
-    a1 = alo1;
-    a3 = alo0;
-    b0 = _mm512_xor_si512(_mm512_xor_si512(bhi1, b1), key0);
-    b2 = _mm512_xor_si512(_mm512_xor_si512(bhi0, b3), key1);
-    b1 = blo1;
-    b3 = blo0;
+    for (__m512i* c : {a, b}) {
+      __m512i hi0, lo0, hi1, lo1;
+      mulhilo16(c[0], m0, hi0, lo0);
+      mulhilo16(c[2], m1, hi1, lo1);
+      c[0] = _mm512_ternarylogic_epi32(hi1, c[1], key0, 0x96);  // hi1 ^ c1 ^ key0
+      c[2] = _mm512_ternarylogic_epi32(hi0, c[3], key1, 0x96);
+      c[1] = lo1;
+      c[3] = lo0;
+    }
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  out0 = a0;
-  out1 = b0;
-}
-
-// Thirty-two f32 -> thirty-two f16 or bf16 rounded stochastically, element k with the word of
-// counter index + k: philox32's words, then the AVX2 path's rounding formulas on each eight.
-template <class D>
-inline void store_sr32(const float* src, D* dst, uint64_t seed, uint64_t index) {
-  __m512i r[2];
-  philox32(seed, index, r[0], r[1]);
+  transpose_words(a);
+  transpose_words(b);
   for (int q = 0; q < 4; ++q) {
-    const __m512i w = r[q / 2];
-    const __m256i rq = q % 2 == 0 ? _mm512_castsi512_si256(w) : _mm512_extracti64x4_epi64(w, 1);
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 8 * q));
-    const __m256i y = std::is_same_v<D, half> ? half_sr8(x, rq) : bf16_sr8(x, rq);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 8 * q), pack_u16(y));
+    _mm512_storeu_si512(words + 16 * q, a[q]);
+    _mm512_storeu_si512(words + 64 + 16 * q, b[q]);
   }
 }
 
-void store_half_sr_avx512(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index) {
-  blocks<32>(src, dst, n, [&](const float* s, half* d, int64_t i) { store_sr32(s, d, seed, index + uint64_t(i)); });
+[[gnu::flatten]] void rounding_words_avx512(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
+  draw_words<128>(seed, index, words, n, [](uint64_t s, uint64_t b, uint32_t* w) { rounding_words128(s, b, w); });
 }
 
-void store_bf16_sr_avx512(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index) {
-  blocks<32>(src, dst, n, [&](const float* s, bfloat16* d, int64_t i) { store_sr32(s, d, seed, index + uint64_t(i)); });
+// float_to_bf16_sr on sixteen lanes (bf16_sr8).
+inline void store_bf16_sr16(const float* src, const uint32_t* r, bfloat16* dst) {
+  const __m512i x = _mm512_loadu_si512(src);
+  const __m512i low = _mm512_and_si512(x, _mm512_set1_epi32(0xFFFF));
+  const __mmask16 up = _mm512_cmpgt_epu32_mask(low, _mm512_srli_epi32(_mm512_loadu_si512(r), 16));
+  const __m512i t = _mm512_srli_epi32(x, 16);
+  __m512i y = _mm512_mask_add_epi32(t, up, t, _mm512_set1_epi32(1));
+  // inf and NaN round to nearest: sign | 0x7F80, or 0x7FFF
+  const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
+  y = _mm512_mask_mov_epi32(y, _mm512_cmpgt_epu32_mask(ax, _mm512_set1_epi32(0x7F7FFFFF)), t);
+  y = _mm512_mask_mov_epi32(y, _mm512_cmpgt_epu32_mask(ax, _mm512_set1_epi32(0x7F800000)), _mm512_set1_epi32(0x7FFF));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(y));
 }
 
-// Thirty-two words per philox32; the last partial block is drawn whole and copied in part.
-void philox_words_avx512(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m512i r0, r1;
-    philox32(seed, index + uint64_t(i), r0, r1);
-    _mm512_storeu_si512(words + i, r0);
-    _mm512_storeu_si512(words + i + 16, r1);
-  }
-  if (i < n) {
-    __m512i r[2];
-    philox32(seed, index + uint64_t(i), r[0], r[1]);
-    std::memcpy(words + i, r, size_t(n - i) * sizeof(uint32_t));
-  }
+[[gnu::flatten]] void store_half_sr_avx512(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index) {
+  store_sr_chunks<8>(src, dst, n, seed, index, rounding_words_avx512,
+                     [](const float* s, const uint32_t* r, half* d) { store_sr8(s, r, d); });
+}
+
+[[gnu::flatten]] void store_bf16_sr_avx512(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index) {
+  store_sr_chunks<16>(src, dst, n, seed, index, rounding_words_avx512,
+                      [](const float* s, const uint32_t* r, bfloat16* d) { store_bf16_sr16(s, r, d); });
 }
 
 constexpr ConvertPath kAvx512Path{"avx512",          load_half_avx512,     load_bf16_avx512,     store_half_avx512,
-                                  store_bf16_avx512, store_half_sr_avx512, store_bf16_sr_avx512, philox_words_avx512};
+                                  store_bf16_avx512, store_half_sr_avx512, store_bf16_sr_avx512, rounding_words_avx512};
 
 MT_TARGET_END
 
@@ -504,6 +559,10 @@ VectorPaths<ConvertPath>& paths() {
 }
 
 const ConvertPath& path() { return paths().active(); }
+
+void draw_rounding_words(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
+  path().rounding_words(seed, index, words, n);
+}
 
 }  // namespace
 
@@ -538,8 +597,8 @@ void store_stochastic_row(const float* v, bfloat16* p, int64_t step, int64_t len
   else store_stochastic_strided(v, p, len, seed, index, step);
 }
 
-void philox_words_n(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
-  path().philox_words(seed, index, words, n);
+void rounding_words_n(uint64_t seed, uint64_t index, uint32_t* words, int64_t n) {
+  path().rounding_words(seed, index, words, n);
 }
 
 void load_n(const float* src, float* dst, int64_t n) {

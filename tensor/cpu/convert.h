@@ -31,8 +31,9 @@ void load_n(const bfloat16* src, float* dst, int64_t n);
 void store_n(const float* src, half* dst, int64_t n);
 void store_n(const float* src, bfloat16* dst, int64_t n);
 
-// dst[i] rounded stochastically with the word philox_words(seed, index + i)[0]: element i of the
-// row gets the random word of its position in the whole tensor (Note [Stochastic rounding]).
+// dst[i] rounded stochastically with the word rounding_word(seed, index + i): element i of the
+// row gets the random word of its position in the whole tensor (Note [Stochastic rounding] in
+// half.h, Note [Rounding words] in rng.h).
 void store_stochastic_n(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index);
 void store_stochastic_n(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index);
 
@@ -40,10 +41,10 @@ void store_stochastic_n(const float* src, bfloat16* dst, int64_t n, uint64_t see
 void store_stochastic_row(const float* v, half* p, int64_t step, int64_t len, uint64_t seed, uint64_t index);
 void store_stochastic_row(const float* v, bfloat16* p, int64_t step, int64_t len, uint64_t seed, uint64_t index);
 
-// words[i] = philox_words(seed, index + i)[0] for i < n: the random words that store_stochastic_n
+// words[i] = rounding_word(seed, index + i) for i < n: the random words that store_stochastic_n
 // rounds with, for kernels that round element by element in their own loop (the 16-bit
 // optimizer updates, tensor/cpu/optim.cpp). Drawn on the conversion path in use.
-void philox_words_n(uint64_t seed, uint64_t index, uint32_t* words, int64_t n);
+void rounding_words_n(uint64_t seed, uint64_t index, uint32_t* words, int64_t n);
 
 // For f32 both are a copy, so a kernel templated on T in {f32, f16, bf16} calls them alike.
 void load_n(const float* src, float* dst, int64_t n);

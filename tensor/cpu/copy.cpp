@@ -64,7 +64,7 @@ void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64
         });
       } else if (stochastic) {
         for_each_offset<2>(dst.shape(), strides, [&](const std::array<int64_t, 2>& o, int64_t i) {
-          const uint32_t r = philox_words(seed, offset + uint64_t(i))[0];
+          const uint32_t r = rounding_word(seed, offset + uint64_t(i));
           d[o[0]] = convert_stochastic<D>(float(load<S>(s[o[1]])), r);
         });
       } else {

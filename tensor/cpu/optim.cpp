@@ -23,13 +23,14 @@
 // update_formulas.h, which on the CPU are the host conversions round_to_* (HostUpdate below):
 //   state (m, v)           round_to_bf16 / round_to_half (nearest), and the update then reads
 //                          the state back as stored, as the algorithm's next line would
-//   the weight w + u       nearest, or round_to_*_stochastic with the element's Philox word
-//                          philox_words(seed, offset + i)[0], i its row-major index; the kernels
-//                          draw the words of up to kRowChunk elements of a row at once on the
-//                          conversion path's vector Philox (philox_words_n, sixteen or thirty-two
-//                          counters per call of the AVX2 or AVX-512 code) and then update the
-//                          elements one by one with them (for_each_update16), so the bits are
-//                          those of one scalar draw per element on every path and thread count
+//   the weight w + u       nearest, or round_to_*_stochastic with the element's rounding word
+//                          rounding_word(seed, offset + i), i its row-major index (Note
+//                          [Rounding words] in rng.h); the kernels draw the words of up to
+//                          kRowChunk elements of a row at once on the conversion path's vector
+//                          Philox (rounding_words_n, 64 or 128 words per call of the AVX2 or
+//                          AVX-512 code) and then update the elements one by one with them
+//                          (for_each_update16), so the bits are those of the scalar draw on
+//                          every path and thread count
 //   Kahan's s and c        nearest: y = u - c and (s - w) - y are fp32 values, s and c are stored
 // Consequences of fusing: intermediates (g + d w, the Adam ratio, y) carry fp32 precision where
 // the paper's simulator rounded them to bf16, so our "nearest" baseline is, if anything, kinder
@@ -391,8 +392,8 @@ void dispatch_16bit(const char* op, DType t, F&& f) {
 // Visits the elements of a 16-bit update as parallel_for_each_offset does, calling f(offsets, r)
 // with the element's random word r (formulas::weight_word). Under stochastic rounding each row
 // piece is taken in chunks of up to kRowChunk elements: the chunk's words are drawn first, on the
-// conversion path's vector Philox (philox_words_n: the words of counters offset + i for the
-// chunk's row-major indices i), then its elements are updated one by one. Under the other rules
+// conversion path's vector Philox (rounding_words_n: the words offset + i for the chunk's
+// row-major indices i), then its elements are updated one by one. Under the other rules
 // r is 0 and never read.
 template <size_t N, class K, class F>
 void for_each_update16(const Shape& shape, const std::array<Shape, N>& strides, const K& k, F&& f) {
@@ -407,7 +408,7 @@ void for_each_update16(const Shape& shape, const std::array<Shape, N>& strides, 
     uint32_t words[kRowChunk];
     std::array<int64_t, N> o = row.at;
     for_chunks(row.len, [&](int64_t j, int64_t n) {
-      philox_words_n(k.seed, k.offset + uint64_t(row.first + j), words, n);
+      rounding_words_n(k.seed, k.offset + uint64_t(row.first + j), words, n);
       for (int64_t e = 0; e < n; ++e) {
         f(o, words[e]);
         for (size_t d = 0; d < N; ++d) o[d] += row.step[d];
@@ -422,8 +423,8 @@ void for_each_update16(const Shape& shape, const std::array<Shape, N>& strides, 
 // a time: the chunk's weights and moments are widened into buffers (load_n), formulas::adamw16's
 // fp32 arithmetic runs sixteen lanes at a time in its order of operations (each an IEEE single
 // operation, nothing fused), and each value the algorithm keeps is rounded as it is stored by the
-// conversion path's store_n (nearest) or store_stochastic_n (the element's word philox_words(
-// seed, offset + i)[0]), then read back as stored where the algorithm reads it (the moments, and
+// conversion path's store_n (nearest) or store_stochastic_n (the element's word rounding_word(
+// seed, offset + i)), then read back as stored where the algorithm reads it (the moments, and
 // Kahan's s). Those conversions give the bits of round_to_* element by element (Note [Vector
 // conversions] in convert.cpp), so the update is the scalar one's bit for bit
 // (test_pure16.cpp compares the paths). While a rounding census is open the scalar code runs, so

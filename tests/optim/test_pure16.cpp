@@ -647,7 +647,7 @@ std::vector<P> values_of(const Tensor& t) {
 }
 
 // The same update evaluated here, element by element: the formula of update_formulas.h with the
-// word philox_words(seed, offset + i)[0] for the element of row-major index i.
+// word rounding_word(seed, offset + i) for the element of row-major index i.
 template <class P>
 std::vector<uint8_t> direct_update16(Update16 u, const Operands16& in, uint64_t seed, uint64_t offset) {
   using D = ScalarUpdate<P>;
@@ -658,7 +658,7 @@ std::vector<uint8_t> direct_update16(Update16 u, const Operands16& in, uint64_t 
   for (const Tensor& t : in.state) s.push_back(values_of<P>(t));
   P unused{};
   for (size_t i = 0; i < p.size(); ++i) {
-    const uint32_t r = philox_words(seed, offset + i)[0];
+    const uint32_t r = rounding_word(seed, offset + i);
     const float gi = float(g[i]);
     switch (u) {
       case Update16::sgd:
@@ -703,10 +703,9 @@ struct ThreadsAndPath {
 
 TEST_CASE("stochastic 16-bit updates draw each element's word alike on every conversion path and thread count",
           "[optim][pure16]") {
-  // The CPU kernels draw the words of a row's elements a block at a time on the vector path
-  // (philox_words_n); every path and thread count must give the bits of one scalar draw per
-  // element. Sizes leave every tail of a 16- and 32-word block and split rows over threads mid-
-  // block; the views are transposes (rows of 29 and 150 elements), and the second offset makes
+  // The CPU kernels draw the words of a row's elements a chunk at a time on the vector path
+  // (rounding_words_n); every path and thread count must give the bits of the scalar draw.
+  // Sizes leave every tail of a 64- and 128-word group and split rows over threads mid-block; the views are transposes (rows of 29 and 150 elements), and the second offset makes
   // the counters cross 2^32 inside the tensor.
   const ThreadsAndPath restore;
   const std::vector<std::string> paths = cpu::conversion_paths();

@@ -155,9 +155,9 @@ TEST_CASE("stochastic rounding draws the same word and rounds alike on every pat
   std::vector<float> f = test_floats();
   f.resize(6'000'000);
   const int64_t n = int64_t(f.size());
-  // Element i uses philox_words(seed, index + i)[0]; an index near 2^32 carries into the
-  // counter's high word inside a row.
-  for (uint64_t index : {uint64_t(0), uint64_t(12345), uint64_t(0xFFFFFFFCull), uint64_t(0x7FFFFFFF00000001ull)}) {
+  // Element i uses rounding_word(seed, index + i). The indices start on and off a block
+  // boundary, and the block numbers of the third carry into their high word inside a row.
+  for (uint64_t index : {uint64_t(0), uint64_t(12345), uint64_t(0x3FFFFFFF2ull), uint64_t(0x7FFFFFFF00000001ull)}) {
     const uint64_t seed = 0x9E3779B97F4A7C15ull ^ index;
     std::vector<half> ref_h(f.size());
     std::vector<bfloat16> ref_b(f.size());
@@ -167,7 +167,7 @@ TEST_CASE("stochastic rounding draws the same word and rounds alike on every pat
       cpu::store_stochastic_n(f.data(), ref_b.data(), n, seed, index);
     }
     for (size_t i = 0; i < f.size(); i += 1009) {
-      const uint32_t r = philox_words(seed, index + i)[0];
+      const uint32_t r = rounding_word(seed, index + i);
       REQUIRE(ref_h[i].bits == round_to_half_stochastic(f[i], r).bits);
       REQUIRE(ref_b[i].bits == round_to_bf16_stochastic(f[i], r).bits);
     }
@@ -193,18 +193,19 @@ TEST_CASE("stochastic rounding draws the same word and rounds alike on every pat
   }
 }
 
-TEST_CASE("philox_words_n draws the words of its counters on every path", "[convert]") {
-  // Lengths leave every tail of a 16- and a 32-word block; the counters cross 2^32 for the
-  // second index.
-  for (uint64_t index : {uint64_t(7), uint64_t(0xFFFFFFF0ull)}) {
+TEST_CASE("rounding_words_n draws the words of its positions on every path", "[convert]") {
+  // Starts at each offset within a block; lengths leave every tail of a 64- and a 128-word group.
+  // The block numbers cross 2^32 for the last indices.
+  for (uint64_t index :
+       {uint64_t(0), uint64_t(1), uint64_t(2), uint64_t(7), uint64_t(0x3FFFFFFC0ull), uint64_t(0x3FFFFFFC3ull)}) {
     const uint64_t seed = 0x243F6A8885A308D3ull + index;
     for (const std::string& p : cpu::conversion_paths()) {
       test::ConversionPathScope scope(p);
-      for (int64_t n : {0, 1, 15, 16, 17, 31, 32, 33, 100, 256}) {
+      for (int64_t n : {0, 1, 2, 3, 4, 5, 63, 64, 65, 127, 128, 129, 200, 256, 1031}) {
         INFO("path " << p << ", index " << index << ", " << n << " words");
         std::vector<uint32_t> words(size_t(n) + 1, 0xDEADBEEFu);
-        cpu::philox_words_n(seed, index, words.data(), n);
-        for (int64_t i = 0; i < n; ++i) REQUIRE(words[size_t(i)] == philox_words(seed, index + uint64_t(i))[0]);
+        cpu::rounding_words_n(seed, index, words.data(), n);
+        for (int64_t i = 0; i < n; ++i) REQUIRE(words[size_t(i)] == rounding_word(seed, index + uint64_t(i)));
         CHECK(words[size_t(n)] == 0xDEADBEEFu);  // nothing written past the end
       }
     }

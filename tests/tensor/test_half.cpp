@@ -659,12 +659,12 @@ TEST_CASE("Tensor::to with stochastic rounding: seeded, offset-driven, one word 
     Generator g3(78);
     CHECK(x.to(dt, Rounding::stochastic, &g3).to_vector() != va);
 
-    // Element i (row-major) uses word 0 of Philox counter (offset + i).
+    // Element i (row-major) uses the rounding word offset + i (Note [Rounding words]).
     const std::vector<float> xv = x.values<float>();
     int64_t bad = 0, rounded_up = 0, nearest_differs = 0;
     const std::vector<double> near = x.to(dt).to_vector();
     for (size_t i = 0; i < xv.size(); ++i) {
-      const uint32_t r = philox_words(77, uint64_t(i))[0];
+      const uint32_t r = rounding_word(77, uint64_t(i));
       const float want = dt == DType::f16 ? to_float(round_to_half_stochastic(xv[i], r))
                                           : to_float(round_to_bf16_stochastic(xv[i], r));
       bad += double(want) != va[i];
@@ -683,7 +683,7 @@ TEST_CASE("Tensor::to with stochastic rounding: seeded, offset-driven, one word 
     const std::vector<double> vd = d.to_vector();
     bad = 0;
     for (size_t i = 0; i < xtv.size(); ++i) {
-      const uint32_t r = philox_words(77, uint64_t(i))[0];
+      const uint32_t r = rounding_word(77, uint64_t(i));
       const float want = dt == DType::f16 ? to_float(round_to_half_stochastic(xtv[i], r))
                                           : to_float(round_to_bf16_stochastic(xtv[i], r));
       bad += double(want) != vd[i];

@@ -73,6 +73,25 @@ TEST_CASE("philox_words maps (seed, index) to counter and key", "[rng]") {
   CHECK(seen.size() == 2000);
 }
 
+TEST_CASE("rounding_word takes four consecutive words from one block of its own counters", "[rng]") {
+  const uint64_t seed = 0x0123456789ABCDEFull, j = 0xFEDCBA9876543213ull;  // block j / 4, word 3
+  const PhiloxBlock block = philox4x32_10({0x1D950C84u, 0x3FB72EA6u, 1u, 0u}, {0x89ABCDEFu, 0x01234567u});
+  CHECK(rounding_block(seed, j >> 2) == block);
+  for (uint64_t k = 0; k < 4; ++k) CHECK(rounding_word(seed, (j & ~uint64_t(3)) + k) == block[k]);
+  CHECK(rounding_word(seed, j + 1) == rounding_block(seed, (j >> 2) + 1)[0]);
+  // The blocks are not philox_words' blocks: stochastic casts and dropout or initialisation drawn
+  // from one generator never share bits (Note [Rounding words]).
+  std::set<uint32_t> seen;
+  for (uint64_t b = 0; b < 1000; ++b) {
+    for (int k = 0; k < 4; ++k) {
+      seen.insert(rounding_block(seed, b)[size_t(k)]);
+      seen.insert(philox_words(seed, b)[size_t(k)]);
+    }
+  }
+  CHECK(seen.size() == 8000);
+  static_assert(rounding_word(0, 5) == philox4x32_10({1u, 0u, 1u, 0u}, {0u, 0u})[1]);
+}
+
 TEST_CASE("uniform01 maps words into the half-open unit interval", "[rng]") {
   CHECK(uniform01(0u) == 0.0f);
   CHECK(uniform01(0xFFFFFFFFu) == 1.0f - std::ldexp(1.0f, -24));

@@ -391,8 +391,7 @@ bool cpu_has_avx2() {
 // The same formulas as the AVX2 path (Note [Vector conversions]) on sixteen lanes: the EVEX forms
 // of vcvtph2ps and vcvtps2ph round as the VEX ones do, with the NaN lanes rebuilt from the bits.
 // The rounding words (store_*_sr, rounding_words_n) are drawn sixteen blocks to a vector, two
-// vectors at a time (rounding_words128); bf16 is rounded stochastically sixteen lanes at a time,
-// f16 eight at a time by the AVX2 path's formula.
+// vectors at a time (rounding_words128), and rounded sixteen lanes at a time.
 // The helpers blocks, draw_words and store_sr_chunks are compiled for AVX2 where they are defined,
 // so they cannot inline the AVX-512 lambdas they are given; each function below is [[gnu::flatten]]
 // to inline them, lambdas included, into its own AVX-512 body instead of a call per vector.
@@ -523,9 +522,42 @@ inline void store_bf16_sr16(const float* src, const uint32_t* r, bfloat16* dst) 
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(y));
 }
 
+// float_to_half_sr on sixteen lanes: half_sr8's formulas, with masks for its comparisons.
+inline void store_half_sr16(const float* src, const uint32_t* r, half* dst) {
+  const __m512i x = _mm512_loadu_si512(src);
+  const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
+  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x8000));
+  const __m512i e = _mm512_srli_epi32(ax, 23);
+  const __m512i mant = _mm512_and_si512(ax, _mm512_set1_epi32(0x7FFFFF));
+  // normal half range
+  const __m512i t_norm =
+      _mm512_or_si512(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(112)), 10), _mm512_srli_epi32(mant, 13));
+  const __m512i thr_norm = _mm512_slli_epi32(_mm512_and_si512(ax, _mm512_set1_epi32(0x1FFF)), 19);
+  // subnormal half range
+  const __m512i sig = _mm512_or_si512(mant, _mm512_set1_epi32(0x800000));
+  const __m512i sh = _mm512_sub_epi32(_mm512_set1_epi32(126), e);
+  const __m512i t_sub = _mm512_srlv_epi32(sig, sh);
+  const __m512i rem = _mm512_sub_epi32(sig, _mm512_sllv_epi32(t_sub, sh));
+  const __mmask16 e_ge94 = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(93));
+  const __m512i thr_sub =
+      _mm512_mask_blend_epi32(e_ge94, _mm512_srlv_epi32(sig, _mm512_sub_epi32(_mm512_set1_epi32(94), e)),
+                              _mm512_sllv_epi32(rem, _mm512_sub_epi32(e, _mm512_set1_epi32(94))));
+  const __mmask16 normal = _mm512_cmpgt_epi32_mask(ax, _mm512_set1_epi32(0x387FFFFF));
+  __m512i t = _mm512_mask_blend_epi32(normal, t_sub, t_norm);
+  const __m512i thr = _mm512_mask_blend_epi32(normal, thr_sub, thr_norm);
+  const __mmask16 up = _mm512_cmplt_epu32_mask(_mm512_loadu_si512(r), thr);
+  t = _mm512_mask_add_epi32(t, up, t, _mm512_set1_epi32(1));
+  __m512i h = _mm512_or_si512(sign, t);
+  // |x| >= 2^16: infinity; inf and NaN: round to nearest (sign | 0x7C00, or 0x7FFF).
+  h = _mm512_mask_mov_epi32(h, _mm512_cmpgt_epi32_mask(ax, _mm512_set1_epi32(0x477FFFFF)),
+                            _mm512_or_si512(sign, _mm512_set1_epi32(0x7C00)));
+  h = _mm512_mask_mov_epi32(h, _mm512_cmpgt_epi32_mask(ax, _mm512_set1_epi32(0x7F800000)), _mm512_set1_epi32(0x7FFF));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(h));
+}
+
 [[gnu::flatten]] void store_half_sr_avx512(const float* src, half* dst, int64_t n, uint64_t seed, uint64_t index) {
-  store_sr_chunks<8>(src, dst, n, seed, index, rounding_words_avx512,
-                     [](const float* s, const uint32_t* r, half* d) { store_sr8(s, r, d); });
+  store_sr_chunks<16>(src, dst, n, seed, index, rounding_words_avx512,
+                      [](const float* s, const uint32_t* r, half* d) { store_half_sr16(s, r, d); });
 }
 
 [[gnu::flatten]] void store_bf16_sr_avx512(const float* src, bfloat16* dst, int64_t n, uint64_t seed, uint64_t index) {

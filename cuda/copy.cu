@@ -11,7 +11,7 @@
 //                                    or round-to-odd before sm_90), like round_to_*_i64.
 //   -> f16 / bf16, Rounding::stochastic
 //                                    store_stochastic = the host's float_to_*_sr compiled for the
-//                                    device, fed word 0 of Philox block (seed, offset + i), i the
+//                                    device, fed rounding_word(seed, offset + i), i the
 //                                    row-major index in dst: the CPU's exact draw.
 // f64 tensors stay on the CPU, so no cast here reads or writes double. Widening is exact; 16-bit NaN payloads are kept like the CPU's half_to_float does (see
 // exact_float). float -> i64 truncates toward zero; NaN and out-of-range values give INT64_MIN on

@@ -7,8 +7,8 @@
 
 namespace mixtape::cpu {
 
-// Rounding::stochastic draws one Philox word per element from counter (offset + i), i the
-// row-major index in dst.
+// Rounding::stochastic rounds element i (its row-major index in dst) with rounding_word(seed,
+// offset + i) (Note [Rounding words] in tensor/core/rng.h).
 void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64_t seed, uint64_t offset);
 void fill(const Strided& out, double value);
 // i64 counter += by (tensor.h increment_).

@@ -230,8 +230,9 @@ TEST_CASE("cuda stochastic rounding draws the CPU's stream", "[cuda]") {
                   std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
     v.push_back(s);
   const Tensor values = from_floats(v);
-  // Offsets straddling 2^32 exercise the high word of the Philox counter.
-  for (uint64_t offset : {uint64_t(0), uint64_t(12345), (uint64_t(1) << 32) - 1000})
+  // Offsets straddling 2^32 exercise the high word of the Philox counter; the last one's block
+  // numbers (offset / 4) straddle it too, starting mid-block.
+  for (uint64_t offset : {uint64_t(0), uint64_t(12345), (uint64_t(1) << 32) - 1000, (uint64_t(1) << 34) - 1001})
     for (DType dt : k16)
       for (DType from : {DType::f32, DType::f16, DType::bf16, DType::i64}) {
         if (from == dt) continue;

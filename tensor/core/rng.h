@@ -49,8 +49,9 @@ inline double uniform01_f64(uint32_t hi, uint32_t lo) {
   return double((uint64_t(hi) << 21) | (lo >> 11)) * (1.0 / 9007199254740992.0);
 }
 
-// A seed plus a running offset. Each draw of n elements consumes counters [offset, offset + n)
-// and advances the offset, so successive draws never reuse numbers.
+// A seed plus a running offset. Each draw of n elements consumes positions [offset, offset + n)
+// (counters of philox_words, or words of rounding_word for a stochastic rounding) and advances the
+// offset, so successive draws never reuse numbers.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}

@@ -266,14 +266,11 @@ inline void rounding_words64(uint64_t seed, uint64_t block, uint32_t* words) {
 
 // rounding_words_n on a vector path whose group(seed, block, words) draws the G = 64 or 128
 // words of blocks block .. block + G/4 - 1: the words before the first block boundary come from
-// that one block, the last partial group is drawn whole into a buffer.
+// the scalar draw, the last partial group is drawn whole into a buffer.
 template <int G, class Group>
 inline void draw_words(uint64_t seed, uint64_t index, uint32_t* words, int64_t n, Group&& group) {
-  int64_t i = 0;
-  if ((index & 3) != 0 && n > 0) {
-    const PhiloxBlock w = rounding_block(seed, index >> 2);
-    for (uint64_t k = index & 3; k < 4 && i < n; ++k) words[i++] = w[k];
-  }
+  int64_t i = std::min(n, int64_t(-index & 3));  // words to the next multiple of 4
+  rounding_words_scalar(seed, index, words, i);
   for (; i + G <= n; i += G) group(seed, (index + uint64_t(i)) >> 2, words + i);
   if (i < n) {
     uint32_t tail[G];

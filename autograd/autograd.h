@@ -4,6 +4,7 @@
 #include "autograd/op_list.h"
 #include "autograd/scaled_grad.h"
 #include "autograd/scaling.h"
+#include "autograd/fp8.h"
 #include "autograd/tape.h"
 #include "autograd/telemetry.h"
 #include "autograd/variable.h"

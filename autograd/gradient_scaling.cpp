@@ -143,8 +143,11 @@ std::optional<FormatRange> format_range(DType t) {
   switch (t) {
     case DType::f16: return FormatRange{kHalfLimits.min_subnormal, kHalfLimits.max_finite};
     case DType::bf16: return FormatRange{kBf16Limits.min_subnormal, kBf16Limits.max_finite};
-    default: return std::nullopt;
+    default: break;
   }
+  // The 8-bit formats of GEMM operands (Note [Gradient scaling in 8 bits] in autograd/fp8.cpp).
+  if (is_8bit(t)) return FormatRange{bits8::min_subnormal(format_of(t)), bits8::max_finite(format_of(t))};
+  return std::nullopt;
 }
 
 double erfinv(double y) {

@@ -19,6 +19,8 @@
 
 namespace mixtape {
 
+class Fp8Context;
+
 // Backward of one node. dys: one ScaledGrad per output, already brought to a common scale by
 // the tape (zeros where an output received nothing). needs[i]: whether input i wants a gradient.
 // Returns one ScaledGrad per input (undefined where not needed).
@@ -71,6 +73,9 @@ class Tape {
 
   void set_scaling_rule(ScalingRule* rule) { rule_ = rule; }
   ScalingRule* scaling_rule() const { return rule_; }
+  // 8-bit training (autograd/fp8.h): the GEMM-like ops recorded on this tape read 8-bit operands.
+  void set_fp8(Fp8Context* fp8) { fp8_ = fp8; }
+  Fp8Context* fp8() const { return fp8_; }
   void set_observer(GradObserver* obs) { observer_ = obs; }
   GradObserver* observer() const { return observer_; }
 
@@ -82,6 +87,7 @@ class Tape {
   bool ran_backward_ = false;  // a backward pass has run (and freed the graph it walked)
   Tape* prev_ = nullptr;
   ScalingRule* rule_ = nullptr;
+  Fp8Context* fp8_ = nullptr;
   GradObserver* observer_ = nullptr;
 };
 

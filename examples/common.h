@@ -187,11 +187,40 @@ struct PrecisionFlags {
   int64_t grad_scale_period = 1;
   int64_t telemetry_every = 0;
   std::string telemetry_format;  // empty: the compute dtype (f16 for fp32 runs)
+  // --precision fp8 (autograd/fp8.h); empty strings: not given (the defaults below).
+  std::string fp8_recipe, fp8_format, mx_element, mx_scale, amax_algo;
+  int fp8_margin = -1;
+  int64_t amax_history = 0;
 
   void add_to(CLI::App& app) {
-    app.add_option("--precision", precision, "fp32, fp16 or bf16 (mixed: f32 masters), fp16-pure or bf16-pure")
-        ->check(CLI::IsMember({"fp32", "fp16", "bf16", "fp16-pure", "bf16-pure"}))
+    app.add_option("--precision", precision,
+                   "fp32, fp16 or bf16 (mixed: f32 masters), fp16-pure or bf16-pure, or fp8 (bf16 with 8-bit GEMM "
+                   "operands)")
+        ->check(CLI::IsMember({"fp32", "fp16", "bf16", "fp16-pure", "bf16-pure", "fp8"}))
         ->capture_default_str();
+    app.add_option("--fp8-recipe", fp8_recipe,
+                   "fp8: how operands are scaled: current (per tensor, own amax), delayed (per tensor, amax history), "
+                   "rowwise (per row), mx (32-element blocks, E8M0 scales), block (1x128 / 128x128 tiles); default "
+                   "current")
+        ->check(CLI::IsMember({"current", "delayed", "rowwise", "mx", "block"}));
+    app.add_option("--fp8-format", fp8_format,
+                   "fp8: hybrid (E4M3 inputs and weights, E5M2 gradients) or e4m3 (E4M3 everywhere); default hybrid")
+        ->check(CLI::IsMember({"hybrid", "e4m3"}));
+    app.add_option("--mx-element", mx_element,
+                   "fp8 --fp8-recipe mx: the inputs' and weights' element format: e4m3, e5m2 (MXFP8), e3m2, e2m3 "
+                   "(MXFP6), e2m1 (MXFP4); default e4m3")
+        ->check(CLI::IsMember({"e4m3", "e5m2", "e3m2", "e2m3", "e2m1"}));
+    app.add_option("--mx-scale", mx_scale,
+                   "fp8 --fp8-recipe mx: floor (the OCP spec's rule: the top element may saturate) or up (round the "
+                   "scale up: nothing saturates); default floor")
+        ->check(CLI::IsMember({"floor", "up"}));
+    app.add_option("--fp8-margin", fp8_margin, "fp8 current/delayed/rowwise: scale to max / amax / 2^margin; default 0")
+        ->check(CLI::Range(0, 64));
+    app.add_option("--amax-history", amax_history, "fp8 --fp8-recipe delayed: steps of amax history; default 1024")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    app.add_option("--amax-algo", amax_algo,
+                   "fp8 --fp8-recipe delayed: max (of the history) or most_recent; default max")
+        ->check(CLI::IsMember({"max", "most_recent"}));
     app.add_option("--loss-scale", loss_scale,
                    "none, static:S (S a power of two), backoff, logmax, or gradient (Zhao et al.); "
                    "default backoff for fp16 and fp16-pure, none otherwise");
@@ -226,7 +255,35 @@ struct PrecisionFlags {
     o.max_grad_norm = max_grad_norm;
     o.telemetry_every = telemetry_every;
     if (!telemetry_format.empty()) o.telemetry_format = telemetry_format == "bf16" ? DType::bf16 : DType::f16;
+    o.fp8 = fp8_options(o.precision == nn::Precision::fp8);
     return o;
+  }
+
+  // The fp8 flags as Fp8Options; throws naming the flag when one is given that does not apply.
+  mixtape::Fp8Options fp8_options(bool fp8) const {
+    using namespace mixtape;
+    const bool any = !fp8_recipe.empty() || !fp8_format.empty() || !mx_element.empty() || !mx_scale.empty() ||
+                     !amax_algo.empty() || fp8_margin >= 0 || amax_history > 0;
+    MT_CHECK(fp8 || !any,
+             "--fp8-recipe, --fp8-format, --mx-element, --mx-scale, --fp8-margin, --amax-history and "
+             "--amax-algo apply to --precision fp8, not ",
+             precision);
+    Fp8Options f;
+    if (!fp8_recipe.empty()) f.recipe = fp8_recipe_from_name(fp8_recipe);
+    MT_CHECK((mx_element.empty() && mx_scale.empty()) || f.recipe == Fp8Recipe::mx,
+             "--mx-element and --mx-scale apply to --fp8-recipe mx, not ", fp8_recipe_name(f.recipe));
+    MT_CHECK((amax_history == 0 && amax_algo.empty()) || f.recipe == Fp8Recipe::delayed,
+             "--amax-history and --amax-algo apply to --fp8-recipe delayed, not ", fp8_recipe_name(f.recipe));
+    MT_CHECK(fp8_margin < 0 || f.recipe == Fp8Recipe::current || f.recipe == Fp8Recipe::delayed ||
+                 f.recipe == Fp8Recipe::rowwise,
+             "--fp8-margin applies to the amax recipes (current, delayed, rowwise), not ", fp8_recipe_name(f.recipe));
+    if (fp8_format == "e4m3") f.grad_format = DType::e4m3;
+    if (!mx_element.empty()) f.mx_element = dtype_from_name(mx_element);
+    if (mx_scale == "up") f.mx_rule = ScaleRule::pow2_up;
+    if (fp8_margin >= 0) f.margin = fp8_margin;
+    if (amax_history > 0) f.amax_history_len = amax_history;
+    f.amax_most_recent = amax_algo == "most_recent";
+    return f;
   }
 };
 
@@ -240,6 +297,17 @@ inline void add_precision_summary(nlohmann::json& j, const mixtape::PrecisionTra
     j[prefix + "update_rounding"] = mixtape::update_rounding_name(t.options().rounding);
   j[prefix + "skipped_steps"] = t.skipped();
   j[prefix + "final_scale"] = t.scale();
+  if (const mixtape::Fp8Context* f = t.fp8()) {
+    j[prefix + "fp8_recipe"] = mixtape::fp8_recipe_name(f->options().recipe);
+    for (mixtape::Fp8Role r : {mixtape::Fp8Role::input, mixtape::Fp8Role::weight, mixtape::Fp8Role::grad}) {
+      const mixtape::QuantStats& q = f->totals(r);
+      const std::string k = prefix + "fp8_" + mixtape::fp8_role_name(r) + "_";
+      j[k + "format"] = mixtape::dtype_name(f->format(r));
+      j[k + "saturated_rate"] = q.count ? double(q.saturated) / double(q.count) : 0.0;
+      j[k + "flushed_rate"] = q.count ? double(q.flushed) / double(q.count) : 0.0;
+      j[k + "subnormal_rate"] = q.count ? double(q.subnormal) / double(q.count) : 0.0;
+    }
+  }
   const mixtape::RoundingCounts& r = t.total_rounding();
   if (t.telemetry()) {
     j[prefix + "rounded_16bit"] = r.rounded;
@@ -255,6 +323,16 @@ inline std::string precision_summary(const mixtape::PrecisionTrainer& t) {
   if (t.telemetry() && t.total_rounding().rounded > 0)
     s += mixtape::detail::cat(", backward underflow ", 100.0 * t.total_rounding().underflow_rate(),
                               "% of nonzero values rounded to 16 bits (sampled steps)");
+  if (const mixtape::Fp8Context* f = t.fp8()) {
+    s += mixtape::detail::cat("; fp8 ", mixtape::fp8_recipe_name(f->options().recipe), " scaling:");
+    for (mixtape::Fp8Role r : {mixtape::Fp8Role::input, mixtape::Fp8Role::weight, mixtape::Fp8Role::grad}) {
+      const mixtape::QuantStats& q = f->totals(r);
+      const double n = q.count ? double(q.count) : 1.0;
+      s += mixtape::detail::cat(" ", mixtape::fp8_role_name(r), "s (", mixtape::dtype_name(f->format(r)), ") ",
+                                100.0 * double(q.saturated) / n, "% saturated, ", 100.0 * double(q.flushed) / n,
+                                "% flushed to zero", r == mixtape::Fp8Role::grad ? "" : ";");
+    }
+  }
   return s;
 }
 

@@ -17,6 +17,7 @@ constexpr PolicyRow kPolicies[] = {
     {Precision::bf16, "bf16", DType::bf16, DType::f32},
     {Precision::fp16_pure, "fp16-pure", DType::f16, DType::f16},
     {Precision::bf16_pure, "bf16-pure", DType::bf16, DType::bf16},
+    {Precision::fp8, "fp8", DType::bf16, DType::f32},
 };
 const PolicyRow& row(Precision p) { return kPolicies[size_t(p)]; }
 }  // namespace

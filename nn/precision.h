@@ -6,6 +6,7 @@
 //   bf16        f32             bf16      f32           exact (fp32)
 //   fp16-pure   f16             f16       none          nearest, stochastic or Kahan
 //   bf16-pure   bf16            bf16      none          nearest, stochastic or Kahan
+//   fp8         f32             bf16, GEMM operands in 8 bits (autograd/fp8.h)   f32   exact (fp32)
 //
 // A model never names its precision: layers cast their parameters to the dtype of their input
 // (nn/module.h), so casting the model's input to compute_dtype(policy) switches every layer to
@@ -41,12 +42,12 @@
 
 namespace mixtape::nn {
 
-enum class Precision : uint8_t { fp32, fp16, bf16, fp16_pure, bf16_pure };
+enum class Precision : uint8_t { fp32, fp16, bf16, fp16_pure, bf16_pure, fp8 };
 
-const char* precision_name(Precision p);  // "fp32", "fp16", "bf16", "fp16-pure", "bf16-pure"
+const char* precision_name(Precision p);  // "fp32", "fp16", "bf16", "fp16-pure", "bf16-pure", "fp8"
 // Throws, listing the choices, on an unknown name.
 Precision precision_from_name(const std::string& name);
-DType compute_dtype(Precision p);  // f32, f16, bf16, f16, bf16
+DType compute_dtype(Precision p);  // f32, f16, bf16, f16, bf16, bf16 (fp8: the policy under the 8-bit GEMMs)
 DType param_dtype(Precision p);    // f32 except for the pure policies
 bool is_pure(Precision p);
 bool is_16bit(Precision p);  // every policy but fp32

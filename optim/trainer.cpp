@@ -203,6 +203,7 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
   scaler_ = make_loss_scaler(options_.loss_scale, options_.backoff, options_.logmax);
   if (options_.loss_scale.kind == LossScaleSpec::Kind::gradient)
     grad_scaling_ = std::make_unique<GradientScalingRule>(options_.gradient_scaling);
+  if (options_.precision == nn::Precision::fp8) fp8_ = std::make_unique<Fp8Context>(options_.fp8);
   if (options_.telemetry_every > 0) {
     DType format = options_.telemetry_format.value_or(is_16bit(compute_dtype()) ? compute_dtype() : DType::f16);
     telemetry_ =
@@ -255,6 +256,10 @@ Tensor PrecisionTrainer::input(const Tensor& x) const {
 void PrecisionTrainer::begin_step(Tape& tape) {
   sampled_ = telemetry_ && telemetry_->begin_step(step_, tape);
   tape.set_scaling_rule(grad_scaling_.get());
+  if (fp8_) {
+    fp8_->begin_step();
+    tape.set_fp8(fp8_.get());
+  }
   last_rounding_ = {};
   ++step_;
 }
@@ -262,6 +267,7 @@ void PrecisionTrainer::begin_step(Tape& tape) {
 void PrecisionTrainer::attach(Tape& tape) {
   MT_CHECK(step_ > 0, "PrecisionTrainer::attach: call begin_step first");
   tape.set_scaling_rule(grad_scaling_.get());
+  tape.set_fp8(fp8_.get());
   tape.set_observer(sampled_ ? telemetry_.get() : nullptr);
 }
 
@@ -354,6 +360,8 @@ void PrecisionTrainer::write_telemetry(const std::function<void(std::string_view
   }
   if (!sampled_) return;
   for (const std::string& line : telemetry_->json_lines(step, prefix)) sink(line);
+  if (fp8_)
+    for (const std::string& line : fp8_->json_lines(step, prefix)) sink(line);
   const RoundingCounts& c = last_rounding_;
   nlohmann::json r = {{"event", "rounding"},
                       {"step", step},
@@ -375,7 +383,12 @@ std::string PrecisionTrainer::describe() const {
   else if (nn::is_pure(p))
     s += detail::cat(" (", dtype_name(compute_dtype()), " compute, parameters and optimizer state; ",
                      update_rounding_name(options_.rounding), " update rounding)");
-  else s += detail::cat(" (", dtype_name(compute_dtype()), " compute, f32 parameters as masters)");
+  else if (fp8_) {
+    const Fp8Options& o = options_.fp8;
+    s += detail::cat(" (", fp8_recipe_name(o.recipe), " scaling; inputs and weights ",
+                     dtype_name(fp8_->format(Fp8Role::input)), ", gradients ", dtype_name(o.grad_format),
+                     " as GEMM operands; bf16 compute, f32 parameters as masters)");
+  } else s += detail::cat(" (", dtype_name(compute_dtype()), " compute, f32 parameters as masters)");
   s += ", loss scale " + options_.loss_scale.str();
   if (grad_scaling_)
     s += detail::cat(" (Zhao et al., gamma' ", options_.gradient_scaling.underflow_threshold, ", K ",
@@ -389,6 +402,7 @@ TensorDict PrecisionTrainer::state_dict() const {
   d.merge("optimizer.", masters_ ? masters_->state_dict() : pure_->state_dict());
   d.merge("scaler.", scaler_->state_dict());
   if (grad_scaling_) d.merge("gradient_scaling.", grad_scaling_->state_dict());
+  if (fp8_) d.merge("fp8.", fp8_->state_dict());
   d.set_meta("precision", nn::precision_name(options_.precision));
   d.set_meta("trainer.step", std::to_string(step_));  // the telemetry schedule resumes from here
   const RoundingCounts& r = total_rounding_;          // the census totals the summaries report
@@ -433,14 +447,17 @@ void PrecisionTrainer::load_state_dict(const TensorDict& dict) {
   // an earlier one was taken, the earlier ones go back to where they were.
   const TensorDict old_scaler = scaler_->state_dict();
   const TensorDict old_rule = grad_scaling_ ? grad_scaling_->state_dict() : TensorDict{};
+  const TensorDict old_fp8 = fp8_ ? fp8_->state_dict() : TensorDict{};
   try {
     scaler_->load_state_dict(sc);
     if (grad_scaling_) grad_scaling_->load_state_dict(gs);
+    if (fp8_) fp8_->load_state_dict(dict.sub("fp8."));
     if (masters_) masters_->load_state_dict(opt);
     else pure_->load_state_dict(opt);
   } catch (...) {
     scaler_->load_state_dict(old_scaler);
     if (grad_scaling_) grad_scaling_->load_state_dict(old_rule);
+    if (fp8_) fp8_->load_state_dict(old_fp8);
     throw;
   }
   step_ = step;

@@ -17,6 +17,8 @@
 //                      an SGD / Adam / AdamW / RMSprop / Adagrad over them: gradients arrive from the casts in
 //                      module forward as {g, scale} in f32, are checked for inf/NaN, unscaled
 //                      per parameter in fp32, clipped, and applied in fp32 (weight decay too).
+//   fp8                as bf16, with an Fp8Context (autograd/fp8.h) on every tape begin_step()
+//                      sees: the GEMM-like ops read their operands in 8 bits (options.fp8).
 //   fp16-pure,         the model's parameters are converted to 16 bits (nn::apply_precision)
 //   bf16-pure          and an SGD16 / AdamW16 / RMSprop16 / Adagrad16 (optim/pure16.h) updates them in place with the
 //                      chosen rounding (nearest, stochastic, Kahan); scaled_step() does the
@@ -47,6 +49,7 @@
 #include <string_view>
 #include <vector>
 
+#include "autograd/fp8.h"
 #include "autograd/telemetry.h"
 #include "autograd/gradient_scaling.h"
 #include "dist/data_parallel.h"
@@ -109,6 +112,7 @@ struct PrecisionOptions {
   int64_t telemetry_every = 0;  // 0: off
   // The format telemetry measures against; nullopt: the compute dtype, f16 for fp32 runs.
   std::optional<DType> telemetry_format;
+  Fp8Options fp8;  // the fp8 policy's recipe and formats
 };
 
 class PrecisionTrainer {
@@ -177,12 +181,15 @@ class PrecisionTrainer {
   const RoundingCounts& total_rounding() const { return total_rounding_; }
   const Telemetry* telemetry() const { return telemetry_.get(); }
   const GradientScalingRule* gradient_scaling() const { return grad_scaling_.get(); }
+  // The fp8 policy's context: what its last step quantized (nullptr under the other policies).
+  const Fp8Context* fp8() const { return fp8_.get(); }
   // The step's records as JSON lines. Under gradient scaling, on every step: one "scales" line
   // with the log2 of the scale each node's output gradient carries, keyed "<node> <op> <output>"
   // (only the scales recomputed this step: all of them with update_period 1), and one
   // "overflow" line per overflow the tape's guard saw (Note [Overflow guard]), marked with
   // whether the step was skipped. On sampled steps: one "telemetry" line per gradient
-  // (Telemetry::json_lines) and one "rounding" line with the census.
+  // (Telemetry::json_lines), one "rounding" line with the census, and under the fp8 policy one
+  // "fp8" line per quantized operand (Fp8Context::json_lines).
   void write_telemetry(const std::function<void(std::string_view)>& sink, const std::string& prefix = {}) const;
 
   // "fp16 (f16 compute, f32 masters), loss scale backoff, AdamW" and the like.
@@ -208,6 +215,7 @@ class PrecisionTrainer {
   std::unique_ptr<Pure16Optimizer> pure_;   // pure policies
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<GradientScalingRule> grad_scaling_;
+  std::unique_ptr<Fp8Context> fp8_;
   std::unique_ptr<Telemetry> telemetry_;
   bool sampled_ = false;
   int64_t step_ = 0;  // begin_step calls so far

@@ -14,6 +14,7 @@
 #include "tensor/ops/norm.h"
 #include "tensor/ops/optim.h"
 #include "tensor/ops/pool.h"
+#include "tensor/ops/quantize.h"
 #include "tensor/ops/reduce.h"
 #include "tensor/ops/shape.h"
 #include "tensor/ops/stats.h"

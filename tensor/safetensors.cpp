@@ -29,14 +29,18 @@ const char* safetensors_dtype_name(DType t) {
     case DType::f16: return "F16";
     case DType::bf16: return "BF16";
     case DType::i64: return "I64";
+    case DType::e4m3: return "F8_E4M3";
+    case DType::e5m2: return "F8_E5M2";
+    default: break;  // the format has no fp6 / fp4 with one code per byte
   }
   return "?";
 }
 
 DType dtype_from_safetensors(const std::string& name) {
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64})
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64, DType::e4m3, DType::e5m2})
     if (name == safetensors_dtype_name(t)) return t;
-  throw Error(detail::cat("unsupported safetensors dtype '", name, "' (mixtape reads F32, F64, F16, BF16, I64)"));
+  throw Error(detail::cat("unsupported safetensors dtype '", name,
+                          "' (mixtape reads F32, F64, F16, BF16, I64, F8_E4M3, F8_E5M2)"));
 }
 
 namespace {
@@ -53,6 +57,7 @@ int layout_rank(DType t) {
     case DType::f32: return 2;
     case DType::bf16: return 1;
     case DType::f16: return 0;
+    default: return -1;  // the 8-bit dtypes: after every 16-bit one
   }
   return 0;
 }
@@ -301,6 +306,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
     MT_CHECK(name != "__metadata__", "save_safetensors(", path, "): '__metadata__' is reserved, not a tensor name");
     MT_CHECK(seen.insert(name).second, "save_safetensors(", path, "): duplicate tensor name '", name, "'");
     MT_CHECK(t.defined(), "save_safetensors(", path, "): tensor '", name, "' is undefined");
+    MT_CHECK(std::string(safetensors_dtype_name(t.dtype())) != "?", "save_safetensors(", path, "): tensor '", name,
+             "' is ", dtype_name(t.dtype()), ", which safetensors cannot hold with one code per byte");
     host[i] = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
     order[i] = i;
   }

@@ -1,8 +1,10 @@
 #include "autograd/functions/linalg.h"
 
+#include "autograd/fp8.h"
 #include "autograd/functions/view.h"
 #include "autograd/tape.h"
 #include "tensor/ops/linalg.h"
+#include "tensor/ops/quantize.h"
 
 namespace mixtape {
 
@@ -22,6 +24,50 @@ ScaledGrad activation_grad(OpId op, const ScaledGrad& dy, const Tensor& other, i
 int64_t reduction_length(const Tensor& dy, int64_t k, const Shape& operand) {
   const int64_t n = numel_of(operand);
   return n > 0 ? dy.numel() * k / n : 0;
+}
+
+// linear with 8-bit operands (Note [8-bit training] in autograd/fp8.h): the three GEMMs each
+// quantize their two operands, with blocks along their own K, from the tensors saved here.
+Variable linear_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const Variable& b) {
+  const int64_t in = w.size(1), out = w.size(0), rows = in > 0 ? x.numel() / in : 0;
+  const Tensor x2 = x.data().reshape({rows, in});
+  const int64_t site = fp8.next_site(OpId::linear);
+  const Quantized xq = fp8.quantize(site, OpId::linear, Fp8Role::input, "fprop", x2);
+  const Quantized wq = fp8.quantize(site, OpId::linear, Fp8Role::weight, "fprop", w.data());
+  Shape ys = x.shape();
+  ys.back() = out;
+  Tensor y = scaled_matmul_nt(xq, wq, b.defined() ? b.data() : Tensor(), x.dtype()).view(ys);
+  const Tensor sx = w.requires_grad() ? x2 : Tensor();
+  const Tensor sw = x.requires_grad() ? w.data() : Tensor();
+  Fp8Context* ctx = &fp8;
+  const Shape xs = x.shape();
+  return record_scaled(
+      OpId::linear, {x, w, b}, y,
+      [ctx, site, sx, sw, xs, rows, out](const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs) {
+    ScaledGrad dy = dys[0];
+    // Per-operator gradient scaling: dY's cast to the 8-bit format is the narrowing cast of
+    // Zhao et al.'s Theorem 2, with that format's range (Note [Gradient scaling in 8 bits]).
+    const bool per_op = scaling_rule_active();
+    if (per_op) {
+      const float beta = cast_beta(CastGradQuery{&dy, ctx->format(Fp8Role::grad)});
+      dy = {rescale(dy.g, beta), beta * dy.scale};
+    }
+    const Tensor d2 = dy.g.reshape({rows, out});
+    std::vector<ScaledGrad> g(3);
+    if (needs[0]) {  // dgrad: dx = dy w: (rows, in) = (rows, out) (in, out)^T
+      const Quantized dq = ctx->quantize(site, OpId::linear, Fp8Role::grad, "dgrad", d2, per_op);
+      const Quantized wt = ctx->quantize(site, OpId::linear, Fp8Role::weight, "dgrad", sw.transpose(0, 1));
+      g[0] = {scaled_matmul_nt(dq, wt, Tensor(), dy.g.dtype()).view(xs), dy.scale};
+    }
+    if (needs[1])  // wgrad: dw = dy^T x: (out, in) = (out, rows) (in, rows)^T
+      g[1] = param_grad(OpId::linear, 1, dy, [&](DType t) {
+        const Quantized dq = ctx->quantize(site, OpId::linear, Fp8Role::grad, "wgrad", d2.transpose(0, 1), per_op);
+        const Quantized xt = ctx->quantize(site, OpId::linear, Fp8Role::input, "wgrad", sx.transpose(0, 1));
+        return scaled_matmul_nt(dq, xt, Tensor(), t);
+      });
+    if (needs[2]) g[2] = param_grad(OpId::linear, 2, dy, [&](DType t) { return linear_backward_bias(dy.g.to(t)); });
+    return g;
+      });
 }
 
 }  // namespace
@@ -81,6 +127,11 @@ Variable bmm(const Variable& a, const Variable& b) {
 
 Variable linear(const Variable& x, const Variable& w, const Variable& b) {
   MT_CHECK(x.defined() && w.defined(), "linear: got an undefined Variable");
+  if (Tape* tape = Tape::current(); tape && tape->fp8() && is_16bit(x.dtype())) {
+    MT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "linear: expected x [..., ", w.size(-1),
+             "] and w [out, in], got ", x.data().meta(), " and ", w.data().meta());
+    return linear_fp8(*tape->fp8(), x, w, b);
+  }
   Tensor y = mixtape::linear(x.data(), w.data(), b.defined() ? b.data() : Tensor());
   const Tensor sx = w.requires_grad() ? x.data() : Tensor();
   const Tensor sw = x.requires_grad() ? w.data() : Tensor();

@@ -1,4 +1,7 @@
 // Runtime element types. f64 is CPU-only (gradient checks); i64 holds indices and class labels.
+// The 8-bit element formats (e4m3, e5m2, and the MX fp6 / fp4 formats e3m2, e2m3, e2m1, one code
+// per byte: fp6 and fp4 are not packed) hold the codes of scaled GEMM operands
+// (tensor/ops/quantize.h); no other op computes on them (Note [Eight-bit formats] in fp8.h).
 #pragma once
 
 #include <cstddef>
@@ -8,12 +11,13 @@
 #include <string>
 
 #include "tensor/core/error.h"
+#include "tensor/core/fp8.h"
 #include "tensor/core/half.h"
 #include "tensor/core/rounding_census.h"
 
 namespace mixtape {
 
-enum class DType : uint8_t { f32, f64, f16, bf16, i64 };
+enum class DType : uint8_t { f32, f64, f16, bf16, i64, e4m3, e5m2, e3m2, e2m3, e2m1 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -22,6 +26,11 @@ constexpr size_t dtype_size(DType t) {
     case DType::f16: return 2;
     case DType::bf16: return 2;
     case DType::i64: return 8;
+    case DType::e4m3:
+    case DType::e5m2:
+    case DType::e3m2:
+    case DType::e2m3:
+    case DType::e2m1: return 1;
   }
   return 0;
 }
@@ -33,12 +42,37 @@ constexpr const char* dtype_name(DType t) {
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
     case DType::i64: return "i64";
+    case DType::e4m3: return "e4m3";
+    case DType::e5m2: return "e5m2";
+    case DType::e3m2: return "e3m2";
+    case DType::e2m3: return "e2m3";
+    case DType::e2m1: return "e2m1";
   }
   return "?";
 }
 
-constexpr bool is_floating(DType t) { return t != DType::i64; }
+// The dtypes ops compute on: f32, f64, f16, bf16 (not the 8-bit codes, which only GEMM-like ops
+// read, with their scales).
+constexpr bool is_floating(DType t) {
+  return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
+}
 constexpr bool is_16bit(DType t) { return t == DType::f16 || t == DType::bf16; }
+constexpr bool is_8bit(DType t) {
+  return t == DType::e4m3 || t == DType::e5m2 || t == DType::e3m2 || t == DType::e2m3 || t == DType::e2m1;
+}
+
+// The bit layout of an 8-bit dtype (throws for any other dtype).
+constexpr const bits8::Format& format_of(DType t) {
+  switch (t) {
+    case DType::e4m3: return bits8::kE4M3;
+    case DType::e5m2: return bits8::kE5M2;
+    case DType::e3m2: return bits8::kE3M2;
+    case DType::e2m3: return bits8::kE2M3;
+    case DType::e2m1: return bits8::kE2M1;
+    default: break;
+  }
+  throw Error(detail::cat("format_of: ", int(t), " is not an 8-bit dtype"));
+}
 
 // Machine epsilon (2^-p, the unit roundoff times two) used by dtype-aware tolerances.
 constexpr double dtype_eps(DType t) {
@@ -48,6 +82,11 @@ constexpr double dtype_eps(DType t) {
     case DType::f16: return 9.765625e-04;
     case DType::bf16: return 7.8125e-03;
     case DType::i64: return 0.0;
+    case DType::e4m3: return 0.125;
+    case DType::e5m2: return 0.25;
+    case DType::e3m2: return 0.25;
+    case DType::e2m3: return 0.125;
+    case DType::e2m1: return 0.5;
   }
   return 0.0;
 }

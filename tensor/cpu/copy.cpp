@@ -22,15 +22,58 @@ D convert_stochastic(float v, uint32_t r) {
   else return store<D>(v);
 }
 
-}  // namespace
-
 // f32, f16 and bf16 all compute in float: a cast among them goes row by row through a float
 // chunk (convert.h), split over the threads; any other cast element by element.
 template <class T>
 constexpr bool kFloatFamily = std::is_same_v<compute_t<T>, float> && !std::is_same_v<T, double>;
 
+// A cast to or from an 8-bit dtype, unscaled (as torch's .to(torch.float8_e4m3fn)): codes are
+// copied as they are, decoded exactly to a floating dtype, or rounded to nearest even from the
+// float value (from double rounded to odd in float first: Note [Rounding f64 and i64 to 16 bits]
+// in half.h holds for these narrower formats too) without
+// saturation: past the range E5M2 gives inf and E4M3 NaN; fp6 and fp4 have neither and saturate.
+// Scaled 8-bit operands are tensor/ops/quantize.h's.
+void copy_8bit(const Strided& src, const Strided& dst, const std::array<Shape, 2>& strides) {
+  if (src.dtype() == dst.dtype()) {
+    uint8_t* d = static_cast<uint8_t*>(dst.raw_data());
+    const uint8_t* s = static_cast<const uint8_t*>(src.raw_data());
+    parallel_for_each_offset<2>(dst.shape(), strides, [&](const std::array<int64_t, 2>& o) { d[o[0]] = s[o[1]]; });
+  } else if (is_8bit(src.dtype())) {
+    MT_CHECK(is_floating(dst.dtype()), "copy: cannot cast ", dtype_name(src.dtype()), " to ", dtype_name(dst.dtype()));
+    const bits8::Format& f = format_of(src.dtype());
+    const uint8_t* s = static_cast<const uint8_t*>(src.raw_data());
+    dispatch_floating(dst.dtype(), "copy", [&]<class D>() {
+      D* d = static_cast<D*>(dst.raw_data());
+      parallel_for_each_offset<2>(dst.shape(), strides, [&](const std::array<int64_t, 2>& o) {
+        d[o[0]] = store<D>(bits8::to_float(s[o[1]], f));  // exact in every floating dtype
+      });
+    });
+  } else {
+    MT_CHECK(is_floating(src.dtype()), "copy: cannot cast ", dtype_name(src.dtype()), " to ", dtype_name(dst.dtype()));
+    const bits8::Format& f = format_of(dst.dtype());
+    uint8_t* d = static_cast<uint8_t*>(dst.raw_data());
+    dispatch_floating(src.dtype(), "copy", [&]<class S>() {
+      const S* s = static_cast<const S*>(src.raw_data());
+      parallel_for_each_offset<2>(dst.shape(), strides, [&](const std::array<int64_t, 2>& o) {
+        float v;
+        if constexpr (std::is_same_v<S, double>) v = bits16::f64_to_f32_round_odd(s[o[1]]);
+        else v = float(load<S>(s[o[1]]));
+        d[o[0]] = bits8::from_float_rn(v, f, bits8::Overflow::no_saturate);
+      });
+    });
+  }
+}
+
+}  // namespace
+
 void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64_t seed, uint64_t offset) {
   const std::array<Shape, 2> strides{dst.strides(), broadcast_strides(src, dst.shape())};
+  if (is_8bit(src.dtype()) || is_8bit(dst.dtype())) {
+    MT_CHECK(rounding == Rounding::nearest, "copy: stochastic rounding to ", dtype_name(dst.dtype()),
+             " is not a cast (quantize it with its scale: tensor/ops/quantize.h)");
+    copy_8bit(src, dst, strides);
+    return;
+  }
   dispatch_all(dst.dtype(), "copy", [&]<class D>() {
     dispatch_all(src.dtype(), "copy", [&]<class S>() {
       D* d = static_cast<D*>(dst.raw_data());

@@ -1,5 +1,6 @@
-// mixtape's own GEMM for f32, f16 and bf16 operands, accumulating in fp32 (Note [Own GEMM] in
-// gemm.cpp). f64 stays with OpenBLAS (linalg.h): it only serves the gradient checks.
+// mixtape's own GEMM for f32, f16, bf16 and 8-bit operands, accumulating in fp32 (Note [Own GEMM]
+// and Note [8-bit GEMM operands] in gemm.cpp). f64 stays with OpenBLAS (linalg.h): it only serves
+// the gradient checks.
 #pragma once
 
 #include <cstdint>
@@ -24,29 +25,44 @@ enum class GemmArith {
   dot_bf16,
 };
 
-// The arithmetic of a GEMM whose operands are stored as `dtype` (f32, f16 or bf16): dot_bf16 for
-// bf16, fma_f32 otherwise.
+// The arithmetic of a GEMM whose operands are stored as `dtype`: dot_bf16 for bf16 and the 8-bit
+// dtypes (their values are bf16 values), fma_f32 for f32 and f16. For two operands: dot_bf16 when
+// both take it, else fma_f32 (an 8-bit or bf16 operand against an f32 or f16 one).
 GemmArith gemm_arith_for(DType dtype);
+GemmArith gemm_arith_for(DType a, DType b);
 
-// One GEMM operand: the logical matrix element (r, c) is p[r * rs + c * cs], stored as dtype
-// (f32, f16 or bf16; any strides, 0 included).
+// The power-of-two scales of an 8-bit operand's blocks (Note [8-bit GEMM operands]): the logical
+// element (r, c) stands for to_float(code) * s[((r + r0) / br) * srs + ((c + c0) / bc) * scs].
+// s == nullptr: no scales (each element is its decoded code). r0, c0: where this operand starts
+// within the matrix the scales describe (at() moves them with the pointer). Each scale must be a
+// power of two (or NaN, which makes its block NaN): a scale that factors out of the whole dot
+// product (per tensor, per row of A, per column of B) belongs on the fp32 output instead.
+struct GemmScales {
+  const float* s = nullptr;
+  int64_t br = 1, bc = 1, srs = 0, scs = 0, r0 = 0, c0 = 0;
+};
+
+// One GEMM operand: the logical matrix element (r, c) is p[r * rs + c * cs] (any strides, 0
+// included), stored as dtype: f32, f16, bf16, or one of the 8-bit dtypes (e4m3, e5m2, e3m2, e2m3,
+// e2m1: one code a byte), whose element is its code's value times its block's scale.
 struct GemmOperand {
   DType dtype;
   const void* p;
   int64_t rs, cs;
+  GemmScales scales{};  // 8-bit dtypes only
 };
 
 // C[M, N] (f32, row-major, leading dimension ldc) = (accumulate ? C : 0) + A[M, K] B[K, N] with
 // the given arithmetic. Split over the OpenMP threads by blocks that depend only on the shapes,
 // so the result is the same bits for any thread count and any vector path. Under dot_bf16 the
-// operands must hold bf16 values (bf16 tensors, or f32 buffers loaded from them).
+// operands must hold bf16 values (bf16 tensors, f32 buffers loaded from them, or 8-bit codes).
 void gemm(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, bool accumulate,
           float* C, int64_t ldc);
 
 // B[K, N] packed once for many GEMMs that share it, each on one thread (an LSTM layer's
 // recurrent weight, read at every time step by every thread's rows): the panels each gemm() call
 // would otherwise pack again, laid out for the vector path active when it was made. B's storage
-// must outlive it (the reference path reads B in place).
+// (and its scales) must outlive it (the reference path reads B in place).
 class PackedB {
  public:
   PackedB(GemmArith arith, int64_t N, int64_t K, const GemmOperand& B);

@@ -151,20 +151,18 @@ void check_gemm_result(const Tensor& y, const Gemm& g, DType dt, const std::vect
 }  // namespace
 
 TEST_CASE("precision names round-trip and an unknown name lists the choices", "[precision]") {
-  const std::vector<std::pair<nn::Precision, std::string>> all = {{nn::Precision::fp32, "fp32"},
-                                                                  {nn::Precision::fp16, "fp16"},
-                                                                  {nn::Precision::bf16, "bf16"},
-                                                                  {nn::Precision::fp16_pure, "fp16-pure"},
-                                                                  {nn::Precision::bf16_pure, "bf16-pure"}};
+  const std::vector<std::pair<nn::Precision, std::string>> all = {
+      {nn::Precision::fp32, "fp32"},           {nn::Precision::fp16, "fp16"},           {nn::Precision::bf16, "bf16"},
+      {nn::Precision::fp16_pure, "fp16-pure"}, {nn::Precision::bf16_pure, "bf16-pure"}, {nn::Precision::fp8, "fp8"}};
   for (const auto& [p, name] : all) {
     CHECK(std::string(nn::precision_name(p)) == name);
     CHECK(nn::precision_from_name(name) == p);
   }
-  for (const char* bad : {"fp8", "FP16", "bf16_pure", ""}) {
+  for (const char* bad : {"e4m3", "FP16", "bf16_pure", ""}) {
     INFO(bad);
     CHECK_THROWS_WITH(nn::precision_from_name(bad),
                       Catch::Contains("unknown precision policy '" + std::string(bad) + "'") &&
-                          Catch::Contains("fp32, fp16, bf16, fp16-pure, bf16-pure"));
+                          Catch::Contains("fp32, fp16, bf16, fp16-pure, bf16-pure, fp8"));
   }
 }
 

@@ -41,7 +41,7 @@ constexpr Format kF32{24, -126, 3.4028234663852886e38};
 constexpr Format kF16{11, -14, 65504.0};
 constexpr Format kBf16{8, -126, 3.3895313892515355e38};
 
-Format format_of(DType t) { return t == DType::f32 ? kF32 : t == DType::f16 ? kF16 : kBf16; }
+Format ref_format_of(DType t) { return t == DType::f32 ? kF32 : t == DType::f16 ? kF16 : kBf16; }
 
 // Round a double (exactly) to the format, nearest even; overflow to inf at max + ulp/2.
 double ref_round(double v, Format f) {
@@ -77,7 +77,7 @@ double ref_cast(double v, DType dst) {
   switch (dst) {
     case DType::f64: return v;
     case DType::i64: return std::trunc(v);  // C++ (and PyTorch) float -> integer: toward zero
-    default: return ref_round(v, format_of(dst));
+    default: return ref_round(v, ref_format_of(dst));
   }
 }
 
@@ -448,7 +448,7 @@ TEST_CASE("to(dtype) rounds to nearest even for every dtype pair", "[tensor]") {
     for (size_t i = 0; i < ints.size(); ++i) {
       INFO("i64 -> " << dtype_name(dst) << ": " << ints[i]);
       const double want = dst == DType::f64 ? ref_round_int(ints[i], {53, -1022, 1.7976931348623157e308})
-                                            : ref_round_int(ints[i], format_of(dst));
+                                            : ref_round_int(ints[i], ref_format_of(dst));
       CHECK(yv[i] == want);
     }
   }

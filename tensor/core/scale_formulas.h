@@ -1,0 +1,84 @@
+// How an 8-bit operand's scales are chosen from the largest magnitude (amax) of each block: the
+// rules of the recipes the field uses, one function each, compiled by both devices.
+//
+// Note [Scaling rules]
+// A block of values x is stored as codes q = round(x * s) in an 8-bit format (fp8.h) and read
+// back as q * (1 / s). Each rule chooses s from the block's amax:
+//   amax        Transformer Engine's and torchao's: s = (max_finite / amax) / 2^margin, an fp32
+//               number, so that the largest value lands on (or 2^margin below) the format's
+//               largest. amax = 0 or not finite keeps the fallback (1 for current scaling, the
+//               previous scale for delayed scaling, as TE does); an s that overflows fp32 (a tiny
+//               amax) becomes FLT_MAX, also as TE does.
+//   pow2_floor  the OCP Microscaling spec v1.0 (section 6.3): the block's scale is the power of
+//               two X = 2^(floor(log2 amax) - emax_elem), emax_elem the exponent of the element
+//               format's largest value; s = 1 / X. The largest value then lands in
+//               [2^emax_elem, 2^(emax_elem+1)), which is above max_finite for E4M3 (448 < 512)
+//               and the fp6/fp4 formats: those elements saturate. The exponent is clamped to
+//               E8M0's [-127, 127] (a block of tiny values would ask for less).
+//   pow2_up     the round-up rule (cuBLAS's MXFP8 and DeepSeek-V3's power-of-two scales): the
+//               smallest power of two X with amax <= max_finite * X, so nothing saturates, at the
+//               price of up to one binade of precision at the top; clamped likewise.
+// Power-of-two scales are exact: q * X is the stored value itself, and a GEMM can apply them
+// while widening its operands (Note [8-bit GEMM operands] in tensor/cpu/gemm.cpp). A block of
+// zeros takes X = 1 under both power-of-two rules; a block holding inf or NaN takes X = NaN (E8M0's
+// 0xFF), so that every element of it reads back as NaN, as the MX spec says.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+#include "tensor/core/fp8.h"
+#include "tensor/core/host_device.h"
+
+namespace mixtape::scales {
+
+// floor(log2 a) for a finite a > 0, exactly (subnormals too).
+MT_HOST_DEVICE constexpr int floor_log2(float a) {
+  const uint32_t b = std::bit_cast<uint32_t>(a) & 0x7FFFFFFFu;
+  const int e = int(b >> 23);
+  return e > 0 ? e - 127 : int(std::bit_width(b)) - 150;  // subnormal: b * 2^-149
+}
+
+// 2^k as a float, k in [-149, 127].
+MT_HOST_DEVICE constexpr float pow2(int k) {
+  return k >= -126 ? std::bit_cast<float>(uint32_t(k + 127) << 23) : std::bit_cast<float>(1u << (k + 149));
+}
+
+// E8M0's exponent range: 2^-127 .. 2^127.
+inline constexpr int kMinScaleExp = -127, kMaxScaleExp = 127;
+
+MT_HOST_DEVICE constexpr int clamp_exp(int k) {
+  return k < kMinScaleExp ? kMinScaleExp : (k > kMaxScaleExp ? kMaxScaleExp : k);
+}
+
+// Whether a is a positive power of two (normal or subnormal).
+MT_HOST_DEVICE constexpr bool is_pow2(float a) {
+  const uint32_t b = std::bit_cast<uint32_t>(a);
+  const uint32_t e = b >> 23, m = b & 0x7FFFFFu;  // e includes the sign bit: negative -> e > 255
+  return e == 0 ? std::has_single_bit(m) : (e < 255 && m == 0);
+}
+
+MT_HOST_DEVICE constexpr bool finite(float a) { return (std::bit_cast<uint32_t>(a) & 0x7F800000u) != 0x7F800000u; }
+
+// The amax rule: s = (max_finite / amax) / 2^margin, or `fallback` for amax 0 or not finite.
+MT_HOST_DEVICE constexpr float amax_scale(float amax, float max_finite, int margin, float fallback) {
+  if (!(amax > 0.0f) || !finite(amax)) return fallback;
+  const float s = (max_finite / amax) / pow2(margin);
+  return finite(s) ? s : 3.4028234663852886e38f;  // FLT_MAX
+}
+
+// The exponent k of the power-of-two scale X = 2^k of the pow2_floor rule (amax > 0, finite).
+MT_HOST_DEVICE constexpr int pow2_floor_exp(float amax, const bits8::Format& f) {
+  return clamp_exp(floor_log2(amax) - floor_log2(bits8::max_finite(f)));
+}
+
+// The same for the pow2_up rule: the smallest k with amax <= max_finite * 2^k (compared in
+// double, where both sides are exact).
+MT_HOST_DEVICE constexpr int pow2_up_exp(float amax, const bits8::Format& f) {
+  const float fmax = bits8::max_finite(f);
+  const int k = floor_log2(amax) - floor_log2(fmax);  // amax / fmax lies in (2^(k-1), 2^(k+1))
+  const double two_k = std::bit_cast<double>(uint64_t(k + 1023) << 52);
+  return clamp_exp(double(amax) <= double(fmax) * two_k ? k : k + 1);
+}
+
+}  // namespace mixtape::scales

@@ -1,0 +1,330 @@
+// Scaled 8-bit operands (tensor/ops/quantize.h): each scaling rule's scales against its formula,
+// the codes against fp8.h's conversion of x * s, the telemetry counts, the 8-bit GEMM against the
+// same GEMM on the values the codes stand for, and the unscaled casts to and from 8-bit dtypes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tensor/core/scale_formulas.h"
+#include "tensor/cpu/gemm.h"
+#include "tensor/ops/quantize.h"
+#include "tensor/safetensors.h"
+#include "support/test_util.h"
+
+using namespace mixtape;
+
+namespace {
+
+Tensor random_matrix(int64_t R, int64_t C, uint32_t seed, float spread_binades = 6.0f, DType dt = DType::f32) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> e(-spread_binades, spread_binades), sign(-1.0f, 1.0f);
+  std::vector<float> v(size_t(R * C));
+  for (float& x : v) x = std::copysign(std::exp2(e(rng)), sign(rng));
+  return from_vector(v, {R, C}).to(dt);
+}
+
+std::vector<float> values(const Tensor& t) {
+  const Tensor f = t.to(DType::f32).contiguous();
+  const float* p = static_cast<const float*>(f.raw_data());
+  return std::vector<float>(p, p + f.numel());
+}
+
+std::vector<uint8_t> codes(const Quantized& q) {
+  const uint8_t* p = static_cast<const uint8_t*>(q.codes.raw_data());
+  return std::vector<uint8_t>(p, p + q.codes.numel());
+}
+
+// Checks every code against from_float_rn(x * s) with s = 1 / scale_inv of the element's block.
+void check_codes(const Tensor& x, const Quantized& q, bits8::Overflow o = bits8::Overflow::saturate) {
+  const std::vector<float> xv = values(x), inv = values(q.scale_inv);
+  const std::vector<uint8_t> c = codes(q);
+  const bits8::Format& f = format_of(q.codes.dtype());
+  const int64_t C = q.cols(), nbc = q.scale_inv.size(1);
+  for (int64_t r = 0; r < q.rows(); ++r)
+    for (int64_t k = 0; k < C; ++k) {
+      const float s = 1.0f / inv[size_t((r / q.block_rows) * nbc + k / q.block_cols)];
+      REQUIRE(c[size_t(r * C + k)] == bits8::from_float_rn(xv[size_t(r * C + k)] * s, f, o));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("quantize: per-tensor amax scaling (Transformer Engine's current scaling)", "[quantize][fp8]") {
+  const Tensor x = random_matrix(37, 53, 1);
+  for (DType fmt : {DType::e4m3, DType::e5m2}) {
+    for (int margin : {0, 2}) {
+      const Quantized q = quantize(x, {.format = fmt, .margin = margin});
+      const float fmax = bits8::max_finite(format_of(fmt));
+      const std::vector<float> xv = values(x);
+      float amax = 0.0f;
+      for (float v : xv) amax = std::max(amax, std::fabs(v));
+      const float s = (fmax / amax) / std::exp2(float(margin));
+      CHECK(q.scale_inv.numel() == 1);
+      CHECK(values(q.scale_inv)[0] == 1.0f / s);
+      CHECK(q.stats.amax == amax);
+      CHECK(q.stats.count == 37 * 53);
+      CHECK(q.stats.saturated == 0);
+      check_codes(x, q);
+      // The largest element lands on max (margin 0) or 2^margin below it.
+      const std::vector<float> back = values(dequantize(q));
+      for (size_t i = 0; i < xv.size(); ++i)
+        CHECK(std::fabs(back[i] - xv[i]) <=
+              std::fabs(xv[i]) * dtype_eps(fmt) / 2 * 1.0001f + bits8::min_subnormal(format_of(fmt)) / s);
+    }
+  }
+}
+
+TEST_CASE("quantize: rowwise scales, one per row (torchao)", "[quantize][fp8]") {
+  Tensor x = random_matrix(9, 40, 2);
+  const Quantized q = quantize(x, {.format = DType::e4m3, .layout = {1, 0}});
+  REQUIRE(q.scale_inv.shape() == Shape{9, 1});
+  const std::vector<float> xv = values(x), inv = values(q.scale_inv);
+  for (int64_t r = 0; r < 9; ++r) {
+    float amax = 0.0f;
+    for (int64_t k = 0; k < 40; ++k) amax = std::max(amax, std::fabs(xv[size_t(r * 40 + k)]));
+    CHECK(inv[size_t(r)] == 1.0f / (448.0f / amax));
+  }
+  check_codes(x, q);
+}
+
+TEST_CASE("quantize: MX blocks of 32 with the OCP floor rule saturate, the round-up rule does not", "[quantize][fp8]") {
+  // One row of 64: block 0's amax is 500 (floor(log2 500) = 8 = E4M3's emax, so X = 1 and 500
+  // saturates to 448); block 1's amax is 3 (X = 2^(1 - 8)).
+  std::vector<float> v(64, 0.25f);
+  v[5] = -500.0f;
+  v[40] = 3.0f;
+  const Tensor x = from_vector(v, {1, 64});
+  const Quantized fl = quantize(x, {.format = DType::e4m3, .layout = {1, 32}, .rule = ScaleRule::pow2_floor});
+  CHECK(values(fl.scale_inv) == std::vector<float>{1.0f, std::exp2(-7.0f)});
+  CHECK(fl.stats.saturated == 1);
+  CHECK(values(dequantize(fl))[5] == -448.0f);
+  check_codes(x, fl);
+  const Quantized up = quantize(x, {.format = DType::e4m3, .layout = {1, 32}, .rule = ScaleRule::pow2_up});
+  // Round up: the smallest 2^k with amax <= 448 2^k: 500 -> 2, 3 -> 2^-7 (3 <= 448 / 128 = 3.5).
+  CHECK(values(up.scale_inv) == std::vector<float>{2.0f, std::exp2(-7.0f)});
+  CHECK(up.stats.saturated == 0);
+  check_codes(x, up);
+  // Every element format: the round-up rule never saturates, and the largest element of each block
+  // lands above max / 2 (nothing wasted at the top).
+  for (DType fmt : {DType::e4m3, DType::e5m2, DType::e3m2, DType::e2m3, DType::e2m1}) {
+    const Tensor y = random_matrix(8, 96, 3, 20.0f);
+    const Quantized q = quantize(y, {.format = fmt, .layout = {1, 32}, .rule = ScaleRule::pow2_up});
+    CHECK(q.stats.saturated == 0);
+    const std::vector<float> inv = values(q.scale_inv), yv = values(y);
+    const float fmax = bits8::max_finite(format_of(fmt));
+    for (int64_t b = 0; b < q.scale_inv.numel(); ++b) {
+      CHECK(scales::is_pow2(inv[size_t(b)]));
+      float amax = 0.0f;
+      for (int64_t k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(yv[size_t(b / 3 * 96 + b % 3 * 32 + k)]));
+      CHECK(amax <= fmax * inv[size_t(b)]);
+      CHECK(amax > fmax * inv[size_t(b)] / 2);
+    }
+    check_codes(y, q);
+  }
+}
+
+TEST_CASE("quantize: scale rules at the edges (zeros, tiny and huge amax, inf and NaN)", "[quantize][fp8]") {
+  const bits8::Format& f = bits8::kE4M3;
+  // The floor rule's exponent is clamped to E8M0's range.
+  CHECK(scales::pow2_floor_exp(1e-44f, f) == -127);
+  CHECK(scales::pow2_up_exp(1e-44f, f) == -127);
+  CHECK(scales::pow2_up_exp(3e38f, f) == 120);  // 3e38 / 448 = 2^119.01: no finite amax reaches the top clamp
+  CHECK(scales::pow2_up_exp(448.0f, f) == 0);
+  CHECK(scales::pow2_up_exp(448.00003f, f) == 1);
+  CHECK(scales::pow2_floor_exp(511.9f, f) == 0);
+  CHECK(scales::pow2_floor_exp(512.0f, f) == 1);
+  CHECK(scales::amax_scale(0.0f, 448.0f, 0, 7.0f) == 7.0f);
+  CHECK(scales::amax_scale(INFINITY, 448.0f, 0, 7.0f) == 7.0f);
+  CHECK(scales::amax_scale(1e-45f, 448.0f, 0, 1.0f) == 3.4028234663852886e38f);
+  // A block of zeros: X = 1. A block with a NaN: X = NaN, every element reads back as NaN.
+  std::vector<float> v(64, 0.0f);
+  v[33] = NAN;
+  const Quantized q =
+      quantize(from_vector(v, {1, 64}), {.format = DType::e4m3, .layout = {1, 32}, .rule = ScaleRule::pow2_floor});
+  const std::vector<float> inv = values(q.scale_inv);
+  CHECK(inv[0] == 1.0f);
+  CHECK(std::isnan(inv[1]));
+  CHECK(q.stats.nonfinite == 1);
+  const std::vector<float> back = values(dequantize(q));
+  CHECK(back[0] == 0.0f);
+  for (int k = 32; k < 64; ++k) CHECK(std::isnan(back[size_t(k)]));
+}
+
+TEST_CASE("quantize: telemetry counts saturated, flushed and subnormal values", "[quantize][fp8]") {
+  // A given scale of 1 (delayed scaling's path): E4M3 holds 2^-9 .. 448.
+  const std::vector<float> v{1000.0f, -470.0f, 460.0f, 1e-4f, 2e-3f, -2e-3f, 0.0f, 1.0f, 0.01f, INFINITY};
+  const Quantized q = quantize(from_vector(v, {1, 10}), {.format = DType::e4m3, .given_scale = 1.0f});
+  CHECK(q.stats.count == 10);
+  CHECK(q.stats.saturated == 2);  // 1000, -470 (460 is within half an ulp of 448: rounding, not saturation)
+  CHECK(q.stats.flushed == 1);    // 1e-4 < 2^-10
+  CHECK(q.stats.subnormal == 3);  // 2e-3, -2e-3 (~2^-9), 0.01 (< 2^-6)
+  CHECK(q.stats.nonfinite == 1);
+  CHECK(q.stats.amax == 1000.0f);  // the true amax, which delayed scaling records
+  CHECK(values(q.scale_inv) == std::vector<float>{1.0f});
+  // Without saturation E4M3 overflows to NaN.
+  const Quantized n = quantize(from_vector(v, {1, 10}),
+                               {.format = DType::e4m3, .overflow = bits8::Overflow::no_saturate, .given_scale = 1.0f});
+  CHECK((codes(n)[0] & 0x7F) == 0x7F);
+}
+
+TEST_CASE("quantize: DeepSeek-V3 blocks of 1 x 128 and 128 x 128 over ragged shapes, 16-bit inputs",
+          "[quantize][fp8]") {
+  for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+    const Tensor x = random_matrix(200, 300, 4, 8.0f, dt);
+    const Quantized a = quantize(x, {.format = DType::e4m3, .layout = {1, 128}, .rule = ScaleRule::pow2_up});
+    CHECK(a.scale_inv.shape() == Shape{200, 3});
+    check_codes(x, a);
+    const Quantized w = quantize(x, {.format = DType::e4m3, .layout = {128, 128}, .rule = ScaleRule::pow2_up});
+    CHECK(w.scale_inv.shape() == Shape{2, 3});
+    check_codes(x, w);
+    // A transposed view: the operand's rows are x's columns.
+    const Quantized t =
+        quantize(x.transpose(0, 1), {.format = DType::e5m2, .layout = {1, 128}, .rule = ScaleRule::pow2_up});
+    CHECK(t.codes.shape() == Shape{300, 200});
+    check_codes(x.transpose(0, 1).contiguous(), t);
+  }
+}
+
+TEST_CASE("quantize: bad arguments name what is wrong", "[quantize][fp8]") {
+  const Tensor x = random_matrix(4, 4, 5);
+  CHECK_THAT(test::error_of([&] { quantize(x.reshape({16}), {}); }),
+             Catch::Contains("quantize: expected a matrix [rows, K]"));
+  CHECK_THAT(test::error_of([&] { quantize(x, {.format = DType::bf16}); }),
+             Catch::Contains("format must be an 8-bit dtype") && Catch::Contains("bf16"));
+  CHECK_THAT(test::error_of([&] {
+               quantize(x, {.layout = {1, 2}, .given_scale = 2.0f});
+             }),
+             Catch::Contains("needs the per-tensor layout"));
+  CHECK_THAT(test::error_of([&] { quantize(x, {.layout = {-1, 0}}); }), Catch::Contains("block sizes must be >= 0"));
+  const Quantized a = quantize(x, {}), b = quantize(random_matrix(4, 5, 6), {});
+  CHECK_THAT(test::error_of([&] { scaled_matmul_nt(a, b, Tensor(), DType::f32); }),
+             Catch::Contains("reduction dims differ"));
+  // A scale that changes along K must be a power of two.
+  const Quantized rows_amax = quantize(x, {.layout = {1, 2}});
+  CHECK_THAT(test::error_of([&] { scaled_matmul_nt(rows_amax, a, Tensor(), DType::f32); }),
+             Catch::Contains("must be powers of two"));
+}
+
+namespace {
+
+// The reference of scaled_matmul_nt: the GEMM on bf16 operands holding code x block scale (exact),
+// the outer factors and the bias applied as the epilogue says, rounded once.
+std::vector<float> reference_scaled_mm(const Quantized& a, const Quantized& b, const std::vector<float>& bias,
+                                       DType out) {
+  const int64_t M = a.rows(), N = b.rows(), K = a.cols();
+  auto widen = [&](const Quantized& q, std::vector<float>& outer) {
+    const std::vector<float> inv = values(q.scale_inv);
+    const std::vector<uint8_t> c = codes(q);
+    const bits8::Format& f = format_of(q.codes.dtype());
+    const int64_t nbc = q.scale_inv.size(1);
+    const bool along_k = q.block_cols < K;
+    std::vector<float> w(size_t(q.rows() * K));
+    outer.assign(size_t(q.rows()), 1.0f);
+    for (int64_t r = 0; r < q.rows(); ++r)
+      for (int64_t k = 0; k < K; ++k) {
+        const float s = inv[size_t((r / q.block_rows) * nbc + k / q.block_cols)];
+        w[size_t(r * K + k)] = bits8::to_float(c[size_t(r * K + k)], f) * (along_k ? s : 1.0f);
+        if (!along_k) outer[size_t(r)] = s;
+      }
+    return from_vector(w, {q.rows(), K}).to(DType::bf16);  // exact
+  };
+  std::vector<float> oa, ob;
+  const Tensor wa = widen(a, oa), wb = widen(b, ob);
+  std::vector<float> c(size_t(M * N));
+  cpu::gemm(cpu::GemmArith::dot_bf16, M, N, K, {DType::bf16, wa.raw_data(), K, 1}, {DType::bf16, wb.raw_data(), 1, K},
+            false, c.data(), N);
+  std::vector<float> y(size_t(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      y[size_t(i * N + j)] =
+          c[size_t(i * N + j)] * (oa[size_t(i)] * ob[size_t(j)]) + (bias.empty() ? 0.0f : bias[size_t(j)]);
+  return values(from_vector(y, {M, N}).to(out));
+}
+
+}  // namespace
+
+TEST_CASE("scaled_matmul_nt: every recipe's layout gives the GEMM of the values the codes stand for",
+          "[quantize][fp8][gemm]") {
+  struct Case {
+    const char* name;
+    QuantSpec sa, sb;
+  };
+  const Case cases[] = {
+      {"per tensor", {.format = DType::e4m3}, {.format = DType::e4m3}},
+      {"hybrid e5m2 x e4m3", {.format = DType::e5m2}, {.format = DType::e4m3}},
+      {"rowwise", {.format = DType::e4m3, .layout = {1, 0}}, {.format = DType::e4m3, .layout = {1, 0}}},
+      {"mx floor",
+       {.format = DType::e4m3, .layout = {1, 32}, .rule = ScaleRule::pow2_floor},
+       {.format = DType::e4m3, .layout = {1, 32}, .rule = ScaleRule::pow2_floor}},
+      {"mxfp4 up",
+       {.format = DType::e2m1, .layout = {1, 32}, .rule = ScaleRule::pow2_up},
+       {.format = DType::e2m1, .layout = {1, 32}, .rule = ScaleRule::pow2_up}},
+      {"mxfp6",
+       {.format = DType::e3m2, .layout = {1, 32}, .rule = ScaleRule::pow2_up},
+       {.format = DType::e2m3, .layout = {1, 32}, .rule = ScaleRule::pow2_up}},
+      {"deepseek",
+       {.format = DType::e4m3, .layout = {1, 128}, .rule = ScaleRule::pow2_up},
+       {.format = DType::e4m3, .layout = {128, 128}, .rule = ScaleRule::pow2_up}},
+      {"mixed: per tensor x blocks",
+       {.format = DType::e4m3},
+       {.format = DType::e4m3, .layout = {128, 128}, .rule = ScaleRule::pow2_up}},
+  };
+  for (const Case& c : cases) {
+    for (auto [M, N, K] : {std::array<int64_t, 3>{5, 7, 33}, {64, 80, 300}, {130, 257, 129}}) {
+      INFO(c.name << " M=" << M << " N=" << N << " K=" << K);
+      const Quantized a = quantize(random_matrix(M, K, 7, 5.0f, DType::bf16), c.sa);
+      const Quantized b = quantize(random_matrix(N, K, 8, 5.0f, DType::bf16), c.sb);
+      std::vector<float> bias(static_cast<size_t>(N));
+      for (int64_t j = 0; j < N; ++j) bias[size_t(j)] = 0.25f * float(j % 7) - 0.5f;
+      for (DType out : {DType::f32, DType::bf16, DType::f16}) {
+        CHECK(values(scaled_matmul_nt(a, b, Tensor(), out)) == reference_scaled_mm(a, b, {}, out));
+        CHECK(values(scaled_matmul_nt(a, b, from_vector(bias, {N}), out)) == reference_scaled_mm(a, b, bias, out));
+      }
+      // Close to the product of the unquantized values within the formats' precision.
+      const std::vector<float> y = values(scaled_matmul_nt(a, b, Tensor(), DType::f32));
+      const std::vector<float> da = values(dequantize(a)), db = values(dequantize(b));
+      for (int64_t i = 0; i < M; i += 3)
+        for (int64_t j = 0; j < N; j += 5) {
+          double ref = 0.0, mag = 0.0;
+          for (int64_t k = 0; k < K; ++k) {
+            ref += double(da[size_t(i * K + k)]) * double(db[size_t(j * K + k)]);
+            mag += std::fabs(double(da[size_t(i * K + k)]) * double(db[size_t(j * K + k)]));
+          }
+          CHECK(std::fabs(double(y[size_t(i * N + j)]) - ref) <= mag * 1e-6 + 1e-30);
+        }
+    }
+  }
+}
+
+TEST_CASE("8-bit dtypes: unscaled casts, and checkpoints in safetensors' F8 dtypes", "[quantize][fp8]") {
+  const std::vector<float> v{1.0f, -0.3f, 448.0f, 500.0f, 1e-3f, 57344.0f, 61440.0f};
+  const Tensor x = from_vector(v, {7});
+  const std::vector<float> e4 = values(x.to(DType::e4m3));
+  CHECK(e4[0] == 1.0f);
+  CHECK(e4[1] == -0.3125f);
+  CHECK(e4[2] == 448.0f);
+  CHECK(std::isnan(e4[3]));               // a cast does not saturate (torch's .to(float8_e4m3fn))
+  CHECK(e4[4] == std::exp2(-10.0f) * 2);  // 1e-3 rounds to the subnormal 2^-9
+  const std::vector<float> e5 = values(x.to(DType::e5m2));
+  CHECK(e5[5] == 57344.0f);
+  CHECK(std::isinf(e5[6]));
+  // f64 rounds once (to odd in float first): 1 + 2^-4 + 2^-40 is above the tie between 1 and 1.125.
+  CHECK(values(from_vector(std::vector<double>{1.0 + 0.0625 + std::exp2(-40.0)}, {1}, DType::f64).to(DType::e4m3))[0] ==
+        1.125f);
+  CHECK_THAT(test::error_of([&] { x.to(DType::e4m3, Rounding::stochastic); }), Catch::Contains("not a cast"));
+  CHECK_THAT(test::error_of([&] { x.to(DType::e4m3).to(DType::i64); }), Catch::Contains("cannot cast e4m3 to i64"));
+  test::TempDir dir("fp8");
+  const Tensor c4 = x.to(DType::e4m3), c5 = x.to(DType::e5m2);
+  save_safetensors(dir / "a.safetensors", {{"a", c4}, {"b", c5}});
+  const TensorDict back = load_safetensors(dir / "a.safetensors");
+  CHECK(back.at("a").dtype() == DType::e4m3);
+  CHECK(back.at("b").dtype() == DType::e5m2);
+  CHECK(std::memcmp(back.at("a").raw_data(), c4.raw_data(), 7) == 0);
+  CHECK_THAT(test::error_of([&] {
+               save_safetensors(dir / "b.safetensors", {{"c", x.to(DType::e2m1)}});
+             }),
+             Catch::Contains("'c' is e2m1, which safetensors cannot hold"));
+}

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tensor/core/op_kinds.h"
+#include "tensor/core/scale_formulas.h"
 #include "tensor/core/strided.h"
 #include "tensor/core/update_formulas.h"
 #include "tensor/core/upsample_formulas.h"

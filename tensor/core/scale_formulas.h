@@ -27,10 +27,42 @@
 #include <bit>
 #include <cstdint>
 
+#include "tensor/core/dtype.h"
 #include "tensor/core/fp8.h"
 #include "tensor/core/host_device.h"
 
-namespace mixtape::scales {
+namespace mixtape {
+
+enum class ScaleRule : uint8_t { amax, pow2_floor, pow2_up };
+
+// What a quantize kernel (either device) is asked to do with a matrix [rows, K]: blocks of
+// block_rows x block_cols elements (both >= 1), each with its own s from the rule, codes in
+// `format` (tensor/ops/quantize.h QuantSpec says what each field means).
+struct BlockQuant {
+  DType format = DType::e4m3;
+  int64_t block_rows = 1, block_cols = 1;
+  ScaleRule rule = ScaleRule::amax;
+  bits8::Overflow overflow = bits8::Overflow::saturate;
+  int margin = 0;
+  float given_scale = 0.0f;
+  float fallback_scale = 1.0f;
+};
+
+// The quantize kernels' statistics, an i64 [kQuantStats] tensor on the kernel's device: counts,
+// and three floats as their bit patterns.
+enum QuantStat : int {
+  kStatCount,
+  kStatSaturated,
+  kStatFlushed,
+  kStatSubnormal,
+  kStatNonfinite,
+  kStatAmaxBits,         // the largest finite |x|
+  kStatScaleInvMinBits,  // the range of 1 / s over the blocks
+  kStatScaleInvMaxBits,
+  kQuantStats
+};
+
+namespace scales {
 
 // floor(log2 a) for a finite a > 0, exactly (subnormals too).
 MT_HOST_DEVICE constexpr int floor_log2(float a) {
@@ -81,4 +113,16 @@ MT_HOST_DEVICE constexpr int pow2_up_exp(float amax, const bits8::Format& f) {
   return clamp_exp(double(amax) <= double(fmax) * two_k ? k : k + 1);
 }
 
-}  // namespace mixtape::scales
+// s of one block with this amax under q's rule (Note [Scaling rules]).
+MT_HOST_DEVICE constexpr float block_scale(const BlockQuant& q, const bits8::Format& f, float amax) {
+  if (q.given_scale > 0.0f) return q.given_scale;
+  if (q.rule == ScaleRule::amax) return amax_scale(amax, bits8::max_finite(f), q.margin, q.fallback_scale);
+  if (!finite(amax)) return std::bit_cast<float>(0x7FC00000u);  // inf or NaN: the block reads back as NaN
+  if (amax == 0.0f) return 1.0f;
+  const int k = q.rule == ScaleRule::pow2_floor ? pow2_floor_exp(amax, f) : pow2_up_exp(amax, f);
+  return pow2(-k);  // s = 1 / X: exact, k in [-127, 127]
+}
+
+}  // namespace scales
+
+}  // namespace mixtape

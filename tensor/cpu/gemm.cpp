@@ -36,9 +36,12 @@
 //     there (no pass dequantizes the whole operand first). Each code is looked up in its format's
 //     table of 256 values (code_table, built once from to_float), multiplied by its block's scale,
 //     which the packing takes once per run of a block's elements (never a division per element),
-//     and packed as bf16 pairs with daz (dot_bf16) or as f32 (fma_f32). The reference decodes
-//     element by element with to_float and the scale formula into an f32 matrix, then runs its
-//     three loops: it is the definition the vector paths are tested against.
+//     and packed as bf16 pairs with daz (dot_bf16) or as f32 (fma_f32). Runs of contiguous codes
+//     are widened by vectors (CodeWidener: AVX-512 looks the table up with vpermi2w, AVX2
+//     computes the same bits from the code's fields, checked against the table as it is built);
+//     strided codes one by one. The reference decodes element by element with to_float and the
+//     scale formula into an f32 matrix, then runs its three loops: it is the definition the
+//     vector paths are tested against.
 //   - Block scales must be powers of two (or NaN, which makes the block NaN; MT_ASSERT checks
 //     each block's scale as the packing meets it). Any other scale would round the widened value,
 //     and where it rounds (bf16 or f32, before or after the product) would change the result. A
@@ -114,21 +117,22 @@ struct CodeTable {
   alignas(64) float value[256];
   bool narrow;
   // The same bf16 bits from the code's fields, for vectors without a 256-entry lookup (AVX2;
-  // bf16_from_fields is the formula): the code cut to the format's width, its magnitude m, then
+  // bf16_from_fields is the formula): with m the code's magnitude,
   //   m < min_normal (a subnormal or zero): sub_hi[m] << 8 | sub_lo[m]; else, the exponent
-  //   rebiased: (m << man_shift) + exp_offset; m == inf_mag: inf (0x7F80); | the sign, code <<
-  //   sign_shift; m >= nan_from: 0x7FC0. (inf_mag, nan_from: 0x100 when the format has none.)
+  //   rebiased: (m << man_shift) + exp_offset; m == inf_mag: inf (0x7F80); | the sign, moved to
+  //   bit 15 by code << sign_shift (the bits above the format's width go past it); m >= nan_from:
+  //   0x7FC0. (inf_mag, nan_from: 0x100 when the format has none.)
   struct Fields {
-    uint16_t width_mask, mag_mask, man_shift, exp_offset, min_normal, inf_mag, nan_from, sign_shift;
+    uint16_t mag_mask, man_shift, exp_offset, min_normal, inf_mag, nan_from, sign_shift;
     uint8_t sub_lo[16], sub_hi[16];
   } fields;
 };
 
 uint16_t bf16_from_fields(uint8_t code, const CodeTable::Fields& f) {
-  const uint32_t c = code & f.width_mask, m = c & f.mag_mask;
+  const uint32_t m = code & f.mag_mask;
   uint32_t w = m < f.min_normal ? uint32_t(f.sub_hi[m]) << 8 | f.sub_lo[m] : (m << f.man_shift) + f.exp_offset;
   if (m == f.inf_mag) w = 0x7F80u;
-  w |= (c << f.sign_shift) & 0x8000u;
+  w |= (uint32_t(code) << f.sign_shift) & 0x8000u;
   return uint16_t(m >= f.nan_from ? 0x7FC0u : w);
 }
 
@@ -141,7 +145,6 @@ CodeTable make_code_table(const bits8::Format& f) {
   }
   t.narrow = bits8::bit_width(f) <= 6;
   CodeTable::Fields& d = t.fields;
-  d.width_mask = uint16_t((1u << bits8::bit_width(f)) - 1u);
   d.mag_mask = uint16_t(bits8::magnitude_mask(f));
   d.man_shift = uint16_t(7 - f.man_bits);
   d.exp_offset = uint16_t((127 - f.bias) << 7);
@@ -156,6 +159,7 @@ CodeTable make_code_table(const bits8::Format& f) {
   }
   for (int c = 0; c < 256; ++c)
     MT_ASSERT(bf16_from_fields(uint8_t(c), d) == t.bf16[c], "gemm: the fields of ", f.name, " miss code ", c);
+  MT_ASSERT(t.bf16[0] == 0, "gemm: code 0 of ", f.name, " is not +0");  // CodeWidener (AVX2) relies on it
   return t;
 }
 
@@ -294,11 +298,10 @@ struct Ops {
   // Widens 8-bit codes 16 at a time, their bf16 bits computed from their fields (CodeTable::Fields:
   // the subnormals through a vpshufb of 16 entries).
   struct CodeWidener {
-    I width_mask, mag_mask, exp_offset, min_normal, inf_mag, nan_above, sub_lo, sub_hi;
+    I mag_mask, exp_offset, min_normal, inf_mag, nan_above, sub_lo, sub_hi;
     __m128i man_shift, sign_shift;
     explicit CodeWidener(const CodeTable& t) {
       const CodeTable::Fields& f = t.fields;
-      width_mask = _mm256_set1_epi16(int16_t(f.width_mask));
       mag_mask = _mm256_set1_epi16(int16_t(f.mag_mask));
       exp_offset = _mm256_set1_epi16(int16_t(f.exp_offset));
       min_normal = _mm256_set1_epi16(int16_t(f.min_normal));
@@ -307,15 +310,15 @@ struct Ops {
       sub_lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f.sub_lo)));
       sub_hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f.sub_hi)));
       man_shift = _mm_cvtsi32_si128(f.man_shift);
-      sign_shift = _mm_cvtsi32_si128(f.sign_shift);
+      sign_shift = _mm_cvtsi32_si128(f.sign_shift + 1);
     }
     // bf16_from_fields on 16 codes (16-bit lanes).
     I bf16_of(__m128i codes) const {
-      const I c = _mm256_and_si256(_mm256_cvtepu8_epi16(codes), width_mask), m = _mm256_and_si256(c, mag_mask);
+      const I c = _mm256_cvtepu8_epi16(codes), m = _mm256_and_si256(c, mag_mask);
       const I normal = _mm256_add_epi16(_mm256_sll_epi16(m, man_shift), exp_offset);
-      const I idx = _mm256_or_si256(m, _mm256_set1_epi16(int16_t(0x8000)));  // a high byte of 0x80 looks up 0
+      // vpshufb looks up each byte of m: the high byte (0) finds entry 0, +0, so a lane reads sub[m].
       const I sub =
-          _mm256_or_si256(_mm256_shuffle_epi8(sub_lo, idx), _mm256_slli_epi16(_mm256_shuffle_epi8(sub_hi, idx), 8));
+          _mm256_or_si256(_mm256_shuffle_epi8(sub_lo, m), _mm256_slli_epi16(_mm256_shuffle_epi8(sub_hi, m), 8));
       I w = _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi16(min_normal, m));
       w = _mm256_blendv_epi8(w, _mm256_set1_epi16(0x7F80), _mm256_cmpeq_epi16(m, inf_mag));
       w = _mm256_or_si256(w, _mm256_and_si256(_mm256_sll_epi16(c, sign_shift), _mm256_set1_epi16(int16_t(0x8000))));
@@ -526,11 +529,12 @@ GemmOperand at(const GemmOperand& x, int64_t r0, int64_t c0) {
 }
 
 // What every entry asks of an operand: dot_bf16 takes bf16 values (not f16), and scales belong
-// to 8-bit operands, in blocks of at least one element.
+// to 8-bit operands, in blocks of at least one element, the operand starting inside them.
 void check_operand(GemmArith arith, const GemmOperand& x, const char* who) {
   MT_ASSERT(arith != GemmArith::dot_bf16 || x.dtype != DType::f16, who, ": dot_bf16 takes bf16 values, not f16");
-  MT_ASSERT(!x.scales.s || (is_8bit(x.dtype) && x.scales.br > 0 && x.scales.bc > 0), who,
-            ": block scales need an 8-bit operand and blocks of at least one element");
+  const GemmScales& g = x.scales;
+  MT_ASSERT(!g.s || (is_8bit(x.dtype) && g.br > 0 && g.bc > 0 && g.r0 >= 0 && g.c0 >= 0), who,
+            ": block scales need an 8-bit operand, blocks of at least one element and r0, c0 >= 0");
 }
 
 // An empty C, or an empty sum (C = 0 unless accumulating): true when there is nothing to multiply.

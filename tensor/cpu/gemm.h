@@ -33,10 +33,12 @@ GemmArith gemm_arith_for(DType a, DType b);
 
 // The power-of-two scales of an 8-bit operand's blocks (Note [8-bit GEMM operands]): the logical
 // element (r, c) stands for to_float(code) * s[((r + r0) / br) * srs + ((c + c0) / bc) * scs].
-// s == nullptr: no scales (each element is its decoded code). r0, c0: where this operand starts
-// within the matrix the scales describe (at() moves them with the pointer). Each scale must be a
-// power of two (or NaN, which makes its block NaN): a scale that factors out of the whole dot
-// product (per tensor, per row of A, per column of B) belongs on the fp32 output instead.
+// s == nullptr: no scales (each element is its decoded code). r0, c0 (>= 0): where this operand
+// starts within the matrix the scales describe (the GEMM moves them with the pointer as it cuts
+// the operand into blocks). Each scale must be a power of two (or NaN, which makes its block
+// NaN); like the codes, the scales must outlive a PackedB made of them. A scale that factors out
+// of the whole dot product (per tensor, per row of A, per column of B) need not be one: apply it
+// to the fp32 output instead.
 struct GemmScales {
   const float* s = nullptr;
   int64_t br = 1, bc = 1, srs = 0, scs = 0, r0 = 0, c0 = 0;

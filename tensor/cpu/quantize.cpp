@@ -1,31 +1,31 @@
 #include "tensor/cpu/quantize.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
 #include "tensor/core/dtype.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
 
 namespace mixtape::cpu {
 
 namespace {
 
-// max that keeps NaN: the maximum of |values| with NaN winning over everything.
+// The maximum of |values| with NaN winning over everything.
 inline float nan_max(float m, float a) { return (a > m || a != a) && m == m ? a : m; }
 
 int64_t blocks_of(int64_t n, int64_t b) { return (n + b - 1) / b; }
 
-}  // namespace
-
-void block_amax(const Strided& x, int64_t br, int64_t bc, float* amax) {
-  MT_ASSERT(x.dim() == 2 && br > 0 && bc > 0);
+// amax[rb][cb] over the blocks of x: each row's maximum per column block, then the maximum over
+// each block's rows. A maximum is the same in any order, so the split over the threads changes
+// nothing.
+std::vector<float> block_amax(const Strided& x, int64_t br, int64_t bc) {
   const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
   const int64_t nbr = blocks_of(R, br), nbc = blocks_of(C, bc);
-  // Each row's maximum per column block, then the maximum over each block's rows: a maximum is
-  // the same in any order, so the split over the threads changes nothing.
   std::vector<float> rowmax(size_t(R * nbc), 0.0f);
-  dispatch_floating(x.dtype(), "block_amax", [&]<class T>() {
+  dispatch_floating(x.dtype(), "quantize", [&]<class T>() {
     const T* p = static_cast<const T*>(x.raw_data());
     parallel_for(R, grain_for(C), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
@@ -37,75 +37,129 @@ void block_amax(const Strided& x, int64_t br, int64_t bc, float* amax) {
         }
     });
   });
-  for (int64_t rb = 0; rb < nbr; ++rb)
+  std::vector<float> amax(size_t(nbr * nbc), 0.0f);
+  for (int64_t r = 0; r < R; ++r)
     for (int64_t cb = 0; cb < nbc; ++cb) {
-      float m = 0.0f;
-      for (int64_t r = rb * br; r < std::min(R, (rb + 1) * br); ++r) m = nan_max(m, rowmax[size_t(r * nbc + cb)]);
-      amax[rb * nbc + cb] = m;
+      float& m = amax[size_t((r / br) * nbc + cb)];
+      m = nan_max(m, rowmax[size_t(r * nbc + cb)]);
     }
+  return amax;
 }
 
-QuantCounts quantize_blocks(const Strided& x, int64_t br, int64_t bc, const float* s, const bits8::Format& format,
-                            bits8::Overflow overflow, uint8_t* codes) {
-  MT_ASSERT(x.dim() == 2 && br > 0 && bc > 0);
+struct Counts {
+  int64_t saturated = 0, flushed = 0, subnormal = 0, nonfinite = 0;
+  float amax = 0.0f;  // over the finite elements
+};
+
+}  // namespace
+
+void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const Strided& scale_inv,
+              const Strided& stats) {
+  MT_ASSERT(x.dim() == 2 && q.block_rows > 0 && q.block_cols > 0);
   const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
-  const int64_t nbc = blocks_of(C, bc);
-  const uint8_t exp_mask = uint8_t(((1u << format.exp_bits) - 1u) << format.man_bits);
-  const uint8_t mag_mask = uint8_t((1u << (format.exp_bits + format.man_bits)) - 1u);
-  std::vector<QuantCounts> per_row(static_cast<size_t>(R));
+  const int64_t nbc = blocks_of(C, q.block_cols), br = q.block_rows, bc = q.block_cols;
+  const bits8::Format& f = format_of(q.format);
+  std::vector<float> s = block_amax(x, br, bc);
+  for (float& v : s) v = scales::block_scale(q, f, v);  // amax -> s in place
+  float* inv = static_cast<float*>(scale_inv.raw_data());
+  for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];  // exact for a power of two
+  const uint32_t exp_mask = ((1u << f.exp_bits) - 1u) << f.man_bits, mag_mask = bits8::magnitude_mask(f);
+  std::vector<Counts> per_row(static_cast<size_t>(R));
+  uint8_t* out = static_cast<uint8_t*>(codes.raw_data());
   dispatch_floating(x.dtype(), "quantize", [&]<class T>() {
     const T* p = static_cast<const T*>(x.raw_data());
     parallel_for(R, grain_for(C), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        QuantCounts n;
-        const float* srow = s + (r / br) * nbc;
-        uint8_t* out = codes + r * C;
-        for (int64_t c = 0; c < C; ++c) {
-          const float v = float(load(p[r * rs + c * cs]));
-          const float scaled = v * srow[c / bc];
-          const uint8_t q = bits8::from_float_rn(scaled, format, overflow);
-          out[c] = q;
-          if (!std::isfinite(v)) {
-            ++n.nonfinite;
-            continue;
+        Counts n;
+        const float* srow = s.data() + (r / br) * nbc;
+        uint8_t* row = out + r * C;
+        for (int64_t cb = 0; cb < nbc; ++cb) {
+          const float sb = srow[cb];
+          for (int64_t c = cb * bc; c < std::min(C, (cb + 1) * bc); ++c) {
+            const float v = float(load(p[r * rs + c * cs]));
+            const float scaled = v * sb;
+            const uint8_t code = bits8::from_float_rn(scaled, f, q.overflow);
+            row[c] = code;
+            if (!std::isfinite(v)) {
+              ++n.nonfinite;
+              continue;
+            }
+            n.amax = std::max(n.amax, std::fabs(v));
+            if (bits8::rounds_past_max(scaled, f)) ++n.saturated;  // an inf product too
+            const uint32_t mag = code & mag_mask;
+            if (mag == 0 && v != 0.0f) ++n.flushed;
+            else if (mag != 0 && (code & exp_mask) == 0) ++n.subnormal;
           }
-          n.amax = std::max(n.amax, std::fabs(v));
-          if (bits8::rounds_past_max(scaled, format)) ++n.saturated;  // an inf product too
-          const uint8_t mag = q & mag_mask;
-          if (mag == 0 && v != 0.0f) ++n.flushed;
-          else if (mag != 0 && (q & exp_mask) == 0) ++n.subnormal;
         }
         per_row[size_t(r)] = n;
       }
     });
   });
-  QuantCounts total;
-  for (const QuantCounts& n : per_row) {
-    total.saturated += n.saturated;
-    total.flushed += n.flushed;
-    total.subnormal += n.subnormal;
-    total.nonfinite += n.nonfinite;
-    total.amax = std::max(total.amax, n.amax);
+  Counts t;
+  for (const Counts& n : per_row) {
+    t.saturated += n.saturated;
+    t.flushed += n.flushed;
+    t.subnormal += n.subnormal;
+    t.nonfinite += n.nonfinite;
+    t.amax = std::max(t.amax, n.amax);
   }
-  return total;
+  int64_t* st = static_cast<int64_t*>(stats.raw_data());
+  st[kStatCount] = R * C;
+  st[kStatSaturated] = t.saturated;
+  st[kStatFlushed] = t.flushed;
+  st[kStatSubnormal] = t.subnormal;
+  st[kStatNonfinite] = t.nonfinite;
+  st[kStatAmaxBits] = std::bit_cast<uint32_t>(t.amax);
+  const auto [lo, hi] = std::minmax_element(inv, inv + s.size());
+  st[kStatScaleInvMinBits] = s.empty() ? 0 : std::bit_cast<uint32_t>(*lo);
+  st[kStatScaleInvMaxBits] = s.empty() ? 0 : std::bit_cast<uint32_t>(*hi);
 }
 
-void scaled_gemm_epilogue(const float* c, int64_t M, int64_t N, const float* oa, const float* ob, const Strided& bias,
-                          const Strided& y) {
-  dispatch_floating(y.dtype(), "scaled_matmul", [&]<class T>() {
+namespace {
+
+// One operand of the 8-bit GEMM (codes [R, K]) as GEMM operand A (as_b false: element (i, k)) or
+// B = codes^T (element (k, j)): scales that change along K go into the operand's block scales,
+// scales constant along K into `outer` (one factor per row of the codes).
+GemmOperand gemm_operand(const Strided& codes, const Strided& scale_inv, int64_t br, int64_t bc, bool as_b,
+                         std::vector<float>& outer) {
+  const int64_t R = codes.shape()[0], K = codes.shape()[1], nbc = scale_inv.shape()[1];
+  const float* inv = static_cast<const float*>(scale_inv.raw_data());
+  GemmOperand op =
+      as_b ? GemmOperand{codes.dtype(), codes.raw_data(), 1, K} : GemmOperand{codes.dtype(), codes.raw_data(), K, 1};
+  outer.clear();
+  if (bc >= K) {
+    outer.resize(size_t(R));
+    for (int64_t r = 0; r < R; ++r) outer[size_t(r)] = inv[r / br];
+  } else {
+    op.scales = as_b ? GemmScales{inv, bc, br, 1, nbc, 0, 0} : GemmScales{inv, br, bc, nbc, 1, 0, 0};
+  }
+  return op;
+}
+
+}  // namespace
+
+void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc, const Strided& b,
+                      const Strided& b_scale_inv, int64_t b_br, int64_t b_bc, const Strided& bias, const Strided& y) {
+  const int64_t M = a.shape()[0], N = b.shape()[0], K = a.shape()[1];
+  std::vector<float> oa, ob;
+  const GemmOperand A = gemm_operand(a, a_scale_inv, a_br, a_bc, false, oa);
+  const GemmOperand B = gemm_operand(b, b_scale_inv, b_br, b_bc, true, ob);
+  std::vector<float> c(size_t(M * N));
+  gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c.data(), N);
+  std::vector<float> bv(size_t(N), 0.0f);
+  if (bias.defined())
+    dispatch_floating(bias.dtype(), "scaled_matmul_nt (bias)", [&]<class B>() {
+      const B* bp = static_cast<const B*>(bias.raw_data());
+      for (int64_t j = 0; j < N; ++j) bv[size_t(j)] = float(load(bp[j * bias.strides()[0]]));
+    });
+  dispatch_floating(y.dtype(), "scaled_matmul_nt", [&]<class T>() {
     T* out = static_cast<T*>(y.raw_data());
-    std::vector<float> b(size_t(N), 0.0f);
-    if (bias.defined())
-      dispatch_floating(bias.dtype(), "scaled_matmul (bias)", [&]<class B>() {
-        const B* bp = static_cast<const B*>(bias.raw_data());
-        for (int64_t j = 0; j < N; ++j) b[size_t(j)] = float(load(bp[j * bias.strides()[0]]));
-      });
     parallel_for(M, grain_for(N), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
-        const float fa = oa ? oa[i] : 1.0f;
+        const float fa = oa.empty() ? 1.0f : oa[size_t(i)];
         for (int64_t j = 0; j < N; ++j) {
-          const float f = ob ? fa * ob[j] : fa;
-          out[i * N + j] = store<T>(c[i * N + j] * f + b[size_t(j)]);
+          const float f = ob.empty() ? fa : fa * ob[size_t(j)];
+          out[i * N + j] = store<T>(c[size_t(i * N + j)] * f + bv[size_t(j)]);
         }
       }
     });

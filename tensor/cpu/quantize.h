@@ -1,33 +1,27 @@
-// CPU kernels of the scaled 8-bit operands (tensor/ops/quantize.h): block maxima, the rounding of
-// each block to its codes, and the epilogue of the 8-bit GEMM.
+// CPU kernels of the scaled 8-bit operands (tensor/ops/quantize.h): quantizing a matrix block by
+// block, and the 8-bit GEMM with its epilogue. The CUDA launchers of the same names mirror them.
 #pragma once
 
 #include <cstdint>
 
+#include "tensor/core/scale_formulas.h"
 #include "tensor/core/strided.h"
 
 namespace mixtape::cpu {
 
-// amax[rb][cb] = the largest |x| over block (rb, cb) of the 2-D x (blocks of br x bc elements,
-// the last ones ragged); NaN when the block holds a NaN, inf when it holds an inf and no NaN.
-// amax holds ceil(R / br) x ceil(C / bc) floats. The result is the same for any split.
-void block_amax(const Strided& x, int64_t br, int64_t bc, float* amax);
+// x [R, K] (floating, any strides) -> codes [R, K] (contiguous, q.format) and scale_inv
+// [ceil(R / br), ceil(K / bc)] (f32, contiguous): each block's amax (NaN wins; inf when the block
+// holds one), its s = scales::block_scale(q, amax), codes = from_float_rn(x * s), scale_inv =
+// 1 / s. stats: i64 [kQuantStats] (QuantStat). Every rounding of a tensor to an 8-bit format with
+// a scale happens here. The result is the same for any thread count.
+void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const Strided& scale_inv,
+              const Strided& stats);
 
-// What quantize_blocks saw (tensor/ops/quantize.h QuantStats, without the scales).
-struct QuantCounts {
-  int64_t saturated = 0, flushed = 0, subnormal = 0, nonfinite = 0;
-  float amax = 0.0f;  // over the finite elements
-};
-
-// codes[r][c] (contiguous [R, C]) = from_float_rn(x[r][c] * s[block of (r, c)], format, overflow):
-// every rounding of a tensor to an 8-bit format with a scale happens here.
-QuantCounts quantize_blocks(const Strided& x, int64_t br, int64_t bc, const float* s, const bits8::Format& format,
-                            bits8::Overflow overflow, uint8_t* codes);
-
-// y[M, N] = c[i][j] * (oa[i] * ob[j]) + bias[j], rounded once to y's dtype: the fp32 products
-// of an 8-bit GEMM (c, contiguous f32) scaled by the factors that are constant along K (oa, ob:
-// nullptr reads as 1) and biased (bias undefined: none). y is contiguous.
-void scaled_gemm_epilogue(const float* c, int64_t M, int64_t N, const float* oa, const float* ob, const Strided& bias,
-                          const Strided& y);
+// y [M, N] = a [M, K] b [N, K]^T (+ bias [N]) in the values the codes stand for; each operand is its
+// codes (contiguous) with scale_inv over blocks of *_br x *_bc. Scales that change along K (blocks
+// shorter than K: powers of two) are applied by the GEMM as it widens the codes, scales constant
+// along K multiply the fp32 sums: y = sum * (sa[i] * sb[j]) + bias[j], rounded once.
+void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc, const Strided& b,
+                      const Strided& b_scale_inv, int64_t b_br, int64_t b_bc, const Strided& bias, const Strided& y);
 
 }  // namespace mixtape::cpu

@@ -1,7 +1,10 @@
 #include "tensor/ops/conv.h"
 
+#include <algorithm>
+
 #include "cuda/backend.h"
 #include "tensor/cpu/conv.h"
+#include "tensor/cpu/im2col.h"
 #include "tensor/ops/common.h"
 
 namespace mixtape {
@@ -272,6 +275,78 @@ Tensor conv_transpose2d_backward_weight(const Tensor& x, const Tensor& dy, const
     cuda::conv2d_backward_weight(dy, x, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, 1, dw);
   });
   return dw;
+}
+
+namespace {
+
+// The checks im2col and col2im share, for an image of `x_shape` (message context `ctx`); returns
+// the geometry with the output size.
+cpu::ColumnGeometry column_geometry(const char* op, const Shape& x_shape, Size2 kernel, Size2 stride, Size2 padding,
+                                    Size2 padding_end, Size2 dilation, const std::string& ctx) {
+  MT_CHECK(kernel.h > 0 && kernel.w > 0, op, ": kernel must be positive, got ", size2_str(kernel), ctx);
+  check_params(op, stride, padding, dilation, ctx);
+  check_params(op, stride, padding_end, dilation, ctx);
+  check_fits(op, x_shape[2], x_shape[3], kernel.h, kernel.w, padding, dilation, ctx, padding_end);
+  const int64_t OH = conv_out_size2(x_shape[2], kernel.h, stride.h, padding.h, padding_end.h, dilation.h);
+  const int64_t OW = conv_out_size2(x_shape[3], kernel.w, stride.w, padding.w, padding_end.w, dilation.w);
+  return {kernel, stride, padding, dilation, {OH, OW}};
+}
+
+std::string column_ctx(const std::string& tensors, Size2 kernel, Size2 stride, Size2 padding, Size2 padding_end,
+                       Size2 dilation) {
+  return detail::cat(" (", tensors, ", kernel ", size2_str(kernel), ", ",
+                     params_str(stride, padding, padding_end, dilation, 1), ")");
+}
+
+}  // namespace
+
+Tensor im2col(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding, Size2 dilation,
+              std::optional<Size2> padding_end) {
+  const char* op = "im2col";
+  ops::check_same(op, {&x});
+  ops::check_floating(op, x);
+  ops::check_dim(op, x, 4, "an input [N, C, H, W]");
+  const Size2 pe = padding_end.value_or(padding);
+  const std::string ctx = column_ctx("input " + x.meta(), kernel, stride, padding, pe, dilation);
+  const cpu::ColumnGeometry g = column_geometry(op, x.shape(), kernel, stride, padding, pe, dilation, ctx);
+  return on_device(
+      x.device(),
+      [&] {
+    Tensor cols = empty({x.size(0) * g.out.h * g.out.w, x.size(1) * kernel.h * kernel.w}, x.dtype(), x.device());
+    cpu::im2col(x, g, cols);
+    return cols;
+      },
+      [&]() -> Tensor {
+        throw Error(detail::cat(op, ": not available on the CUDA backend yet (input ", x.meta(), ")"));
+      });
+}
+
+Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stride, Size2 padding, Size2 dilation,
+              std::optional<Size2> padding_end) {
+  const char* op = "col2im";
+  ops::check_same(op, {&cols});
+  ops::check_floating(op, cols);
+  ops::check_dim(op, cols, 2, "columns [N*OH*OW, C*KH*KW]");
+  const Size2 pe = padding_end.value_or(padding);
+  const std::string ctx =
+      column_ctx("columns " + cols.meta() + ", input " + shape_str(x_shape), kernel, stride, padding, pe, dilation);
+  MT_CHECK(x_shape.size() == 4 && std::all_of(x_shape.begin(), x_shape.end(), [](int64_t d) { return d >= 0; }), op,
+           ": expected an input shape [N, C, H, W], got ", shape_str(x_shape), ctx);
+  const cpu::ColumnGeometry g = column_geometry(op, x_shape, kernel, stride, padding, pe, dilation, ctx);
+  const Shape want = {x_shape[0] * g.out.h * g.out.w, x_shape[1] * kernel.h * kernel.w};
+  MT_CHECK(cols.shape() == want, op, ": columns ", cols.meta(), " do not match the input ", shape_str(x_shape),
+           " and the geometry: expected ", shape_str(want), " = [N*OH*OW, C*KH*KW] with OH, OW ", size2_str(g.out),
+           ctx);
+  return on_device(
+      cols.device(),
+      [&] {
+    Tensor x = empty(x_shape, cols.dtype(), cols.device());
+    cpu::col2im(cols, g, x);
+    return x;
+      },
+      [&]() -> Tensor {
+        throw Error(detail::cat(op, ": not available on the CUDA backend yet (columns ", cols.meta(), ")"));
+      });
 }
 
 }  // namespace mixtape

@@ -1,6 +1,7 @@
 // 2-D convolutions on plain tensors (no autograd), as im2col + one GEMM per batch of images
 // (tensor/cpu/conv.cpp): conv2d (with groups, and with padding "same"), conv_transpose2d and their
-// gradients. Layouts follow PyTorch: x [N, C, H, W], conv2d weight [OC, C/groups, KH, KW],
+// gradients; and the column matrix as ops of its own (im2col, col2im; tensor/cpu/im2col.cpp).
+// Layouts follow PyTorch: x [N, C, H, W], conv2d weight [OC, C/groups, KH, KW],
 // conv_transpose2d weight [IC, OC, KH, KW], bias [OC]; an undefined bias means none. With groups
 // G, C and OC must be divisible by G, and input channels [g C/G, (g+1) C/G) feed only output
 // channels [g OC/G, (g+1) OC/G) (depthwise: G = C, OC = k C). GEMMs accumulate in fp32 (f64 for
@@ -60,5 +61,24 @@ Tensor conv_transpose2d_backward_weight(const Tensor& x, const Tensor& dy, const
                                         Size2 padding, Size2 dilation);
 // db = sum of dy over N, OH, OW: (OC), accumulated in double
 inline Tensor conv_transpose2d_backward_bias(const Tensor& dy) { return conv2d_backward_bias(dy); }
+
+// The column matrix of a 2-D convolution (groups 1), so that conv2d(x, w) is one GEMM
+// y = im2col(x) W^T: (N*OH*OW, OC) = (N*OH*OW, C*KH*KW) (OC, C*KH*KW)^T, then permuted to
+// [N, OC, OH, OW], with the reduction dim K = C*KH*KW along the rows of both operands (Note
+// [Pixel-major columns] in tensor/cpu/im2col.cpp). CPU only for now.
+// cols [N*OH*OW, C*KH*KW]: row (n, oh, ow) and column (c, kh, kw) (each triple in row-major order)
+// hold x[n, c, oh*stride_h - pad_top + kh*dil_h, ow*stride_w - pad_left + kw*dil_w], 0 outside
+// the image. OH, OW as conv2d's, with padding_end the bottom / right padding when it differs from
+// `padding` (padding "same"). x [N, C, H, W] any strides, f32, f64, f16 or bf16; cols has x's
+// dtype (copies: exact) and is contiguous.
+Tensor im2col(const Tensor& x, Size2 kernel, Size2 stride = 1, Size2 padding = 0, Size2 dilation = 1,
+              std::optional<Size2> padding_end = std::nullopt);
+// The adjoint of im2col: x [x_shape = N, C, H, W], each element the sum of every entry of cols
+// [N*OH*OW, C*KH*KW] that im2col reads it into. The sum runs in fp32 (f64 for f64) from 0 over the
+// element's taps (kh, kw) ascending (one entry at most per tap), the same order whatever the
+// thread count, and is rounded once to cols' dtype: conv2d_backward_input's order, so
+// col2im(dy_mat W) equals it when the GEMMs agree. cols any strides; x contiguous.
+Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stride = 1, Size2 padding = 0,
+              Size2 dilation = 1, std::optional<Size2> padding_end = std::nullopt);
 
 }  // namespace mixtape

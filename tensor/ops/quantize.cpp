@@ -1,12 +1,12 @@
 #include "tensor/ops/quantize.h"
 
 #include <algorithm>
-#include <vector>
+#include <bit>
 
-#include "tensor/core/scale_formulas.h"
-#include "tensor/cpu/gemm.h"
+#include "cuda/backend.h"
 #include "tensor/cpu/quantize.h"
 #include "tensor/ops/common.h"
+#include "tensor/ops/elementwise.h"
 
 namespace mixtape {
 
@@ -21,22 +21,26 @@ const char* scale_rule_name(ScaleRule r) {
 
 namespace {
 
-int64_t blocks_of(int64_t n, int64_t b) { return b > 0 ? (n + b - 1) / b : 0; }
+int64_t blocks_of(int64_t n, int64_t b) { return (n + b - 1) / b; }
 
-// The CUDA backend has no 8-bit kernels yet: the 8-bit path runs on the CPU.
-[[noreturn]] void no_cuda(const char* op) {
-  throw Error(detail::cat(op, ": 8-bit operands run on the CPU only (the CUDA backend has no 8-bit kernels yet)"));
+QuantStats read_stats(const Tensor& stats) {
+  const std::vector<double> v = stats.to(Device::cpu()).to_vector();  // i64: exact below 2^53
+  auto bits = [&](int i) { return std::bit_cast<float>(uint32_t(int64_t(v[size_t(i)]))); };
+  return {int64_t(v[kStatCount]),     int64_t(v[kStatSaturated]), int64_t(v[kStatFlushed]),
+          int64_t(v[kStatSubnormal]), int64_t(v[kStatNonfinite]), bits(kStatAmaxBits),
+          bits(kStatScaleInvMinBits), bits(kStatScaleInvMaxBits)};
 }
 
-// s of one block from its amax under the spec's rule (Note [Scaling rules]).
-float block_scale(const QuantSpec& spec, const bits8::Format& f, float amax) {
-  if (spec.given_scale > 0.0f) return spec.given_scale;
-  if (spec.rule == ScaleRule::amax)
-    return scales::amax_scale(amax, bits8::max_finite(f), spec.margin, spec.fallback_scale);
-  if (!scales::finite(amax)) return amax;  // inf or NaN: every element of the block reads back as NaN
-  if (amax == 0.0f) return 1.0f;
-  const int k = spec.rule == ScaleRule::pow2_floor ? scales::pow2_floor_exp(amax, f) : scales::pow2_up_exp(amax, f);
-  return scales::pow2(-k);  // s = 1 / X: exact, k in [-127, 127]
+void check_operand(const char* op, const Quantized& q, const char* which) {
+  MT_CHECK(q.codes.defined() && q.codes.dim() == 2 && is_8bit(q.codes.dtype()) && q.codes.is_contiguous(), op, ": ",
+           which, " must be quantized codes [rows, K] (quantize()), got ",
+           q.codes.defined() ? q.codes.meta() : std::string("an undefined tensor"));
+  MT_CHECK(q.block_rows >= 1 && q.block_cols >= 1 && q.scale_inv.defined() && q.scale_inv.dtype() == DType::f32 &&
+               q.scale_inv.is_contiguous() &&
+               q.scale_inv.shape() == Shape({blocks_of(q.rows(), q.block_rows), blocks_of(q.cols(), q.block_cols)}) &&
+               q.scale_inv.device() == q.codes.device(),
+           op, ": ", which, "'s scale_inv ", q.scale_inv.defined() ? q.scale_inv.meta() : std::string("(undefined)"),
+           " does not match its codes ", q.codes.meta(), " in blocks of ", q.block_rows, " x ", q.block_cols);
 }
 
 }  // namespace
@@ -49,118 +53,71 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
            dtype_name(spec.format));
   MT_CHECK(spec.layout.block_rows >= 0 && spec.layout.block_cols >= 0, "quantize: block sizes must be >= 0, got ",
            spec.layout.block_rows, " x ", spec.layout.block_cols);
+  MT_CHECK(spec.given_scale >= 0.0f && std::isfinite(spec.given_scale) && spec.fallback_scale > 0.0f &&
+               std::isfinite(spec.fallback_scale),
+           "quantize: given_scale must be finite and >= 0 and fallback_scale finite and > 0, got ", spec.given_scale,
+           " and ", spec.fallback_scale);
   const int64_t R = x.size(0), C = x.size(1);
   Quantized q;
   q.block_rows = spec.layout.block_rows > 0 ? spec.layout.block_rows : std::max<int64_t>(R, 1);
   q.block_cols = spec.layout.block_cols > 0 ? spec.layout.block_cols : std::max<int64_t>(C, 1);
-  MT_CHECK(spec.given_scale <= 0.0f || (q.block_rows >= R && q.block_cols >= C),
+  MT_CHECK(spec.given_scale == 0.0f || (q.block_rows >= R && q.block_cols >= C),
            "quantize: a given scale (delayed scaling) needs the per-tensor layout, got blocks of ", q.block_rows, " x ",
            q.block_cols, " over ", x.meta());
   q.rule = spec.rule;
-  const bits8::Format& f = format_of(spec.format);
-  const int64_t nbr = blocks_of(R, q.block_rows), nbc = blocks_of(C, q.block_cols);
+  const BlockQuant bq{spec.format,   q.block_rows, q.block_cols,     spec.rule,
+                      spec.overflow, spec.margin,  spec.given_scale, spec.fallback_scale};
   q.codes = empty({R, C}, spec.format, x.device());
-  q.scale_inv = empty({nbr, nbc}, DType::f32, x.device());
+  q.scale_inv = empty({blocks_of(R, q.block_rows), blocks_of(C, q.block_cols)}, DType::f32, x.device());
+  const Tensor stats = empty({kQuantStats}, DType::i64, x.device());
   on_device(
-      x.device(),
-      [&] {
-    std::vector<float> s(size_t(nbr * nbc));
-    cpu::block_amax(x, q.block_rows, q.block_cols, s.data());  // amax, then s in place
-    for (float& v : s) v = block_scale(spec, f, v);
-    const cpu::QuantCounts n = cpu::quantize_blocks(x, q.block_rows, q.block_cols, s.data(), f, spec.overflow,
-                                                    static_cast<uint8_t*>(q.codes.raw_data()));
-    float* inv = static_cast<float*>(q.scale_inv.raw_data());
-    for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];  // exact for a power of two
-    q.stats = {R * C, n.saturated, n.flushed, n.subnormal, n.nonfinite, n.amax, 0.0f, 0.0f};
-    if (!s.empty()) {
-      q.stats.scale_inv_min = *std::min_element(inv, inv + s.size());
-      q.stats.scale_inv_max = *std::max_element(inv, inv + s.size());
-    }
-      },
-      [&] { no_cuda("quantize"); });
+      x.device(), [&] { cpu::quantize(x, bq, q.codes, q.scale_inv, stats); },
+      [&] { cuda::quantize(x, bq, q.codes, q.scale_inv, stats); });
+  q.stats = read_stats(stats);
   return q;
 }
 
 Tensor dequantize(const Quantized& q, DType dtype) {
-  MT_CHECK(q.codes.defined() && q.codes.dim() == 2 && is_8bit(q.codes.dtype()),
-           "dequantize: expected 8-bit codes [rows, cols]");
+  check_operand("dequantize", q, "the operand");
   MT_CHECK(is_floating(dtype), "dequantize: expected a floating dtype, got ", dtype_name(dtype));
-  // code x scale in f32 (exact for power-of-two scales), then one rounding to dtype.
-  const int64_t R = q.rows(), C = q.cols();
-  Tensor wide = q.codes.to(DType::f32);
-  on_device(
-      q.codes.device(),
-      [&] {
-    float* w = static_cast<float*>(wide.raw_data());
-    const float* inv = static_cast<const float*>(q.scale_inv.contiguous().raw_data());
-    const int64_t nbc = q.scale_inv.size(1);
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t c = 0; c < C; ++c) w[r * C + c] *= inv[(r / q.block_rows) * nbc + c / q.block_cols];
-      },
-      [&] { no_cuda("dequantize"); });
-  return wide.to(dtype);
+  // code x scale (exact for power-of-two scales), then one rounding to dtype: the scales expanded
+  // to every element (a reference for tests and lessons; the GEMM never does this).
+  const int64_t nbr = q.scale_inv.size(0), nbc = q.scale_inv.size(1);
+  const Tensor inv = q.scale_inv.reshape({nbr, 1, nbc, 1})
+                         .expand({nbr, q.block_rows, nbc, q.block_cols})
+                         .reshape({nbr * q.block_rows, nbc * q.block_cols})
+                         .narrow(0, 0, q.rows())
+                         .narrow(1, 0, q.cols());
+  return mul(q.codes.to(DType::f32), inv).to(dtype);
 }
-
-namespace {
-
-// One operand of the 8-bit GEMM: its codes as GEMM operand `X` (transposed for B), with the
-// scales that change along K as block scales and those constant along K as outer factors.
-struct ScaledOperand {
-  cpu::GemmOperand op;
-  Tensor outer;   // f32 [rows]: the factor of each row (undefined: none)
-  Tensor blocks;  // the block scales op.scales points into
-};
-
-ScaledOperand scaled_operand(const Quantized& q, bool as_b, const char* who) {
-  const int64_t R = q.rows(), K = q.cols();
-  const Tensor inv = q.scale_inv.contiguous();
-  const int64_t nbc = inv.size(1);
-  const void* p = q.codes.raw_data();
-  ScaledOperand s;
-  // A: element (i, k) at p[i K + k]; B = q^T: element (k, j) at p[j K + k].
-  s.op = as_b ? cpu::GemmOperand{q.codes.dtype(), p, 1, K} : cpu::GemmOperand{q.codes.dtype(), p, K, 1};
-  if (q.block_cols >= K) {  // constant along K: a factor of each row's dot products
-    const float* v = static_cast<const float*>(inv.raw_data());
-    std::vector<float> per_row(static_cast<size_t>(R));
-    for (int64_t r = 0; r < R; ++r) per_row[size_t(r)] = v[r / q.block_rows];
-    s.outer = from_vector(per_row, {R});
-  } else {
-    const float* v = static_cast<const float*>(inv.raw_data());
-    for (int64_t i = 0; i < inv.numel(); ++i)
-      MT_CHECK(scales::is_pow2(v[i]) || v[i] != v[i], who,
-               ": scales that change along K must be powers of two (rules pow2-floor, pow2-up), got ", v[i]);
-    s.op.scales = as_b ? cpu::GemmScales{v, q.block_cols, q.block_rows, 1, nbc, 0, 0}
-                       : cpu::GemmScales{v, q.block_rows, q.block_cols, nbc, 1, 0, 0};
-    s.blocks = inv;
-  }
-  return s;
-}
-
-}  // namespace
 
 Tensor scaled_matmul_nt(const Quantized& a, const Quantized& b, const Tensor& bias, DType out_dtype) {
   const char* op = "scaled_matmul_nt";
-  for (const Quantized* q : {&a, &b})
-    MT_CHECK(q->codes.defined() && q->codes.dim() == 2 && is_8bit(q->codes.dtype()) && q->codes.is_contiguous(), op,
-             ": expected quantized operands [rows, K] (quantize())");
+  check_operand(op, a, "a");
+  check_operand(op, b, "b");
+  MT_CHECK(a.codes.device() == b.codes.device(), op, ": operands on ", a.codes.device(), " and ", b.codes.device());
   MT_CHECK(a.cols() == b.cols(), op, ": reduction dims differ: ", a.codes.meta(), " x ", b.codes.meta(), "^T");
   MT_CHECK(out_dtype == DType::f32 || is_16bit(out_dtype), op, ": out_dtype must be f32, f16 or bf16, got ",
            dtype_name(out_dtype));
   const int64_t M = a.rows(), N = b.rows(), K = a.cols();
   if (bias.defined())
-    MT_CHECK(bias.dim() == 1 && bias.size(0) == N && is_floating(bias.dtype()), op, ": bias must be [", N, "], got ",
-             bias.meta());
+    MT_CHECK(bias.dim() == 1 && bias.size(0) == N && is_floating(bias.dtype()) && bias.device() == a.codes.device(), op,
+             ": bias must be [", N, "] on ", a.codes.device(), ", got ", bias.meta());
+  for (const Quantized* q : {&a, &b})  // constant along K, a scale multiplies the sums: any value
+    MT_CHECK(q->block_cols >= K || q->rule != ScaleRule::amax, op,
+             ": scales that change along K must be powers of two (rules pow2-floor, pow2-up), got blocks of ",
+             q->block_rows, " x ", q->block_cols, " over K = ", K, " with rule ", scale_rule_name(q->rule));
   Tensor y = empty({M, N}, out_dtype, a.codes.device());
   on_device(
-      a.codes.device(),
+      y.device(),
       [&] {
-    const ScaledOperand sa = scaled_operand(a, false, op), sb = scaled_operand(b, true, op);
-    std::vector<float> c(size_t(M * N));
-    cpu::gemm(cpu::GemmArith::dot_bf16, M, N, K, sa.op, sb.op, false, c.data(), N);
-    cpu::scaled_gemm_epilogue(c.data(), M, N, sa.outer.defined() ? sa.outer.data<float>() : nullptr,
-                              sb.outer.defined() ? sb.outer.data<float>() : nullptr, bias, y);
+    cpu::scaled_matmul_nt(a.codes, a.scale_inv, a.block_rows, a.block_cols, b.codes, b.scale_inv, b.block_rows,
+                          b.block_cols, bias, y);
       },
-      [&] { no_cuda(op); });
+      [&] {
+    cuda::scaled_matmul_nt(a.codes, a.scale_inv, a.block_rows, a.block_cols, b.codes, b.scale_inv, b.block_rows,
+                           b.block_cols, bias, y);
+  });
   return y;
 }
 

@@ -21,11 +21,12 @@
 
 #include <cstdint>
 
+#include "tensor/core/scale_formulas.h"
 #include "tensor/tensor.h"
 
 namespace mixtape {
 
-enum class ScaleRule : uint8_t { amax, pow2_floor, pow2_up };
+// ScaleRule (tensor/core/scale_formulas.h): amax, pow2_floor, pow2_up.
 const char* scale_rule_name(ScaleRule r);  // "amax", "pow2-floor", "pow2-up"
 
 // Blocks of block_rows x block_cols elements of the [rows, K] operand; 0: the whole extent.

@@ -1,0 +1,145 @@
+// Note [Pixel-major columns]
+// im2col writes cols [N*OH*OW, C*KH*KW]: row p = (n*OH + oh)*OW + ow is one output pixel, column
+// k = (c*KH + kh)*KW + kw one tap of one channel, holding x[n, c, oh*sh - ph + kh*dh,
+// ow*sw - pw + kw*dw] (0 in the padding). Then conv2d is y = cols W^T, one GEMM whose reduction
+// dim K = C*KH*KW runs along each row of both operands, which is what an 8-bit GEMM quantizing
+// its operands row by row along K needs. conv2d's own kernels (tensor/cpu/conv.cpp, Note [im2col
+// layout]) build the transpose, [C*KH*KW, pixels], chunk by chunk and group by group for their
+// GEMM; these two ops build the whole matrix once, so they have kernels of their own.
+//   - im2col: each row is one thread's (Note [Deterministic threads]); a row is filled channel
+//     by channel, tap row by tap row, with the taps that fall in the image found once per row.
+//   - col2im, its adjoint: each (n, c) plane is one thread's. The plane's KH*KW columns are
+//     first read into a [KH*KW, OH*OW] buffer in the compute type (fp32, f64 for f64), then
+//     added into a zeroed fp32 (f64) plane tap by tap, (kh, kw) ascending, each tap's row over
+//     (oh, ow) ascending: a pixel gets at most one value per tap, so its sum is
+//     ((0 + v(kh, kw) first) + next) ... over its taps in (kh, kw) order, whatever the thread
+//     count, and is rounded once to cols' dtype. That is the order of conv.cpp's col2im_add,
+//     so col2im of the same columns gives conv2d_backward_input's bits.
+#include "tensor/cpu/im2col.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "tensor/cpu/convert.h"
+#include "tensor/cpu/parallel.h"
+
+namespace mixtape::cpu {
+
+namespace {
+
+// The j in [0, count) with i0 + j step in [0, size): [lo, hi) (empty when none). Used for the
+// taps of one pixel (step the dilation) and for the pixels of one tap (step the stride).
+inline void inside(int64_t i0, int64_t step, int64_t size, int64_t count, int64_t& lo, int64_t& hi) {
+  lo = i0 >= 0 ? 0 : (-i0 + step - 1) / step;
+  hi = i0 > size - 1 ? 0 : (size - 1 - i0) / step + 1;
+  lo = std::min(lo, count);
+  hi = std::clamp(hi, lo, count);
+}
+
+template <class T>
+void im2col_rows(const Strided& xt, const ColumnGeometry& g, T* cols) {
+  const T* x = static_cast<const T*>(xt.raw_data());
+  const Shape& xs = xt.strides();
+  const int64_t N = xt.size(0), C = xt.size(1), H = xt.size(2), W = xt.size(3);
+  const int64_t KH = g.kernel.h, KW = g.kernel.w, OH = g.out.h, OW = g.out.w, KK = KH * KW, K = C * KK;
+  const int64_t step_h = g.dilation.h * xs[2], step_w = g.dilation.w * xs[3];  // between taps, in x
+  parallel_for(N * OH * OW, grain_for(K), [&](int64_t p_begin, int64_t p_end) {
+    int64_t n = p_begin / (OH * OW), oh = p_begin / OW % OH, ow = p_begin % OW;
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t ih0 = oh * g.stride.h - g.padding.h, iw0 = ow * g.stride.w - g.padding.w;
+      int64_t kh0, kh1, kw0, kw1;  // the taps inside the image
+      inside(ih0, g.dilation.h, H, KH, kh0, kh1);
+      inside(iw0, g.dilation.w, W, KW, kw0, kw1);
+      // offset in x of tap (kh0, kw0) of channel 0 (only formed when that tap is inside)
+      const int64_t first = n * xs[0] + (ih0 + kh0 * g.dilation.h) * xs[2] + (iw0 + kw0 * g.dilation.w) * xs[3];
+      T* row = cols + p * K;
+      for (int64_t c = 0; c < C; ++c) {
+        T* d = row + c * KK;
+        std::fill(d, d + kh0 * KW, T{});
+        if (kh0 < kh1 && kw0 < kw1) {
+          for (int64_t kh = kh0; kh < kh1; ++kh) {
+            const T* src = x + (first + c * xs[1] + (kh - kh0) * step_h);
+            T* dk = d + kh * KW;
+            std::fill(dk, dk + kw0, T{});
+            if (step_w == 1) {
+              std::copy(src, src + (kw1 - kw0), dk + kw0);
+            } else {
+              for (int64_t kw = kw0; kw < kw1; ++kw) dk[kw] = src[(kw - kw0) * step_w];
+            }
+            std::fill(dk + kw1, dk + KW, T{});
+          }
+        } else {
+          std::fill(d + kh0 * KW, d + kh1 * KW, T{});
+        }
+        std::fill(d + kh1 * KW, d + KK, T{});
+      }
+      if (++ow == OW) {
+        ow = 0;
+        if (++oh == OH) {
+          oh = 0;
+          ++n;
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt) {
+  using Acc = compute_t<T>;
+  const T* cols = static_cast<const T*>(ct.raw_data());
+  const Shape& cs = ct.strides();
+  T* x = static_cast<T*>(xt.raw_data());
+  const int64_t N = xt.size(0), C = xt.size(1), H = xt.size(2), W = xt.size(3), HW = H * W;
+  const int64_t KH = g.kernel.h, KW = g.kernel.w, OH = g.out.h, OW = g.out.w, KK = KH * KW, L = OH * OW;
+  const int64_t sh = g.stride.h, sw = g.stride.w;
+  parallel_for(N * C, grain_for(KK * L), [&](int64_t q_begin, int64_t q_end) {
+    std::vector<Acc> taps(static_cast<size_t>(KK * L)), img(static_cast<size_t>(HW));
+    for (int64_t q = q_begin; q < q_end; ++q) {
+      const int64_t n = q / C, c = q % C;
+      // taps[k, l] = cols[n L + l, c KK + k]: the plane's KK columns as rows of L
+      const T* src = cols + n * L * cs[0] + c * KK * cs[1];
+      for (int64_t l = 0; l < L; ++l) {
+        const T* s = src + l * cs[0];
+        for (int64_t k = 0; k < KK; ++k) taps[size_t(k * L + l)] = load(s[k * cs[1]]);
+      }
+      // img[ih, iw] += taps[(kh, kw), (oh, ow)] for ih = oh sh - ph + kh dh, iw = ow sw - pw + kw dw
+      std::fill(img.begin(), img.end(), Acc(0));
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          const int64_t ih0 = kh * g.dilation.h - g.padding.h, iw0 = kw * g.dilation.w - g.padding.w;
+          int64_t oh0, oh1, ow0, ow1;  // the pixels whose tap (kh, kw) is inside the image
+          inside(ih0, sh, H, OH, oh0, oh1);
+          inside(iw0, sw, W, OW, ow0, ow1);
+          if (ow0 == ow1) continue;
+          const Acc* tap = taps.data() + (kh * KW + kw) * L;
+          for (int64_t oh = oh0; oh < oh1; ++oh) {
+            const Acc* t = tap + oh * OW;
+            Acc* dst = img.data() + (ih0 + oh * sh) * W + iw0 + ow0 * sw;
+            if (sw == 1) {  // the same additions with a unit stride the compiler can vectorize
+              for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow - ow0] += t[ow];
+            } else {
+              for (int64_t ow = ow0; ow < ow1; ++ow) dst[(ow - ow0) * sw] += t[ow];
+            }
+          }
+        }
+      store_row(img.data(), x + q * HW, 1, HW);  // each rounded once
+    }
+  });
+}
+
+}  // namespace
+
+void im2col(const Strided& x, const ColumnGeometry& g, const Strided& cols) {
+  MT_ASSERT(cols.is_contiguous() && x.dim() == 4 && cols.dim() == 2);
+  if (cols.numel() == 0) return;
+  dispatch_floating(cols.dtype(), "im2col", [&]<class T>() { im2col_rows<T>(x, g, static_cast<T*>(cols.raw_data())); });
+}
+
+void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x) {
+  MT_ASSERT(x.is_contiguous() && x.dim() == 4 && cols.dim() == 2);
+  if (x.numel() == 0) return;
+  dispatch_floating(x.dtype(), "col2im", [&]<class T>() { col2im_planes<T>(cols, g, x); });
+}
+
+}  // namespace mixtape::cpu

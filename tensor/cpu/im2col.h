@@ -1,0 +1,27 @@
+// The column matrix of a 2-D convolution as an op of its own (tensor/ops/conv.h im2col, col2im):
+// cols [N*OH*OW, C*KH*KW], one row per output pixel, so that conv2d is y = cols W^T with the
+// reduction dim K = C*KH*KW along each row (Note [Pixel-major columns] in im2col.cpp). x may have
+// any strides, cols too when read; outputs are contiguous.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/core/shape.h"
+#include "tensor/core/strided.h"
+
+namespace mixtape::cpu {
+
+// Where a column matrix reads: the kernel, the stride, the padding before the image (top, left),
+// the dilation, and the output size OH, OW (which fixes the padding after the image).
+struct ColumnGeometry {
+  Size2 kernel, stride, padding, dilation, out;
+};
+
+// cols [N*OH*OW, C*KH*KW] (contiguous, x's dtype) from x [N, C, H, W]: copies, and zeros for the
+// padding.
+void im2col(const Strided& x, const ColumnGeometry& g, const Strided& cols);
+// x [N, C, H, W] (contiguous, cols' dtype): each element the sum of the entries of cols that im2col
+// reads it into, in fp32 (f64 for f64), in (kh, kw) order, rounded once.
+void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x);
+
+}  // namespace mixtape::cpu

@@ -310,7 +310,7 @@ struct Ops {
       sub_lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f.sub_lo)));
       sub_hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f.sub_hi)));
       man_shift = _mm_cvtsi32_si128(f.man_shift);
-      sign_shift = _mm_cvtsi32_si128(f.sign_shift + 1);
+      sign_shift = _mm_cvtsi32_si128(f.sign_shift);
     }
     // bf16_from_fields on 16 codes (16-bit lanes).
     I bf16_of(__m128i codes) const {

@@ -1,0 +1,245 @@
+// 8-bit training (autograd/fp8.h): each GEMM of a linear layer reads the operands its recipe gives
+// (checked against the 16-bit GEMMs of the values the codes stand for), per-operator gradient
+// scaling with E5M2's range, delayed scaling's history and its state dict, the telemetry records,
+// and a small model that trains under every recipe.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "mixtape.h"
+#include "support/test_util.h"
+
+using namespace mixtape;
+
+namespace {
+
+// The values of an operand as quantized by `spec`, in bf16 (exact for the power-of-two recipes).
+Tensor fake_quant(const Tensor& x, const QuantSpec& spec) { return dequantize(quantize(x, spec), DType::bf16); }
+
+QuantSpec block_spec(DType f, bool weight) {
+  return {.format = f, .layout = weight ? ScaleLayout{128, 128} : ScaleLayout{1, 128}, .rule = ScaleRule::pow2_up};
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]))) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("fp8 linear: fprop, dgrad and wgrad each read the operands of their own recipe blocks", "[fp8][autograd]") {
+  Generator gen(3);
+  // x [2, 3, 200] in bf16 (a batch of 6 rows), w [130, 200]: K = 200 crosses a 128 block, the
+  // weight's 130 rows cross one too.
+  Variable x(normal({2, 3, 200}, 0.0, 1.0, gen, DType::bf16), true);
+  Variable w(normal({130, 200}, 0.0, 0.05, gen), true);
+  Variable b(normal({130}, 0.0, 0.1, gen), true);
+  const Tensor r = normal({2, 3, 130}, 0.0, 1e-3, gen, DType::bf16);  // dy
+  Fp8Context fp8({.recipe = Fp8Recipe::block});
+  Variable y;
+  {
+    Tape tape;
+    tape.set_fp8(&fp8);
+    fp8.begin_step();
+    y = linear(x, cast(w, DType::bf16), cast(b, DType::bf16));
+    tape.backward(y, ScaledGrad{r, 1.0f});
+  }
+  // The references: plain bf16 GEMMs (the same fp32 arithmetic) on the values each operand's codes
+  // stand for, quantized along that GEMM's K.
+  const Tensor x2 = x.data().reshape({6, 200}), w16 = w.data().to(DType::bf16), d2 = r.reshape({6, 130});
+  const Tensor y_ref = linear(fake_quant(x2, block_spec(DType::e4m3, false)),
+                              fake_quant(w16, block_spec(DType::e4m3, true)), b.data().to(DType::bf16));
+  CHECK(same_bits(y.data().reshape({6, 130}), y_ref));
+  // dgrad: dx = dy w, K = out: dY rows in 1 x 128 tiles, w^T in 128 x 128 blocks.
+  const Tensor dx_ref = linear(fake_quant(d2, block_spec(DType::e5m2, false)),
+                               fake_quant(w16.transpose(0, 1), block_spec(DType::e4m3, true)));
+  REQUIRE(x.grad().has_value());
+  CHECK(x.grad()->scale == 1.0f);
+  CHECK(same_bits(x.grad()->g.reshape({6, 200}), dx_ref));
+  // wgrad: dw = dy^T x, K = the 6 rows: both operands transposed, 1 x 128 tiles along the rows.
+  const Tensor dw_ref = linear(fake_quant(d2.transpose(0, 1), block_spec(DType::e5m2, false)),
+                               fake_quant(x2.transpose(0, 1), block_spec(DType::e4m3, false)));
+  REQUIRE(w.grad().has_value());
+  CHECK(same_bits(w.grad()->g.to(DType::bf16), dw_ref));
+  // The bias gradient is the bf16 path's: the column sums of dy.
+  CHECK(same_bits(b.grad()->g.to(DType::bf16), linear_backward_bias(r)));
+  // Six operands, recorded in order.
+  const std::vector<Fp8Record>& recs = fp8.records();
+  REQUIRE(recs.size() == 6);
+  const char* gemms[] = {"fprop", "fprop", "dgrad", "dgrad", "wgrad", "wgrad"};
+  const Fp8Role roles[] = {Fp8Role::input,  Fp8Role::weight, Fp8Role::grad,
+                           Fp8Role::weight, Fp8Role::grad,   Fp8Role::input};
+  for (size_t i = 0; i < 6; ++i) {
+    CHECK(std::string(recs[i].gemm) == gemms[i]);
+    CHECK(recs[i].role == roles[i]);
+    CHECK(recs[i].format == (roles[i] == Fp8Role::grad ? DType::e5m2 : DType::e4m3));
+    CHECK(recs[i].site == 0);
+  }
+  CHECK(recs[2].stats.count == 6 * 130);
+}
+
+TEST_CASE("fp8 linear: per-tensor recipes agree with the product of the dequantized operands", "[fp8][autograd]") {
+  Generator gen(4);
+  const Tensor x0 = normal({16, 64}, 0.0, 1.0, gen, DType::bf16), w0 = normal({32, 64}, 0.0, 0.1, gen);
+  const Tensor r = normal({16, 32}, 0.0, 1e-4, gen, DType::bf16);
+  for (Fp8Recipe recipe : {Fp8Recipe::current, Fp8Recipe::rowwise, Fp8Recipe::mx}) {
+    INFO(fp8_recipe_name(recipe));
+    Variable x(x0, true), w(w0, true);
+    Fp8Context fp8({.recipe = recipe});
+    Variable y;
+    {
+      Tape tape;
+      tape.set_fp8(&fp8);
+      fp8.begin_step();
+      y = linear(x, cast(w, DType::bf16));
+      tape.backward(y, ScaledGrad{r, 1.0f});
+    }
+    // Close to the bf16 products: E4M3 holds 3 fraction bits, E5M2 2.
+    const Tensor y16 = linear(x0, w0.to(DType::bf16)).to(DType::f64);
+    const Tensor dw16 = matmul(r.to(DType::f64).transpose(0, 1), x0.to(DType::f64));
+    auto rel = [](const Tensor& a, const Tensor& b) {
+      const std::vector<double> u = a.to_vector(), v = b.to_vector();
+      double num = 0, den = 0;
+      for (size_t i = 0; i < u.size(); ++i) num += (u[i] - v[i]) * (u[i] - v[i]), den += v[i] * v[i];
+      return std::sqrt(num / den);
+    };
+    CHECK(rel(y.data().to(DType::f64), y16) < 0.05);
+    CHECK(rel(w.grad()->unscaled().to(DType::f64), dw16) < 0.1);
+    // The gradient operands are scaled to E5M2's range: nothing flushed although |dy| ~ 1e-4.
+    for (const Fp8Record& rec : fp8.records())
+      if (rec.role == Fp8Role::grad) CHECK(rec.stats.flushed == 0);
+  }
+}
+
+TEST_CASE("fp8 linear: per-operator gradient scaling picks beta from E5M2's range, the operand keeps s = 1",
+          "[fp8][autograd][gradscale]") {
+  Generator gen(5);
+  Variable x(normal({64, 32}, 0.0, 1.0, gen, DType::bf16), true);
+  Variable w(normal({16, 32}, 0.0, 0.1, gen), true);
+  // |dy| ~ 1e-7: below E5M2's smallest subnormal 2^-16 = 1.5e-5 at scale 1.
+  const Tensor r = normal({64, 16}, 0.0, 1e-7, gen, DType::bf16);
+  GradientScalingRule rule;
+  Fp8Context fp8({.recipe = Fp8Recipe::current});
+  {
+    Tape tape;
+    tape.set_fp8(&fp8);
+    tape.set_scaling_rule(&rule);
+    fp8.begin_step();
+    tape.backward(linear(x, cast(w, DType::bf16)), ScaledGrad{r, 1.0f});
+  }
+  // beta lifts dY into E5M2: the dX gradient carries it, the grad operands were quantized at s = 1
+  // and flushed almost nothing.
+  REQUIRE(x.grad().has_value());
+  const float beta = x.grad()->scale;
+  CHECK(beta >= std::ldexp(1.0f, 10));
+  const double max_dy = amax(abs(r)).to_vector()[0];
+  CHECK(beta * max_dy <= 57344.0);  // the cap: no overflow by construction
+  int grads = 0;
+  for (const Fp8Record& rec : fp8.records())
+    if (rec.role == Fp8Role::grad) {
+      ++grads;
+      CHECK(rec.stats.scale_inv_min == 1.0f);
+      CHECK(rec.stats.saturated == 0);
+      CHECK(double(rec.stats.flushed) <= 0.01 * double(rec.stats.count));
+    }
+  CHECK(grads == 2);
+  // The rule recorded a cast query against E5M2.
+  bool found = false;
+  for (const ScaleRecord& s : rule.step_records())
+    found |= s.kind == ScaleRecord::Kind::cast && s.format == DType::e5m2;
+  CHECK(found);
+  // Without the rule (and with no amax scale: a given s of 1) the same dY flushes to zero.
+  const Quantized plain = quantize(r, {.format = DType::e5m2, .given_scale = 1.0f});
+  CHECK(double(plain.stats.flushed) > 0.9 * double(plain.stats.count));
+}
+
+TEST_CASE("fp8 delayed scaling: a step quantizes with the scale its history gave, and the history resumes",
+          "[fp8][autograd]") {
+  Generator gen(6);
+  const Tensor w0 = normal({8, 16}, 0.0, 0.5, gen);
+  auto step = [&](Fp8Context& fp8, float x_scale) {
+    Variable x(normal({4, 16}, 0.0, 1.0, gen, DType::bf16) * double(x_scale), true);
+    Variable w(w0, true);
+    Tape tape;
+    tape.set_fp8(&fp8);
+    fp8.begin_step();
+    Variable y = linear(x, cast(w, DType::bf16));
+    tape.backward(y, ScaledGrad{full(y.shape(), 1e-3, DType::bf16), 1.0f});
+    return fp8.records();
+  };
+  Fp8Options o{.recipe = Fp8Recipe::delayed, .amax_history_len = 3};
+  Fp8Context a(o);
+  const std::vector<Fp8Record> s1 = step(a, 1.0f);
+  CHECK(s1[0].stats.scale_inv_min == 1.0f);  // no history yet: s = 1, as Transformer Engine starts
+  const float amax1 = s1[0].stats.amax;
+  const std::vector<Fp8Record> s2 = step(a, 4.0f);  // an amax spike: step 2 still uses step 1's scale
+  CHECK(s2[0].stats.scale_inv_min == 1.0f / (448.0f / amax1));
+  CHECK(s2[0].stats.saturated > 0);
+  // Resume: a context loaded from a's state continues exactly as a does.
+  Fp8Context b(o);
+  b.load_state_dict(a.state_dict());
+  Generator saved = gen;
+  const std::vector<Fp8Record> a3 = step(a, 1.0f);
+  gen = saved;
+  const std::vector<Fp8Record> b3 = step(b, 1.0f);
+  REQUIRE(a3.size() == b3.size());
+  for (size_t i = 0; i < a3.size(); ++i) {
+    CHECK(a3[i].stats.scale_inv_min == b3[i].stats.scale_inv_min);
+    CHECK(a3[i].stats.saturated == b3[i].stats.saturated);
+  }
+  CHECK(a3[0].stats.scale_inv_min == 1.0f / (448.0f / std::max(amax1, s2[0].stats.amax)));  // max of the history
+  CHECK(b.totals(Fp8Role::input).count == a.totals(Fp8Role::input).count);
+  // A history saved with another length is refused, naming it.
+  Fp8Context c({.recipe = Fp8Recipe::delayed, .amax_history_len = 5});
+  CHECK_THAT(test::error_of([&] { c.load_state_dict(a.state_dict()); }),
+             Catch::Contains("amax_history_len") && Catch::Contains("site0.input"));
+}
+
+TEST_CASE("fp8 options: bad combinations name the field", "[fp8]") {
+  CHECK_THAT(test::error_of([] { Fp8Context({.forward_format = DType::bf16}); }), Catch::Contains("forward_format"));
+  CHECK_THAT(test::error_of([] { Fp8Context({.grad_format = DType::e2m1}); }), Catch::Contains("grad_format"));
+  CHECK_THAT(test::error_of([] { Fp8Context({.mx_rule = ScaleRule::amax}); }), Catch::Contains("mx_rule"));
+  CHECK_THAT(test::error_of([] { Fp8Context({.amax_history_len = 0}); }), Catch::Contains("amax_history_len"));
+  CHECK_THAT(test::error_of([] { fp8_recipe_from_name("tensorwise"); }),
+             Catch::Contains("current, delayed, rowwise, mx, block"));
+}
+
+TEST_CASE("fp8 policy: a small MLP trains under every recipe and element format", "[fp8][training]") {
+  // y = 0.1 x the sum of the inputs (variance 0.32), learned by a two-layer MLP; every recipe gets
+  // within reach of bf16.
+  auto train = [](nn::Precision p, Fp8Options o) {
+    Generator gen(11);
+    nn::Sequential model;
+    model.push_back(std::make_shared<nn::Linear>(32, 64, true, gen));
+    model.push_back(std::make_shared<nn::ReLU>());
+    model.push_back(std::make_shared<nn::Linear>(64, 1, true, gen));
+    PrecisionTrainer t(model, {.kind = OptimizerKind::adamw, .lr = 3e-3}, {.precision = p, .fp8 = o});
+    Generator data(12);
+    double last = 0.0;
+    for (int s = 0; s < 150; ++s) {
+      const Tensor x = normal({64, 32}, 0.0, 1.0, data);
+      const Tensor target = sum(x, {1}, true) * 0.1;
+      Tape tape;
+      t.begin_step(tape);
+      Variable loss = mse_loss(nn::fp32_input(OpId::mse_loss, model(Variable(t.input(x)))), Variable(target));
+      t.backward(tape, loss);
+      t.step();
+      last = loss.data().to_vector()[0];
+    }
+    return last;
+  };
+  const double bf16 = train(nn::Precision::bf16, {});
+  INFO("bf16 final loss " << bf16);
+  CHECK(bf16 < 0.05);
+  for (Fp8Options o : {Fp8Options{.recipe = Fp8Recipe::current}, Fp8Options{.recipe = Fp8Recipe::delayed},
+                       Fp8Options{.recipe = Fp8Recipe::rowwise}, Fp8Options{.recipe = Fp8Recipe::mx},
+                       Fp8Options{.recipe = Fp8Recipe::mx, .mx_element = DType::e2m1, .mx_rule = ScaleRule::pow2_up},
+                       Fp8Options{.recipe = Fp8Recipe::block}}) {
+    const double fp8 = train(nn::Precision::fp8, o);
+    INFO(fp8_recipe_name(o.recipe) << " " << dtype_name(o.mx_element) << ": final loss " << fp8);
+    CHECK(fp8 < 3.0 * bf16 + 0.02);
+  }
+}

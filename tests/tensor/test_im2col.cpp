@@ -51,6 +51,7 @@ const std::vector<Geo>& geometries() {
       {{1, 2, 7, 7}, 3, 2, 2, 1, Size2{0, 1}, "padding_end smaller than padding"},
       {{3, 2, 8, 8}, 2, 2, 0, 3, std::nullopt, "dilation 3"},
       {{1, 2, 9, 9}, 2, 4, 1, 1, std::nullopt, "stride larger than the kernel"},
+      {{1, 2, 3, 4}, 2, 1, {2, 3}, 1, std::nullopt, "pixels whose taps are all in the padding"},
   };
   return all;
 }
@@ -209,16 +210,21 @@ TEST_CASE("col2im sums in the documented order and rounds once", "[im2col]") {
 
 TEST_CASE("col2im of dy W is conv2d's input gradient", "[im2col]") {
   // cols = dy_mat W: (N*OH*OW, C*KH*KW) = (N*OH*OW, OC) (OC, C*KH*KW), dy_mat the pixels of dy as
-  // rows; col2im(cols) = conv2d_backward_input(dy, w), in f64.
-  for (const Geo& g : geometries()) {
-    INFO(describe(g));
-    const int64_t OC = 4;
-    const Tensor w = rand_input({OC, g.x[1], g.k.h, g.k.w}, DType::f64, 51);
-    const Tensor dy = rand_input({g.x[0], OC, g.OH(), g.OW()}, DType::f64, 52);
-    const Tensor dy_mat = dy.permute({0, 2, 3, 1}).reshape({g.P(), OC});
-    const Tensor dx = col2im(matmul(dy_mat, w.reshape({OC, g.K()})), g.x, g.k, g.s, g.p, g.d, g.pe);
-    check_close(dx, conv2d_backward_input(dy, w, g.x, g.s, g.p, g.d, 1, g.pe), 1e-13, 1e-14);
-  }
+  // rows; col2im(cols) = conv2d_backward_input(dy, w). In f32 both GEMMs sum each element in one
+  // chain over OC and both col2im add in (kh, kw) order, so the bits agree; f64 within rounding
+  // (OpenBLAS).
+  for (const Geo& g : geometries())
+    for (DType dt : {DType::f64, DType::f32}) {
+      INFO(describe(g) << " " << dtype_name(dt));
+      const int64_t OC = 4;
+      const Tensor w = rand_input({OC, g.x[1], g.k.h, g.k.w}, dt, 51);
+      const Tensor dy = rand_input({g.x[0], OC, g.OH(), g.OW()}, dt, 52);
+      const Tensor dy_mat = dy.permute({0, 2, 3, 1}).reshape({g.P(), OC});
+      const Tensor dx = col2im(matmul(dy_mat, w.reshape({OC, g.K()})), g.x, g.k, g.s, g.p, g.d, g.pe);
+      const Tensor want = conv2d_backward_input(dy, w, g.x, g.s, g.p, g.d, 1, g.pe);
+      if (dt == DType::f32) CHECK(dx.to_vector() == want.to_vector());
+      else check_close(dx, want, 1e-13, 1e-14);
+    }
 }
 
 TEST_CASE("im2col and col2im give the same bits with 1 and 2 threads", "[im2col][threads]") {

@@ -24,6 +24,13 @@
 // fp8.cpp), and dY is quantized with s = 1. The bias, the gradients passed between ops, and
 // everything that is not a GEMM operand stay in the mixed policy underneath.
 //
+// A tensor is quantized once per layout per step: the unrolled LSTM reads the same recurrent weight
+// at every time step, and a per-tensor operand's codes serve both orientations (x for fprop and
+// x^T for wgrad are the same codes, transposed: the same amax gives the same scale), as Transformer
+// Engine keeps an fp8 tensor with its transpose. The context remembers each tensor by its storage
+// (weakly: a freed storage matches nothing) until the next begin_step(); a tensor must not change
+// in place between begin_step() and the step's optimizer update (the trainer's order).
+//
 // Delayed scaling keeps, for each (site, role), the amaxes of the last amax_history_len steps; a
 // step quantizes with the scale the history gave at its start, records its own amax, and the
 // next begin_step() rolls the history and computes the next scale (TE's order). A site is the
@@ -33,6 +40,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -112,6 +121,8 @@ class Fp8Context {
     float scale = 1.0f;       // s for this step
   };
   QuantSpec spec(Fp8Role role, bool per_operator_scaled) const;
+  // The codes of x if x, or x^T under a per-tensor layout, was quantized this step with spec s.
+  std::optional<Quantized> cached(const Tensor& x, const QuantSpec& s) const;
   History& history(int64_t site, OpId op, Fp8Role role);
 
   Fp8Options options_;
@@ -119,6 +130,18 @@ class Fp8Context {
   std::map<std::pair<int64_t, int>, History> histories_;
   std::vector<Fp8Record> records_;
   QuantStats totals_[3];
+  struct CachedOperand {
+    std::weak_ptr<Storage> storage;
+    int64_t offset;
+    Shape shape, strides;
+    DType dtype;
+    QuantSpec spec;
+    Quantized q;
+  };
+  std::vector<CachedOperand> cache_;
 };
+
+// The Fp8Context of the active tape, or nullptr (no tape, or no 8-bit training).
+Fp8Context* active_fp8();
 
 }  // namespace mixtape

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "autograd/fp8.h"
 #include "autograd/functions/elementwise.h"
 #include "autograd/functions/linalg.h"
 #include "autograd/functions/lstm.h"
@@ -50,8 +51,9 @@ LstmLayerResult run_direction(const LSTM::Layer& p, const Variable& in_seq, cons
   const Variable proj = reshape(linear(reshape(in_seq, {T * B, in}), w_ih, b_ih), proj_shape);
   // The recurrence as one node (Note [LSTM layer node]): the same forward, and one GEMM for the
   // weight gradient of all T steps.
-  if (!scaling_rule_active()) return lstm_layer(proj, w_hh, b_hh, h0, c0, tdim);
-  // Gradient scaling chooses a scale per recurrent GEMM: the unrolled graph.
+  if (!scaling_rule_active() && !active_fp8()) return lstm_layer(proj, w_hh, b_hh, h0, c0, tdim);
+  // Gradient scaling chooses a scale per recurrent GEMM, and 8-bit training quantizes the operands
+  // of each: the unrolled graph, a linear node per step.
   const std::vector<Variable> steps = split(proj, 1, tdim);
   Variable h = h0, c = c0;
   std::vector<Variable> outs;

@@ -127,10 +127,10 @@ Variable bmm(const Variable& a, const Variable& b) {
 
 Variable linear(const Variable& x, const Variable& w, const Variable& b) {
   MT_CHECK(x.defined() && w.defined(), "linear: got an undefined Variable");
-  if (Tape* tape = Tape::current(); tape && tape->fp8() && is_16bit(x.dtype())) {
+  if (Fp8Context* fp8 = active_fp8(); fp8 && is_16bit(x.dtype())) {
     MT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "linear: expected x [..., ", w.size(-1),
              "] and w [out, in], got ", x.data().meta(), " and ", w.data().meta());
-    return linear_fp8(*tape->fp8(), x, w, b);
+    return linear_fp8(*fp8, x, w, b);
   }
   Tensor y = mixtape::linear(x.data(), w.data(), b.defined() ? b.data() : Tensor());
   const Tensor sx = w.requires_grad() ? x.data() : Tensor();

@@ -193,31 +193,50 @@ constexpr Truncated truncate_magnitude(uint32_t ax, const Format& f) {
 }
 
 // The magnitude code of |x| (bits ax, not NaN) rounded to nearest even, not yet clamped: past
-// max_code when the value lies beyond the range (Note [Codes count up]).
+// max_code when the value lies beyond the range (Note [Codes count up]). Two cases, each one
+// rounding by the float hardware's own rule or by integer arithmetic on the bits:
+//   below min normal  the format's values are the multiples of min_subnormal = 2^(emin - M).
+//                     Adding m = 2^(emin - M + 23), whose float ulp is min_subnormal, rounds |x|
+//                     to one of them (float addition rounds to nearest even), and the sum's bits
+//                     minus m's count them: the code k (k = 2^M is min normal's code).
+//   from min normal   round the float's 23 mantissa bits to M, to nearest even (add half an ulp
+//                     less one, plus the kept lsb, then drop: a carry runs into the exponent),
+//                     then rebias the exponent from 127 to the format's bias. inf lands past max.
 constexpr uint32_t rne_magnitude_code(uint32_t ax, const Format& f) {
-  const Truncated t = truncate_magnitude(ax, f);
-  const uint64_t halfway = uint64_t(1) << (t.shift - 1);
-  // Rounding up may carry into the next binade, or past max.
-  return t.code + ((t.rest > halfway || (t.rest == halfway && (t.code & 1u))) ? 1u : 0u);
+  const int emin = 1 - f.bias, drop = 23 - f.man_bits;
+  if (ax < uint32_t(emin + 127) << 23) {
+    const float m = f32_from(uint32_t(emin - f.man_bits + 23 + 127) << 23);
+    return f32_bits(f32_from(ax) + m) - f32_bits(m);
+  }
+  const uint32_t r = (ax + ((1u << (drop - 1)) - 1u) + ((ax >> drop) & 1u)) >> drop;
+  return r - (uint32_t(127 - f.bias) << f.man_bits);
+}
+
+// A code rounded to nearest even, and whether the rounding went past max_finite (the values
+// saturation clamps, and that become inf or NaN without it; x within half an ulp above max rounds
+// to max and is not past it).
+struct Rounded {
+  uint8_t code;
+  bool past_max;
+};
+
+constexpr Rounded from_float_rn_checked(float x, const Format& f, Overflow o = Overflow::saturate) {
+  const uint32_t b = f32_bits(x);
+  const uint32_t ax = b & 0x7FFFFFFFu;
+  if (ax > 0x7F800000u) return {nan_code(f), false};
+  const uint32_t sign = (b >> 31) << (f.exp_bits + f.man_bits);
+  const uint32_t code = rne_magnitude_code(ax, f);
+  const uint32_t ceiling = ceiling_code(f, o);
+  return {uint8_t(sign | (code < ceiling ? code : ceiling)), code > max_code(f)};
 }
 
 // float -> code, round to nearest even.
 constexpr uint8_t from_float_rn(float x, const Format& f, Overflow o = Overflow::saturate) {
-  const uint32_t b = f32_bits(x);
-  const uint32_t ax = b & 0x7FFFFFFFu;
-  if (ax > 0x7F800000u) return nan_code(f);
-  const uint32_t sign = (b >> 31) << (f.exp_bits + f.man_bits);
-  const uint32_t code = rne_magnitude_code(ax, f);
-  const uint32_t ceiling = ceiling_code(f, o);
-  return uint8_t(sign | (code < ceiling ? code : ceiling));
+  return from_float_rn_checked(x, f, o).code;
 }
 
-// Whether x rounds to nearest beyond max_finite: the values saturation clamps (and that become
-// inf or NaN without it). x within half an ulp above max rounds to max and is not counted.
-constexpr bool rounds_past_max(float x, const Format& f) {
-  const uint32_t ax = f32_bits(x) & 0x7FFFFFFFu;
-  return ax <= 0x7F800000u && rne_magnitude_code(ax, f) > max_code(f);
-}
+// Whether x rounds to nearest beyond max_finite (Rounded::past_max).
+constexpr bool rounds_past_max(float x, const Format& f) { return from_float_rn_checked(x, f).past_max; }
 
 // float -> code, stochastic rounding (Note [Stochastic rounding] in half.h): t = |x| rounded toward
 // zero, u = t + 1 the next magnitude code, p = (|x| - |t|) / (|u| - |t|) = rest / 2^shift, and the

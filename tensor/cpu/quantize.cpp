@@ -46,6 +46,19 @@ std::vector<float> block_amax(const Strided& x, int64_t br, int64_t bc) {
   return amax;
 }
 
+// Calls f.template operator()<F>() with the Format constant of an 8-bit dtype.
+template <class Fn>
+void dispatch_8bit(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::e4m3: return fn.template operator()<bits8::kE4M3>();
+    case DType::e5m2: return fn.template operator()<bits8::kE5M2>();
+    case DType::e3m2: return fn.template operator()<bits8::kE3M2>();
+    case DType::e2m3: return fn.template operator()<bits8::kE2M3>();
+    case DType::e2m1: return fn.template operator()<bits8::kE2M1>();
+    default: MT_ASSERT(false, "quantize: ", dtype_name(t), " is not an 8-bit dtype");
+  }
+}
+
 struct Counts {
   int64_t saturated = 0, flushed = 0, subnormal = 0, nonfinite = 0;
   float amax = 0.0f;  // over the finite elements
@@ -63,36 +76,39 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
   for (float& v : s) v = scales::block_scale(q, f, v);  // amax -> s in place
   float* inv = static_cast<float*>(scale_inv.raw_data());
   for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];  // exact for a power of two
-  const uint32_t exp_mask = ((1u << f.exp_bits) - 1u) << f.man_bits, mag_mask = bits8::magnitude_mask(f);
   std::vector<Counts> per_row(static_cast<size_t>(R));
   uint8_t* out = static_cast<uint8_t*>(codes.raw_data());
-  dispatch_floating(x.dtype(), "quantize", [&]<class T>() {
-    const T* p = static_cast<const T*>(x.raw_data());
-    parallel_for(R, grain_for(C), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        Counts n;
-        const float* srow = s.data() + (r / br) * nbc;
-        uint8_t* row = out + r * C;
-        for (int64_t cb = 0; cb < nbc; ++cb) {
-          const float sb = srow[cb];
-          for (int64_t c = cb * bc; c < std::min(C, (cb + 1) * bc); ++c) {
-            const float v = float(load(p[r * rs + c * cs]));
-            const float scaled = v * sb;
-            const uint8_t code = bits8::from_float_rn(scaled, f, q.overflow);
-            row[c] = code;
-            if (!std::isfinite(v)) {
-              ++n.nonfinite;
-              continue;
+  // The element loop is compiled once per format, so that the rounding's shifts and masks are
+  // constants.
+  dispatch_8bit(q.format, [&]<const bits8::Format & F>() {
+    constexpr uint32_t exp_mask = ((1u << F.exp_bits) - 1u) << F.man_bits, mag_mask = bits8::magnitude_mask(F);
+    dispatch_floating(x.dtype(), "quantize", [&]<class T>() {
+      const T* p = static_cast<const T*>(x.raw_data());
+      parallel_for(R, grain_for(C), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          Counts n;
+          const float* srow = s.data() + (r / br) * nbc;
+          uint8_t* row = out + r * C;
+          for (int64_t cb = 0; cb < nbc; ++cb) {
+            const float sb = srow[cb];
+            for (int64_t c = cb * bc; c < std::min(C, (cb + 1) * bc); ++c) {
+              const float v = float(load(p[r * rs + c * cs]));
+              const bits8::Rounded q8 = bits8::from_float_rn_checked(v * sb, F, q.overflow);
+              row[c] = q8.code;
+              if (!std::isfinite(v)) {
+                ++n.nonfinite;
+                continue;
+              }
+              n.amax = std::max(n.amax, std::fabs(v));
+              n.saturated += q8.past_max;  // an inf product too
+              const uint32_t mag = q8.code & mag_mask;
+              n.flushed += mag == 0 && v != 0.0f;
+              n.subnormal += mag != 0 && (q8.code & exp_mask) == 0;
             }
-            n.amax = std::max(n.amax, std::fabs(v));
-            if (bits8::rounds_past_max(scaled, f)) ++n.saturated;  // an inf product too
-            const uint32_t mag = code & mag_mask;
-            if (mag == 0 && v != 0.0f) ++n.flushed;
-            else if (mag != 0 && (code & exp_mask) == 0) ++n.subnormal;
           }
+          per_row[size_t(r)] = n;
         }
-        per_row[size_t(r)] = n;
-      }
+      });
     });
   });
   Counts t;
@@ -117,15 +133,17 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
 
 namespace {
 
-// One operand of the 8-bit GEMM (codes [R, K]) as GEMM operand A (as_b false: element (i, k)) or
+// One operand of the 8-bit GEMM (codes [R, K], any strides) as GEMM operand A (as_b false: element (i, k)) or
 // B = codes^T (element (k, j)): scales that change along K go into the operand's block scales,
 // scales constant along K into `outer` (one factor per row of the codes).
 GemmOperand gemm_operand(const Strided& codes, const Strided& scale_inv, int64_t br, int64_t bc, bool as_b,
                          std::vector<float>& outer) {
   const int64_t R = codes.shape()[0], K = codes.shape()[1], nbc = scale_inv.shape()[1];
   const float* inv = static_cast<const float*>(scale_inv.raw_data());
-  GemmOperand op =
-      as_b ? GemmOperand{codes.dtype(), codes.raw_data(), 1, K} : GemmOperand{codes.dtype(), codes.raw_data(), K, 1};
+  // A: element (i, k) at codes[i][k]; B: element (k, j) at codes[j][k].
+  const int64_t rs = codes.strides()[0], cs = codes.strides()[1];
+  GemmOperand op = as_b ? GemmOperand{codes.dtype(), codes.raw_data(), cs, rs}
+                        : GemmOperand{codes.dtype(), codes.raw_data(), rs, cs};
   outer.clear();
   if (bc >= K) {
     outer.resize(size_t(R));

@@ -18,7 +18,7 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
               const Strided& stats);
 
 // y [M, N] = a [M, K] b [N, K]^T (+ bias [N]) in the values the codes stand for; each operand is its
-// codes (contiguous) with scale_inv over blocks of *_br x *_bc. Scales that change along K (blocks
+// codes (any strides) with scale_inv (contiguous) over blocks of *_br x *_bc. Scales that change along K (blocks
 // shorter than K: powers of two) are applied by the GEMM as it widens the codes, scales constant
 // along K multiply the fp32 sums: y = sum * (sa[i] * sb[j]) + bias[j], rounded once.
 void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc, const Strided& b,

@@ -32,8 +32,8 @@ QuantStats read_stats(const Tensor& stats) {
 }
 
 void check_operand(const char* op, const Quantized& q, const char* which) {
-  MT_CHECK(q.codes.defined() && q.codes.dim() == 2 && is_8bit(q.codes.dtype()) && q.codes.is_contiguous(), op, ": ",
-           which, " must be quantized codes [rows, K] (quantize()), got ",
+  MT_CHECK(q.codes.defined() && q.codes.dim() == 2 && is_8bit(q.codes.dtype()), op, ": ", which,
+           " must be quantized codes [rows, K] (quantize()), got ",
            q.codes.defined() ? q.codes.meta() : std::string("an undefined tensor"));
   MT_CHECK(q.block_rows >= 1 && q.block_cols >= 1 && q.scale_inv.defined() && q.scale_inv.dtype() == DType::f32 &&
                q.scale_inv.is_contiguous() &&
@@ -44,6 +44,14 @@ void check_operand(const char* op, const Quantized& q, const char* which) {
 }
 
 }  // namespace
+
+Quantized Quantized::t() const {
+  Quantized q = *this;
+  q.codes = codes.transpose(0, 1);
+  q.scale_inv = scale_inv.transpose(0, 1).contiguous();
+  std::swap(q.block_rows, q.block_cols);
+  return q;
+}
 
 Quantized quantize(const Tensor& x, const QuantSpec& spec) {
   ops::check_same("quantize", {&x});

@@ -59,13 +59,15 @@ struct QuantStats {
 // An 8-bit operand: element (r, c) of the [rows, cols] matrix stands for
 // to_float(codes[r][c]) * scale_inv[r / block_rows][c / block_cols].
 struct Quantized {
-  Tensor codes;                            // [rows, cols], contiguous, an 8-bit dtype
+  Tensor codes;                            // [rows, cols], an 8-bit dtype (quantize: contiguous)
   Tensor scale_inv;                        // f32 [ceil(rows / block_rows), ceil(cols / block_cols)]
   int64_t block_rows = 1, block_cols = 1;  // the layout with 0 resolved to the extents
   ScaleRule rule = ScaleRule::amax;
   QuantStats stats;
   int64_t rows() const { return codes.size(0); }
   int64_t cols() const { return codes.size(1); }
+  // The operand of x^T, without a copy: the codes transposed (a view) and the scales with them.
+  Quantized t() const;
 };
 
 // x: a floating 2-D tensor (any strides). Throws for a non-8-bit format, a given_scale with a

@@ -328,3 +328,23 @@ TEST_CASE("8-bit dtypes: unscaled casts, and checkpoints in safetensors' F8 dtyp
              }),
              Catch::Contains("'c' is e2m1, which safetensors cannot hold"));
 }
+
+TEST_CASE("Quantized::t(): a per-tensor operand transposed is the operand of the transposed matrix",
+          "[quantize][fp8]") {
+  const Tensor x = random_matrix(37, 20, 9, 4.0f, DType::bf16), y = random_matrix(11, 20, 10, 4.0f, DType::bf16);
+  const Quantized qx = quantize(x, {}), qxt = quantize(x.transpose(0, 1), {});
+  CHECK(values(qx.t().codes) == values(qxt.codes));
+  CHECK(values(qx.t().scale_inv) == values(qxt.scale_inv));
+  // As the GEMM's b operand: (11, 20) x (37, 20)^T.
+  const Quantized qy = quantize(y, {});
+  CHECK(values(scaled_matmul_nt(qy, qx, Tensor(), DType::f32)) ==
+        values(scaled_matmul_nt(qy, qxt.t(), Tensor(), DType::f32)));
+  CHECK(values(scaled_matmul_nt(qy.t().t(), qx, Tensor(), DType::f32)) ==
+        values(scaled_matmul_nt(qy, qx, Tensor(), DType::f32)));
+  // (20, 11)^T ... the wgrad shape: a = y^T [20, 11] -> K = 11 with b = z^T [5, 11].
+  const Tensor z = random_matrix(11, 5, 11, 4.0f, DType::bf16);
+  const Quantized qz = quantize(z, {});
+  CHECK(
+      values(scaled_matmul_nt(qy.t(), qz.t(), Tensor(), DType::f32)) ==
+      values(scaled_matmul_nt(quantize(y.transpose(0, 1), {}), quantize(z.transpose(0, 1), {}), Tensor(), DType::f32)));
+}

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autograd/scaling.h"
 #include "autograd/tape.h"
 #include "tensor/core/scale_formulas.h"
 #include "tensor/state_io.h"
@@ -93,6 +94,12 @@ void check_fp8_options(const Fp8Options& o) {
 Fp8Context* active_fp8() {
   const Tape* tape = Tape::current();
   return tape ? tape->fp8() : nullptr;
+}
+
+Fp8Grad fp8_grad(const Fp8Context& fp8, const ScaledGrad& dy) {
+  if (!scaling_rule_active()) return {dy, false};
+  const float beta = cast_beta(CastGradQuery{&dy, fp8.format(Fp8Role::grad)});
+  return {{rescale(dy.g, beta), beta * dy.scale}, true};
 }
 
 Fp8Context::Fp8Context(Fp8Options options) : options_(options) { check_fp8_options(options_); }

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "autograd/op_list.h"
+#include "autograd/scaled_grad.h"
 #include "tensor/ops/quantize.h"
 #include "tensor/tensor_dict.h"
 
@@ -143,5 +144,15 @@ class Fp8Context {
 
 // The Fp8Context of the active tape, or nullptr (no tape, or no 8-bit training).
 Fp8Context* active_fp8();
+
+// The incoming gradient of an 8-bit GEMM-like node as its dgrad and wgrad GEMMs read it. Under
+// per-operator gradient scaling (a ScalingRule on the tape) dY is multiplied by the beta of its
+// cast to the grad format (Note [Gradient scaling in 8 bits]) and `per_operator` is set: the
+// operand is then quantized with s = 1. Otherwise dY as it came.
+struct Fp8Grad {
+  ScaledGrad dy;
+  bool per_operator = false;
+};
+Fp8Grad fp8_grad(const Fp8Context& fp8, const ScaledGrad& dy);
 
 }  // namespace mixtape

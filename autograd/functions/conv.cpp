@@ -1,10 +1,134 @@
 #include "autograd/functions/conv.h"
 
+#include "autograd/fp8.h"
 #include "autograd/tape.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/ops/quantize.h"
 
 namespace mixtape {
 
 namespace {
+
+// Note [8-bit convolutions]
+// Under 8-bit training (Note [8-bit training] in autograd/fp8.h) a convolution is its GEMM over
+// the column matrix (im2col, tensor/ops/conv.h): pixel-major columns cols [P = N*OH*OW, C*KH*KW]
+// whose rows run along the reduction dim, so that every recipe's blocks lie along K:
+//   conv2d            y  = cols(x) W^T                 [P, OC]     fprop
+//                     dcols = dY W, dx = col2im(dcols)  [P, C*KK]   dgrad
+//                     dW = dY^T cols(x)                 [OC, C*KK]  wgrad
+//   conv_transpose2d  (the adjoint: x's pixels are the rows, y = col2im(X W))
+//                     ycols = X W                       [N*H*W, OC*KK]           fprop
+//                     dX = cols(dY) W^T                 [N*H*W, IC]              dgrad
+//                     dW = X^T cols(dY)                 [IC, OC*KK]              wgrad
+// with dY, X in pixel-major layout [pixels, channels]. col2im sums the fp32 products of the
+// GEMM and rounds once. Grouped convolutions, and a transposed convolution whose output_padding
+// reaches its stride, run the 16-bit path.
+
+// An NCHW tensor as pixel-major rows [N*H*W, C], and back.
+Tensor pixel_rows(const Tensor& t) {
+  return t.permute({0, 2, 3, 1}).reshape({t.size(0) * t.size(2) * t.size(3), t.size(1)});
+}
+Tensor from_pixel_rows(const Tensor& rows, const Shape& nchw) {
+  return rows.view({nchw[0], nchw[2], nchw[3], nchw[1]}).permute({0, 3, 1, 2}).contiguous();
+}
+
+Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const Variable& b, Size2 stride,
+                    Size2 padding, Size2 padding_end, Size2 dilation) {
+  const Shape xs = x.shape(), ws = w.shape();
+  MT_CHECK(xs[1] == ws[1], "conv2d: x ", x.data().meta(), " has ", xs[1], " channels, w ", w.data().meta(),
+           " expects ", ws[1]);
+  MT_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == ws[0]), "conv2d: bias ", b.data().meta(), " must be [",
+           ws[0], "]");
+  const Size2 kernel{ws[2], ws[3]};
+  const Tensor cols = im2col(x.data(), kernel, stride, padding, dilation, padding_end);  // [P, C*KK]
+  const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});                   // [OC, C*KK]
+  const int64_t site = fp8.next_site(OpId::conv2d);
+  const Tensor ym = scaled_matmul_nt(fp8.quantize(site, OpId::conv2d, Fp8Role::input, "fprop", cols),
+                                     fp8.quantize(site, OpId::conv2d, Fp8Role::weight, "fprop", wm),
+                                     b.defined() ? b.data() : Tensor(), x.dtype());
+  // OH, OW with the padding before and after the image (they differ under padding "same").
+  const int64_t oh = (xs[2] + padding.h + padding_end.h - dilation.h * (kernel.h - 1) - 1) / stride.h + 1;
+  const int64_t ow = (xs[3] + padding.w + padding_end.w - dilation.w * (kernel.w - 1) - 1) / stride.w + 1;
+  Tensor y = from_pixel_rows(ym, {xs[0], ws[0], oh, ow});
+  const Tensor sc = w.requires_grad() ? cols : Tensor();
+  const Tensor sw = x.requires_grad() ? wm : Tensor();
+  Fp8Context* ctx = &fp8;
+  return record_scaled(OpId::conv2d, {x, w, b}, std::move(y),
+                       [=](const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs) {
+    const auto [dy, per_op] = fp8_grad(*ctx, dys[0]);
+    const Tensor dym = pixel_rows(dy.g);  // [P, OC]
+    std::vector<ScaledGrad> g(3);
+    if (needs[0]) {  // dgrad: dcols = dY W (P, C*KK) = (P, OC) (C*KK, OC)^T, in fp32 for col2im
+      const Tensor dcols =
+          scaled_matmul_nt(ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "dgrad", dym, per_op),
+                           ctx->quantize(site, OpId::conv2d, Fp8Role::weight, "dgrad", sw.transpose(0, 1)),
+                           Tensor(), DType::f32);
+      g[0] = {col2im(dcols, xs, kernel, stride, padding, dilation, padding_end).to(dy.g.dtype()), dy.scale};
+    }
+    if (needs[1])  // wgrad: dW = dY^T cols (OC, C*KK) = (OC, P) (C*KK, P)^T
+      g[1] = param_grad(OpId::conv2d, 1, dy, [&](DType t) {
+        return scaled_matmul_nt(ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "wgrad", dym.transpose(0, 1), per_op),
+                                ctx->quantize(site, OpId::conv2d, Fp8Role::input, "wgrad", sc.transpose(0, 1)),
+                                Tensor(), t)
+            .view(ws);
+      });
+    if (needs[2]) g[2] = param_grad(OpId::conv2d, 2, dy, [&](DType t) { return conv2d_backward_bias(dy.g.to(t)); });
+    return g;
+  });
+}
+
+Variable conv_transpose2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const Variable& b, Size2 stride,
+                              Size2 padding, Size2 output_padding, Size2 dilation) {
+  const Shape xs = x.shape(), ws = w.shape();  // x [N, IC, H, W], w [IC, OC, KH, KW]
+  MT_CHECK(xs[1] == ws[0], "conv_transpose2d: x ", x.data().meta(), " has ", xs[1], " channels, w ", w.data().meta(),
+           " expects ", ws[0]);
+  MT_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == ws[1]), "conv_transpose2d: bias ", b.data().meta(),
+           " must be [", ws[1], "]");
+  const Size2 kernel{ws[2], ws[3]};
+  const int64_t oh = conv_transpose_out_size(xs[2], kernel.h, stride.h, padding.h, output_padding.h, dilation.h);
+  const int64_t ow = conv_transpose_out_size(xs[3], kernel.w, stride.w, padding.w, output_padding.w, dilation.w);
+  const Shape ys{xs[0], ws[1], oh, ow};
+  const Tensor xm = pixel_rows(x.data());                              // [N*H*W, IC]
+  const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});  // [IC, OC*KK]
+  const int64_t site = fp8.next_site(OpId::conv_transpose2d);
+  // ycols = X W: (N*H*W, OC*KK) = (N*H*W, IC) (OC*KK, IC)^T, in fp32; col2im sums it, the bias is
+  // added in fp32 and y rounded once.
+  const Tensor ycols =
+      scaled_matmul_nt(fp8.quantize(site, OpId::conv_transpose2d, Fp8Role::input, "fprop", xm),
+                       fp8.quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "fprop", wm.transpose(0, 1)),
+                       Tensor(), DType::f32);
+  Tensor y32 = col2im(ycols, ys, kernel, stride, padding, dilation);
+  if (b.defined()) y32 = add(y32, b.data().to(DType::f32).view({1, ws[1], 1, 1}));
+  Tensor y = y32.to(x.dtype());
+  const Tensor sx = w.requires_grad() ? xm : Tensor();
+  const Tensor sw = x.requires_grad() ? wm : Tensor();
+  Fp8Context* ctx = &fp8;
+  return record_scaled(OpId::conv_transpose2d, {x, w, b}, std::move(y),
+                       [=](const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs) {
+    const auto [dy, per_op] = fp8_grad(*ctx, dys[0]);
+    const Tensor dcols = im2col(dy.g, kernel, stride, padding, dilation);  // [N*H*W, OC*KK]
+    std::vector<ScaledGrad> g(3);
+    if (needs[0])  // dgrad: dX = cols(dY) W^T (N*H*W, IC) = (N*H*W, OC*KK) (IC, OC*KK)^T
+      g[0] = {from_pixel_rows(
+                  scaled_matmul_nt(
+                      ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::grad, "dgrad", dcols, per_op),
+                      ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "dgrad", sw), Tensor(), dy.g.dtype()),
+                  xs),
+              dy.scale};
+    if (needs[1])  // wgrad: dW = X^T cols(dY) (IC, OC*KK) = (IC, N*H*W) (OC*KK, N*H*W)^T
+      g[1] = param_grad(OpId::conv_transpose2d, 1, dy, [&](DType t) {
+        return scaled_matmul_nt(
+                   ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::input, "wgrad", sx.transpose(0, 1)),
+                   ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::grad, "wgrad", dcols.transpose(0, 1), per_op),
+                   Tensor(), t)
+            .view(ws);
+      });
+    if (needs[2])
+      g[2] = param_grad(OpId::conv_transpose2d, 2, dy,
+                        [&](DType t) { return conv_transpose2d_backward_bias(dy.g.to(t)); });
+    return g;
+  });
+}
 
 // The conv2d node for padding `padding` before and `padding_end` after the image (the forward
 // is `forward`, already computed).
@@ -38,12 +162,18 @@ Variable conv2d_node(const Variable& x, const Variable& w, const Variable& b, Te
 Variable conv2d(const Variable& x, const Variable& w, const Variable& b, Size2 stride, Size2 padding, Size2 dilation,
                 int64_t groups) {
   MT_CHECK(x.defined() && w.defined(), "conv2d: got an undefined Variable");
+  if (Fp8Context* fp8 = active_fp8(); fp8 && groups == 1 && is_16bit(x.dtype()) && x.dim() == 4 && w.dim() == 4)
+    return conv2d_fp8(*fp8, x, w, b, stride, padding, padding, dilation);
   Tensor y = mixtape::conv2d(x.data(), w.data(), b.defined() ? b.data() : Tensor(), stride, padding, dilation, groups);
   return conv2d_node(x, w, b, std::move(y), stride, padding, padding, dilation, groups);
 }
 
 Variable conv2d_same(const Variable& x, const Variable& w, const Variable& b, Size2 dilation, int64_t groups) {
   MT_CHECK(x.defined() && w.defined(), "conv2d (padding \"same\"): got an undefined Variable");
+  if (Fp8Context* fp8 = active_fp8(); fp8 && groups == 1 && is_16bit(x.dtype()) && x.dim() == 4 && w.dim() == 4) {
+    const SamePadding pad = same_padding({w.size(2), w.size(3)}, dilation);
+    return conv2d_fp8(*fp8, x, w, b, 1, pad.begin, pad.end, dilation);
+  }
   Tensor y = mixtape::conv2d_same(x.data(), w.data(), b.defined() ? b.data() : Tensor(), dilation, groups);
   const SamePadding pad = same_padding({w.size(2), w.size(3)}, dilation);
   return conv2d_node(x, w, b, std::move(y), 1, pad.begin, pad.end, dilation, groups);
@@ -52,6 +182,9 @@ Variable conv2d_same(const Variable& x, const Variable& w, const Variable& b, Si
 Variable conv_transpose2d(const Variable& x, const Variable& w, const Variable& b, Size2 stride, Size2 padding,
                           Size2 output_padding, Size2 dilation) {
   MT_CHECK(x.defined() && w.defined(), "conv_transpose2d: got an undefined Variable");
+  if (Fp8Context* fp8 = active_fp8(); fp8 && is_16bit(x.dtype()) && x.dim() == 4 && w.dim() == 4 &&
+                                      output_padding.h < stride.h && output_padding.w < stride.w)
+    return conv_transpose2d_fp8(*fp8, x, w, b, stride, padding, output_padding, dilation);
   Tensor y = mixtape::conv_transpose2d(x.data(), w.data(), b.defined() ? b.data() : Tensor(), stride, padding,
                                        output_padding, dilation);
   const Tensor sx = w.requires_grad() ? x.data() : Tensor();

@@ -44,14 +44,7 @@ Variable linear_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
   return record_scaled(
       OpId::linear, {x, w, b}, y,
       [ctx, site, sx, sw, xs, rows, out](const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs) {
-    ScaledGrad dy = dys[0];
-    // Per-operator gradient scaling: dY's cast to the 8-bit format is the narrowing cast of
-    // Zhao et al.'s Theorem 2, with that format's range (Note [Gradient scaling in 8 bits]).
-    const bool per_op = scaling_rule_active();
-    if (per_op) {
-      const float beta = cast_beta(CastGradQuery{&dy, ctx->format(Fp8Role::grad)});
-      dy = {rescale(dy.g, beta), beta * dy.scale};
-    }
+    const auto [dy, per_op] = fp8_grad(*ctx, dys[0]);
     const Tensor d2 = dy.g.reshape({rows, out});
     std::vector<ScaledGrad> g(3);
     if (needs[0]) {  // dgrad: dx = dy w: (rows, in) = (rows, out) (in, out)^T

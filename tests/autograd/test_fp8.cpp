@@ -243,3 +243,61 @@ TEST_CASE("fp8 policy: a small MLP trains under every recipe and element format"
     CHECK(fp8 < 3.0 * bf16 + 0.02);
   }
 }
+
+namespace {
+
+// The values a per-tensor E4M3 / E5M2 operand stands for, exactly, in f64 (code x 1 / s).
+Tensor dq64(const Tensor& x, DType format) {
+  const Shape s = x.shape();
+  return dequantize(quantize(x.reshape({1, x.numel()}), {.format = format}), DType::f64).view(s);
+}
+
+double max_rel(const Tensor& a, const Tensor& ref) {
+  const std::vector<double> u = a.to_vector(), v = ref.to_vector();
+  double scale = 0.0, err = 0.0;
+  for (size_t i = 0; i < u.size(); ++i) {
+    scale = std::max(scale, std::fabs(v[i]));
+    err = std::max(err, std::fabs(u[i] - v[i]));
+  }
+  return err / scale;
+}
+
+}  // namespace
+
+TEST_CASE("fp8 convolutions: the GEMMs over the column matrix give the convolutions of the quantized values",
+          "[fp8][autograd][conv]") {
+  // Per-tensor current scaling: the column matrix has x's amax (padding adds zeros), so its codes
+  // are x's; the f64 convolution of the values the codes stand for is the reference, to bf16's
+  // rounding of the output (2^-9 of the largest) and fp32 sums.
+  Generator gen(8);
+  for (bool transposed : {false, true}) {
+    INFO((transposed ? "conv_transpose2d" : "conv2d"));
+    Variable x(normal({2, 3, 7, 6}, 0.0, 1.0, gen, DType::bf16), true);
+    Variable w(normal(transposed ? Shape{3, 4, 3, 3} : Shape{4, 3, 3, 3}, 0.0, 0.2, gen), true);
+    Variable b(normal({4}, 0.0, 0.1, gen), true);
+    Fp8Context fp8({.recipe = Fp8Recipe::current});
+    Variable y;
+    Tensor dy;
+    {
+      Tape tape;
+      tape.set_fp8(&fp8);
+      fp8.begin_step();
+      const Variable w16 = cast(w, DType::bf16), b16 = cast(b, DType::bf16);
+      y = transposed ? conv_transpose2d(x, w16, b16, 2, 1, 1) : conv2d(x, w16, b16, 2, 1);
+      dy = normal(y.shape(), 0.0, 1e-3, gen, DType::bf16);
+      tape.backward(y, ScaledGrad{dy, 1.0f});
+    }
+    const Tensor xq = dq64(x.data(), DType::e4m3), wq = dq64(w.data().to(DType::bf16), DType::e4m3);
+    const Tensor dyq = dq64(dy, DType::e5m2), b64 = b.data().to(DType::bf16).to(DType::f64);
+    const Tensor y_ref = transposed ? conv_transpose2d(xq, wq, b64, 2, 1, 1) : conv2d(xq, wq, b64, 2, 1);
+    CHECK(max_rel(y.data(), y_ref) < 5e-3);
+    const Tensor dx_ref = transposed ? conv_transpose2d_backward_input(dyq, wq, x.shape(), 2, 1, 1)
+                                     : conv2d_backward_input(dyq, wq, x.shape(), 2, 1, 1);
+    CHECK(max_rel(x.grad()->g, dx_ref) < 5e-3);
+    const Tensor dw_ref = transposed ? conv_transpose2d_backward_weight(xq, dyq, w.shape(), 2, 1, 1)
+                                     : conv2d_backward_weight(xq, dyq, w.shape(), 2, 1, 1);
+    CHECK(max_rel(w.grad()->unscaled(), dw_ref) < 5e-3);
+    // fprop, dgrad, wgrad: three operands quantized (input, weight, grad), the rest transposed views.
+    CHECK(fp8.records().size() == 3);
+  }
+}

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <bit>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -347,4 +348,48 @@ TEST_CASE("Quantized::t(): a per-tensor operand transposed is the operand of the
   CHECK(
       values(scaled_matmul_nt(qy.t(), qz.t(), Tensor(), DType::f32)) ==
       values(scaled_matmul_nt(quantize(y.transpose(0, 1), {}), quantize(z.transpose(0, 1), {}), Tensor(), DType::f32)));
+}
+
+TEST_CASE("quantize: every conversion path gives the reference's codes and counts", "[quantize][fp8][convert]") {
+  // Values across every format's range and beyond, with zeros, f32 subnormals, ties, inf and NaN.
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<uint32_t> bits;
+  std::vector<float> v(17 * 241);
+  for (size_t i = 0; i < v.size(); ++i) {
+    switch (i % 4) {
+      case 0: v[i] = std::bit_cast<float>(bits(rng)); break;  // any pattern: NaN, inf, subnormal
+      case 1: v[i] = std::ldexp(float(int(bits(rng) % 64) - 32) / 16.0f, int(bits(rng) % 40) - 20); break;
+      case 2: v[i] = std::ldexp(1.0f + float(bits(rng) % 16) / 16.0f, int(bits(rng) % 60) - 30); break;
+      default: v[i] = i % 8 == 3 ? 0.0f : -std::ldexp(1.0f, -int(bits(rng) % 150)); break;
+    }
+  }
+  for (DType in : {DType::f32, DType::bf16}) {
+    const Tensor x = from_vector(v, {1, int64_t(v.size())}).to(in).reshape({17, 241});
+    for (DType fmt : {DType::e4m3, DType::e5m2, DType::e3m2, DType::e2m3, DType::e2m1}) {
+      for (const QuantSpec& spec : {QuantSpec{.format = fmt, .given_scale = 1.0f},
+                                    QuantSpec{.format = fmt, .overflow = bits8::Overflow::no_saturate, .given_scale = 1.0f},
+                                    QuantSpec{.format = fmt, .layout = {1, 32}, .rule = ScaleRule::pow2_floor},
+                                    QuantSpec{.format = fmt, .layout = {1, 0}}}) {
+        std::vector<std::vector<uint8_t>> all;
+        std::vector<QuantStats> stats;
+        for (const std::string& path : cpu::conversion_paths()) {
+          test::ConversionPathScope scope(path);
+          for (const Tensor& view : {x, x.transpose(0, 1).contiguous().transpose(0, 1)}) {
+            const Quantized q = quantize(view, spec);
+            all.push_back(codes(q));
+            stats.push_back(q.stats);
+          }
+        }
+        INFO(dtype_name(in) << " -> " << dtype_name(fmt));
+        for (size_t i = 1; i < all.size(); ++i) {
+          CHECK(all[i] == all[0]);
+          CHECK(stats[i].saturated == stats[0].saturated);
+          CHECK(stats[i].flushed == stats[0].flushed);
+          CHECK(stats[i].subnormal == stats[0].subnormal);
+          CHECK(stats[i].nonfinite == stats[0].nonfinite);
+          CHECK(std::bit_cast<uint32_t>(stats[i].amax) == std::bit_cast<uint32_t>(stats[0].amax));
+        }
+      }
+    }
+  }
 }

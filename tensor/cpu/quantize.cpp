@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "tensor/core/dtype.h"
@@ -24,9 +25,41 @@ inline float nan_max(float m, float a) { return (a > m || a != a) && m == m ? a 
 
 int64_t blocks_of(int64_t n, int64_t b) { return (n + b - 1) / b; }
 
+// The maximum of |v[i]| over i < n and m, NaN when any v[i] is NaN.
+float amax_row_scalar(const float* v, int64_t n, float m) {
+  for (int64_t i = 0; i < n; ++i) m = nan_max(m, std::fabs(v[i]));
+  return m;
+}
+
+#if defined(__x86_64__)
+MT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+float amax_row_avx512(const float* v, int64_t n, float m) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  __m512 acc = _mm512_setzero_ps();
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = __mmask16(first_lanes(n - i, 16));
+    const __m512 a =
+        _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(lanes, v + i)), abs_mask));
+    nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    acc = _mm512_max_ps(acc, a);  // a NaN lane is recorded above; its max is never read
+  }
+  if (nan) return std::numeric_limits<float>::quiet_NaN();
+  return nan_max(m, _mm512_reduce_max_ps(acc));
+}
+MT_TARGET_END
+#endif
+
+float amax_row(const float* v, int64_t n, float m) {
+#if defined(__x86_64__)
+  if (avx512_path_active()) return amax_row_avx512(v, n, m);
+#endif
+  return amax_row_scalar(v, n, m);
+}
+
 // amax[rb][cb] over the blocks of x: each row's maximum per column block, then the maximum over
-// each block's rows. A maximum is the same in any order, so the split over the threads changes
-// nothing.
+// each block's rows. A maximum is the same in any order, so the split over the threads and the
+// vector path change nothing.
 std::vector<float> block_amax(const Strided& x, int64_t br, int64_t bc) {
   const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
   const int64_t nbr = blocks_of(R, br), nbc = blocks_of(C, bc);
@@ -34,11 +67,19 @@ std::vector<float> block_amax(const Strided& x, int64_t br, int64_t bc) {
   dispatch_floating(x.dtype(), "quantize", [&]<class T>() {
     const T* p = static_cast<const T*>(x.raw_data());
     parallel_for(R, grain_for(C), [&](int64_t r0, int64_t r1) {
+      float buf[kRowChunk];
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t cb = 0; cb < nbc; ++cb) {
+          const int64_t c0 = cb * bc, len = std::min(C, c0 + bc) - c0;
           float m = 0.0f;
-          for (int64_t c = cb * bc; c < std::min(C, (cb + 1) * bc); ++c)
-            m = nan_max(m, std::fabs(float(load(p[r * rs + c * cs]))));
+          for_chunks(len, [&](int64_t j, int64_t k) {
+            const T* row = p + r * rs + (c0 + j) * cs;
+            if constexpr (std::is_same_v<T, double>) {
+              for (int64_t i = 0; i < k; ++i) m = nan_max(m, float(std::fabs(row[i * cs])));
+            } else {
+              m = amax_row(load_row(row, cs, k, buf), k, m);
+            }
+          });
           rowmax[size_t(r * nbc + cb)] = m;
         }
     });
@@ -119,8 +160,8 @@ void quantize_row_avx512(const float* v, int64_t n, float s, bits8::Overflow o, 
     const __m512i sub = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(ax), magic)),
                                          _mm512_castps_si512(magic));
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(ax, drop), one);
-    const __m512i nrm = _mm512_sub_epi32(
-        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(ax, round_half), lsb), drop), rebias);
+    const __m512i nrm =
+        _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(ax, round_half), lsb), drop), rebias);
     __m512i code = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(ax, min_normal), nrm, sub);
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(ax, inf_bits);
     const __mmask16 past = _mm512_cmpgt_epu32_mask(code, max_code) & ~nan;
@@ -253,14 +294,18 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
       const B* bp = static_cast<const B*>(bias.raw_data());
       for (int64_t j = 0; j < N; ++j) bv[size_t(j)] = float(load(bp[j * bias.strides()[0]]));
     });
+  // The epilogue in place in c, then each row rounded once (store_n: the conversion path's rows).
   dispatch_floating(y.dtype(), "scaled_matmul_nt", [&]<class T>() {
     T* out = static_cast<T*>(y.raw_data());
     parallel_for(M, grain_for(N), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
+        float* row = c.data() + i * N;
         const float fa = oa.empty() ? 1.0f : oa[size_t(i)];
-        for (int64_t j = 0; j < N; ++j) {
-          const float f = ob.empty() ? fa : fa * ob[size_t(j)];
-          out[i * N + j] = store<T>(c[size_t(i * N + j)] * f + bv[size_t(j)]);
+        for (int64_t j = 0; j < N; ++j) row[j] = row[j] * (ob.empty() ? fa : fa * ob[size_t(j)]) + bv[size_t(j)];
+        if constexpr (std::is_same_v<T, double>) {
+          for (int64_t j = 0; j < N; ++j) out[i * N + j] = row[j];
+        } else {
+          store_n(row, out + i * N, N);
         }
       }
     });

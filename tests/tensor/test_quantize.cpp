@@ -366,10 +366,11 @@ TEST_CASE("quantize: every conversion path gives the reference's codes and count
   for (DType in : {DType::f32, DType::bf16}) {
     const Tensor x = from_vector(v, {1, int64_t(v.size())}).to(in).reshape({17, 241});
     for (DType fmt : {DType::e4m3, DType::e5m2, DType::e3m2, DType::e2m3, DType::e2m1}) {
-      for (const QuantSpec& spec : {QuantSpec{.format = fmt, .given_scale = 1.0f},
-                                    QuantSpec{.format = fmt, .overflow = bits8::Overflow::no_saturate, .given_scale = 1.0f},
-                                    QuantSpec{.format = fmt, .layout = {1, 32}, .rule = ScaleRule::pow2_floor},
-                                    QuantSpec{.format = fmt, .layout = {1, 0}}}) {
+      for (const QuantSpec& spec :
+           {QuantSpec{.format = fmt, .given_scale = 1.0f},
+            QuantSpec{.format = fmt, .overflow = bits8::Overflow::no_saturate, .given_scale = 1.0f},
+            QuantSpec{.format = fmt, .layout = {1, 32}, .rule = ScaleRule::pow2_floor},
+            QuantSpec{.format = fmt, .layout = {1, 0}}}) {
         std::vector<std::vector<uint8_t>> all;
         std::vector<QuantStats> stats;
         for (const std::string& path : cpu::conversion_paths()) {

@@ -1,4 +1,4 @@
-// Where gradient scales change (DESIGN.md section 4; Zhao et al., Algorithm 1).
+// Where gradient scales change (docs/design.md section 4; Zhao et al., Algorithm 1).
 //
 // Every op passes its incoming scale through, except:
 //   GEMM-like nodes  (linear, matmul, bmm, conv2d, conv_transpose2d, the LSTM GEMMs):

@@ -1,4 +1,4 @@
-// Precision telemetry (DESIGN.md section 4): while a recorded backward pass runs, every node's
+// Precision telemetry (docs/design.md section 4): while a recorded backward pass runs, every node's
 // input gradient and every parameter's gradient is measured against a 16-bit format: its
 // scale, how many of its values underflow, become subnormal or overflow there, max |g|, and a
 // histogram of base-2 exponents (Micikevicius et al., Figure 3; Zhao et al., Figure 2).

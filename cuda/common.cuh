@@ -6,7 +6,7 @@
 // Every store of a 16-bit value goes through store<T>() below, the device twin of store<> in
 // tensor/core/dtype.h (one name on both devices, so a search for `store<` finds every rounding):
 // round to nearest even with __float2half_rn / __float2bfloat16_rn, whose results the host
-// conversions in tensor/core/half.h match bit for bit (DESIGN.md section 3; checked on all 65,536
+// conversions in tensor/core/half.h match bit for bit (docs/design.md section 3; checked on all 65,536
 // patterns by tests/cuda/test_copy.cpp). Stochastic rounding has no CUDA intrinsic; the kernels
 // call the host's own bits16::float_to_*_sr through store_stochastic<T>(), compiled for the
 // device (the build passes --expt-relaxed-constexpr), with the same Philox words, so both devices
@@ -158,7 +158,7 @@ __device__ __forceinline__ double sqrt_rn(double a) { return __dsqrt_rn(a); }
 
 // dispatch_floating(dtype, "op", f), the device twin of the CPU's dtype switch of the same name
 // (tensor/core/dtype.h): calls f(T{}) with T the device storage type of dtype, float, __half or
-// __nv_bfloat16. Anything else throws naming the op. f64 tensors stay on the CPU (DESIGN.md
+// __nv_bfloat16. Anything else throws naming the op. f64 tensors stay on the CPU (docs/design.md
 // section 3: empty() refuses them on a CUDA device), so no kernel is compiled for double.
 // A function object rather than a function template, so that argument-dependent lookup (DType
 // lives in namespace mixtape) never offers both switches for one call.

@@ -2,7 +2,7 @@
 //
 // This is where values become 16 bits on the device: Tensor::to(f16/bf16) of a CUDA tensor and
 // every copy_ into a 16-bit view run copy_cast below, so its conversions are the ones the
-// numerics contract (DESIGN.md section 3) promises bit-identical to the CPU:
+// numerics contract (docs/design.md section 3) promises bit-identical to the CPU:
 //   f32 / f16 / bf16 -> f16 / bf16   store (__float2half_rn / __float2bfloat16_rn), RNE;
 //                                    the host's float_to_half_rn / float_to_bf16_rn match them
 //                                    bit for bit, NaN -> 0x7FFF included (Note [Rounding on the

@@ -1,5 +1,5 @@
 // Shared pieces of the example programs: the flags every program has, a JSON Lines metrics
-// file (DESIGN.md section 6), and a progress line with rate and ETA.
+// file (docs/design.md section 6), and a progress line with rate and ETA.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -178,7 +178,7 @@ struct OptimizerFlags {
   }
 };
 
-// The precision flags every program has (DESIGN.md section 5; optim/trainer.h).
+// The precision flags every program has (docs/design.md section 5; optim/trainer.h).
 struct PrecisionFlags {
   std::string precision = "fp32";
   std::string loss_scale;  // empty: the policy's default (backoff for fp16 and fp16-pure, else none)

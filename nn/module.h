@@ -14,7 +14,7 @@
 //
 // Modules are not copyable and are held by std::shared_ptr. Parameters are the fp32 masters
 // in mixed-precision training: layers cast them to their input's dtype in forward with the
-// differentiable cast (DESIGN.md section 5), so the casts sit on the tape and the gradients
+// differentiable cast (docs/design.md section 5), so the casts sit on the tape and the gradients
 // reach the masters.
 #pragma once
 
@@ -104,7 +104,7 @@ class Module {
   // Converts every floating parameter to `dtype` in place: Variables keep their identity and
   // lose their gradient. Floating buffers follow to f32 and f64 but stay as they are for a
   // 16-bit `dtype`: buffers hold statistics (batch-norm running mean and variance), which run
-  // in fp32 or wider (DESIGN.md section 5). i64 buffers never change.
+  // in fp32 or wider (docs/design.md section 5). i64 buffers never change.
   void to(DType dtype);
   // Moves every parameter and buffer to `device` (same rules for Variables as above).
   void to(Device device);

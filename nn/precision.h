@@ -1,4 +1,4 @@
-// Precision policies (DESIGN.md section 5) and the fp32 allow-list.
+// Precision policies (docs/design.md section 5) and the fp32 allow-list.
 //
 //   policy      params stored   compute   master copy   update rounding
 //   fp32        f32             f32       -             -
@@ -29,7 +29,7 @@
 //                statistics: Note [Normalization in mixed precision] in nn/norm.cpp), sum
 //                and mean (wide accumulators, one rounding), var and
 //                std (two passes in f64, one rounding: Note [Variance] in tensor/cpu/reduce.h),
-//                and the GEMM-like ops (fp32 accumulation, DESIGN.md section 1).
+//                and the GEMM-like ops (fp32 accumulation, docs/design.md section 1).
 // tests/nn/test_precision.cpp checks every entry.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Loss scalers: choose the loss scale S for the next backward pass and decide whether the
-// gradients of the last one may be applied (DESIGN.md sections 1 and 5).
+// gradients of the last one may be applied (docs/design.md sections 1 and 5).
 //
 //   BackoffLossScaler scaler;                       // 2^16, x2 every 2000 clean steps, x0.5 on inf
 //   MasterWeights mw(model.parameters(), make_adamw);

@@ -1,4 +1,4 @@
-// Pure 16-bit training (the "bf16-pure" and "fp16-pure" policies of DESIGN.md section 5): weights
+// Pure 16-bit training (the "bf16-pure" and "fp16-pure" policies of docs/design.md section 5): weights
 // AND optimizer state stored in bf16 or f16, no fp32 copy. Zamirai, Zhang, Aberger, De Sa,
 // "Revisiting BFloat16 Training", Algorithms 2-5: SGD and AdamW (and, by the same recipe,
 // RMSprop and Adagrad: docs/mixed-precision.md) whose weight update is rounded

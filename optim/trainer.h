@@ -1,4 +1,4 @@
-// The training step of a precision policy (DESIGN.md section 5), for any model: everything
+// The training step of a precision policy (docs/design.md section 5), for any model: everything
 // between "the model computed a loss" and "the parameters moved", chosen at run time.
 //
 //   PrecisionOptions p{.precision = nn::Precision::fp16, .loss_scale = parse_loss_scale("backoff")};

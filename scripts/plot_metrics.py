@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plot mixtape JSON Lines metrics files (DESIGN.md section 6) as PNG figures.
+"""Plot mixtape JSON Lines metrics files (docs/design.md section 6) as PNG figures.
 
 Each input file is one training run, labelled from its "summary" event ("precision" and
 "scaling") or, without one, from the file name. Figures written to --out (each only when the

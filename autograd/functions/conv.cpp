@@ -35,13 +35,13 @@ Tensor from_pixel_rows(const Tensor& rows, const Shape& nchw) {
 Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const Variable& b, Size2 stride,
                     Size2 padding, Size2 padding_end, Size2 dilation) {
   const Shape xs = x.shape(), ws = w.shape();
-  MT_CHECK(xs[1] == ws[1], "conv2d: x ", x.data().meta(), " has ", xs[1], " channels, w ", w.data().meta(),
-           " expects ", ws[1]);
-  MT_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == ws[0]), "conv2d: bias ", b.data().meta(), " must be [",
-           ws[0], "]");
+  MT_CHECK(xs[1] == ws[1], "conv2d: x ", x.data().meta(), " has ", xs[1], " channels, w ", w.data().meta(), " expects ",
+           ws[1]);
+  MT_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == ws[0]), "conv2d: bias ", b.data().meta(), " must be [", ws[0],
+           "]");
   const Size2 kernel{ws[2], ws[3]};
   const Tensor cols = im2col(x.data(), kernel, stride, padding, dilation, padding_end);  // [P, C*KK]
-  const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});                   // [OC, C*KK]
+  const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});                    // [OC, C*KK]
   const int64_t site = fp8.next_site(OpId::conv2d);
   const Tensor ym = scaled_matmul_nt(fp8.quantize(site, OpId::conv2d, Fp8Role::input, "fprop", cols),
                                      fp8.quantize(site, OpId::conv2d, Fp8Role::weight, "fprop", wm),
@@ -59,10 +59,9 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
     const Tensor dym = pixel_rows(dy.g);  // [P, OC]
     std::vector<ScaledGrad> g(3);
     if (needs[0]) {  // dgrad: dcols = dY W (P, C*KK) = (P, OC) (C*KK, OC)^T, in fp32 for col2im
-      const Tensor dcols =
-          scaled_matmul_nt(ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "dgrad", dym, per_op),
-                           ctx->quantize(site, OpId::conv2d, Fp8Role::weight, "dgrad", sw.transpose(0, 1)),
-                           Tensor(), DType::f32);
+      const Tensor dcols = scaled_matmul_nt(
+          ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "dgrad", dym, per_op),
+          ctx->quantize(site, OpId::conv2d, Fp8Role::weight, "dgrad", sw.transpose(0, 1)), Tensor(), DType::f32);
       g[0] = {col2im(dcols, xs, kernel, stride, padding, dilation, padding_end).to(dy.g.dtype()), dy.scale};
     }
     if (needs[1])  // wgrad: dW = dY^T cols (OC, C*KK) = (OC, P) (C*KK, P)^T
@@ -93,10 +92,9 @@ Variable conv_transpose2d_fp8(Fp8Context& fp8, const Variable& x, const Variable
   const int64_t site = fp8.next_site(OpId::conv_transpose2d);
   // ycols = X W: (N*H*W, OC*KK) = (N*H*W, IC) (OC*KK, IC)^T, in fp32; col2im sums it, the bias is
   // added in fp32 and y rounded once.
-  const Tensor ycols =
-      scaled_matmul_nt(fp8.quantize(site, OpId::conv_transpose2d, Fp8Role::input, "fprop", xm),
-                       fp8.quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "fprop", wm.transpose(0, 1)),
-                       Tensor(), DType::f32);
+  const Tensor ycols = scaled_matmul_nt(
+      fp8.quantize(site, OpId::conv_transpose2d, Fp8Role::input, "fprop", xm),
+      fp8.quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "fprop", wm.transpose(0, 1)), Tensor(), DType::f32);
   Tensor y32 = col2im(ycols, ys, kernel, stride, padding, dilation);
   if (b.defined()) y32 = add(y32, b.data().to(DType::f32).view({1, ws[1], 1, 1}));
   Tensor y = y32.to(x.dtype());
@@ -110,9 +108,9 @@ Variable conv_transpose2d_fp8(Fp8Context& fp8, const Variable& x, const Variable
     std::vector<ScaledGrad> g(3);
     if (needs[0])  // dgrad: dX = cols(dY) W^T (N*H*W, IC) = (N*H*W, OC*KK) (IC, OC*KK)^T
       g[0] = {from_pixel_rows(
-                  scaled_matmul_nt(
-                      ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::grad, "dgrad", dcols, per_op),
-                      ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "dgrad", sw), Tensor(), dy.g.dtype()),
+                  scaled_matmul_nt(ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::grad, "dgrad", dcols, per_op),
+                                   ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "dgrad", sw), Tensor(),
+                                   dy.g.dtype()),
                   xs),
               dy.scale};
     if (needs[1])  // wgrad: dW = X^T cols(dY) (IC, OC*KK) = (IC, N*H*W) (OC*KK, N*H*W)^T

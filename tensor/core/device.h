@@ -24,7 +24,7 @@ struct Device {
 inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 
 // Runs `cpu` or `cuda` for device d: the one device switch, through which every op front-end,
-// Tensor's copies and casts, and Storage reach a backend (DESIGN.md section 3, "One switch per
+// Tensor's copies and casts, and Storage reach a backend (docs/design.md section 3, "One switch per
 // op").
 template <class Cpu, class Cuda>
 decltype(auto) on_device(Device d, Cpu&& cpu, Cuda&& cuda) {

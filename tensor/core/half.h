@@ -168,7 +168,7 @@ constexpr uint16_t round_trip_bf16_bits(uint16_t x) { return (x & 0x7FFFu) > 0x7
 
 }  // namespace bits16
 
-// Storage types. Arithmetic is done by converting to float (DESIGN.md numerics contract).
+// Storage types. Arithmetic is done by converting to float (docs/design.md numerics contract).
 struct half {
   uint16_t bits = 0;
   half() = default;

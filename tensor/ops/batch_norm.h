@@ -10,7 +10,7 @@ namespace mixtape {
 
 // x: [N, C, ...] (at least 2 dims; [N, C], [N, C, L] and [N, C, H, W] are the usual ones).
 // Statistics are per channel (dim 1) over every other dim, accumulated in double on the CPU
-// whatever x's dtype (DESIGN.md: batchnorm statistics run in at least fp32).
+// whatever x's dtype (docs/design.md: batchnorm statistics run in at least fp32).
 // weight, bias: [C], optional (undefined = no affine part); one floating dtype for both, either
 //   x's dtype or f32 (fp32 parameters with a 16-bit input).
 // running_mean, running_var: [C] floating buffers (f32 in practice), optional in training mode,

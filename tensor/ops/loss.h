@@ -1,7 +1,7 @@
 // Softmax, log-softmax and losses on plain tensors (no autograd), forward and backward side by
 // side; the differentiable versions are in autograd/functions/loss.h.
 //
-// These ops are on the fp32 allow-list (DESIGN.md section 5): whatever the input dtype, the CPU
+// These ops are on the fp32 allow-list (docs/design.md section 5): whatever the input dtype, the CPU
 // kernels compute in fp32 (f64 for f64 inputs), accumulate sums in double, and round the output
 // once to the input's dtype. (Mixed-precision models cast logits to f32 before the loss; the
 // 16-bit paths here exist so that pure 16-bit runs still get one rounding per output.)

@@ -2,7 +2,7 @@
 // gradient and state and writes the new parameter and state in place. The optimizers in optim/
 // call these on each parameter (or, with master weights, on its fp32 master copy).
 //
-// Numerics (DESIGN.md: optimizer math in fp32): every element is loaded into the compute type
+// Numerics (docs/design.md: optimizer math in fp32): every element is loaded into the compute type
 // (float for f32 params, double for f64 params used by tests), updated, and stored once.
 // Scalars that depend only on the step (bias corrections) are computed in double on the host.
 //

@@ -1,5 +1,5 @@
 // Reductions over chosen dims. `dims` empty means every dim. Accumulation is in f64 on the CPU
-// (at least fp32, as DESIGN.md requires for large reductions); the result is rounded once.
+// (at least fp32, as docs/design.md requires for large reductions); the result is rounded once.
 #pragma once
 
 #include <optional>

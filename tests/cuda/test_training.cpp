@@ -282,7 +282,7 @@ TEST_CASE("cuda Module::to(cuda) and back returns every parameter and buffer bit
   }
 }
 
-// ---- the training step without host round trips (Note [Scaled step], DESIGN.md section 7) -------
+// ---- the training step without host round trips (Note [Scaled step], docs/design.md section 7) -------
 
 namespace {
 

@@ -9,6 +9,8 @@
 // stride 0, and any of the four transpose combinations works (Note [GEMM tiles] in gemm.cu).
 // Inputs: f16 and bf16 run on Tensor Cores (WMMA m16n16k16) with fp32 accumulation; f32 runs an
 // exact fp32 SIMT kernel (fp32 FMA), or TF32 Tensor Cores when opted in (Note [TF32 opt-in]).
+// 8-bit operands (codes with power-of-two block scales) are widened to bf16 in the tiles and run
+// on the bf16 Tensor Cores (Note [8-bit operands] in gemm.cu; GemmCodes below).
 //
 // Note [TF32 opt-in]
 // TF32 keeps 10 of fp32's 23 mantissa bits in each product, so it changes results (relative error
@@ -61,9 +63,29 @@ enum class Fp32Math : uint8_t { global, exact, tf32 };  // global: tf32_enabled(
 enum class BiasAlong : uint8_t { none, cols, rows };    // bias[n] on every row, or bias[m] on every column
 enum class Activation : uint8_t { none, relu };
 
+// What makes an operand 8-bit (Note [8-bit operands] in gemm.cu): its pointer holds one code a
+// byte in `format`, and its logical element (r, c) stands for
+//   to_float(code) * scale[(r / br) * srs + (c / bc) * scs]   (scale == nullptr: 1),
+// as the CPU GEMM's GemmScales (tensor/cpu/gemm.h). Each scale is a power of two (or NaN, which
+// makes its block NaN): the GEMM applies it exactly while it widens the codes to bf16. A scale
+// constant along K need not be one: give it as a GemmFactor instead, applied to the fp32 sums.
+struct GemmCodes {
+  DType format = DType::f32;     // e4m3, e5m2, e3m2, e2m3 or e2m1; any other dtype: not 8-bit (the default)
+  const float* scale = nullptr;  // device memory, f32
+  int64_t br = 1, bc = 1, srs = 0, scs = 0;
+};
+
 struct GemmOperand {
   const void* ptr = nullptr;
   int64_t row_stride = 0, col_stride = 0, batch_stride = 0;  // elements
+  GemmCodes codes{};                                         // 8-bit operands only
+};
+
+// A factor per row (or per column) of C, constant along K, that multiplies the fp32 sum before
+// the bias (8-bit GEMMs: the per-tensor and rowwise scales): row m's is s[(m / block) * stride].
+struct GemmFactor {
+  const float* s = nullptr;  // device memory, f32; nullptr: 1
+  int64_t block = 1, stride = 1;
 };
 
 struct GemmParams {
@@ -77,12 +99,19 @@ struct GemmParams {
   int64_t c_row_stride = 0, c_col_stride = 1, c_batch_stride = 0;
   float alpha = 1.0f;
   float beta = 0.0f;           // 0: C is only written (never read, so it may hold NaN garbage)
-  const void* bias = nullptr;  // in_dtype; length N (cols) or M (rows)
+  const void* bias = nullptr;  // in_dtype (8-bit operands: bias_dtype); length N (cols) or M (rows)
   int64_t bias_stride = 1;
   BiasAlong bias_along = BiasAlong::none;
   Activation activation = Activation::none;
   Fp32Math fp32_math = Fp32Math::global;
   const char* caller = "gemm";  // the launcher that asks, for GemmRecorder (a string literal)
+  // 8-bit operands (Note [8-bit operands] in gemm.cu): a.codes and b.codes both set, batch 1,
+  // in_dtype bf16 (the arithmetic they are widened to). The tiles read them K-contiguous (A
+  // row-major, B column-major: quantize()'s codes [rows, K]); any other layout is copied first.
+  // C may be f32, f16 or bf16, the bias f32, f16 or bf16 (bias_dtype), and the epilogue is
+  //   C = act(alpha * acc * (row_factor(m) * col_factor(n)) (+ beta * C) + bias), rounded once.
+  GemmFactor row_factor, col_factor;
+  DType bias_dtype = DType::f32;
 };
 
 // Queues the GEMM on `stream` (the stream of p.device). Throws mixtape::Error on bad arguments

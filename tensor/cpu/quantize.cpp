@@ -269,6 +269,7 @@ GemmOperand gemm_operand(const Strided& codes, const Strided& scale_inv, int64_t
   GemmOperand op = as_b ? GemmOperand{codes.dtype(), codes.raw_data(), cs, rs}
                         : GemmOperand{codes.dtype(), codes.raw_data(), rs, cs};
   outer.clear();
+  if (K == 0) return op;  // no products: y is the bias, no factor is read
   if (bc >= K) {
     outer.resize(size_t(R));
     for (int64_t r = 0; r < R; ++r) outer[size_t(r)] = inv[r / br];

@@ -394,3 +394,9 @@ TEST_CASE("quantize: every conversion path gives the reference's codes and count
     }
   }
 }
+
+TEST_CASE("scaled_matmul_nt: an empty reduction gives the bias", "[quantize][fp8]") {
+  const Quantized a = quantize(zeros({3, 0}), {}), b = quantize(zeros({2, 0}), {});
+  CHECK(values(scaled_matmul_nt(a, b, from_vector(std::vector<float>{1.5f, -2.0f}, {2}), DType::f32)) ==
+        std::vector<float>{1.5f, -2.0f, 1.5f, -2.0f, 1.5f, -2.0f});
+}

@@ -44,6 +44,7 @@ const std::vector<Policy>& all_policies() {
       {"fp16", nn::Precision::fp16, LossScaleSpec::Kind::backoff},
       {"bf16-pure-sr", nn::Precision::bf16_pure, LossScaleSpec::Kind::none, UpdateRounding::stochastic},
       {"bf16-pure-kahan", nn::Precision::bf16_pure, LossScaleSpec::Kind::none, UpdateRounding::kahan},
+      {"fp8", nn::Precision::fp8, LossScaleSpec::Kind::none},  // current scaling, E4M3 / E5M2
   };
   return p;
 }
@@ -186,7 +187,7 @@ int main(int argc, char** argv) {
         for (const Policy& p : all_policies())
           if (p.name == pname) policy = &p;
         MT_CHECK(policy, "cpu_train_step: unknown precision '", pname,
-                 "' (fp32, bf16, fp16, bf16-pure-sr, bf16-pure-kahan)");
+                 "' (fp32, bf16, fp16, bf16-pure-sr, bf16-pure-kahan, fp8)");
         Bench b = make_bench(m, *policy, batch);
         for (int64_t i = 0; i < warmup; ++i) b.step();
         const auto t0 = std::chrono::steady_clock::now();

@@ -217,8 +217,20 @@ std::vector<std::string> Fp8Context::json_lines(int64_t step, const std::string&
   return out;
 }
 
+namespace {
+
+// The options a state belongs to, as text: a history means nothing under another recipe.
+std::string options_text(const Fp8Options& o) {
+  return detail::cat(fp8_recipe_name(o.recipe), " ", dtype_name(o.forward_format), "/", dtype_name(o.grad_format),
+                     " mx ", dtype_name(o.mx_element), " ", scale_rule_name(o.mx_rule), " margin ", o.margin,
+                     " history ", o.amax_history_len, o.amax_most_recent ? " most_recent" : " max");
+}
+
+}  // namespace
+
 TensorDict Fp8Context::state_dict() const {
   TensorDict d;
+  d.set_meta("options", options_text(options_));
   for (Fp8Role r : {Fp8Role::input, Fp8Role::weight, Fp8Role::grad}) {
     const QuantStats& t = totals_[size_t(r)];
     d.set_meta(detail::cat("totals.", fp8_role_name(r)),
@@ -235,6 +247,9 @@ TensorDict Fp8Context::state_dict() const {
 }
 
 void Fp8Context::load_state_dict(const TensorDict& dict) {
+  MT_CHECK(!dict.has_meta("options") || dict.meta("options") == options_text(options_),
+           "Fp8Context: the state was saved under fp8 options '", dict.has_meta("options") ? dict.meta("options") : "",
+           "', this run uses '", options_text(options_), "'");
   QuantStats totals[3];
   for (Fp8Role r : {Fp8Role::input, Fp8Role::weight, Fp8Role::grad}) {
     const std::string key = detail::cat("totals.", fp8_role_name(r));

@@ -55,7 +55,9 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
   Fp8Context* ctx = &fp8;
   return record_scaled(OpId::conv2d, {x, w, b}, std::move(y),
                        [=](const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs) {
-    const auto [dy, per_op] = fp8_grad(*ctx, dys[0]);
+    const Fp8Grad fg = fp8_grad(*ctx, dys[0]);
+    const ScaledGrad& dy = fg.dy;
+    const bool per_op = fg.per_operator;
     const Tensor dym = pixel_rows(dy.g);  // [P, OC]
     std::vector<ScaledGrad> g(3);
     if (needs[0]) {  // dgrad: dcols = dY W (P, C*KK) = (P, OC) (C*KK, OC)^T, in fp32 for col2im
@@ -103,7 +105,9 @@ Variable conv_transpose2d_fp8(Fp8Context& fp8, const Variable& x, const Variable
   Fp8Context* ctx = &fp8;
   return record_scaled(OpId::conv_transpose2d, {x, w, b}, std::move(y),
                        [=](const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs) {
-    const auto [dy, per_op] = fp8_grad(*ctx, dys[0]);
+    const Fp8Grad fg = fp8_grad(*ctx, dys[0]);
+    const ScaledGrad& dy = fg.dy;
+    const bool per_op = fg.per_operator;
     const Tensor dcols = im2col(dy.g, kernel, stride, padding, dilation);  // [N*H*W, OC*KK]
     std::vector<ScaledGrad> g(3);
     if (needs[0])  // dgrad: dX = cols(dY) W^T (N*H*W, IC) = (N*H*W, OC*KK) (IC, OC*KK)^T

@@ -44,7 +44,9 @@ Variable linear_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
   return record_scaled(
       OpId::linear, {x, w, b}, y,
       [ctx, site, sx, sw, xs, rows, out](const std::vector<ScaledGrad>& dys, const std::vector<bool>& needs) {
-    const auto [dy, per_op] = fp8_grad(*ctx, dys[0]);
+    const Fp8Grad fg = fp8_grad(*ctx, dys[0]);
+    const ScaledGrad& dy = fg.dy;
+    const bool per_op = fg.per_operator;
     const Tensor d2 = dy.g.reshape({rows, out});
     std::vector<ScaledGrad> g(3);
     if (needs[0]) {  // dgrad: dx = dy w: (rows, in) = (rows, out) (in, out)^T

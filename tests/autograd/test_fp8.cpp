@@ -192,9 +192,16 @@ TEST_CASE("fp8 delayed scaling: a step quantizes with the scale its history gave
   }
   CHECK(a3[0].stats.scale_inv_min == 1.0f / (448.0f / std::max(amax1, s2[0].stats.amax)));  // max of the history
   CHECK(b.totals(Fp8Role::input).count == a.totals(Fp8Role::input).count);
-  // A history saved with another length is refused, naming it.
+  // A state saved under other options is refused, naming both.
   Fp8Context c({.recipe = Fp8Recipe::delayed, .amax_history_len = 5});
   CHECK_THAT(test::error_of([&] { c.load_state_dict(a.state_dict()); }),
+             Catch::Contains("history 3 max") && Catch::Contains("history 5 max"));
+  Fp8Context d({.recipe = Fp8Recipe::rowwise});
+  CHECK_THAT(test::error_of([&] { d.load_state_dict(a.state_dict()); }), Catch::Contains("this run uses 'rowwise"));
+  // Without the options entry, a history of another length is still refused, naming the entry.
+  TensorDict bare = a.state_dict();
+  bare.metadata.erase("options");
+  CHECK_THAT(test::error_of([&] { c.load_state_dict(bare); }),
              Catch::Contains("amax_history_len") && Catch::Contains("site0.input"));
 }
 

@@ -431,8 +431,9 @@ struct Avx512Ops {
       for (int64_t i = 0; i < n; i += 32) {
         const __mmask32 m = first32(n - i);
         const I w = bf16_of(_mm256_maskz_loadu_epi8(m, p + i));
+        const __m256i halves[2] = {_mm512_extracti64x4_epi64(w, 0), _mm512_extracti64x4_epi64(w, 1)};
         for (int h = 0; h < 2; ++h) {
-          const I bits = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(w, h)), 16);
+          const I bits = _mm512_slli_epi32(_mm512_cvtepu16_epi32(halves[h]), 16);
           _mm512_mask_storeu_ps(out + i + 16 * h, __mmask16(m >> (16 * h)),
                                 _mm512_mul_ps(_mm512_castsi512_ps(bits), sv));
         }

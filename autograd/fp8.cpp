@@ -152,17 +152,13 @@ void Fp8Context::begin_step() {
   }
 }
 
-int64_t Fp8Context::next_site(OpId op) { return next_site_++; }
+int64_t Fp8Context::next_site() { return next_site_++; }
 
 std::optional<Quantized> Fp8Context::cached(const Tensor& x, const QuantSpec& s) const {
   const bool per_tensor = s.layout.block_rows == 0 && s.layout.block_cols == 0;
   const Shape ts{x.size(1), x.size(0)}, tst{x.strides()[1], x.strides()[0]};
   for (const CachedOperand& c : cache_) {
-    if (c.storage.lock() != x.storage() || c.offset != x.offset() || c.dtype != x.dtype() ||
-        c.spec.format != s.format || c.spec.layout.block_rows != s.layout.block_rows ||
-        c.spec.layout.block_cols != s.layout.block_cols || c.spec.rule != s.rule || c.spec.margin != s.margin ||
-        c.spec.given_scale != s.given_scale || c.spec.overflow != s.overflow)
-      continue;
+    if (c.storage.lock() != x.storage() || c.offset != x.offset() || c.dtype != x.dtype() || !(c.spec == s)) continue;
     if (c.shape == x.shape() && c.strides == x.strides()) return c.q;
     if (per_tensor && c.shape == ts && c.strides == tst) return c.q.t();
   }

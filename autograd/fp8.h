@@ -92,7 +92,7 @@ class Fp8Context {
   // scaling's histories take the last step's amaxes and give this step's scales.
   void begin_step();
   // The site of the next 8-bit GEMM op of the forward pass.
-  int64_t next_site(OpId op);
+  int64_t next_site();
   // x (a [rows, K] matrix) quantized for its role at a site; with `per_operator_scaled` (a grad whose
   // scale is a ScalingRule's beta) it is quantized per tensor with s = 1. Records the operand.
   Quantized quantize(int64_t site, OpId op, Fp8Role role, const char* gemm, const Tensor& x,

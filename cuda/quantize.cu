@@ -55,8 +55,6 @@ constexpr int kChunk = 8;  // consecutive elements of a row per step of a thread
 constexpr int kCounters = 5;
 constexpr int kAmaxCounter = 4;
 
-int64_t blocks_of(int64_t n, int64_t b) { return (n + b - 1) / b; }
-
 // Blocks for a pass over `chunks` chunks: a grid-stride loop, at most 1024 blocks (enough to fill
 // a GPU; fewer blocks, fewer atomics per quantization block).
 unsigned chunk_blocks(int64_t chunks) { return std::min(grid_for(chunks), 1024u); }
@@ -284,7 +282,7 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
   DeviceGuard guard(x.device().index);
   const Stream st = stream_of(x);
   const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
-  const int64_t nbc = blocks_of(C, q.block_cols), blocks = blocks_of(R, q.block_rows) * nbc;
+  const int64_t nbc = scales::blocks_of(C, q.block_cols), blocks = scales::blocks_of(R, q.block_rows) * nbc;
   const bits8::Format f = format_of(q.format);  // a copy: kernels take the format by value
   const bool needs_amax = !(q.given_scale > 0.0f);
   const int64_t amax_words = needs_amax ? (blocks + 1) / 2 : 0;  // u32 amaxes in u64 words

@@ -42,7 +42,7 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
   const Size2 kernel{ws[2], ws[3]};
   const Tensor cols = im2col(x.data(), kernel, stride, padding, dilation, padding_end);  // [P, C*KK]
   const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});                    // [OC, C*KK]
-  const int64_t site = fp8.next_site(OpId::conv2d);
+  const int64_t site = fp8.next_site();
   const Tensor ym = scaled_matmul_nt(fp8.quantize(site, OpId::conv2d, Fp8Role::input, "fprop", cols),
                                      fp8.quantize(site, OpId::conv2d, Fp8Role::weight, "fprop", wm),
                                      b.defined() ? b.data() : Tensor(), x.dtype());
@@ -91,7 +91,7 @@ Variable conv_transpose2d_fp8(Fp8Context& fp8, const Variable& x, const Variable
   const Shape ys{xs[0], ws[1], oh, ow};
   const Tensor xm = pixel_rows(x.data());                              // [N*H*W, IC]
   const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});  // [IC, OC*KK]
-  const int64_t site = fp8.next_site(OpId::conv_transpose2d);
+  const int64_t site = fp8.next_site();
   // ycols = X W: (N*H*W, OC*KK) = (N*H*W, IC) (OC*KK, IC)^T, in fp32; col2im sums it, the bias is
   // added in fp32 and y rounded once.
   const Tensor ycols = scaled_matmul_nt(

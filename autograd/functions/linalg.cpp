@@ -31,7 +31,7 @@ int64_t reduction_length(const Tensor& dy, int64_t k, const Shape& operand) {
 Variable linear_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const Variable& b) {
   const int64_t in = w.size(1), out = w.size(0), rows = in > 0 ? x.numel() / in : 0;
   const Tensor x2 = x.data().reshape({rows, in});
-  const int64_t site = fp8.next_site(OpId::linear);
+  const int64_t site = fp8.next_site();
   const Quantized xq = fp8.quantize(site, OpId::linear, Fp8Role::input, "fprop", x2);
   const Quantized wq = fp8.quantize(site, OpId::linear, Fp8Role::weight, "fprop", w.data());
   Shape ys = x.shape();

@@ -235,9 +235,6 @@ constexpr uint8_t from_float_rn(float x, const Format& f, Overflow o = Overflow:
   return from_float_rn_checked(x, f, o).code;
 }
 
-// Whether x rounds to nearest beyond max_finite (Rounded::past_max).
-constexpr bool rounds_past_max(float x, const Format& f) { return from_float_rn_checked(x, f).past_max; }
-
 // float -> code, stochastic rounding (Note [Stochastic rounding] in half.h): t = |x| rounded toward
 // zero, u = t + 1 the next magnitude code, p = (|x| - |t|) / (|u| - |t|) = rest / 2^shift, and the
 // result is u when r < floor(p * 2^32). floor(p * 2^32) is rest shifted to 32 fraction bits: the

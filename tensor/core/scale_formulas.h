@@ -64,6 +64,9 @@ enum QuantStat : int {
 
 namespace scales {
 
+// How many blocks of b elements cover n (the last one ragged): the scales along one dim.
+MT_HOST_DEVICE constexpr int64_t blocks_of(int64_t n, int64_t b) { return (n + b - 1) / b; }
+
 // floor(log2 a) for a finite a > 0, exactly (subnormals too).
 MT_HOST_DEVICE constexpr int floor_log2(float a) {
   const uint32_t b = std::bit_cast<uint32_t>(a) & 0x7FFFFFFFu;

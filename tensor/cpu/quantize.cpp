@@ -23,8 +23,6 @@ namespace {
 // The maximum of |values| with NaN winning over everything.
 inline float nan_max(float m, float a) { return (a > m || a != a) && m == m ? a : m; }
 
-int64_t blocks_of(int64_t n, int64_t b) { return (n + b - 1) / b; }
-
 // The maximum of |v[i]| over i < n and m, NaN when any v[i] is NaN.
 float amax_row_scalar(const float* v, int64_t n, float m) {
   for (int64_t i = 0; i < n; ++i) m = nan_max(m, std::fabs(v[i]));
@@ -62,7 +60,7 @@ float amax_row(const float* v, int64_t n, float m) {
 // vector path change nothing.
 std::vector<float> block_amax(const Strided& x, int64_t br, int64_t bc) {
   const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
-  const int64_t nbr = blocks_of(R, br), nbc = blocks_of(C, bc);
+  const int64_t nbr = scales::blocks_of(R, br), nbc = scales::blocks_of(C, bc);
   std::vector<float> rowmax(size_t(R * nbc), 0.0f);
   dispatch_floating(x.dtype(), "quantize", [&]<class T>() {
     const T* p = static_cast<const T*>(x.raw_data());
@@ -200,7 +198,7 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
               const Strided& stats) {
   MT_ASSERT(x.dim() == 2 && q.block_rows > 0 && q.block_cols > 0);
   const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
-  const int64_t nbc = blocks_of(C, q.block_cols), br = q.block_rows, bc = q.block_cols;
+  const int64_t nbc = scales::blocks_of(C, q.block_cols), br = q.block_rows, bc = q.block_cols;
   const bits8::Format& f = format_of(q.format);
   std::vector<float> s = block_amax(x, br, bc);
   for (float& v : s) v = scales::block_scale(q, f, v);  // amax -> s in place

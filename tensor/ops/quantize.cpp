@@ -21,8 +21,6 @@ const char* scale_rule_name(ScaleRule r) {
 
 namespace {
 
-int64_t blocks_of(int64_t n, int64_t b) { return (n + b - 1) / b; }
-
 QuantStats read_stats(const Tensor& stats) {
   const std::vector<double> v = stats.to(Device::cpu()).to_vector();  // i64: exact below 2^53
   auto bits = [&](int i) { return std::bit_cast<float>(uint32_t(int64_t(v[size_t(i)]))); };
@@ -37,7 +35,8 @@ void check_operand(const char* op, const Quantized& q, const char* which) {
            q.codes.defined() ? q.codes.meta() : std::string("an undefined tensor"));
   MT_CHECK(q.block_rows >= 1 && q.block_cols >= 1 && q.scale_inv.defined() && q.scale_inv.dtype() == DType::f32 &&
                q.scale_inv.is_contiguous() &&
-               q.scale_inv.shape() == Shape({blocks_of(q.rows(), q.block_rows), blocks_of(q.cols(), q.block_cols)}) &&
+               q.scale_inv.shape() ==
+                   Shape({scales::blocks_of(q.rows(), q.block_rows), scales::blocks_of(q.cols(), q.block_cols)}) &&
                q.scale_inv.device() == q.codes.device(),
            op, ": ", which, "'s scale_inv ", q.scale_inv.defined() ? q.scale_inv.meta() : std::string("(undefined)"),
            " does not match its codes ", q.codes.meta(), " in blocks of ", q.block_rows, " x ", q.block_cols);
@@ -76,7 +75,7 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
   const BlockQuant bq{spec.format,   q.block_rows, q.block_cols,     spec.rule,
                       spec.overflow, spec.margin,  spec.given_scale, spec.fallback_scale};
   q.codes = empty({R, C}, spec.format, x.device());
-  q.scale_inv = empty({blocks_of(R, q.block_rows), blocks_of(C, q.block_cols)}, DType::f32, x.device());
+  q.scale_inv = empty({scales::blocks_of(R, q.block_rows), scales::blocks_of(C, q.block_cols)}, DType::f32, x.device());
   const Tensor stats = empty({kQuantStats}, DType::i64, x.device());
   on_device(
       x.device(), [&] { cpu::quantize(x, bq, q.codes, q.scale_inv, stats); },

@@ -32,6 +32,7 @@ const char* scale_rule_name(ScaleRule r);  // "amax", "pow2-floor", "pow2-up"
 // Blocks of block_rows x block_cols elements of the [rows, K] operand; 0: the whole extent.
 struct ScaleLayout {
   int64_t block_rows = 0, block_cols = 0;
+  bool operator==(const ScaleLayout&) const = default;
 };
 
 struct QuantSpec {
@@ -43,6 +44,7 @@ struct QuantSpec {
   float given_scale = 0.0f;     // > 0: this s for every block instead of the rule's (delayed scaling;
                                 // per-tensor layout only); 0: the rule's s from each block's amax
   float fallback_scale = 1.0f;  // the amax rule's s for a block whose amax is 0 or not finite
+  bool operator==(const QuantSpec&) const = default;
 };
 
 // What quantizing did, over the finite elements (telemetry: Note [Scaled 8-bit operands]).

@@ -6,13 +6,20 @@
 // executable's definitions take precedence over the shared library's, so load_image_folder runs
 // this copy. Only the image harness links it; the library and its tests use libstb as always.
 //
-// One check is off in this copy: signed integer overflow. stb_image's JPEG decoder multiplies
-// and adds DC coefficients in int, and a corrupt file overflows them (dc * dequant[0] in
-// stbi__jpeg_decode_block: nothings/stb issue 1533, open upstream; more in issue 1292). The
-// overflowed coefficient only makes a corrupt file's pixels wrong; the shared library computes
-// it as a wrapping multiply, and this copy is compiled with -fwrapv to do the same
-// (fuzz/CMakeLists.txt), so the fuzzer looks past it for the errors that matter: memory errors,
-// hangs, huge allocations, and every undefined behaviour in mixtape's own code.
+// Two checks are off in this copy, both for stb_image bugs that only garble a corrupt file's
+// pixels (fuzz/CMakeLists.txt):
+//   signed integer overflow  the JPEG decoder multiplies and adds DC coefficients in int, and a
+//                            corrupt file overflows them (dc * dequant[0] in
+//                            stbi__jpeg_decode_block: nothings/stb issue 1533, open upstream;
+//                            more in issue 1292); the shared library wraps, and this copy is
+//                            compiled with -fwrapv to do the same;
+//   shift                    a corrupt Huffman stream drives the bit count negative, and
+//                            stbi__grow_buffer_unsafe shifts by 24 - code_bits >= 32
+//                            (nothings/stb issue 1293, fixed on stb's dev branch after the
+//                            version Debian ships); x86 masks the count, as the shared library
+//                            does.
+// So the fuzzer looks past them for the errors that matter: memory errors, hangs, huge
+// allocations, and every undefined behaviour in mixtape's own code, where both checks stay on.
 #define STB_IMAGE_IMPLEMENTATION
 #include <stb_image.h>
 #define STB_IMAGE_RESIZE_IMPLEMENTATION

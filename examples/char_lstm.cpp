@@ -512,32 +512,13 @@ void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, 
 
 // ---- evaluation ------------------------------------------------------------------------------
 
-// Validation cross-entropy in nats per character over `batches` (carrying the state along each
-// stream), stopping once `max_chars` targets are scored (0: all). The model runs in `dtype`.
-double evaluate(CharLSTM& model, const std::vector<data::TextBatch>& batches, int64_t max_chars, DType dtype) {
-  NoGrad no_grad;
-  model.eval();
-  std::optional<examples::CharState> state;
-  double nats = 0.0;
-  int64_t count = 0;
-  for (const data::TextBatch& b : batches) {
-    if (max_chars > 0 && count >= max_chars) break;
-    CharLSTM::Out out = model.forward(b.input, state, dtype);
-    nats += sequence_loss(out.logits, b.target, Reduction::sum).item();
-    count += b.target.numel();
-    state = out.state;
-  }
-  model.train();
-  return nats / double(std::max<int64_t>(count, 1));
-}
-
 // The validation loss after an epoch (--eval-chars of it; all of it after the last epoch but
 // with --smoke), on stdout and as an "eval" event.
 void evaluate_epoch(Learner& l, const Text& text, const Config& c, const Plan& plan, int epoch,
                     examples::Metrics& metrics, RunState& run) {
   const bool whole = epoch == plan.epochs && !c.smoke;  // the final evaluation scores every character
   const auto t_eval = Clock::now();
-  run.last_val_bpc = evaluate(l.model, text.val_batches, whole ? 0 : c.eval_chars, l.trainer.compute_dtype()) / kLn2;
+  run.last_val_bpc = examples::evaluate_nats(l.model, text.val_batches, whole ? 0 : c.eval_chars, l.trainer.compute_dtype()) / kLn2;
   run.eval_time += examples::seconds_since(t_eval);
   std::printf("epoch %d/%d: train %.3f bpc, validation %.3f bpc%s (unigram %.3f), %.1f s + eval %.1f s\n", epoch,
               plan.epochs, run.last_train_bpc, run.last_val_bpc, whole ? " (all of it)" : "", text.unigram,

@@ -1,9 +1,12 @@
-// The char_lstm example's model, shared by examples/char_lstm.cpp and bench/cpu_train_step.cpp.
+// The char_lstm example's model and its validation loss, shared by examples/char_lstm.cpp,
+// examples/precision_lab.cpp and bench/cpu_train_step.cpp.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mixtape.h"
 
@@ -89,6 +92,26 @@ inline mixtape::Variable sequence_loss(const mixtape::Variable& logits, const mi
   const int64_t V = logits.size(2);
   return cross_entropy(nn::fp32_input(OpId::cross_entropy, reshape(logits, {-1, V})),
                        targets.to(logits.device()).reshape({-1}), reduction);
+}
+
+// Validation cross-entropy in nats per character over `batches` (carrying the state along each
+// stream), stopping once `max_chars` targets are scored (0: all). The model runs in `dtype`.
+inline double evaluate_nats(CharLSTM& model, const std::vector<mixtape::data::TextBatch>& batches, int64_t max_chars, mixtape::DType dtype) {
+  using namespace mixtape;
+  NoGrad no_grad;
+  model.eval();
+  std::optional<CharState> state;
+  double nats = 0.0;
+  int64_t count = 0;
+  for (const mixtape::data::TextBatch& b : batches) {
+    if (max_chars > 0 && count >= max_chars) break;
+    CharLSTM::Out out = model.forward(b.input, state, dtype);
+    nats += sequence_loss(out.logits, b.target, Reduction::sum).item();
+    count += b.target.numel();
+    state = out.state;
+  }
+  model.train();
+  return nats / double(std::max<int64_t>(count, 1));
 }
 
 }  // namespace examples

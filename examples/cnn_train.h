@@ -65,6 +65,14 @@ struct CnnConfig {
   double loss_weight = 1.0;
   double aux_weight = 0.0;
   double adam_eps = 1e-8;
+  // The precision lab's fp8 regimes (Note [Fp8 regimes] in examples/precision_lab.cpp); 0 leaves
+  // the run as it is. outlier_log2 = k sets the cnn's second batch norm's gain for channel 0 to
+  // 2^k at initialization, so that channel's activations, flattened into the first linear layer's
+  // input, are 2^k larger than the others'. spike_every = n multiplies the images of every n-th
+  // training step by 2^spike_log2.
+  int outlier_log2 = 0;
+  int64_t spike_every = 0;
+  int spike_log2 = 0;
   // --optimizer / --amsgrad; the default is AdamW.
   OptimizerFlags optimizer;
   // --checkpoint / --resume (examples/checkpoint.h); null: no checkpoints.
@@ -331,6 +339,14 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
     run.with_decoder = std::make_shared<CnnWithDecoder>(run.model, c.width, gen);
     root = run.with_decoder.get();
   }
+  if (c.outlier_log2 != 0) {
+    MT_CHECK(c.model == CnnModel::cnn, "the outlier channel (outlier_log2) is built on the cnn model");
+    // the second batch norm (layer 5 of make_cnn): its gain for channel 0
+    auto& bn = dynamic_cast<nn::BatchNorm2d&>(*(*run.model)[5]);
+    std::vector<float> gain = bn.weight.data().values<float>();
+    gain[0] = std::ldexp(1.0f, c.outlier_log2);
+    bn.weight.set_data(from_vector(gain, bn.weight.shape()));
+  }
   if (c.dp) c.dp->broadcast(*root);  // rank 0's initial state on every rank
   root->to(c.device);                // before the trainer: masters and optimizer state follow the parameters
   run.trainer = std::make_unique<PrecisionTrainer>(
@@ -407,8 +423,10 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
       Tape tape;
       trainer.begin_step(tape);
       Variable logits, recon;
-      if (run.with_decoder) std::tie(logits, recon) = run.with_decoder->forward(Variable(trainer.input(b[0])));
-      else logits = model(Variable(trainer.input(b[0])));
+      Tensor images = trainer.input(b[0]);
+      if (c.spike_every > 0 && (step + 1) % c.spike_every == 0) images = images * std::ldexp(1.0, c.spike_log2);
+      if (run.with_decoder) std::tie(logits, recon) = run.with_decoder->forward(Variable(images));
+      else logits = model(Variable(images));
       const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), trainer.input(b[1]));
       if (c.loss_weight == 1.0 && !recon.defined()) {
         trainer.backward(tape, loss);

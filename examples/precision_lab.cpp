@@ -23,21 +23,30 @@
 //   ./precision_lab --out-dir lab                 # the table in docs/mixed-precision.md
 //   ./precision_lab --lr 2e-4 --out-dir lab-small  # updates below bf16 resolution
 //   ./precision_lab --only fp32,bf16-pure-nearest,bf16-pure-sr --epochs 1
+//   ./precision_lab --suite stress --out-dir lab-stress     # Note [Stress regimes]
+//   ./precision_lab --suite fp8 --out-dir lab-fp8           # Note [Fp8 regimes]: the 8-bit recipes
+//
+// --suite fp8 runs the fp8-* configurations (8-bit GEMM operands on the bf16 policy; autograd/fp8.h)
+// on the cnn and on a small char_lstm (Note [The char_lstm of the lab]); its tables add, per
+// role, the shares of operand elements that saturated and that flushed to zero.
 //
 // --device (default auto: cuda:0 when a GPU is visible) runs every configuration there. The
 // backward-underflow column comes from the rounding census, which counts the roundings of the CPU
 // kernels; CUDA kernels round on the device without counting, so on a GPU that column reads "-"
 // (per-gradient underflow is still measured by the telemetry's grad_telemetry, in the metrics).
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
+#include "char_lstm_model.h"
 #include "cnn_train.h"
 #include "common.h"
 #include "mixtape.h"
@@ -51,7 +60,14 @@ struct LabConfig {
   std::string precision;
   std::string loss_scale;
   std::string rounding;  // pure policies only
+  // --precision fp8 only: the flags of examples/common.h's PrecisionFlags (empty, 0: their default)
+  std::string fp8_recipe, fp8_format, mx_element, mx_scale, amax_algo;
+  int64_t amax_history = 0;
 };
+
+// The first kDefaultConfigs of lab_configs are the default suite's; the fp8 configurations after
+// them run in --suite fp8 (Note [Fp8 regimes]) or when --only names them.
+constexpr size_t kDefaultConfigs = 10;
 
 std::vector<LabConfig> lab_configs(const std::string& static_scale) {
   return {
@@ -65,18 +81,35 @@ std::vector<LabConfig> lab_configs(const std::string& static_scale) {
       {"bf16-pure-nearest", "bf16-pure", "none", "nearest"},
       {"bf16-pure-sr", "bf16-pure", "none", "stochastic"},
       {"bf16-pure-kahan", "bf16-pure", "none", "kahan"},
+      // 8 bits: E4M3 inputs and weights, E5M2 gradients (HYBRID) unless the name says e4m3
+      {"fp8-current", "fp8", "none", "", "current"},
+      {"fp8-current-e4m3", "fp8", "none", "", "current", "e4m3"},
+      {"fp8-delayed", "fp8", "none", "", "delayed"},  // Transformer Engine's defaults: 1024 steps, max
+      {"fp8-delayed-h16", "fp8", "none", "", "delayed", "", "", "", "", 16},
+      {"fp8-delayed-recent", "fp8", "none", "", "delayed", "", "", "", "most_recent"},
+      {"fp8-rowwise", "fp8", "none", "", "rowwise"},
+      {"fp8-block", "fp8", "none", "", "block"},
+      {"fp8-mxfp8", "fp8", "none", "", "mx", "", "e4m3"},
+      {"fp8-mxfp6", "fp8", "none", "", "mx", "", "e2m3"},
+      {"fp8-mxfp4", "fp8", "none", "", "mx", "", "e2m1"},
+      {"fp8-mxfp4-up", "fp8", "none", "", "mx", "", "e2m1", "up"},
+      {"fp8-gradient", "fp8", "gradient", "", "current"},
+      {"fp8-gradient-e4m3", "fp8", "gradient", "", "current", "e4m3"},
   };
 }
 
 struct LabRow {
   LabConfig config;
-  std::string regime;  // stress suite only
+  std::string regime;       // stress and fp8 suites only
+  std::string model = "cnn";  // or "char_lstm" (fp8 suite)
   uint64_t seed = 0;
   double accuracy = 0, test_loss = 0, train_loss = 0, wall = 0;
   double aux_mse = std::nan("");  // the decoder head's test MSE (nonuniform regime)
+  double val_bpc = std::nan("");  // char_lstm: validation bits per character
   int64_t steps = 0, skipped = 0, nonfinite = 0;
   float final_scale = 1;
   RoundingCounts rounding;
+  std::optional<std::array<QuantStats, 3>> fp8;  // fp8 policy: what each role's operands met (Fp8Context::totals)
 };
 
 std::string fmt(const char* f, double v) {
@@ -126,6 +159,16 @@ nlohmann::json row_json(const LabRow& r, const Device& device) {
       {"underflow_rate", r.rounding.nonzero ? nlohmann::json(r.rounding.underflow_rate()) : nlohmann::json(nullptr)},
       {"wall_s", r.wall}};
   if (!r.regime.empty()) j["regime"] = r.regime;
+  j["model"] = r.model;
+  if (std::isfinite(r.val_bpc)) j["val_bpc"] = r.val_bpc;
+  if (r.fp8) {
+    for (const Fp8Role role : {Fp8Role::input, Fp8Role::weight, Fp8Role::grad}) {
+      const QuantStats& q = (*r.fp8)[size_t(role)];
+      j[std::string("fp8_") + fp8_role_name(role)] = {{"count", q.count},         {"saturated", q.saturated},
+                                                      {"flushed", q.flushed},     {"subnormal", q.subnormal},
+                                                      {"nonfinite", q.nonfinite}, {"amax", q.amax}};
+    }
+  }
   if (std::isfinite(r.aux_mse)) j["test_aux_mse"] = r.aux_mse;
   return j;
 }
@@ -257,9 +300,10 @@ std::string stress_table(const std::vector<LabRow>& rows, bool with_aux) {
 
 // precision_lab's own flags; the shared ones (--epochs, --lr, --seed, --device, ...) are in common.h.
 struct LabFlags {
-  std::string data_dir = data::kFashionMnistDir, out_dir = "precision_lab", only, static_scale = "1024";
+  std::string data_dir = data::kFashionMnistDir, text = data::kFortunesDir, out_dir = "precision_lab", only,
+              static_scale = "1024";
   std::string suite = "default", regimes;
-  int64_t width = 16, limit = 12000, test_limit = 5000, telemetry_every = 25, log_every = 10;
+  int64_t width = 16, limit = 12000, test_limit = 5000, telemetry_every = 25, log_every = 10, lstm_steps = 400;
   double weight_decay = 1e-4, dropout = 0.3;
   int seeds = 0;  // 0: the suite's default
   bool smoke = false, plots = true;
@@ -268,11 +312,17 @@ struct LabFlags {
 
   void add_to(CLI::App& app) {
     app.add_option("--suite", suite,
-                   "default: the ten configurations on the cnn; stress: three regimes built so that each technique "
-                   "changes the result (underflow, nonuniform, stall; Note [Stress regimes]), each over --seeds seeds")
-        ->check(CLI::IsMember({"default", "stress"}))
+                   "default: the ten 16-bit configurations on the cnn; stress: three regimes built so that each "
+                   "technique changes the result (underflow, nonuniform, stall; Note [Stress regimes]); fp8: the "
+                   "8-bit recipes on the cnn and the char_lstm in five regimes (formats, outlier, spike, mx, "
+                   "gradscale; Note [Fp8 regimes]); stress and fp8 over --seeds seeds")
+        ->check(CLI::IsMember({"default", "stress", "fp8"}))
         ->capture_default_str();
-    app.add_option("--regimes", regimes, "stress suite: comma-separated regimes to run (default: all)");
+    app.add_option("--regimes", regimes, "stress and fp8 suites: comma-separated regimes to run (default: all)");
+    app.add_option("--text", text, "fp8 suite: the char_lstm's corpus, a text file or folder")->capture_default_str();
+    app.add_option("--lstm-steps", lstm_steps, "fp8 suite: training steps of each char_lstm run")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+        ->capture_default_str();
     app.add_flag("--plots,!--no-plots", plots,
                  "draw each suite's figures into <out-dir>[/<regime>]/plots (python3 + matplotlib)")
         ->capture_default_str();
@@ -283,12 +333,14 @@ struct LabFlags {
     app.add_flag("--resume", resume,
                  "continue each run from <out-dir>/<run>.safetensors where it exists (a finished run is evaluated "
                  "again, not retrained); runs save their state at the end");
-    app.add_option("--seeds", seeds, "seeds per configuration (default: 1; stress: 3); reported as mean +- sd")
+    app.add_option("--seeds", seeds, "seeds per configuration (default: 1; stress, fp8: 3); reported as mean +- sd")
         ->check(CLI::Range(1, 100));
     app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
     app.add_option("--out-dir", out_dir, "metrics per configuration, lab.md and lab.json go here")
         ->capture_default_str();
-    app.add_option("--only", only, "comma-separated configurations to run (default: all ten)");
+    app.add_option("--only", only,
+                   "comma-separated configurations to run (default: the suite's; also the fp8 ones, fp8-current, "
+                   "fp8-mxfp4, ...: the list is in --only bogus's error)");
     app.add_option("--static-scale", static_scale, "S of the fp16-static configuration (a power of two)")
         ->capture_default_str();
     app.add_option("--width", width, "channels of the first conv")->check(CLI::Range(1, 1024))->capture_default_str();
@@ -325,12 +377,33 @@ struct LabFlags {
     smoke_default(app, "--width", width, 4);
     smoke_default(app, "--telemetry-every", telemetry_every, 4);
     smoke_default(app, "--log-every", log_every, 2);
+    smoke_default(app, "--lstm-steps", lstm_steps, 6);
   }
 };
 
-// The configurations --only names (all ten without it), checked before the first run starts.
+// Whether --regimes (all when not given) names a regime.
+bool selected(const LabFlags& o, const std::string& regime) {
+  return o.regimes.empty() || ("," + o.regimes + ",").find("," + regime + ",") != std::string::npos;
+}
+
+// Every name --regimes gives must be one of the suite's regimes, checked before the first run starts.
+void check_regimes(const LabFlags& o, const std::vector<std::string>& names) {
+  if (o.regimes.empty()) return;
+  MT_CHECK(o.suite != "default", "--regimes applies to --suite stress and --suite fp8");
+  std::stringstream ss(o.regimes);
+  for (std::string name; std::getline(ss, name, ',');) {
+    if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw Error(detail::cat("--regimes: unknown ", o.suite, " regime '", name, "' (choose from ", list, ")"));
+  }
+}
+
+// The configurations --only names (without it, the default suite's ten, or every one for the
+// suites that pick their own), checked before the first run starts.
 std::vector<LabConfig> select_configs(const LabFlags& o) {
   std::vector<LabConfig> configs = lab_configs(o.static_scale);
+  if (o.only.empty() && o.suite == "default") configs.resize(kDefaultConfigs);
   if (!o.only.empty()) {
     std::vector<LabConfig> picked;
     std::stringstream ss(o.only);
@@ -356,19 +429,40 @@ struct Lab {
   data::LabeledImages train, test;
   examples::CnnConfig base;
   std::vector<LabConfig> configs;
+  // --suite fp8: the char_lstm's corpus and validation streams (Note [The char_lstm of the lab])
+  std::optional<data::TextCorpus> corpus;
+  std::vector<data::TextBatch> val_batches;
 };
+
+// A configuration's options, as its flags would give them (examples/common.h's PrecisionFlags).
+PrecisionOptions precision_options(const Lab& lab, const LabConfig& lc, uint64_t seed, double clip = 0.0) {
+  examples::PrecisionFlags pf;
+  pf.precision = lc.precision;
+  pf.loss_scale = lc.loss_scale;
+  if (!lc.rounding.empty()) pf.rounding = lc.rounding;
+  pf.fp8_recipe = lc.fp8_recipe;
+  pf.fp8_format = lc.fp8_format;
+  pf.mx_element = lc.mx_element;
+  pf.mx_scale = lc.mx_scale;
+  pf.amax_algo = lc.amax_algo;
+  pf.amax_history = lc.amax_history;
+  pf.telemetry_every = lab.o.telemetry_every;
+  return pf.options(seed, clip);
+}
+
+// What each role's operands met over the run, under the fp8 policy.
+std::optional<std::array<QuantStats, 3>> fp8_totals(const PrecisionTrainer& trainer) {
+  const Fp8Context* f = trainer.fp8();
+  if (!f) return std::nullopt;
+  return std::array<QuantStats, 3>{f->totals(Fp8Role::input), f->totals(Fp8Role::weight), f->totals(Fp8Role::grad)};
+}
 
 // One training run of one configuration; its metrics (steps, telemetry, summary) go to `metrics_path`.
 // With --checkpoint-every or --resume, the run saves its whole state next to its metrics
 // (<run>.safetensors; examples/checkpoint.h) and --resume continues it from there: a run that had
 // finished is evaluated again, not retrained, so an interrupted suite redoes only what it lost.
 LabRow run_config(const Lab& lab, const LabConfig& lc, examples::CnnConfig cc, const std::string& metrics_path) {
-  examples::PrecisionFlags pf;
-  pf.precision = lc.precision;
-  pf.loss_scale = lc.loss_scale;
-  if (!lc.rounding.empty()) pf.rounding = lc.rounding;
-  pf.telemetry_every = lab.o.telemetry_every;
-  const PrecisionOptions options = pf.options(cc.seed);
+  const PrecisionOptions options = precision_options(lab, lc, cc.seed);
   const examples::Checkpointer checkpoint =
       examples::Checkpointer::at(std::filesystem::path(metrics_path).replace_extension(".safetensors").string(),
                                  lab.o.checkpoint_every, lab.o.resume);
@@ -391,6 +485,7 @@ LabRow run_config(const Lab& lab, const LabConfig& lc, examples::CnnConfig cc, c
   row.nonfinite = run.nonfinite_losses;
   row.final_scale = run.trainer->scale();
   row.rounding = run.trainer->total_rounding();
+  row.fp8 = fp8_totals(*run.trainer);
   row.seed = cc.seed;
   std::printf("   test accuracy %.2f%%%s, %s, %.0f s\n", 100.0 * row.accuracy,
               std::isfinite(row.aux_mse) ? fmt(", decoder test MSE %.5f", row.aux_mse).c_str() : "",
@@ -442,7 +537,7 @@ SuiteResult run_stress_suite(const Lab& lab, const std::filesystem::path& out) {
   const int n_seeds = lab.o.seeds > 0 ? lab.o.seeds : 3;
   SuiteResult r;
   for (const Regime& rg : stress_regimes()) {
-    if (!lab.o.regimes.empty() && ("," + lab.o.regimes + ",").find("," + rg.name + ",") == std::string::npos) continue;
+    if (!selected(lab.o, rg.name)) continue;
     std::vector<LabRow> rows;
     std::filesystem::create_directories(out / rg.name);
     for (const std::string& name : rg.configs) {
@@ -470,6 +565,245 @@ SuiteResult run_stress_suite(const Lab& lab, const std::filesystem::path& out) {
   return r;
 }
 
+// ---- the fp8 suite (--suite fp8) ---------------------------------------------------------------
+//
+// Note [Fp8 regimes]
+// Each regime asks one question of the 8-bit recipes (autograd/fp8.h), on the cnn and/or the
+// char_lstm, over --seeds seeds (default 3), next to bf16 (the policy fp8 runs on underneath):
+//   formats    why HYBRID: gradients in E4M3 (fp8-current-e4m3) against E5M2 (fp8-current), both
+//              scaled per tensor from their own amax.
+//   outlier    the cnn with one outlier channel: the second batch norm's gain for channel 0 starts
+//              at 2^outlier_log2 instead of 1 (examples/cnn_train.h), so that channel's features,
+//              flattened into the first linear layer's input, are that much larger than the rest,
+//              as the outlier features of large language models come from a few large layer-norm
+//              gains. A per-tensor scale is set by the outlier; rowwise scales (one per sample)
+//              still see it in every row; MX and DeepSeek blocks confine it to the blocks that
+//              hold it.
+//   spike      the cnn with every spike_every-th batch's images 2^spike_log2 larger: current
+//              scaling follows each batch; delayed scaling quantizes the spike with the scale of
+//              the steps before it (saturating it), and then keeps the spike's amax in its
+//              history for amax_history_len steps (Transformer Engine's default 1024, the whole
+//              run here; 16; or most_recent, one step).
+//   mx         MXFP8, MXFP6, MXFP4 (E4M3, E2M3, E2M1 elements; one E8M0 scale per 32), with the
+//              OCP floor rule and, for MXFP4, the round-up rule.
+//   gradscale  per-operator gradient scaling (--loss-scale gradient: each node's power-of-two
+//              beta from the 8-bit format's range, Note [Gradient scaling in 8 bits]) against
+//              per-tensor current and delayed scaling of the gradients, in E5M2 and in E4M3.
+struct Fp8Regime {
+  std::string name, what;
+  std::vector<std::string> models;  // "cnn", "char_lstm"
+  std::vector<std::string> configs;
+  int outlier_log2 = 0;
+  int64_t spike_every = 0;
+  int spike_log2 = 0;
+};
+
+std::vector<Fp8Regime> fp8_regimes() {
+  return {
+      {.name = "formats",
+       .what = "gradients in E5M2 (HYBRID) or E4M3, per-tensor current scaling",
+       .models = {"cnn", "char_lstm"},
+       .configs = {"bf16", "fp8-current", "fp8-current-e4m3"}},
+      {.name = "outlier",
+       .what = "one feature channel 2^10 larger (a batch-norm gain of 2^10)",
+       .models = {"cnn"},
+       .configs = {"bf16", "fp8-current", "fp8-rowwise", "fp8-mxfp8", "fp8-block"},
+       .outlier_log2 = 10},
+      {.name = "spike",
+       .what = "every 40th batch's images 2^8 larger",
+       .models = {"cnn"},
+       .configs = {"bf16", "fp8-current", "fp8-delayed", "fp8-delayed-h16", "fp8-delayed-recent"},
+       .spike_every = 40,
+       .spike_log2 = 8},
+      {.name = "mx",
+       .what = "MX block scaling with 8-, 6- and 4-bit elements",
+       .models = {"cnn", "char_lstm"},
+       .configs = {"bf16", "fp8-mxfp8", "fp8-mxfp6", "fp8-mxfp4", "fp8-mxfp4-up"}},
+      {.name = "gradscale",
+       .what = "per-operator against per-tensor scaling of the gradients",
+       .models = {"cnn", "char_lstm"},
+       .configs = {"fp8-current", "fp8-delayed", "fp8-gradient", "fp8-current-e4m3", "fp8-gradient-e4m3"}},
+  };
+}
+
+// Note [The char_lstm of the lab]
+// The fp8 suite's language model: examples/char_lstm_model.h's CharLSTM (embedding 32, one LSTM
+// layer of 128, on the fortunes corpus), Adam lr 1e-2 with 30 steps of warm-up and cosine decay
+// to lr/10, gradients clipped to norm 1, --lr-steps steps of 32 random windows of 64 characters;
+// scored by the validation bits per character over the whole held-out 5% of the corpus. Small
+// enough that a seed takes seconds; the numbers are this model's, not char_lstm's defaults'.
+struct CharLabSize {
+  int64_t embed = 32, hidden = 128, layers = 1, seq_len = 64, batch = 32, warmup = 30;
+  double lr = 1e-2, clip = 1.0;
+};
+constexpr double kLn2 = 0.69314718055994530942;
+
+LabRow run_char_lstm(const Lab& lab, const LabConfig& lc, uint64_t seed, const std::string& metrics_path) {
+  const CharLabSize z;
+  const int64_t steps = lab.o.lstm_steps;
+  Generator gen(seed);
+  examples::CharLSTM model(lab.corpus->vocab_size(), {.embed = z.embed, .hidden = z.hidden, .layers = z.layers}, gen);
+  model.to(lab.device);
+  PrecisionTrainer trainer(model, OptimizerSpec{.kind = OptimizerKind::adam, .lr = z.lr},
+                           precision_options(lab, lc, seed, z.clip));
+  LRScheduler sched(trainer.optimizer(),
+                    LinearWarmup(std::min(z.warmup, steps),
+                                 CosineAnnealingLR(std::max<int64_t>(steps - z.warmup, 1), z.lr / 10)));
+  examples::Metrics metrics(metrics_path, false);
+  std::printf("== %s (char_lstm): --precision %s --loss-scale %s --seed %llu\n", lc.name.c_str(),
+              lc.precision.c_str(), lc.loss_scale.c_str(), (unsigned long long)seed);
+  const auto t0 = std::chrono::steady_clock::now();
+  Generator draws(seed + 1);
+  LabRow row{.config = lc, .model = "char_lstm", .seed = seed};
+  double loss_sum = 0.0;
+  int64_t finite = 0;
+  for (int64_t step = 1; step <= steps; ++step) {
+    const data::TextBatch b = lab.corpus->random_batch(data::TextSplit::train, z.batch, z.seq_len, draws);
+    Tape tape;
+    trainer.begin_step(tape);
+    const Variable loss =
+        examples::sequence_loss(model.forward(b.input, std::nullopt, trainer.compute_dtype()).logits, b.target);
+    trainer.backward(tape, loss);
+    trainer.step();
+    sched.step();
+    metrics.write_telemetry(trainer);
+    if (step % lab.o.log_every == 0 || step > steps - lab.o.log_every) {  // the mean of the last log_every steps
+      const double l = loss.data().item();
+      if (step % lab.o.log_every == 0)
+        metrics.write({{"event", "step"},
+                       {"step", step},
+                       {"loss", std::isfinite(l) ? nlohmann::json(l) : nlohmann::json(nullptr)},
+                       {"lr", trainer.optimizer().lr()},
+                       {"scale", trainer.last_scale()},
+                       {"skipped", !trainer.last_applied()}});
+      if (step > steps - lab.o.log_every) {
+        if (std::isfinite(l)) loss_sum += l, ++finite;
+        else ++row.nonfinite;
+      }
+    }
+  }
+  row.steps = steps;
+  row.train_loss = finite > 0 ? loss_sum / double(finite) / kLn2 : std::nan("");
+  row.val_bpc = examples::evaluate_nats(model, lab.val_batches, 0, trainer.compute_dtype()) / kLn2;
+  row.wall = examples::seconds_since(t0);
+  row.skipped = trainer.skipped();
+  row.final_scale = trainer.scale();
+  row.rounding = trainer.total_rounding();
+  row.fp8 = fp8_totals(trainer);
+  std::printf("   validation %.3f bpc, %s, %.0f s\n", row.val_bpc, examples::precision_summary(trainer).c_str(),
+              row.wall);
+  nlohmann::json summary = {{"event", "summary"},
+                            {"config", lc.name},
+                            {"model", "char_lstm"},
+                            {"device", lab.device.str()},
+                            {"final_val_bpc", row.val_bpc},
+                            {"final_train_bpc", std::isfinite(row.train_loss) ? nlohmann::json(row.train_loss)
+                                                                              : nlohmann::json(nullptr)},
+                            {"steps", steps},
+                            {"wall_s", row.wall}};
+  examples::add_precision_summary(summary, trainer);
+  metrics.write(summary);
+  return row;
+}
+
+// "0.012% / 3.4%": the saturated and flushed shares of a role's elements, or "-" without fp8.
+std::string sat_flush(const std::vector<const LabRow*>& rows, Fp8Role role) {
+  double count = 0, sat = 0, flush = 0;
+  for (const LabRow* r : rows) {
+    if (!r->fp8) return "-";
+    const QuantStats& q = (*r->fp8)[size_t(role)];
+    count += double(q.count), sat += double(q.saturated), flush += double(q.flushed);
+  }
+  if (count == 0) return "-";
+  return fmt("%.3f%%", 100.0 * sat / count) + " / " + fmt("%.2f%%", 100.0 * flush / count);
+}
+
+// One row per configuration over its seeds: the score (mean +- sd) and what each role's operands
+// met, summed over the seeds.
+std::string fp8_table(const std::vector<LabRow>& rows, bool lstm) {
+  std::vector<std::string> order;
+  for (const LabRow& r : rows)
+    if (std::find(order.begin(), order.end(), r.config.name) == order.end()) order.push_back(r.config.name);
+  std::ostringstream os;
+  os << "| config | seeds | " << (lstm ? "validation bpc" : "test accuracy")
+     << " | inputs saturated / flushed | weights saturated / flushed | grads saturated / flushed | wall s |\n"
+     << "|---|---:|---:|---:|---:|---:|---:|\n";
+  for (const std::string& name : order) {
+    std::vector<double> score;
+    std::vector<const LabRow*> mine;
+    double wall = 0;
+    for (const LabRow& r : rows) {
+      if (r.config.name != name) continue;
+      score.push_back(lstm ? r.val_bpc : 100.0 * r.accuracy);
+      mine.push_back(&r);
+      wall += r.wall;
+    }
+    const Stat a = stat(score);
+    os << "| " << name << " | " << score.size() << " | "
+       << (lstm ? fmt("%.3f", a.mean) + fmt(" ± %.3f", a.sd) : fmt("%.2f", a.mean) + fmt(" ± %.2f%%", a.sd)) << " | "
+       << sat_flush(mine, Fp8Role::input) << " | " << sat_flush(mine, Fp8Role::weight) << " | "
+       << sat_flush(mine, Fp8Role::grad) << " | " << fmt("%.0f", wall) << " |\n";
+  }
+  return os.str();
+}
+
+// --suite fp8: each regime of Note [Fp8 regimes] (or those --regimes names) on its models, each
+// configuration over --seeds seeds (default 3); metrics under <out-dir>/<regime>-<model>/.
+SuiteResult run_fp8_suite(const Lab& lab, const std::filesystem::path& out) {
+  const int n_seeds = lab.o.seeds > 0 ? lab.o.seeds : 3;
+  SuiteResult r;
+  for (const Fp8Regime& rg : fp8_regimes()) {
+    if (!selected(lab.o, rg.name)) continue;
+    for (const std::string& model : rg.models) {
+      const std::filesystem::path dir = out / (rg.name + "-" + model);
+      std::filesystem::create_directories(dir);
+      std::vector<LabRow> rows;
+      for (const std::string& name : rg.configs) {
+        auto it =
+            std::find_if(lab.configs.begin(), lab.configs.end(), [&](const LabConfig& c) { return c.name == name; });
+        if (it == lab.configs.end()) continue;  // left out by --only
+        for (int k = 0; k < n_seeds; ++k) {
+          const uint64_t seed = lab.base.seed + uint64_t(k);
+          const std::string metrics = (dir / (name + "-seed" + std::to_string(seed) + ".jsonl")).string();
+          std::printf("[%s] ", rg.name.c_str());
+          LabRow row;
+          if (model == "char_lstm") {
+            row = run_char_lstm(lab, *it, seed, metrics);
+          } else {
+            examples::CnnConfig cc = lab.base;
+            cc.seed = seed;
+            cc.outlier_log2 = rg.outlier_log2;
+            cc.spike_every = rg.spike_every;
+            cc.spike_log2 = rg.spike_log2;
+            row = run_config(lab, *it, cc, metrics);
+          }
+          row.regime = rg.name;
+          rows.push_back(row);
+        }
+      }
+      r.md += "### " + rg.name + " (" + model + "): " + rg.what + "\n\n" + fp8_table(rows, model == "char_lstm") + "\n";
+      for (const LabRow& row : rows) r.rows.push_back(row_json(row, lab.device));
+    }
+  }
+  return r;
+}
+
+// The char_lstm's corpus and validation streams, when a selected fp8 regime runs it.
+void load_text(Lab& lab) {
+  bool wanted = false;
+  for (const Fp8Regime& rg : fp8_regimes())
+    if (selected(lab.o, rg.name))
+      wanted = wanted || std::find(rg.models.begin(), rg.models.end(), "char_lstm") != rg.models.end();
+  if (!wanted) return;
+  const CharLabSize z;
+  lab.corpus = data::TextCorpus::from_path(lab.o.text, 0.05);
+  const int64_t n_valid = int64_t(lab.corpus->ids(data::TextSplit::validation).size());
+  MT_CHECK(int64_t(lab.corpus->ids(data::TextSplit::train).size()) > z.seq_len && n_valid >= 2, "--text '",
+           lab.o.text, "' is too short for the char_lstm's windows of ", z.seq_len, " characters");
+  lab.val_batches = lab.corpus->eval_batches(data::TextSplit::validation, std::min<int64_t>(64, n_valid - 1), z.seq_len);
+  if (lab.o.smoke) lab.val_batches.resize(std::min<size_t>(lab.val_batches.size(), 4));
+}
+
 // Prints the table, writes lab.md and lab.json, and draws the figures (--plots).
 void write_results(const Lab& lab, const std::filesystem::path& out, const SuiteResult& result) {
   std::printf("\n%s", result.md.c_str());
@@ -479,6 +813,12 @@ void write_results(const Lab& lab, const std::filesystem::path& out, const Suite
   if (!lab.o.plots || lab.o.smoke) return;
   if (lab.o.suite == "default") {
     draw_figures(out);
+    return;
+  }
+  if (lab.o.suite == "fp8") {
+    for (const Fp8Regime& rg : fp8_regimes())
+      for (const std::string& model : rg.models)
+        if (std::filesystem::exists(out / (rg.name + "-" + model))) draw_figures(out / (rg.name + "-" + model));
     return;
   }
   for (const Regime& rg : stress_regimes())
@@ -491,7 +831,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Train the Fashion-MNIST CNN under ten precision configurations (fp32; fp16 without scaling, static,\n"
       "backoff, logmax and gradient scaling; bf16 mixed; bf16-pure with nearest, stochastic and Kahan\n"
-      "updates) from the same initial weights and batch order, and print one table."};
+      "updates) from the same initial weights and batch order, and print one table; or the stress regimes,\n"
+      "or the 8-bit recipes (--suite fp8) on the CNN and a character-level LSTM."};
   examples::CommonFlags flags;
   flags.epochs = 3;
   flags.lr = 2e-3;
@@ -514,6 +855,12 @@ int main(int argc, char** argv) {
     examples::check_output_dir(o.out_dir);
     set_num_threads(flags.threads);
     lab.configs = select_configs(o);
+    std::vector<std::string> regime_names;
+    if (o.suite == "stress")
+      for (const Regime& rg : stress_regimes()) regime_names.push_back(rg.name);
+    if (o.suite == "fp8")
+      for (const Fp8Regime& rg : fp8_regimes()) regime_names.push_back(rg.name);
+    check_regimes(o, regime_names);
     lab.train = data::load_fashion_mnist(o.data_dir, data::MnistSplit::train,
                                          {.limit = o.limit > 0 ? o.limit : -1, .num_classes = examples::kCnnClasses});
     lab.test =
@@ -542,7 +889,10 @@ int main(int argc, char** argv) {
                 .progress = true,
                 .verbose = false,
                 .device = lab.device};
-    const SuiteResult result = o.suite == "default" ? run_default_suite(lab, out) : run_stress_suite(lab, out);
+    if (o.suite == "fp8") load_text(lab);
+    const SuiteResult result = o.suite == "default"  ? run_default_suite(lab, out)
+                               : o.suite == "stress" ? run_stress_suite(lab, out)
+                                                     : run_fp8_suite(lab, out);
     write_results(lab, out, result);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "precision_lab: error: %s\n", e.what());

@@ -518,7 +518,8 @@ void evaluate_epoch(Learner& l, const Text& text, const Config& c, const Plan& p
                     examples::Metrics& metrics, RunState& run) {
   const bool whole = epoch == plan.epochs && !c.smoke;  // the final evaluation scores every character
   const auto t_eval = Clock::now();
-  run.last_val_bpc = examples::evaluate_nats(l.model, text.val_batches, whole ? 0 : c.eval_chars, l.trainer.compute_dtype()) / kLn2;
+  run.last_val_bpc =
+      examples::evaluate_nats(l.model, text.val_batches, whole ? 0 : c.eval_chars, l.trainer.compute_dtype()) / kLn2;
   run.eval_time += examples::seconds_since(t_eval);
   std::printf("epoch %d/%d: train %.3f bpc, validation %.3f bpc%s (unigram %.3f), %.1f s + eval %.1f s\n", epoch,
               plan.epochs, run.last_train_bpc, run.last_val_bpc, whole ? " (all of it)" : "", text.unigram,

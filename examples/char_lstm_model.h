@@ -96,7 +96,8 @@ inline mixtape::Variable sequence_loss(const mixtape::Variable& logits, const mi
 
 // Validation cross-entropy in nats per character over `batches` (carrying the state along each
 // stream), stopping once `max_chars` targets are scored (0: all). The model runs in `dtype`.
-inline double evaluate_nats(CharLSTM& model, const std::vector<mixtape::data::TextBatch>& batches, int64_t max_chars, mixtape::DType dtype) {
+inline double evaluate_nats(CharLSTM& model, const std::vector<mixtape::data::TextBatch>& batches, int64_t max_chars,
+                            mixtape::DType dtype) {
   using namespace mixtape;
   NoGrad no_grad;
   model.eval();

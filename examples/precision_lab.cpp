@@ -100,7 +100,7 @@ std::vector<LabConfig> lab_configs(const std::string& static_scale) {
 
 struct LabRow {
   LabConfig config;
-  std::string regime;       // stress and fp8 suites only
+  std::string regime;         // stress and fp8 suites only
   std::string model = "cnn";  // or "char_lstm" (fp8 suite)
   uint64_t seed = 0;
   double accuracy = 0, test_loss = 0, train_loss = 0, wall = 0;
@@ -646,12 +646,12 @@ LabRow run_char_lstm(const Lab& lab, const LabConfig& lc, uint64_t seed, const s
   model.to(lab.device);
   PrecisionTrainer trainer(model, OptimizerSpec{.kind = OptimizerKind::adam, .lr = z.lr},
                            precision_options(lab, lc, seed, z.clip));
-  LRScheduler sched(trainer.optimizer(),
-                    LinearWarmup(std::min(z.warmup, steps),
-                                 CosineAnnealingLR(std::max<int64_t>(steps - z.warmup, 1), z.lr / 10)));
+  LRScheduler sched(
+      trainer.optimizer(),
+      LinearWarmup(std::min(z.warmup, steps), CosineAnnealingLR(std::max<int64_t>(steps - z.warmup, 1), z.lr / 10)));
   examples::Metrics metrics(metrics_path, false);
-  std::printf("== %s (char_lstm): --precision %s --loss-scale %s --seed %llu\n", lc.name.c_str(),
-              lc.precision.c_str(), lc.loss_scale.c_str(), (unsigned long long)seed);
+  std::printf("== %s (char_lstm): --precision %s --loss-scale %s --seed %llu\n", lc.name.c_str(), lc.precision.c_str(),
+              lc.loss_scale.c_str(), (unsigned long long)seed);
   const auto t0 = std::chrono::steady_clock::now();
   Generator draws(seed + 1);
   LabRow row{.config = lc, .model = "char_lstm", .seed = seed};
@@ -692,15 +692,15 @@ LabRow run_char_lstm(const Lab& lab, const LabConfig& lc, uint64_t seed, const s
   row.fp8 = fp8_totals(trainer);
   std::printf("   validation %.3f bpc, %s, %.0f s\n", row.val_bpc, examples::precision_summary(trainer).c_str(),
               row.wall);
-  nlohmann::json summary = {{"event", "summary"},
-                            {"config", lc.name},
-                            {"model", "char_lstm"},
-                            {"device", lab.device.str()},
-                            {"final_val_bpc", row.val_bpc},
-                            {"final_train_bpc", std::isfinite(row.train_loss) ? nlohmann::json(row.train_loss)
-                                                                              : nlohmann::json(nullptr)},
-                            {"steps", steps},
-                            {"wall_s", row.wall}};
+  nlohmann::json summary = {
+      {"event", "summary"},
+      {"config", lc.name},
+      {"model", "char_lstm"},
+      {"device", lab.device.str()},
+      {"final_val_bpc", row.val_bpc},
+      {"final_train_bpc", std::isfinite(row.train_loss) ? nlohmann::json(row.train_loss) : nlohmann::json(nullptr)},
+      {"steps", steps},
+      {"wall_s", row.wall}};
   examples::add_precision_summary(summary, trainer);
   metrics.write(summary);
   return row;
@@ -798,9 +798,10 @@ void load_text(Lab& lab) {
   const CharLabSize z;
   lab.corpus = data::TextCorpus::from_path(lab.o.text, 0.05);
   const int64_t n_valid = int64_t(lab.corpus->ids(data::TextSplit::validation).size());
-  MT_CHECK(int64_t(lab.corpus->ids(data::TextSplit::train).size()) > z.seq_len && n_valid >= 2, "--text '",
-           lab.o.text, "' is too short for the char_lstm's windows of ", z.seq_len, " characters");
-  lab.val_batches = lab.corpus->eval_batches(data::TextSplit::validation, std::min<int64_t>(64, n_valid - 1), z.seq_len);
+  MT_CHECK(int64_t(lab.corpus->ids(data::TextSplit::train).size()) > z.seq_len && n_valid >= 2, "--text '", lab.o.text,
+           "' is too short for the char_lstm's windows of ", z.seq_len, " characters");
+  lab.val_batches =
+      lab.corpus->eval_batches(data::TextSplit::validation, std::min<int64_t>(64, n_valid - 1), z.seq_len);
   if (lab.o.smoke) lab.val_batches.resize(std::min<size_t>(lab.val_batches.size(), 4));
 }
 

@@ -356,6 +356,37 @@ TEST_CASE("gemm: a packed 8-bit B gives gemm's bits on the calling thread, on ev
         }
 }
 
+TEST_CASE("gemm: 8-bit operands without block scales, packed as code pairs, on every path", "[gemm][fp8]") {
+  // Note [Packing 8-bit pairs] in gemm_tiles.inc: codes along j (rows of A^T, B by rows) and
+  // along k (A by rows, B = W^T), panels full and ragged (columns past a group of eight), K odd
+  // (a missing last row), across the chunks and tall (a backward GEMM's K over the batch), and
+  // every code of the format (NaN and inf among them for e5m2) in every lane.
+  const Shape3 shapes[] = {{1, 1, 1}, {8, 32, 16}, {13, 45, 37}, {17, 70, 300}, {33, 20, 1031}, {16, 40, 3001}};
+  const Pairing pairings[] = {{DType::e4m3, DType::e4m3}, {DType::e5m2, DType::e4m3}, {DType::e2m1, DType::e3m2}};
+  std::mt19937 rng(43);
+  int compared = 0;
+  for (const std::string& path : cpu::gemm_paths()) {
+    const GemmPathScope scope(path);
+    for (const Shape3& s : shapes)
+      for (const Pairing& pr : pairings)
+        for (Layout la : {Layout::rows, Layout::columns})
+          for (Layout lb : {Layout::rows, Layout::columns}) {
+            Operand a = make(pr.a, s.M, s.K, la, Blocks::none, Role::a, rng);
+            Operand b = make(pr.b, s.K, s.N, lb, Blocks::none, Role::b, rng);
+            if (pr.a == DType::e5m2)  // inf and NaN codes too: the ends of the table
+              for (size_t i = 0; i < a.codes.size(); i += 97) a.codes[i] = uint8_t(0x7C + i % 4);
+            const std::vector<float> c0 = start_values(size_t(s.M * s.N), rng);
+            const std::vector<float> ref = run(GemmArith::dot_bf16, equivalent(a, GemmArith::dot_bf16),
+                                               equivalent(b, GemmArith::dot_bf16), false, c0);
+            INFO("path " << path << ", " << dtype_name(pr.a) << " x " << dtype_name(pr.b) << ", M N K " << s.M << " "
+                         << s.N << " " << s.K << ", layouts " << layout_name(la) << " " << layout_name(lb));
+            CHECK(count_different(run(GemmArith::dot_bf16, a, b, false, c0), ref) == 0);
+            ++compared;
+          }
+  }
+  CHECK(compared > 0);
+}
+
 TEST_CASE("gemm: the arithmetic of 8-bit operands", "[gemm][fp8]") {
   for (DType d : {DType::e4m3, DType::e5m2, DType::e3m2, DType::e2m3, DType::e2m1}) {
     CHECK(cpu::gemm_arith_for(d) == GemmArith::dot_bf16);

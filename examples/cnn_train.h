@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <tuple>
 #include <utility>
@@ -66,13 +67,14 @@ struct CnnConfig {
   double aux_weight = 0.0;
   double adam_eps = 1e-8;
   // The precision lab's fp8 regimes (Note [Fp8 regimes] in examples/precision_lab.cpp); 0 leaves
-  // the run as it is. outlier_log2 = k sets the cnn's second batch norm's gain for channel 0 to
-  // 2^k at initialization, so that channel's activations, flattened into the first linear layer's
-  // input, are 2^k larger than the others'. spike_every = n multiplies the images of every n-th
+  // the run as it is. outlier_log2 = k gives the cnn's first linear layer an input channel 2^k
+  // larger than the rest (OutlierLinear). spike_every = n multiplies the images of every n-th
   // training step by 2^spike_log2.
   int outlier_log2 = 0;
   int64_t spike_every = 0;
   int spike_log2 = 0;
+  // Called after each step's update (the precision lab reads the step's 8-bit operands there).
+  std::function<void(const mixtape::PrecisionTrainer&)> after_step;
   // --optimizer / --amsgrad; the default is AdamW.
   OptimizerFlags optimizer;
   // --checkpoint / --resume (examples/checkpoint.h); null: no checkpoints.
@@ -153,15 +155,58 @@ struct CnnRun {
   StepCounters counters;          // launches, host synchronizations and allocations per step
 };
 
-inline std::shared_ptr<mixtape::nn::Sequential> make_cnn(int64_t width, double dropout, mixtape::Generator& gen) {
+// Note [An outlier channel, exactly]
+// The precision lab's outlier regimes give the cnn's first linear layer (input [B, 2w*49], the
+// flattened [2w, 7, 7] features) an outlier channel without changing the model: with s = 2^k on
+// the 49 features of channel 0 and 1 on the rest, it computes
+//   y = (x diag(s)) (W diag(s)^-1)^T + b  =  x W^T + b,
+// the SmoothQuant identity (Xiao et al., 2023) used the other way round. W is the parameter, so
+// the optimizer sees the same model; a power of two scales exactly in every binary format (nothing
+// here comes near overflow or underflow in bf16), so a 16-bit run trains bit for bit as without
+// it. Only a GEMM that reads 8-bit operands sees a difference: its input has one channel 2^k
+// larger than the others, and its weight the matching 49 columns 2^k smaller.
+class OutlierLinear : public mixtape::nn::UnaryModule {
+ public:
+  OutlierLinear(std::shared_ptr<mixtape::nn::Linear> linear, int64_t channel_features, int log2)
+      : UnaryModule("OutlierLinear"), log2_(log2) {
+    using namespace mixtape;
+    linear_ = register_module("linear", std::move(linear));
+    std::vector<float> s(size_t(linear_->options().in_features), 1.0f), inv = s;
+    for (int64_t i = 0; i < channel_features; ++i)
+      s[size_t(i)] = std::ldexp(1.0f, log2), inv[size_t(i)] = 1 / s[size_t(i)];
+    scale_ = from_vector(s, {1, int64_t(s.size())});
+    inv_scale_ = from_vector(inv, {1, int64_t(s.size())});
+  }
+  mixtape::Variable forward(const mixtape::Variable& x) override {
+    using namespace mixtape;
+    const DType dt = x.dtype();
+    const Device dev = x.data().device();
+    const Variable w = cast(linear_->weight, dt) * Variable(inv_scale_.to(dev).to(dt));
+    return linear(x * Variable(scale_.to(dev).to(dt)), w, cast(linear_->bias, dt));
+  }
+  std::string extra_repr() const override { return mixtape::detail::cat("channel 0 x 2^", log2_); }
+
+ private:
+  std::shared_ptr<mixtape::nn::Linear> linear_;
+  mixtape::Tensor scale_, inv_scale_;  // f32 [1, in]: s and 1 / s
+  int log2_;
+};
+
+inline std::shared_ptr<mixtape::nn::Sequential> make_cnn(int64_t width, double dropout, mixtape::Generator& gen,
+                                                         int outlier_log2 = 0) {
   using namespace mixtape;
   const int64_t w1 = width, w2 = 2 * width;
+  // (the layers draw their initial weights from gen in the order the compiler evaluates these arguments)
+  const auto with_outlier = [&](std::shared_ptr<nn::Linear> fc) -> std::shared_ptr<nn::UnaryModule> {
+    if (outlier_log2 == 0) return fc;
+    return std::make_shared<OutlierLinear>(std::move(fc), 7 * 7, outlier_log2);
+  };
   return std::make_shared<nn::Sequential>(
       std::make_shared<nn::Conv2d>(1, w1, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(w1),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
       std::make_shared<nn::Conv2d>(w1, w2, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(w2),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(w2 * 7 * 7, 128, true, gen), std::make_shared<nn::ReLU>(),
+      with_outlier(std::make_shared<nn::Linear>(w2 * 7 * 7, 128, true, gen)), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::Dropout>(dropout, gen), std::make_shared<nn::Linear>(128, kCnnClasses, true, gen));
 }
 
@@ -214,7 +259,9 @@ inline std::shared_ptr<mixtape::nn::Sequential> make_resnet(int64_t width, CnnNo
 }
 
 inline std::shared_ptr<mixtape::nn::Sequential> make_model(const CnnConfig& c, mixtape::Generator& gen) {
-  return c.model == CnnModel::resnet ? make_resnet(c.width, c.norm, gen) : make_cnn(c.width, c.dropout, gen);
+  MT_CHECK(c.outlier_log2 == 0 || c.model == CnnModel::cnn, "the outlier channel (outlier_log2) is built on the cnn");
+  return c.model == CnnModel::resnet ? make_resnet(c.width, c.norm, gen)
+                                     : make_cnn(c.width, c.dropout, gen, c.outlier_log2);
 }
 
 // Test loss and accuracy, in the trainer's compute dtype (the loss in fp32).
@@ -339,14 +386,6 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
     run.with_decoder = std::make_shared<CnnWithDecoder>(run.model, c.width, gen);
     root = run.with_decoder.get();
   }
-  if (c.outlier_log2 != 0) {
-    MT_CHECK(c.model == CnnModel::cnn, "the outlier channel (outlier_log2) is built on the cnn model");
-    // the second batch norm (layer 5 of make_cnn): its gain for channel 0
-    auto& bn = dynamic_cast<nn::BatchNorm2d&>(*(*run.model)[5]);
-    std::vector<float> gain = bn.weight.data().values<float>();
-    gain[0] = std::ldexp(1.0f, c.outlier_log2);
-    bn.weight.set_data(from_vector(gain, bn.weight.shape()));
-  }
   if (c.dp) c.dp->broadcast(*root);  // rank 0's initial state on every rank
   root->to(c.device);                // before the trainer: masters and optimizer state follow the parameters
   run.trainer = std::make_unique<PrecisionTrainer>(
@@ -441,6 +480,7 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
       const double lr = opt.lr();
       trainer.step();  // decided where the gradients are; read below only when a step logs
       sched.step();
+      if (c.after_step) c.after_step(trainer);
       metrics.write_telemetry(trainer);
       ++step;
       pos.batch = b.index + 1;

@@ -42,6 +42,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <fstream>
 #include <sstream>
@@ -98,6 +99,12 @@ std::vector<LabConfig> lab_configs(const std::string& static_scale) {
   };
 }
 
+// What the input operands of one 8-bit GEMM site met over a run (each step's Fp8Context::records).
+struct SiteInputs {
+  OpId op = OpId::linear;
+  int64_t count = 0, flushed = 0, saturated = 0;
+};
+
 struct LabRow {
   LabConfig config;
   std::string regime;         // stress and fp8 suites only
@@ -110,6 +117,7 @@ struct LabRow {
   float final_scale = 1;
   RoundingCounts rounding;
   std::optional<std::array<QuantStats, 3>> fp8;  // fp8 policy: what each role's operands met (Fp8Context::totals)
+  std::map<int64_t, SiteInputs> fp8_inputs;      // fp8 policy: each site's input operands
 };
 
 std::string fmt(const char* f, double v) {
@@ -168,6 +176,14 @@ nlohmann::json row_json(const LabRow& r, const Device& device) {
                                                       {"flushed", q.flushed},     {"subnormal", q.subnormal},
                                                       {"nonfinite", q.nonfinite}, {"amax", q.amax}};
     }
+    nlohmann::json sites = nlohmann::json::array();
+    for (const auto& [site, in] : r.fp8_inputs)
+      sites.push_back({{"site", site},
+                       {"op", op_name(in.op)},
+                       {"count", in.count},
+                       {"flushed", in.flushed},
+                       {"saturated", in.saturated}});
+    j["fp8_input_sites"] = sites;
   }
   if (std::isfinite(r.aux_mse)) j["test_aux_mse"] = r.aux_mse;
   return j;
@@ -457,6 +473,18 @@ std::optional<std::array<QuantStats, 3>> fp8_totals(const PrecisionTrainer& trai
   return std::array<QuantStats, 3>{f->totals(Fp8Role::input), f->totals(Fp8Role::weight), f->totals(Fp8Role::grad)};
 }
 
+// Adds this step's input operands, per site, to `sites` (fprop only: wgrad reads the same input).
+void count_inputs(const PrecisionTrainer& trainer, std::map<int64_t, SiteInputs>& sites) {
+  const Fp8Context* f = trainer.fp8();
+  if (!f) return;
+  for (const Fp8Record& r : f->records()) {
+    if (r.role != Fp8Role::input || std::string_view(r.gemm) != "fprop") continue;
+    SiteInputs& s = sites[r.site];
+    s.op = r.op;
+    s.count += r.stats.count, s.flushed += r.stats.flushed, s.saturated += r.stats.saturated;
+  }
+}
+
 // One training run of one configuration; its metrics (steps, telemetry, summary) go to `metrics_path`.
 // With --checkpoint-every or --resume, the run saves its whole state next to its metrics
 // (<run>.safetensors; examples/checkpoint.h) and --resume continues it from there: a run that had
@@ -473,8 +501,9 @@ LabRow run_config(const Lab& lab, const LabConfig& lc, examples::CnnConfig cc, c
               (unsigned long long)cc.seed,
               checkpoint.resuming() ? (" (resumed from " + checkpoint.path() + ")").c_str() : "");
   const auto t0 = std::chrono::steady_clock::now();
-  examples::CnnRun run = examples::train_cnn(cc, options, lab.train, lab.test, metrics);
   LabRow row{.config = lc};
+  cc.after_step = [&row](const PrecisionTrainer& t) { count_inputs(t, row.fp8_inputs); };
+  examples::CnnRun run = examples::train_cnn(cc, options, lab.train, lab.test, metrics);
   row.wall = examples::seconds_since(t0);
   row.accuracy = run.last.accuracy;
   row.aux_mse = run.last.aux_mse;
@@ -604,11 +633,17 @@ std::vector<Fp8Regime> fp8_regimes() {
        .what = "gradients in E5M2 (HYBRID) or E4M3, per-tensor current scaling",
        .models = {"cnn", "char_lstm"},
        .configs = {"bf16", "fp8-current", "fp8-current-e4m3"}},
-      {.name = "outlier",
-       .what = "one feature channel 2^10 larger (a batch-norm gain of 2^10)",
+      {.name = "outlier10",
+       .what = "the first linear layer's input has one channel 2^10 larger, its weight the matching columns 2^10 "
+               "smaller (Note [An outlier channel, exactly])",
        .models = {"cnn"},
        .configs = {"bf16", "fp8-current", "fp8-rowwise", "fp8-mxfp8", "fp8-block"},
        .outlier_log2 = 10},
+      {.name = "outlier16",
+       .what = "the same with 2^16",
+       .models = {"cnn"},
+       .configs = {"bf16", "fp8-current", "fp8-rowwise", "fp8-mxfp8", "fp8-block"},
+       .outlier_log2 = 16},
       {.name = "spike",
        .what = "every 40th batch's images 2^8 larger",
        .models = {"cnn"},
@@ -666,6 +701,7 @@ LabRow run_char_lstm(const Lab& lab, const LabConfig& lc, uint64_t seed, const s
     trainer.backward(tape, loss);
     trainer.step();
     sched.step();
+    count_inputs(trainer, row.fp8_inputs);
     metrics.write_telemetry(trainer);
     if (step % lab.o.log_every == 0 || step > steps - lab.o.log_every) {  // the mean of the last log_every steps
       const double l = loss.data().item();
@@ -718,16 +754,37 @@ std::string sat_flush(const std::vector<const LabRow*>& rows, Fp8Role role) {
   return fmt("%.3f%%", 100.0 * sat / count) + " / " + fmt("%.2f%%", 100.0 * flush / count);
 }
 
-// One row per configuration over its seeds: the score (mean +- sd) and what each role's operands
-// met, summed over the seeds.
+// "linear #2: 38.1%": the site whose inputs flushed most (summed over `rows`), or "-" without fp8.
+std::string worst_input_site(const std::vector<const LabRow*>& rows) {
+  std::map<int64_t, SiteInputs> sum;
+  for (const LabRow* r : rows)
+    for (const auto& [site, in] : r->fp8_inputs) {
+      SiteInputs& s = sum[site];
+      s.op = in.op;
+      s.count += in.count, s.flushed += in.flushed, s.saturated += in.saturated;
+    }
+  std::string out = "-";
+  double worst = -1;
+  for (const auto& [site, in] : sum) {
+    const double share = in.count > 0 ? double(in.flushed) / double(in.count) : 0.0;
+    if (share <= worst) continue;
+    worst = share;
+    out = detail::cat(op_name(in.op), " #", site, ": ", fmt("%.2f%%", 100.0 * share));
+  }
+  return out;
+}
+
+// One row per configuration over its seeds: the score (mean +- sd), what each role's operands
+// met, and the site whose inputs flushed most, summed over the seeds.
 std::string fp8_table(const std::vector<LabRow>& rows, bool lstm) {
   std::vector<std::string> order;
   for (const LabRow& r : rows)
     if (std::find(order.begin(), order.end(), r.config.name) == order.end()) order.push_back(r.config.name);
   std::ostringstream os;
   os << "| config | seeds | " << (lstm ? "validation bpc" : "test accuracy")
-     << " | inputs saturated / flushed | weights saturated / flushed | grads saturated / flushed | wall s |\n"
-     << "|---|---:|---:|---:|---:|---:|---:|\n";
+     << " | inputs saturated / flushed | weights saturated / flushed | grads saturated / flushed | inputs flushed "
+        "most at | wall s |\n"
+     << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const std::string& name : order) {
     std::vector<double> score;
     std::vector<const LabRow*> mine;
@@ -742,7 +799,7 @@ std::string fp8_table(const std::vector<LabRow>& rows, bool lstm) {
     os << "| " << name << " | " << score.size() << " | "
        << (lstm ? fmt("%.3f", a.mean) + fmt(" ± %.3f", a.sd) : fmt("%.2f", a.mean) + fmt(" ± %.2f%%", a.sd)) << " | "
        << sat_flush(mine, Fp8Role::input) << " | " << sat_flush(mine, Fp8Role::weight) << " | "
-       << sat_flush(mine, Fp8Role::grad) << " | " << fmt("%.0f", wall) << " |\n";
+       << sat_flush(mine, Fp8Role::grad) << " | " << worst_input_site(mine) << " | " << fmt("%.0f", wall) << " |\n";
   }
   return os.str();
 }

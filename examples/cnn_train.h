@@ -73,8 +73,9 @@ struct CnnConfig {
   int outlier_log2 = 0;
   int64_t spike_every = 0;
   int spike_log2 = 0;
-  // Called after each step's update (the precision lab reads the step's 8-bit operands there).
-  std::function<void(const mixtape::PrecisionTrainer&)> after_step;
+  // Called after each step's update with the step's number, counted from 1 (the precision lab
+  // reads the step's 8-bit operands there).
+  std::function<void(const mixtape::PrecisionTrainer&, int64_t)> after_step;
   // --optimizer / --amsgrad; the default is AdamW.
   OptimizerFlags optimizer;
   // --checkpoint / --resume (examples/checkpoint.h); null: no checkpoints.
@@ -480,9 +481,9 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
       const double lr = opt.lr();
       trainer.step();  // decided where the gradients are; read below only when a step logs
       sched.step();
-      if (c.after_step) c.after_step(trainer);
       metrics.write_telemetry(trainer);
       ++step;
+      if (c.after_step) c.after_step(trainer, step);
       pos.batch = b.index + 1;
       const bool full = losses.add(loss.data());
       const bool logs = step % c.log_every == 0;

@@ -473,16 +473,28 @@ std::optional<std::array<QuantStats, 3>> fp8_totals(const PrecisionTrainer& trai
   return std::array<QuantStats, 3>{f->totals(Fp8Role::input), f->totals(Fp8Role::weight), f->totals(Fp8Role::grad)};
 }
 
-// Adds this step's input operands, per site, to `sites` (fprop only: wgrad reads the same input).
-void count_inputs(const PrecisionTrainer& trainer, std::map<int64_t, SiteInputs>& sites) {
+// Adds this step's input operands, per site, to `sites` (fprop only: wgrad reads the same input),
+// and writes them to `metrics` as one "fp8_inputs" event: {"step":..,"sites":[{"site","op","count",
+// "saturated","flushed","amax","scale_inv"}, ...]} (scripts/plot_metrics.py draws fp8_inputs.png).
+void record_inputs(const PrecisionTrainer& trainer, int64_t step, std::map<int64_t, SiteInputs>& sites,
+                   examples::Metrics& metrics) {
   const Fp8Context* f = trainer.fp8();
   if (!f) return;
+  nlohmann::json event = {{"event", "fp8_inputs"}, {"step", step}, {"sites", nlohmann::json::array()}};
   for (const Fp8Record& r : f->records()) {
     if (r.role != Fp8Role::input || std::string_view(r.gemm) != "fprop") continue;
     SiteInputs& s = sites[r.site];
     s.op = r.op;
     s.count += r.stats.count, s.flushed += r.stats.flushed, s.saturated += r.stats.saturated;
+    event["sites"].push_back({{"site", r.site},
+                              {"op", op_name(r.op)},
+                              {"count", r.stats.count},
+                              {"saturated", r.stats.saturated},
+                              {"flushed", r.stats.flushed},
+                              {"amax", r.stats.amax},
+                              {"scale_inv", r.stats.scale_inv_max}});
   }
+  metrics.write(event);
 }
 
 // One training run of one configuration; its metrics (steps, telemetry, summary) go to `metrics_path`.
@@ -502,7 +514,9 @@ LabRow run_config(const Lab& lab, const LabConfig& lc, examples::CnnConfig cc, c
               checkpoint.resuming() ? (" (resumed from " + checkpoint.path() + ")").c_str() : "");
   const auto t0 = std::chrono::steady_clock::now();
   LabRow row{.config = lc};
-  cc.after_step = [&row](const PrecisionTrainer& t) { count_inputs(t, row.fp8_inputs); };
+  cc.after_step = [&row, &metrics](const PrecisionTrainer& t, int64_t step) {
+    record_inputs(t, step, row.fp8_inputs, metrics);
+  };
   examples::CnnRun run = examples::train_cnn(cc, options, lab.train, lab.test, metrics);
   row.wall = examples::seconds_since(t0);
   row.accuracy = run.last.accuracy;
@@ -701,7 +715,7 @@ LabRow run_char_lstm(const Lab& lab, const LabConfig& lc, uint64_t seed, const s
     trainer.backward(tape, loss);
     trainer.step();
     sched.step();
-    count_inputs(trainer, row.fp8_inputs);
+    record_inputs(trainer, step, row.fp8_inputs, metrics);
     metrics.write_telemetry(trainer);
     if (step % lab.o.log_every == 0 || step > steps - lab.o.log_every) {  // the mean of the last log_every steps
       const double l = loss.data().item();

@@ -24,6 +24,10 @@ runs hold the events it needs; otherwise a message says why it was skipped):
                              ("rounding" events of the rounding census), every run on one axis
   underflow.png              per-layer fraction of nonzero gradient values that would underflow
                              in the telemetry format, over training; one panel per run
+  fp8_inputs.png             8-bit training: the share of each GEMM site's input operand that
+                             saturated (top row) and that flushed to zero (bottom row) at every
+                             step ("fp8_inputs" events of precision_lab --suite fp8), one column
+                             per site, one line per configuration (its first seed)
 
 Telemetry histograms count floor(log2|g|) of the stored gradient g = scale x true gradient
 (autograd/telemetry.h, Note [What telemetry measures]), so the format ranges are fixed in those
@@ -68,7 +72,7 @@ class Run:
     def __init__(self, path):
         self.path = path
         self.steps, self.telemetry, self.rounding, self.summary = [], [], [], None
-        self.scales, self.overflows = [], []
+        self.scales, self.overflows, self.fp8_inputs = [], [], []
         with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 line = line.strip()
@@ -92,6 +96,8 @@ class Run:
                     self.scales.append(ev)
                 elif kind == "overflow":
                     self.overflows.append(ev)
+                elif kind == "fp8_inputs":
+                    self.fp8_inputs.append(ev)
                 elif kind == "summary":
                     self.summary = ev
         stem = os.path.splitext(os.path.basename(path))[0]
@@ -293,6 +299,43 @@ def plot_rounding(plt, runs, out):
     fig.tight_layout()
     path = fig_path(out, "rounding.png")
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def plot_fp8_inputs(plt, runs, out, max_sites=4):
+    firsts, seen = [], set()
+    for r in runs:  # one line per configuration: its first seed
+        config = r.summary.get("config", r.label) if r.summary else r.label
+        if r.fp8_inputs and config not in seen:
+            seen.add(config)
+            firsts.append((config, r))
+    if not firsts:
+        print("fp8_inputs.png: no \"fp8_inputs\" events (precision_lab --suite fp8 writes them); skipped")
+        return
+    sites = sorted({(s["site"], s.get("op", "")) for _, r in firsts for ev in r.fp8_inputs
+                    for s in ev.get("sites", [])})[:max_sites]
+    fig, axes = plt.subplots(2, len(sites), figsize=(4 * len(sites), 6), squeeze=False, sharex=True)
+    for col, (site, op) in enumerate(sites):
+        for row, field in enumerate(("saturated", "flushed")):
+            ax = axes[row][col]
+            for config, r in firsts:
+                xs, ys = [], []
+                for ev in r.fp8_inputs:
+                    for s in ev.get("sites", []):
+                        if s.get("site") == site and s.get("count"):
+                            xs.append(ev["step"])
+                            ys.append(100.0 * s.get(field, 0) / s["count"])
+                ax.plot(xs, ys, color=r.color, label=config, linewidth=1)
+            ax.set_title(f"{op} #{site} input: % {field}", fontsize=9)
+            ax.grid(alpha=0.3)
+            if row == 1:
+                ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("8-bit input operands per GEMM site")
+    fig.tight_layout()
+    path = fig_path(out, "fp8_inputs.png")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     print(f"wrote {path}")
 
@@ -500,6 +543,7 @@ def main():
     plot_scale(plt, runs, args.out)
     plot_rounding(plt, runs, args.out)
     plot_node_scales(plt, runs, args.out)
+    plot_fp8_inputs(plt, runs, args.out)
     plot_histograms(plt, runs, args.out, args.step, args.kind, args.layers, args.max_layers, args.unscaled)
     plot_per_name(plt, runs, args.out, args.kind, args.layers, args.max_layers, "scale",
                   lambda v: math.log2(v) if v > 0 else None, "grad_scales.png", "log2(gradient scale)",

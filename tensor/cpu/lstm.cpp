@@ -167,16 +167,26 @@ void lstm_cell_backward(const Strided& gates, const Strided& c_prev, const Strid
     const Rows<const T> pg(gates), pcp(c_prev), pdc(dc), pdh(dh);
     const Rows<T> pdg(d_gates), pdcp(d_c_prev);
     parallel_for(B, grain_for(12 * H), [&](int64_t b0, int64_t b1) {
-      std::vector<C> buf(static_cast<size_t>(12 * H));  // gates [4H], c_prev, dc, dh, d_gates [4H], d_c_prev
+      // gates [4H], c_prev, dc, dh, d_gates [4H], d_c_prev; in float also c, h, activations [5H]
+      std::vector<C> buf(static_cast<size_t>(std::is_same_v<C, float> ? 19 * H : 12 * H));
       C *g = buf.data(), *cp = g + 4 * H, *gc = cp + H, *gh = gc + H, *dg = gh + H, *dcp = dg + 4 * H;
       for (int64_t b = b0; b < b1; ++b) {
         load_row_to(pg.row(b), pg.s1, 4 * H, g);
         load_row_to(pcp.row(b), pcp.s1, H, cp);
         load_row_to(pdc.row(b), pdc.s1, H, gc);
         load_row_to(pdh.row(b), pdh.s1, H, gh);
-        for (int64_t j = 0; j < H; ++j) {
-          const C i = sigmoid(g[j]), f = sigmoid(g[H + j]), gg = tanh_c(g[2 * H + j]), o = sigmoid(g[3 * H + j]);
-          cell_grads(i, f, gg, o, tanh_c(f * cp[j] + i * gg), cp[j], gc[j], gh[j], dg, dcp, H, j);
+        if constexpr (std::is_same_v<C, float>) {
+          // The forward's activations, recomputed row by row as lstm_cell computes them (the
+          // vector functions give the scalar ones' bits), then the saved-activation gradients:
+          // the formulas below on the same values, without a libm call per element.
+          C *cv = dcp + H, *hv = cv + H, *a = hv + H;
+          cell_row(g, cp, cv, hv, a, H);
+          saved_cell_grads_row(a, cp, gc, gh, dg, dcp, H);
+        } else {
+          for (int64_t j = 0; j < H; ++j) {
+            const C i = sigmoid(g[j]), f = sigmoid(g[H + j]), gg = tanh_c(g[2 * H + j]), o = sigmoid(g[3 * H + j]);
+            cell_grads(i, f, gg, o, tanh_c(f * cp[j] + i * gg), cp[j], gc[j], gh[j], dg, dcp, H, j);
+          }
         }
         store_row(dg, pdg.row(b), pdg.s1, 4 * H);
         store_row(dcp, pdcp.row(b), pdcp.s1, H);

@@ -3,10 +3,15 @@
 // LSTM cell against a hand-written formula.
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
 #include "mixtape.h"
+#include "tensor/cpu/convert.h"
+#include "support/test_util.h"
+#include "tensor/cpu/vector_math.h"
+#include "tensor/cpu/math.h"
 
 using namespace mixtape;
 using Catch::Matchers::Contains;
@@ -391,6 +396,51 @@ TEST_CASE("lstm_cell with saved activations: the same outputs and gradients, bit
   CHECK_THROWS_WITH(
       lstm_cell_backward_saved(zeros({2, 12}), zeros({2, 3}), zeros({2, 3}), zeros({2, 3})),
       Contains("lstm_cell backward: the saved activations must be a contiguous f32[2, 15]") && Contains("f32[2, 12]"));
+}
+
+TEST_CASE("lstm_cell backward in fp32 gives the scalar formulas' bits, on every conversion path", "[lstm]") {
+  // Note [LSTM cell backward]: i, f, g, o and tanh(c) recomputed by sigmoid and tanh_f32 one element
+  // at a time, the gradients by the formulas in the Note's order; the kernel computes the
+  // activations a row at a time (vector_math.h).
+  Generator gen(23);
+  const int64_t B = 6, H = 53;
+  const Tensor gates = uniform({B, 4 * H}, -7.0, 7.0, gen, DType::f32);
+  const Tensor c_prev = uniform({B, H}, -3.0, 3.0, gen, DType::f32);
+  const Tensor dc = uniform({B, H}, -1.0, 1.0, gen, DType::f32), dh = uniform({B, H}, -1.0, 1.0, gen, DType::f32);
+  const std::vector<double> g = gates.to_vector(), cp = c_prev.to_vector(), gc = dc.to_vector(), gh = dh.to_vector();
+  std::vector<float> want_dg(size_t(B * 4 * H)), want_dcp(size_t(B * H));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < H; ++j) {
+      auto at = [&](int64_t k) { return float(g[size_t(b * 4 * H + k * H + j)]); };
+      const float i = cpu::sigmoid(at(0)), f = cpu::sigmoid(at(1)), gg = cpu::tanh_f32(at(2)), o = cpu::sigmoid(at(3));
+      const float c = float(cp[size_t(b * H + j)]), d_c = float(gc[size_t(b * H + j)]),
+                  d_h = float(gh[size_t(b * H + j)]);
+      const float f_c = f * c, i_g = i * gg, tc = cpu::tanh_f32(f_c + i_g);
+      const float dct = d_c + d_h * (o * (1.0f - tc * tc));
+      float* dg = want_dg.data() + b * 4 * H;
+      dg[j] = dct * (gg * (i * (1.0f - i)));
+      dg[H + j] = dct * (c * (f * (1.0f - f)));
+      dg[2 * H + j] = dct * (i * (1.0f - gg * gg));
+      dg[3 * H + j] = d_h * (tc * (o * (1.0f - o)));
+      want_dcp[size_t(b * H + j)] = dct * f;
+    }
+  auto bits = [](const Tensor& t) {
+    std::vector<uint32_t> out;
+    for (double v : t.to_vector()) out.push_back(std::bit_cast<uint32_t>(float(v)));
+    return out;
+  };
+  auto bits_of = [](const std::vector<float>& v) {
+    std::vector<uint32_t> out;
+    for (float x : v) out.push_back(std::bit_cast<uint32_t>(x));
+    return out;
+  };
+  for (const std::string& path : cpu::conversion_paths()) {
+    INFO("conversion path " << path);
+    const test::ConversionPathScope scope(path);
+    const LstmCellGrads got = lstm_cell_backward(gates, c_prev, dc, dh);
+    CHECK(bits(got.d_gates) == bits_of(want_dg));
+    CHECK(bits(got.d_c_prev) == bits_of(want_dcp));
+  }
 }
 
 // ---- GRU cell ------------------------------------------------------------------------------

@@ -9,7 +9,8 @@
 //   - im2col: each row is one thread's (Note [Deterministic threads]); a row is filled channel
 //     by channel, tap row by tap row, with the taps that fall in the image found once per row.
 //   - col2im, its adjoint: each (n, c) plane is one thread's. The plane's KH*KW columns are
-//     first read into a [KH*KW, OH*OW] buffer in the compute type (fp32, f64 for f64), then
+//     first read into a [KH*KW, OH*OW] buffer in the compute type (fp32, f64 for f64; a thread's
+//     consecutive planes of one image together, their columns being neighbours), then
 //     added into a zeroed fp32 (f64) plane tap by tap, (kh, kw) ascending, each tap's row over
 //     (oh, ow) ascending: a pixel gets at most one value per tap, so its sum is
 //     ((0 + v(kh, kw) first) + next) ... over its taps in (kh, kw) order, whatever the thread
@@ -98,37 +99,49 @@ void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt
   const int64_t N = xt.size(0), C = xt.size(1), H = xt.size(2), W = xt.size(3), HW = H * W;
   const int64_t KH = g.kernel.h, KW = g.kernel.w, OH = g.out.h, OW = g.out.w, KK = KH * KW, L = OH * OW;
   const int64_t sh = g.stride.h, sw = g.stride.w;
+  // Consecutive planes of one image are read together, up to kGatherValues taps at a time: the
+  // planes' columns are neighbours in each row of cols, so the rows are read in runs of
+  // planes * KK values (a whole row when they fit) rather than KK values a plane, which left the
+  // reads of a small plane (the dcgan's 8 x 8) waiting on a cache miss a row.
+  constexpr int64_t kGatherValues = int64_t(1) << 16;
+  const int64_t group = std::max<int64_t>(1, kGatherValues / std::max<int64_t>(KK * L, 1));
   parallel_for(N * C, grain_for(KK * L), [&](int64_t q_begin, int64_t q_end) {
-    std::vector<Acc> taps(static_cast<size_t>(KK * L)), img(static_cast<size_t>(HW));
-    for (int64_t q = q_begin; q < q_end; ++q) {
-      const int64_t n = q / C, c = q % C;
-      // taps[k, l] = cols[n L + l, c KK + k]: the plane's KK columns as rows of L
-      const T* src = cols + n * L * cs[0] + c * KK * cs[1];
-      for (int64_t l = 0; l < L; ++l) {
-        const T* s = src + l * cs[0];
-        for (int64_t k = 0; k < KK; ++k) taps[size_t(k * L + l)] = load(s[k * cs[1]]);
+    std::vector<Acc> taps(static_cast<size_t>(std::min(group, q_end - q_begin) * KK * L)), img(static_cast<size_t>(HW));
+    for (int64_t q0 = q_begin; q0 < q_end;) {
+      const int64_t n = q0 / C, c0 = q0 % C, planes = std::min({group, C - c0, q_end - q0}), E = planes * KK;
+      // taps[e, l] = cols[n L + l, c0 KK + e]: the planes' columns as rows of L, eight rows of
+      // cols at a time (each read along its row, each tap row written eight values at a time)
+      const T* src = cols + n * L * cs[0] + c0 * KK * cs[1];
+      for (int64_t l0 = 0; l0 < L; l0 += 8) {
+        const int64_t l1 = std::min(L, l0 + 8);
+        for (int64_t e = 0; e < E; ++e)
+          for (int64_t l = l0; l < l1; ++l) taps[size_t(e * L + l)] = load(src[l * cs[0] + e * cs[1]]);
       }
-      // img[ih, iw] += taps[(kh, kw), (oh, ow)] for ih = oh sh - ph + kh dh, iw = ow sw - pw + kw dw
-      std::fill(img.begin(), img.end(), Acc(0));
-      for (int64_t kh = 0; kh < KH; ++kh)
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          const int64_t ih0 = kh * g.dilation.h - g.padding.h, iw0 = kw * g.dilation.w - g.padding.w;
-          int64_t oh0, oh1, ow0, ow1;  // the pixels whose tap (kh, kw) is inside the image
-          inside(ih0, sh, H, OH, oh0, oh1);
-          inside(iw0, sw, W, OW, ow0, ow1);
-          if (ow0 == ow1) continue;
-          const Acc* tap = taps.data() + (kh * KW + kw) * L;
-          for (int64_t oh = oh0; oh < oh1; ++oh) {
-            const Acc* t = tap + oh * OW;
-            Acc* dst = img.data() + (ih0 + oh * sh) * W + iw0 + ow0 * sw;
-            if (sw == 1) {  // the same additions with a unit stride the compiler can vectorize
-              for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow - ow0] += t[ow];
-            } else {
-              for (int64_t ow = ow0; ow < ow1; ++ow) dst[(ow - ow0) * sw] += t[ow];
+      for (int64_t q = q0; q < q0 + planes; ++q) {
+        const Acc* plane = taps.data() + (q - q0) * KK * L;
+        // img[ih, iw] += taps[(kh, kw), (oh, ow)] for ih = oh sh - ph + kh dh, iw = ow sw - pw + kw dw
+        std::fill(img.begin(), img.end(), Acc(0));
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t ih0 = kh * g.dilation.h - g.padding.h, iw0 = kw * g.dilation.w - g.padding.w;
+            int64_t oh0, oh1, ow0, ow1;  // the pixels whose tap (kh, kw) is inside the image
+            inside(ih0, sh, H, OH, oh0, oh1);
+            inside(iw0, sw, W, OW, ow0, ow1);
+            if (ow0 == ow1) continue;
+            const Acc* tap = plane + (kh * KW + kw) * L;
+            for (int64_t oh = oh0; oh < oh1; ++oh) {
+              const Acc* t = tap + oh * OW;
+              Acc* dst = img.data() + (ih0 + oh * sh) * W + iw0 + ow0 * sw;
+              if (sw == 1) {  // the same additions with a unit stride the compiler can vectorize
+                for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow - ow0] += t[ow];
+              } else {
+                for (int64_t ow = ow0; ow < ow1; ++ow) dst[(ow - ow0) * sw] += t[ow];
+              }
             }
           }
-        }
-      store_row(img.data(), x + q * HW, 1, HW);  // each rounded once
+        store_row(img.data(), x + q * HW, 1, HW);  // each rounded once
+      }
+      q0 += planes;
     }
   });
 }

@@ -244,6 +244,23 @@ TEST_CASE("im2col and col2im give the same bits with 1 and 2 threads", "[im2col]
   }
 }
 
+TEST_CASE("col2im reads a thread's planes in groups, each summed as alone", "[im2col][threads]") {
+  // 7 planes of 47 x 47 with a 3 x 3 kernel: 9 * 2,209 taps a plane, so col2im reads three planes
+  // of an image at a time (groups of 3, 3 and 1), also from a transposed
+  // view of the columns; every pixel the documented sum, with 1 and 2 threads.
+  const Geo g{{2, 7, 47, 47}, 3, 1, 1, 1, std::nullopt, "plane groups"};
+  for (bool transposed : {false, true}) {
+    INFO((transposed ? "transposed columns" : "columns"));
+    const Tensor c =
+        transposed ? rand_input({g.K(), g.P()}, DType::f32, 71).t() : rand_input({g.P(), g.K()}, DType::f32, 71);
+    const std::vector<double> want = naive_col2im<float>(c, g);
+    for (int threads : {1, 2}) {
+      ThreadsScope scope(threads);
+      CHECK(col2im(c, g.x, g.k, g.s, g.p, g.d).to_vector() == want);
+    }
+  }
+}
+
 TEST_CASE("im2col and col2im reject bad arguments with clear messages", "[im2col]") {
   const Tensor x = zeros({1, 3, 5, 5});
   REQUIRE_THROWS_WITH(im2col(zeros({3, 5, 5}), 3), Contains("im2col") && Contains("4 dims") && Contains("[3, 5, 5]"));

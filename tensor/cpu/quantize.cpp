@@ -11,6 +11,7 @@
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/target_region.h"
+#include "tensor/cpu/workspace.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -45,6 +46,25 @@ float amax_row_avx512(const float* v, int64_t n, float m) {
   if (nan) return std::numeric_limits<float>::quiet_NaN();
   return nan_max(m, _mm512_reduce_max_ps(acc));
 }
+// The same maximum over n contiguous bf16 values, read as their bits: |x| of a bf16 is its bits
+// without the sign, and those order as integers exactly as the values do (+inf 0x7F80 the
+// largest, a NaN above it), so the maximum needs no widening, 32 values a step.
+float amax_row_bf16_avx512(const bfloat16* v, int64_t n, float m) {
+  const __m512i abs_mask = _mm512_set1_epi16(0x7FFF), inf = _mm512_set1_epi16(0x7F80);
+  __m512i acc = _mm512_setzero_si512();
+  __mmask32 nan = 0;
+  for (int64_t i = 0; i < n; i += 32) {
+    const __mmask32 lanes = __mmask32(first_lanes(n - i, 32));
+    const __m512i a = _mm512_and_si512(_mm512_maskz_loadu_epi16(lanes, v + i), abs_mask);
+    nan |= _mm512_cmpgt_epu16_mask(a, inf);
+    acc = _mm512_max_epu16(acc, a);
+  }
+  if (nan) return std::numeric_limits<float>::quiet_NaN();
+  alignas(64) uint16_t lane[32];
+  _mm512_store_si512(lane, acc);
+  const uint16_t top = *std::max_element(lane, lane + 32);
+  return nan_max(m, std::bit_cast<float>(uint32_t(top) << 16));
+}
 MT_TARGET_END
 #endif
 
@@ -74,6 +94,10 @@ std::vector<float> block_amax(const Strided& x, int64_t br, int64_t bc) {
             const T* row = p + r * rs + (c0 + j) * cs;
             if constexpr (std::is_same_v<T, double>) {
               for (int64_t i = 0; i < k; ++i) m = nan_max(m, float(std::fabs(row[i * cs])));
+#if defined(__x86_64__)
+            } else if (std::is_same_v<T, bfloat16> && cs == 1 && avx512_path_active()) {
+              m = amax_row_bf16_avx512(reinterpret_cast<const bfloat16*>(row), k, m);
+#endif
             } else {
               m = amax_row(load_row(row, cs, k, buf), k, m);
             }
@@ -285,8 +309,11 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
   std::vector<float> oa, ob;
   const GemmOperand A = gemm_operand(a, a_scale_inv, a_br, a_bc, false, oa);
   const GemmOperand B = gemm_operand(b, b_scale_inv, b_br, b_bc, true, ob);
-  std::vector<float> c(size_t(M * N));
-  gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c.data(), N);
+  // The fp32 sums: in y itself when it is f32 (the epilogue then runs in place), else in the
+  // thread's workspace (Note [Workspaces]); the GEMM writes every element before it is read.
+  const bool in_y = y.dtype() == DType::f32;
+  float* const c = in_y ? static_cast<float*>(y.raw_data()) : workspace<float>(Workspace::matmul_output, M * N);
+  gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N);
   std::vector<float> bv(size_t(N), 0.0f);
   if (bias.defined())
     dispatch_floating(bias.dtype(), "scaled_matmul_nt (bias)", [&]<class B>() {
@@ -298,14 +325,14 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
     T* out = static_cast<T*>(y.raw_data());
     parallel_for(M, grain_for(N), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
-        float* row = c.data() + i * N;
+        float* row = c + i * N;
         const float fa = oa.empty() ? 1.0f : oa[size_t(i)];
         for (int64_t j = 0; j < N; ++j) row[j] = row[j] * (ob.empty() ? fa : fa * ob[size_t(j)]) + bv[size_t(j)];
         if constexpr (std::is_same_v<T, double>) {
           for (int64_t j = 0; j < N; ++j) out[i * N + j] = row[j];
-        } else {
+        } else if constexpr (!std::is_same_v<T, float>) {
           store_n(row, out + i * N, N);
-        }
+        }  // f32: the row is y's
       }
     });
   });

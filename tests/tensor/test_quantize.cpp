@@ -395,6 +395,43 @@ TEST_CASE("quantize: every conversion path gives the reference's codes and count
   }
 }
 
+TEST_CASE("quantize: a bf16 operand's block amaxes are its values', on every conversion path",
+          "[quantize][fp8][convert]") {
+  // The AVX-512 path takes the amax of contiguous bf16 runs from their bits: the scales must be
+  // those of the same values widened to f32, over rows longer than a chunk (256) and ragged, with
+  // signed zeros, subnormals and inf; and a row holding a NaN gets the NaN amax's scale.
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<uint32_t> bits;
+  const int64_t R = 9, C = 613;
+  std::vector<float> v(size_t(R * C));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float m = std::ldexp(1.0f + float(bits(rng) % 128) / 128.0f, int(bits(rng) % 280) - 140);
+    v[i] = bits(rng) % 2 ? -m : m;
+    if (i % 97 == 5) v[i] = -0.0f;
+  }
+  v[size_t(2 * C + 300)] = -INFINITY;              // row 2
+  v[size_t(4 * C + 612)] = NAN;                    // row 4, the last element
+  v[size_t(6 * C + 3)] = -std::ldexp(1.0f, -130);  // a bf16 subnormal
+  const Tensor x16 = from_vector(v, {R, C}).to(DType::bf16), x32 = x16.to(DType::f32);
+  auto scale_bits = [](const Quantized& q) {
+    std::vector<uint32_t> out;
+    for (double s : q.scale_inv.to_vector()) out.push_back(std::bit_cast<uint32_t>(float(s)));
+    return out;
+  };
+  for (const QuantSpec& spec : {QuantSpec{.format = DType::e4m3}, QuantSpec{.format = DType::e4m3, .layout = {1, 0}},
+                                QuantSpec{.format = DType::e5m2, .layout = {1, 32}, .rule = ScaleRule::pow2_up},
+                                QuantSpec{.format = DType::e4m3, .layout = {4, 128}, .rule = ScaleRule::pow2_floor}}) {
+    const Quantized want = quantize(x32, spec);
+    for (const std::string& path : cpu::conversion_paths()) {
+      INFO("path " << path << ", blocks " << spec.layout.block_rows << " x " << spec.layout.block_cols);
+      test::ConversionPathScope scope(path);
+      const Quantized got = quantize(x16, spec);
+      CHECK(scale_bits(got) == scale_bits(want));
+      CHECK(codes(got) == codes(want));
+    }
+  }
+}
+
 TEST_CASE("scaled_matmul_nt: an empty reduction gives the bias", "[quantize][fp8]") {
   const Quantized a = quantize(zeros({3, 0}), {}), b = quantize(zeros({2, 0}), {});
   CHECK(values(scaled_matmul_nt(a, b, from_vector(std::vector<float>{1.5f, -2.0f}, {2}), DType::f32)) ==

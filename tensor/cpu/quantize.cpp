@@ -158,9 +158,11 @@ MT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 
 // quantize_row_scalar sixteen lanes at a time: the same float product and the same two roundings
 // of fp8.h's rne_magnitude_code (the float addition below min normal, the integer rounding above),
-// so the same codes and counts (a maximum and counts do not depend on the order).
-template <const bits8::Format& F>
-void quantize_row_avx512(const float* v, int64_t n, float s, bits8::Overflow o, uint8_t* out, Counts& c) {
+// so the same codes and counts (a maximum and counts do not depend on the order). The values are
+// floats, or contiguous bf16 widened as they are loaded (exactly: the conversion path's
+// load_bf16), which spares a bf16 operand the pass through a float buffer.
+template <const bits8::Format& F, class In>
+void quantize_row_avx512(const In* v, int64_t n, float s, bits8::Overflow o, uint8_t* out, Counts& c) {
   constexpr int M = F.man_bits, emin = 1 - F.bias, drop = 23 - M;
   constexpr uint32_t exp_mask = ((1u << F.exp_bits) - 1u) << M, mag_mask = bits8::magnitude_mask(F);
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf_bits = _mm512_set1_epi32(0x7F800000);
@@ -175,7 +177,10 @@ void quantize_row_avx512(const float* v, int64_t n, float s, bits8::Overflow o, 
   __m512 amax = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 lanes = __mmask16(first_lanes(n - i, 16));
-    const __m512 x = _mm512_maskz_loadu_ps(lanes, v + i);
+    __m512 x;
+    if constexpr (std::is_same_v<In, bfloat16>)
+      x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, v + i)), 16));
+    else x = _mm512_maskz_loadu_ps(lanes, v + i);
     const __m512i b = _mm512_castps_si512(_mm512_mul_ps(x, sv));
     const __m512i ax = _mm512_and_si512(b, abs_mask);
     const __m512i sign = _mm512_slli_epi32(_mm512_srli_epi32(b, 31), F.exp_bits + M);
@@ -211,7 +216,7 @@ MT_TARGET_END
 template <const bits8::Format& F>
 void quantize_row(const float* v, int64_t n, float s, bits8::Overflow o, uint8_t* out, Counts& c) {
 #if defined(__x86_64__)
-  if (avx512_path_active()) return quantize_row_avx512<F>(v, n, s, o, out, c);
+  if (avx512_path_active()) return quantize_row_avx512<F, float>(v, n, s, o, out, c);
 #endif
   quantize_row_scalar<F>(v, n, s, o, out, c);
 }
@@ -246,6 +251,11 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
             for_chunks(len, [&](int64_t j, int64_t m) {
               const T* row = p + r * rs + (c0 + j) * cs;
               const float* v = buf;
+#if defined(__x86_64__)
+              if constexpr (std::is_same_v<T, bfloat16>)
+                if (cs == 1 && avx512_path_active())
+                  return quantize_row_avx512<F, bfloat16>(row, m, srow[cb], q.overflow, out + r * C + c0 + j, n);
+#endif
               if constexpr (std::is_same_v<T, double>)  // rounded to odd (Note [Rounding f64 and i64 to 16 bits])
                 for (int64_t k = 0; k < m; ++k) buf[k] = bits16::f64_to_f32_round_odd(row[k * cs]);
               else v = load_row(row, cs, m, buf);

@@ -75,43 +75,59 @@ float amax_row(const float* v, int64_t n, float m) {
   return amax_row_scalar(v, n, m);
 }
 
+// Note [One run per tensor]
+// A per-tensor operand stored contiguously (rows C apart, C one apart) is one run of R*C values
+// in row order, so its amax pass and its quantize pass take it in pieces of kFlatRun values
+// instead of row by row: the column matrix of a 3 x 3 kernel over one channel has rows of 9,
+// which cost a call, a vector's setup and a reduction each. A maximum and the counts are the
+// same in any grouping (the first NaN in row order stays first), and each element is rounded
+// with the same scale, so the codes, the scale and the stats are those of the rows.
+constexpr int64_t kFlatRun = int64_t(1) << 14;
+
+bool one_run(const Strided& x, int64_t br, int64_t bc) {
+  const int64_t R = x.shape()[0], C = x.shape()[1];
+  return br >= R && bc >= C && x.strides()[1] == 1 && (R == 1 || x.strides()[0] == C);
+}
+
 // amax[rb][cb] over the blocks of x: each row's maximum per column block, then the maximum over
-// each block's rows. A maximum is the same in any order, so the split over the threads and the
-// vector path change nothing.
+// each block's rows (Note [One run per tensor]: one block over pieces). A maximum is the same in
+// any order, so the split over the threads and the vector path change nothing.
 std::vector<float> block_amax(const Strided& x, int64_t br, int64_t bc) {
   const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
   const int64_t nbr = scales::blocks_of(R, br), nbc = scales::blocks_of(C, bc);
-  std::vector<float> rowmax(size_t(R * nbc), 0.0f);
+  const bool flat = one_run(x, br, bc);
+  // The runs: rows by column blocks, or pieces of the one run.
+  const int64_t runs = flat ? scales::blocks_of(R * C, kFlatRun) : R * nbc;
+  std::vector<float> runmax(size_t(runs), 0.0f);
   dispatch_floating(x.dtype(), "quantize", [&]<class T>() {
     const T* p = static_cast<const T*>(x.raw_data());
-    parallel_for(R, grain_for(C), [&](int64_t r0, int64_t r1) {
+    parallel_for(runs, flat ? 1 : grain_for(std::min(C, bc)), [&](int64_t u0, int64_t u1) {
       float buf[kRowChunk];
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t cb = 0; cb < nbc; ++cb) {
-          const int64_t c0 = cb * bc, len = std::min(C, c0 + bc) - c0;
-          float m = 0.0f;
-          for_chunks(len, [&](int64_t j, int64_t k) {
-            const T* row = p + r * rs + (c0 + j) * cs;
-            if constexpr (std::is_same_v<T, double>) {
-              for (int64_t i = 0; i < k; ++i) m = nan_max(m, float(std::fabs(row[i * cs])));
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t r = flat ? 0 : u / nbc, c0 = flat ? u * kFlatRun : u % nbc * bc;
+        const int64_t len = flat ? std::min(R * C, c0 + kFlatRun) - c0 : std::min(C, c0 + bc) - c0;
+        float m = 0.0f;
+        for_chunks(len, [&](int64_t j, int64_t k) {
+          const T* row = p + r * rs + (c0 + j) * cs;
+          if constexpr (std::is_same_v<T, double>) {
+            for (int64_t i = 0; i < k; ++i) m = nan_max(m, float(std::fabs(row[i * cs])));
 #if defined(__x86_64__)
-            } else if (std::is_same_v<T, bfloat16> && cs == 1 && avx512_path_active()) {
-              m = amax_row_bf16_avx512(reinterpret_cast<const bfloat16*>(row), k, m);
+          } else if (std::is_same_v<T, bfloat16> && cs == 1 && avx512_path_active()) {
+            m = amax_row_bf16_avx512(reinterpret_cast<const bfloat16*>(row), k, m);
 #endif
-            } else {
-              m = amax_row(load_row(row, cs, k, buf), k, m);
-            }
-          });
-          rowmax[size_t(r * nbc + cb)] = m;
-        }
+          } else {
+            m = amax_row(load_row(row, cs, k, buf), k, m);
+          }
+        });
+        runmax[size_t(u)] = m;
+      }
     });
   });
   std::vector<float> amax(size_t(nbr * nbc), 0.0f);
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t cb = 0; cb < nbc; ++cb) {
-      float& m = amax[size_t((r / br) * nbc + cb)];
-      m = nan_max(m, rowmax[size_t(r * nbc + cb)]);
-    }
+  for (int64_t u = 0; u < runs; ++u) {
+    float& m = amax[flat ? 0 : size_t((u / nbc / br) * nbc + u % nbc)];
+    m = nan_max(m, runmax[size_t(u)]);
+  }
   return amax;
 }
 
@@ -233,42 +249,45 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
   for (float& v : s) v = scales::block_scale(q, f, v);  // amax -> s in place
   float* inv = static_cast<float*>(scale_inv.raw_data());
   for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];  // exact for a power of two
-  std::vector<Counts> per_row(static_cast<size_t>(R));
   uint8_t* out = static_cast<uint8_t*>(codes.raw_data());
-  // Each row in chunks of floats (load_row widens 16-bit values and gathers strided ones), each
-  // chunk within one block; the element loop is compiled once per format, so that the
-  // rounding's shifts and masks are constants.
+  // Each run (a row's column block, or a piece of the one run: Note [One run per tensor]) in
+  // chunks of floats (load_row widens 16-bit values and gathers strided ones), each chunk
+  // within one block; the element loop is compiled once per format, so that the rounding's
+  // shifts and masks are constants.
+  const bool flat = one_run(x, br, bc);
+  const int64_t runs = flat ? scales::blocks_of(R * C, kFlatRun) : R * nbc;
+  std::vector<Counts> per_run(static_cast<size_t>(runs));
   dispatch_8bit(q.format, [&]<const bits8::Format & F>() {
     dispatch_floating(x.dtype(), "quantize", [&]<class T>() {
       const T* p = static_cast<const T*>(x.raw_data());
-      parallel_for(R, grain_for(C), [&](int64_t r0, int64_t r1) {
+      parallel_for(runs, flat ? 1 : grain_for(std::min(C, bc)), [&](int64_t u0, int64_t u1) {
         float buf[kRowChunk];
-        for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t u = u0; u < u1; ++u) {
           Counts n;
-          const float* srow = s.data() + (r / br) * nbc;
-          for (int64_t cb = 0; cb < nbc; ++cb) {
-            const int64_t c0 = cb * bc, len = std::min(C, c0 + bc) - c0;
-            for_chunks(len, [&](int64_t j, int64_t m) {
-              const T* row = p + r * rs + (c0 + j) * cs;
-              const float* v = buf;
+          const int64_t r = flat ? 0 : u / nbc, c0 = flat ? u * kFlatRun : u % nbc * bc;
+          const int64_t len = flat ? std::min(R * C, c0 + kFlatRun) - c0 : std::min(C, c0 + bc) - c0;
+          const float scale = s[size_t(flat ? 0 : (r / br) * nbc + u % nbc)];
+          for_chunks(len, [&](int64_t j, int64_t m) {
+            const T* row = p + r * rs + (c0 + j) * cs;
+            uint8_t* dst = out + r * C + c0 + j;
+            const float* v = buf;
 #if defined(__x86_64__)
-              if constexpr (std::is_same_v<T, bfloat16>)
-                if (cs == 1 && avx512_path_active())
-                  return quantize_row_avx512<F, bfloat16>(row, m, srow[cb], q.overflow, out + r * C + c0 + j, n);
+            if constexpr (std::is_same_v<T, bfloat16>)
+              if (cs == 1 && avx512_path_active())
+                return quantize_row_avx512<F, bfloat16>(row, m, scale, q.overflow, dst, n);
 #endif
-              if constexpr (std::is_same_v<T, double>)  // rounded to odd (Note [Rounding f64 and i64 to 16 bits])
-                for (int64_t k = 0; k < m; ++k) buf[k] = bits16::f64_to_f32_round_odd(row[k * cs]);
-              else v = load_row(row, cs, m, buf);
-              quantize_row<F>(v, m, srow[cb], q.overflow, out + r * C + c0 + j, n);
-            });
-          }
-          per_row[size_t(r)] = n;
+            if constexpr (std::is_same_v<T, double>)  // rounded to odd (Note [Rounding f64 and i64 to 16 bits])
+              for (int64_t k = 0; k < m; ++k) buf[k] = bits16::f64_to_f32_round_odd(row[k * cs]);
+            else v = load_row(row, cs, m, buf);
+            quantize_row<F>(v, m, scale, q.overflow, dst, n);
+          });
+          per_run[size_t(u)] = n;
         }
       });
     });
   });
   Counts t;
-  for (const Counts& n : per_row) {
+  for (const Counts& n : per_run) {
     t.saturated += n.saturated;
     t.flushed += n.flushed;
     t.subnormal += n.subnormal;

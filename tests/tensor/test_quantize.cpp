@@ -432,6 +432,48 @@ TEST_CASE("quantize: a bf16 operand's block amaxes are its values', on every con
   }
 }
 
+TEST_CASE("quantize: a contiguous per-tensor operand, one run, gives its rows' codes, scale and stats",
+          "[quantize][fp8][convert]") {
+  // Note [One run per tensor] in tensor/cpu/quantize.cpp: the same matrix with padded rows (not one
+  // run) is quantized row by row; short rows (a 3 x 3 column matrix over one channel), runs
+  // across rows and past a piece (2^14 values), inf and NaN, and given (delayed) scales.
+  std::mt19937 rng(37);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (const auto& [R, C] : {std::pair<int64_t, int64_t>{5003, 9}, {3, 7000}, {1, 40000}, {64, 256}}) {
+    std::vector<float> v(size_t(R * (C + 3)));
+    for (float& e : v) e = std::ldexp(float(int(bits(rng) % 256) - 128) / 64.0f, int(bits(rng) % 30) - 15);
+    for (bool special : {false, true}) {
+      if (special) {
+        v[size_t(R * (C + 3) / 2)] = INFINITY;
+        v[size_t(R * (C + 3) / 3)] = -NAN;
+      }
+      const Tensor padded = from_vector(v, {R, C + 3});
+      for (DType in : {DType::f32, DType::bf16}) {
+        const Tensor rows = padded.to(in).narrow(1, 0, C), run = rows.contiguous();
+        if (R > 1) REQUIRE(!rows.is_contiguous());  // (one row is one run either way)
+        for (const QuantSpec& spec : {QuantSpec{.format = DType::e4m3}, QuantSpec{.format = DType::e5m2},
+                                      QuantSpec{.format = DType::e4m3, .given_scale = 0.5f}}) {
+          for (const std::string& path : cpu::conversion_paths()) {
+            INFO("R C " << R << " " << C << ", " << dtype_name(in) << " -> " << dtype_name(spec.format) << ", path "
+                        << path << (special ? ", inf and NaN" : ""));
+            test::ConversionPathScope scope(path);
+            const Quantized want = quantize(rows, spec), got = quantize(run, spec);
+            CHECK(codes(got) == codes(want));
+            CHECK(std::bit_cast<uint32_t>(float(got.scale_inv.to_vector()[0])) ==
+                  std::bit_cast<uint32_t>(float(want.scale_inv.to_vector()[0])));
+            CHECK(got.stats.count == want.stats.count);
+            CHECK(got.stats.saturated == want.stats.saturated);
+            CHECK(got.stats.flushed == want.stats.flushed);
+            CHECK(got.stats.subnormal == want.stats.subnormal);
+            CHECK(got.stats.nonfinite == want.stats.nonfinite);
+            CHECK(std::bit_cast<uint32_t>(got.stats.amax) == std::bit_cast<uint32_t>(want.stats.amax));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("scaled_matmul_nt: an empty reduction gives the bias", "[quantize][fp8]") {
   const Quantized a = quantize(zeros({3, 0}), {}), b = quantize(zeros({2, 0}), {});
   CHECK(values(scaled_matmul_nt(a, b, from_vector(std::vector<float>{1.5f, -2.0f}, {2}), DType::f32)) ==

@@ -35,7 +35,9 @@
 
 namespace examples {
 
-inline constexpr int64_t kCnnClasses = 10;  // the logits of make_cnn; the data's labels are checked against it
+inline constexpr int64_t kCnnClasses = 10;
+inline constexpr size_t kFirstLinear =
+    9;  // make_cnn's first linear layer  // the logits of make_cnn; the data's labels are checked against it
 
 enum class CnnModel : uint8_t { cnn, resnet };
 enum class CnnNorm : uint8_t { batch, group };  // the resnet's normalization layers
@@ -67,9 +69,9 @@ struct CnnConfig {
   double aux_weight = 0.0;
   double adam_eps = 1e-8;
   // The precision lab's fp8 regimes (Note [Fp8 regimes] in examples/precision_lab.cpp); 0 leaves
-  // the run as it is. outlier_log2 = k gives the cnn's first linear layer an input channel 2^k
-  // larger than the rest (OutlierLinear). spike_every = n multiplies the images of every n-th
-  // training step by 2^spike_log2.
+  // the run as it is. outlier_log2 = k gives the cnn's first linear layer's GEMM an input channel
+  // 2^k larger than the rest; spike_every = n makes its whole input 2^spike_log2 larger on every
+  // n-th training step (RescaledLinear: the model computes the same either way).
   int outlier_log2 = 0;
   int64_t spike_every = 0;
   int spike_log2 = 0;
@@ -156,58 +158,68 @@ struct CnnRun {
   StepCounters counters;          // launches, host synchronizations and allocations per step
 };
 
-// Note [An outlier channel, exactly]
-// The precision lab's outlier regimes give the cnn's first linear layer (input [B, 2w*49], the
-// flattened [2w, 7, 7] features) an outlier channel without changing the model: with s = 2^k on
-// the 49 features of channel 0 and 1 on the rest, it computes
+// Note [Operands rescaled exactly]
+// The precision lab's outlier and spike regimes change what the 8-bit GEMM of the cnn's first
+// linear layer (input [B, 2w*49], the flattened [2w, 7, 7] features) reads without changing the
+// model: with a diagonal s of powers of two it computes
 //   y = (x diag(s)) (W diag(s)^-1)^T + b  =  x W^T + b,
 // the SmoothQuant identity (Xiao et al., 2023) used the other way round. W is the parameter, so
-// the optimizer sees the same model; a power of two scales exactly in every binary format (nothing
-// here comes near overflow or underflow in bf16), so a 16-bit run trains bit for bit as without
-// it. Only a GEMM that reads 8-bit operands sees a difference: its input has one channel 2^k
-// larger than the others, and its weight the matching 49 columns 2^k smaller.
-class OutlierLinear : public mixtape::nn::UnaryModule {
+// the optimizer sees the same model, and a power of two scales exactly in every binary format
+// (nothing here comes near bf16's overflow or underflow), so a 16-bit run trains bit for bit as
+// without it. Two uses:
+//   outlier   s = 2^k on the 49 features of channel 0, on every step: the GEMM's input has one
+//             channel 2^k larger than the rest, its weight the matching columns 2^k smaller;
+//   spike     s = 2^k on every feature, on the steps the loop asks for (set_spike_log2): the
+//             input's amax jumps 2^k for one step and the weight's drops as much.
+// A per-tensor scale taken from the operand's own amax (current scaling) is blind to the spike:
+// its codes are those of the step without it, and so is the product.
+class RescaledLinear : public mixtape::nn::UnaryModule {
  public:
-  OutlierLinear(std::shared_ptr<mixtape::nn::Linear> linear, int64_t channel_features, int log2)
-      : UnaryModule("OutlierLinear"), log2_(log2) {
-    using namespace mixtape;
+  RescaledLinear(std::shared_ptr<mixtape::nn::Linear> linear, int64_t channel_features, int outlier_log2)
+      : UnaryModule("RescaledLinear"), outlier_log2_(outlier_log2), channel_features_(channel_features) {
     linear_ = register_module("linear", std::move(linear));
-    std::vector<float> s(size_t(linear_->options().in_features), 1.0f), inv = s;
-    for (int64_t i = 0; i < channel_features; ++i)
-      s[size_t(i)] = std::ldexp(1.0f, log2), inv[size_t(i)] = 1 / s[size_t(i)];
-    scale_ = from_vector(s, {1, int64_t(s.size())});
-    inv_scale_ = from_vector(inv, {1, int64_t(s.size())});
   }
+  // The spike of the next forward passes (0: none).
+  void set_spike_log2(int k) { spike_log2_ = k; }
+
   mixtape::Variable forward(const mixtape::Variable& x) override {
     using namespace mixtape;
     const DType dt = x.dtype();
     const Device dev = x.data().device();
-    const Variable w = cast(linear_->weight, dt) * Variable(inv_scale_.to(dev).to(dt));
-    return linear(x * Variable(scale_.to(dev).to(dt)), w, cast(linear_->bias, dt));
+    std::vector<float> s(size_t(linear_->options().in_features), std::ldexp(1.0f, spike_log2_)), inv(s.size());
+    for (size_t i = 0; i < size_t(channel_features_) && outlier_log2_ != 0; ++i) s[i] = std::ldexp(s[i], outlier_log2_);
+    for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];  // exact: s is a power of two
+    const Shape row = {1, int64_t(s.size())};
+    const Variable w = cast(linear_->weight, dt) * Variable(from_vector(inv, row).to(dev).to(dt));
+    return linear(x * Variable(from_vector(s, row).to(dev).to(dt)), w, cast(linear_->bias, dt));
   }
-  std::string extra_repr() const override { return mixtape::detail::cat("channel 0 x 2^", log2_); }
+  std::string extra_repr() const override {
+    return mixtape::detail::cat("outlier: channel 0 x 2^", outlier_log2_, ", spike 2^", spike_log2_);
+  }
 
  private:
   std::shared_ptr<mixtape::nn::Linear> linear_;
-  mixtape::Tensor scale_, inv_scale_;  // f32 [1, in]: s and 1 / s
-  int log2_;
+  int outlier_log2_, spike_log2_ = 0;
+  int64_t channel_features_;
 };
 
+// `rescaled`: the first linear layer is a RescaledLinear (Note [Operands rescaled exactly]) with
+// an outlier channel of 2^outlier_log2 (0: none).
 inline std::shared_ptr<mixtape::nn::Sequential> make_cnn(int64_t width, double dropout, mixtape::Generator& gen,
-                                                         int outlier_log2 = 0) {
+                                                         bool rescaled = false, int outlier_log2 = 0) {
   using namespace mixtape;
   const int64_t w1 = width, w2 = 2 * width;
   // (the layers draw their initial weights from gen in the order the compiler evaluates these arguments)
-  const auto with_outlier = [&](std::shared_ptr<nn::Linear> fc) -> std::shared_ptr<nn::UnaryModule> {
-    if (outlier_log2 == 0) return fc;
-    return std::make_shared<OutlierLinear>(std::move(fc), 7 * 7, outlier_log2);
+  const auto first_linear = [&](std::shared_ptr<nn::Linear> fc) -> std::shared_ptr<nn::UnaryModule> {
+    if (!rescaled) return fc;
+    return std::make_shared<RescaledLinear>(std::move(fc), 7 * 7, outlier_log2);
   };
   return std::make_shared<nn::Sequential>(
       std::make_shared<nn::Conv2d>(1, w1, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(w1),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
       std::make_shared<nn::Conv2d>(w1, w2, 3, 1, 1, 1, true, gen), std::make_shared<nn::BatchNorm2d>(w2),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      with_outlier(std::make_shared<nn::Linear>(w2 * 7 * 7, 128, true, gen)), std::make_shared<nn::ReLU>(),
+      first_linear(std::make_shared<nn::Linear>(w2 * 7 * 7, 128, true, gen)), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::Dropout>(dropout, gen), std::make_shared<nn::Linear>(128, kCnnClasses, true, gen));
 }
 
@@ -260,9 +272,10 @@ inline std::shared_ptr<mixtape::nn::Sequential> make_resnet(int64_t width, CnnNo
 }
 
 inline std::shared_ptr<mixtape::nn::Sequential> make_model(const CnnConfig& c, mixtape::Generator& gen) {
-  MT_CHECK(c.outlier_log2 == 0 || c.model == CnnModel::cnn, "the outlier channel (outlier_log2) is built on the cnn");
+  const bool rescaled = c.outlier_log2 != 0 || c.spike_every > 0;
+  MT_CHECK(!rescaled || c.model == CnnModel::cnn, "the outlier and spike regimes are built on the cnn model");
   return c.model == CnnModel::resnet ? make_resnet(c.width, c.norm, gen)
-                                     : make_cnn(c.width, c.dropout, gen, c.outlier_log2);
+                                     : make_cnn(c.width, c.dropout, gen, rescaled, c.outlier_log2);
 }
 
 // Test loss and accuracy, in the trainer's compute dtype (the loss in fp32).
@@ -463,10 +476,12 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
       Tape tape;
       trainer.begin_step(tape);
       Variable logits, recon;
-      Tensor images = trainer.input(b[0]);
-      if (c.spike_every > 0 && (step + 1) % c.spike_every == 0) images = images * std::ldexp(1.0, c.spike_log2);
-      if (run.with_decoder) std::tie(logits, recon) = run.with_decoder->forward(Variable(images));
-      else logits = model(Variable(images));
+      if (c.spike_every > 0)
+        std::dynamic_pointer_cast<RescaledLinear>(model[kFirstLinear])
+            ->set_spike_log2((step + 1) % c.spike_every == 0 ? c.spike_log2 : 0);
+      if (run.with_decoder) std::tie(logits, recon) = run.with_decoder->forward(Variable(trainer.input(b[0])));
+      else logits = model(Variable(trainer.input(b[0])));
+      if (c.spike_every > 0) std::dynamic_pointer_cast<RescaledLinear>(model[kFirstLinear])->set_spike_log2(0);
       const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), trainer.input(b[1]));
       if (c.loss_weight == 1.0 && !recon.defined()) {
         trainer.backward(tape, loss);

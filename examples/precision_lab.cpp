@@ -91,6 +91,7 @@ std::vector<LabConfig> lab_configs(const std::string& static_scale) {
       {"fp8-rowwise", "fp8", "none", "", "rowwise"},
       {"fp8-block", "fp8", "none", "", "block"},
       {"fp8-mxfp8", "fp8", "none", "", "mx", "", "e4m3"},
+      {"fp8-mxfp8-up", "fp8", "none", "", "mx", "", "e4m3", "up"},
       {"fp8-mxfp6", "fp8", "none", "", "mx", "", "e2m3"},
       {"fp8-mxfp4", "fp8", "none", "", "mx", "", "e2m1"},
       {"fp8-mxfp4-up", "fp8", "none", "", "mx", "", "e2m1", "up"},
@@ -615,20 +616,22 @@ SuiteResult run_stress_suite(const Lab& lab, const std::filesystem::path& out) {
 // char_lstm, over --seeds seeds (default 3), next to bf16 (the policy fp8 runs on underneath):
 //   formats    why HYBRID: gradients in E4M3 (fp8-current-e4m3) against E5M2 (fp8-current), both
 //              scaled per tensor from their own amax.
-//   outlier    the cnn with one outlier channel: the second batch norm's gain for channel 0 starts
-//              at 2^outlier_log2 instead of 1 (examples/cnn_train.h), so that channel's features,
-//              flattened into the first linear layer's input, are that much larger than the rest,
-//              as the outlier features of large language models come from a few large layer-norm
-//              gains. A per-tensor scale is set by the outlier; rowwise scales (one per sample)
-//              still see it in every row; MX and DeepSeek blocks confine it to the blocks that
-//              hold it.
-//   spike      the cnn with every spike_every-th batch's images 2^spike_log2 larger: current
-//              scaling follows each batch; delayed scaling quantizes the spike with the scale of
-//              the steps before it (saturating it), and then keeps the spike's amax in its
+//   outlier10, outlier16
+//              the cnn's first linear layer reads an input with one channel 2^10 (2^16) larger
+//              than the rest and a weight with the matching columns as much smaller: the same
+//              model, bit for bit in bf16 (Note [Operands rescaled exactly] in
+//              examples/cnn_train.h), as the outlier features of large language models sit in a
+//              few channels. A per-tensor scale is set by the outlier; rowwise scales (one per
+//              sample) still see it in every row; MX and DeepSeek blocks confine it to the
+//              blocks that hold it.
+//   spike      the same layer's whole input 2^8 larger (its weight 2^8 smaller) on every 40th
+//              step, again the same model: current scaling is blind to it (the codes of a step
+//              are those without the spike); delayed scaling quantizes the spike with the scale
+//              of the steps before it (saturating it), then keeps the spike's amax in its
 //              history for amax_history_len steps (Transformer Engine's default 1024, the whole
 //              run here; 16; or most_recent, one step).
 //   mx         MXFP8, MXFP6, MXFP4 (E4M3, E2M3, E2M1 elements; one E8M0 scale per 32), with the
-//              OCP floor rule and, for MXFP4, the round-up rule.
+//              OCP floor rule and, for MXFP8 and MXFP4, the round-up rule.
 //   gradscale  per-operator gradient scaling (--loss-scale gradient: each node's power-of-two
 //              beta from the 8-bit format's range, Note [Gradient scaling in 8 bits]) against
 //              per-tensor current and delayed scaling of the gradients, in E5M2 and in E4M3.
@@ -650,7 +653,7 @@ std::vector<Fp8Regime> fp8_regimes() {
        .configs = {"bf16", "fp8-current", "fp8-current-e4m3"}},
       {.name = "outlier10",
        .what = "the first linear layer's input has one channel 2^10 larger, its weight the matching columns 2^10 "
-               "smaller (Note [An outlier channel, exactly])",
+               "smaller (Note [Operands rescaled exactly])",
        .models = {"cnn"},
        .configs = {"bf16", "fp8-current", "fp8-rowwise", "fp8-mxfp8", "fp8-block"},
        .outlier_log2 = 10},
@@ -660,7 +663,8 @@ std::vector<Fp8Regime> fp8_regimes() {
        .configs = {"bf16", "fp8-current", "fp8-rowwise", "fp8-mxfp8", "fp8-block"},
        .outlier_log2 = 16},
       {.name = "spike",
-       .what = "every 40th batch's images 2^8 larger",
+       .what = "the first linear layer's input 2^8 larger, its weight 2^8 smaller, on every 40th step (Note "
+               "[Operands rescaled exactly])",
        .models = {"cnn"},
        .configs = {"bf16", "fp8-current", "fp8-delayed", "fp8-delayed-h16", "fp8-delayed-recent"},
        .spike_every = 40,
@@ -668,7 +672,7 @@ std::vector<Fp8Regime> fp8_regimes() {
       {.name = "mx",
        .what = "MX block scaling with 8-, 6- and 4-bit elements",
        .models = {"cnn", "char_lstm"},
-       .configs = {"bf16", "fp8-mxfp8", "fp8-mxfp6", "fp8-mxfp4", "fp8-mxfp4-up"}},
+       .configs = {"bf16", "fp8-mxfp8", "fp8-mxfp8-up", "fp8-mxfp6", "fp8-mxfp4", "fp8-mxfp4-up"}},
       {.name = "gradscale",
        .what = "per-operator against per-tensor scaling of the gradients",
        .models = {"cnn", "char_lstm"},
@@ -845,7 +849,7 @@ SuiteResult run_fp8_suite(const Lab& lab, const std::filesystem::path& out) {
             examples::CnnConfig cc = lab.base;
             cc.seed = seed;
             cc.outlier_log2 = rg.outlier_log2;
-            cc.spike_every = rg.spike_every;
+            cc.spike_every = lab.o.smoke ? std::min<int64_t>(rg.spike_every, 3) : rg.spike_every;
             cc.spike_log2 = rg.spike_log2;
             if (!lab.o.smoke) cc.epochs = rg.epochs;
             row = run_config(lab, *it, cc, metrics);

@@ -9,6 +9,7 @@
 #include "tensor/core/dtype.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/cpu/gemm_blocks.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/target_region.h"
 #include "tensor/cpu/workspace.h"
@@ -330,10 +331,48 @@ GemmOperand gemm_operand(const Strided& codes, const Strided& scale_inv, int64_t
   return op;
 }
 
+// Note [Reused 8-bit B operands]
+// An unrolled LSTM multiplies the same recurrent weight codes at every step (forward as B, and
+// their transpose as B of dgrad): 64 rows of A against a [256, 1024] B, whose packing cost as
+// much as the products at every call. So an operand keeps an entry per orientation
+// (PreparedOperand in tensor/ops/quantize.h, shared by its copies and by the Fp8Context's cache),
+// and from its second GEMM as B on, B stays packed in it (PackedB) and the GEMM runs over it,
+// split over the threads by rows of A. gemm_on_thread over a PackedB sums every element over all
+// of K in one chain, which is gemm()'s result for every shape gemm_splits_k does not cut along K
+// (those keep calling gemm()), so the bits are the same. Only operands without block scales are
+// kept (their scales are factors of the output; the panels then depend on the codes alone, which
+// no one changes after quantize); the first use packs as usual, so an operand multiplied once
+// (most weights: once per orientation per step) costs nothing more.
+void gemm_reusing(ReusedB& r, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, float* c) {
+  if (r.packed && (r.codes != B.p || r.rs != B.rs || r.cs != B.cs || r.n != N || r.k != K)) {
+    r.packed.reset();  // packed from other codes: start over
+    r.uses = 0;
+  }
+  if (!r.packed && ++r.uses < 2) return gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N);
+  if (!r.packed) {
+    r.packed = std::make_unique<PackedB>(GemmArith::dot_bf16, N, K, B);
+    r.codes = B.p;
+    r.rs = B.rs;
+    r.cs = B.cs;
+    r.n = N;
+    r.k = K;
+  }
+  if (M * N * K < kGemmSerialFlops) return gemm_on_thread(M, A, *r.packed, false, c, N);
+  constexpr int64_t kRows = 8;  // rows of C per piece (a tile's)
+  parallel_for((M + kRows - 1) / kRows, 1, [&](int64_t p0, int64_t p1) {
+    const int64_t i0 = p0 * kRows, i1 = std::min(M, p1 * kRows);
+    GemmOperand part = A;  // rows [i0, i1) of A, its scales with them
+    part.p = static_cast<const uint8_t*>(A.p) + i0 * A.rs;
+    part.scales.r0 += i0;
+    gemm_on_thread(i1 - i0, part, *r.packed, false, c + i0 * N, N);
+  });
+}
+
 }  // namespace
 
 void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc, const Strided& b,
-                      const Strided& b_scale_inv, int64_t b_br, int64_t b_bc, const Strided& bias, const Strided& y) {
+                      const Strided& b_scale_inv, int64_t b_br, int64_t b_bc, const Strided& bias, const Strided& y,
+                      ReusedB* reuse) {
   const int64_t M = a.shape()[0], N = b.shape()[0], K = a.shape()[1];
   std::vector<float> oa, ob;
   const GemmOperand A = gemm_operand(a, a_scale_inv, a_br, a_bc, false, oa);
@@ -342,7 +381,9 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
   // thread's workspace (Note [Workspaces]); the GEMM writes every element before it is read.
   const bool in_y = y.dtype() == DType::f32;
   float* const c = in_y ? static_cast<float*>(y.raw_data()) : workspace<float>(Workspace::matmul_output, M * N);
-  gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N);
+  if (reuse && !B.scales.s && M > 0 && N > 0 && K > 0 && !gemm_splits_k(M, N, K))
+    gemm_reusing(*reuse, M, N, K, A, B, c);
+  else gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N);
   std::vector<float> bv(size_t(N), 0.0f);
   if (bias.defined())
     dispatch_floating(bias.dtype(), "scaled_matmul_nt (bias)", [&]<class B>() {

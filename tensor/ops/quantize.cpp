@@ -49,6 +49,7 @@ Quantized Quantized::t() const {
   q.codes = codes.transpose(0, 1);
   q.scale_inv = scale_inv.transpose(0, 1).contiguous();
   std::swap(q.block_rows, q.block_cols);
+  q.transposed = !transposed;
   return q;
 }
 
@@ -72,6 +73,7 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
            "quantize: a given scale (delayed scaling) needs the per-tensor layout, got blocks of ", q.block_rows, " x ",
            q.block_cols, " over ", x.meta());
   q.rule = spec.rule;
+  q.prepared = std::make_shared<PreparedOperand>();
   const BlockQuant bq{spec.format,   q.block_rows, q.block_cols,     spec.rule,
                       spec.overflow, spec.margin,  spec.given_scale, spec.fallback_scale};
   q.codes = empty({R, C}, spec.format, x.device());
@@ -118,8 +120,14 @@ Tensor scaled_matmul_nt(const Quantized& a, const Quantized& b, const Tensor& bi
   on_device(
       y.device(),
       [&] {
+    cpu::ReusedB* reuse = nullptr;  // b's packed panels, kept for its next use
+    if (b.prepared) {
+      std::shared_ptr<cpu::ReusedB>& slot = b.prepared->as_b[b.transposed ? 1 : 0];
+      if (!slot) slot = std::make_shared<cpu::ReusedB>();
+      reuse = slot.get();
+    }
     cpu::scaled_matmul_nt(a.codes, a.scale_inv, a.block_rows, a.block_cols, b.codes, b.scale_inv, b.block_rows,
-                          b.block_cols, bias, y);
+                          b.block_cols, bias, y, reuse);
       },
       [&] {
     cuda::scaled_matmul_nt(a.codes, a.scale_inv, a.block_rows, a.block_cols, b.codes, b.scale_inv, b.block_rows,

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "tensor/core/scale_formulas.h"
 #include "tensor/tensor.h"
@@ -58,6 +59,17 @@ struct QuantStats {
   float scale_inv_min = 0.0f, scale_inv_max = 0.0f;  // the range of 1 / s over the blocks
 };
 
+namespace cpu {
+struct ReusedB;  // tensor/cpu/quantize.h
+}
+
+// What a backend keeps from multiplying an operand as a GEMM's B, for its next use (Note [Reused
+// 8-bit B operands] in tensor/cpu/quantize.cpp): one entry per orientation (the operand, and
+// its t()), shared by the operand's copies.
+struct PreparedOperand {
+  std::shared_ptr<cpu::ReusedB> as_b[2];
+};
+
 // An 8-bit operand: element (r, c) of the [rows, cols] matrix stands for
 // to_float(codes[r][c]) * scale_inv[r / block_rows][c / block_cols].
 struct Quantized {
@@ -66,6 +78,8 @@ struct Quantized {
   int64_t block_rows = 1, block_cols = 1;  // the layout with 0 resolved to the extents
   ScaleRule rule = ScaleRule::amax;
   QuantStats stats;
+  std::shared_ptr<PreparedOperand> prepared;  // made by quantize(); t() keeps it
+  bool transposed = false;                    // t() of the operand quantize() made
   int64_t rows() const { return codes.size(0); }
   int64_t cols() const { return codes.size(1); }
   // The operand of x^T, without a copy: the codes transposed (a view) and the scales with them.

@@ -474,6 +474,50 @@ TEST_CASE("quantize: a contiguous per-tensor operand, one run, gives its rows' c
   }
 }
 
+TEST_CASE("scaled_matmul_nt: an operand used again as B gives the bits of a fresh one, either orientation",
+          "[quantize][fp8]") {
+  // Note [Reused 8-bit B operands] in tensor/cpu/quantize.cpp: from its second use as B an operand
+  // stays packed, per orientation (w, and w.t() as an LSTM's dgrad reads it), and the GEMM runs
+  // over the packed panels by rows of A; the result is the GEMM of a fresh copy (nothing kept),
+  // over the threads' row split, the serial size, a split-K shape (not kept), A with block
+  // scales, B with block scales (not kept), and a path changed under a packed B.
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  const std::vector<std::string> paths = cpu::gemm_paths();
+  auto bits = [](const Tensor& y) {
+    std::vector<uint32_t> out;
+    for (float v : values(y)) out.push_back(std::bit_cast<uint32_t>(v));
+    return out;
+  };
+  auto fresh = [](Quantized q) {
+    q.prepared = nullptr;  // no entry: packed at each call
+    return q;
+  };
+  uint32_t seed = 90;
+  for (const Shape3& s :
+       {Shape3{64, 1024, 256}, Shape3{64, 256, 1024}, Shape3{5, 7, 9}, Shape3{40, 48, 6151}, Shape3{300, 70, 96}})
+    for (const QuantSpec& spec : {QuantSpec{.format = DType::e4m3}, QuantSpec{.format = DType::e4m3, .layout = {1, 0}},
+                                  QuantSpec{.format = DType::e4m3, .layout = {1, 32}, .rule = ScaleRule::pow2_floor}}) {
+      INFO("M N K " << s.M << " " << s.N << " " << s.K << ", blocks " << spec.layout.block_rows << " x "
+                    << spec.layout.block_cols);
+      const Quantized w = quantize(random_matrix(s.N, s.K, seed++), spec);  // [N, K]
+      const Tensor bias = random_matrix(1, s.N, seed++).reshape({s.N});
+      // w^T [K, N] as an operand quantized by rows along N: per tensor, w's codes transposed.
+      const bool per_tensor = spec.layout.block_rows == 0 && spec.layout.block_cols == 0;
+      const Quantized wt = per_tensor ? w.t() : quantize(random_matrix(s.K, s.N, seed++), spec);
+      for (int use = 0; use < 4; ++use) {
+        INFO("use " << use);
+        const test::GemmPathScope scope(use == 3 ? paths.front() : paths.back());
+        const Quantized x = quantize(random_matrix(s.M, s.K, seed++), spec);
+        CHECK(bits(scaled_matmul_nt(x, w, bias, DType::f32)) == bits(scaled_matmul_nt(x, fresh(w), bias, DType::f32)));
+        const Quantized d = quantize(random_matrix(s.M, s.N, seed++), spec);
+        CHECK(bits(scaled_matmul_nt(d, wt, Tensor(), DType::bf16)) ==
+              bits(scaled_matmul_nt(d, fresh(wt), Tensor(), DType::bf16)));
+      }
+    }
+}
+
 TEST_CASE("scaled_matmul_nt: an empty reduction gives the bias", "[quantize][fp8]") {
   const Quantized a = quantize(zeros({3, 0}), {}), b = quantize(zeros({2, 0}), {});
   CHECK(values(scaled_matmul_nt(a, b, from_vector(std::vector<float>{1.5f, -2.0f}, {2}), DType::f32)) ==

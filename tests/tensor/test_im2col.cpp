@@ -11,6 +11,8 @@
 
 #include "mixtape.h"
 #include "support/op_cases.h"
+#include "support/test_util.h"
+#include "tensor/cpu/convert.h"
 
 using namespace mixtape;
 using Catch::Contains;
@@ -254,10 +256,13 @@ TEST_CASE("col2im reads a thread's planes in groups, each summed as alone", "[im
     const Tensor c =
         transposed ? rand_input({g.K(), g.P()}, DType::f32, 71).t() : rand_input({g.P(), g.K()}, DType::f32, 71);
     const std::vector<double> want = naive_col2im<float>(c, g);
-    for (int threads : {1, 2}) {
-      ThreadsScope scope(threads);
-      CHECK(col2im(c, g.x, g.k, g.s, g.p, g.d).to_vector() == want);
-    }
+    for (const std::string& path : cpu::conversion_paths())  // AVX-512's: rows transposed 8 x 8
+      for (int threads : {1, 2}) {
+        INFO("conversion path " << path << ", " << threads << " threads");
+        const test::ConversionPathScope conversion(path);
+        ThreadsScope scope(threads);
+        CHECK(col2im(c, g.x, g.k, g.s, g.p, g.d).to_vector() == want);
+      }
   }
 }
 

@@ -148,7 +148,12 @@ class Checkpointer {
       std::printf("resume: no checkpoint at %s yet; starting a new run\n", path_.c_str());
       return std::nullopt;
     }
-    mixtape::TensorDict ckpt = mixtape::load_safetensors(path_);
+    mixtape::TensorDict ckpt = mixtape::load_safetensors(path_);  // checks its checksums (Note [Checksums])
+    if (!ckpt.verified)
+      std::printf(
+          "resume: %s carries no checksums (written by another program, or by mixtape before it wrote "
+          "them): its contents could not be verified\n",
+          path_.c_str());
     std::string differences;
     const std::string saved_ranks = ckpt.has_meta("run.ranks") ? ckpt.meta("run.ranks") : std::string("1");
     if (saved_ranks != std::to_string(ranks_))

@@ -15,6 +15,12 @@ bits as a uint16 array (`.bits`), with `.to_float32()` for the values (exact: ev
 float32). Every other tensor is a numpy array of float32, float64, float16 or int64, and a
 round trip keeps every bit, NaN payloads and negative zeros included. Needs Python 3.8 or later.
 
+Checksums (Note [Checksums] in tensor/safetensors.cpp): mixtape writes a CRC-32 (zlib.crc32) of
+each tensor's bytes as metadata entry "crc32:<name>" and one of the other metadata entries (sorted
+by key, each as key, NUL, value, NUL, UTF-8) as "crc32:__metadata__", 8 lowercase hex digits.
+`load` checks them when a file has them, raises SafetensorsError naming the tensor on a mismatch,
+and returns the metadata without them; `save` writes them, as mixtape does.
+
 As a module:
     tensors, metadata = load("ckpt.safetensors")   # {name: array or BF16}, {key: value}
     save("out.safetensors", tensors, metadata)      # the bytes mixtape writes for the same input
@@ -25,6 +31,8 @@ From the command line (exit status 0: done or identical, 1: different, 2: unread
                                          (sorted by name); then the metadata as key=value,
                                          sorted (a name with a space, a key with '=' or a
                                          line break is printed as a JSON string)
+    safetensors_np.py verify FILE        exit 0 when every checksum matches (or, with a line
+                                         saying so, when the file has none), else 2 and why
     safetensors_np.py compare A B [--ignore-meta KEY ...]
                                          exit 0 when A and B hold the same tensors (names,
                                          dtypes, shapes, bytes) and metadata, else 1 and every
@@ -37,6 +45,7 @@ import json
 import math
 import os
 import sys
+import zlib
 
 import numpy as np
 
@@ -216,10 +225,62 @@ def _layout(header, data_size):
     return entries
 
 
-def load(path):
+CRC_PREFIX = "crc32:"
+METADATA_CRC = "crc32:__metadata__"
+
+
+def _crc(data, crc=0):
+    return zlib.crc32(data, crc) & 0xFFFFFFFF
+
+
+def metadata_crc(metadata):
+    """The CRC-32 of the metadata entries that are not checksums, sorted by key, as 8 hex digits."""
+    crc = 0
+    for key in sorted(k for k in metadata if not k.startswith(CRC_PREFIX)):
+        crc = _crc(key.encode("utf-8") + b"\0" + metadata[key].encode("utf-8") + b"\0", crc)
+    return f"{crc:08x}"
+
+
+def checksums(tensors, metadata):
+    """The checksum entries mixtape's writer adds for these tensors and metadata."""
+    out = {METADATA_CRC: metadata_crc(metadata)}
+    for name, t in tensors.items():
+        out[CRC_PREFIX + name] = f"{_crc(raw_bytes(t)):08x}"
+    return out
+
+
+def verify(tensors, metadata):
+    """Checks a file's checksums; returns the metadata without them and whether there were any."""
+    stored = {k: v for k, v in metadata.items() if k.startswith(CRC_PREFIX)}
+    if not stored:
+        return dict(metadata), False
+    corrupt = " (the file is damaged: a flipped bit, a bad copy or a partial write)"
+    for name, t in tensors.items():
+        if CRC_PREFIX + name not in stored:
+            raise SafetensorsError(f"tensor {_quoted(name)} has no checksum, while the file carries checksums{corrupt}")
+        got = f"{_crc(raw_bytes(t)):08x}"
+        if stored[CRC_PREFIX + name] != got:
+            raise SafetensorsError(f"tensor {_quoted(name)} fails its checksum: CRC-32 {got}, "
+                                   f"the file says {_quoted(stored[CRC_PREFIX + name])}{corrupt}")
+    if METADATA_CRC not in stored:
+        raise SafetensorsError(f"the metadata has no checksum, while the tensors have{corrupt}")
+    got = metadata_crc(metadata)
+    if stored[METADATA_CRC] != got:
+        raise SafetensorsError(f"the metadata fails its checksum: CRC-32 {got}, the file says "
+                               f"{_quoted(stored[METADATA_CRC])}{corrupt}")
+    for key in stored:
+        if key != METADATA_CRC and key[len(CRC_PREFIX):] not in tensors:
+            raise SafetensorsError(f"a checksum for tensor {_quoted(key[len(CRC_PREFIX):])}, "
+                                   f"which the file does not hold{corrupt}")
+    return {k: v for k, v in metadata.items() if not k.startswith(CRC_PREFIX)}, True
+
+
+def load(path, with_status=False):
     """(tensors, metadata) of a safetensors file: {name: numpy array or BF16} in the order of their
-    data in the file, and {key: value}. Raises SafetensorsError naming the file and, where there is
-    one, the tensor, for anything the format does not allow (tensor/safetensors.h lists it)."""
+    data in the file, and {key: value} without the checksum entries. Raises SafetensorsError naming
+    the file and, where there is one, the tensor, for anything the format does not allow
+    (tensor/safetensors.h lists it) and for a checksum that does not match. with_status: also
+    whether the file carried checksums."""
     tensors = {}
     try:
         with open(path, "rb") as f:
@@ -236,15 +297,16 @@ def load(path):
                     tensors[name] = BF16(array)
                 else:  # the host's byte order (a no-op on little-endian hosts)
                     tensors[name] = array.astype(array.dtype.newbyteorder("="), copy=False)
+        metadata, verified = verify(tensors, metadata)
     except SafetensorsError as e:
         raise SafetensorsError(f"{path}: {e}") from None
-    return tensors, dict(metadata)
+    return (tensors, metadata, verified) if with_status else (tensors, metadata)
 
 
 # ---- save -------------------------------------------------------------------------------------
 
 
-def _header_bytes(tensors, metadata=None):
+def _header_bytes(tensors, metadata=None, with_checksums=True):
     """The header mixtape's save_safetensors writes, padded, and the tensor names in data order."""
     for name in tensors:
         if not isinstance(name, str) or name == "__metadata__":
@@ -252,6 +314,10 @@ def _header_bytes(tensors, metadata=None):
     for key, value in (metadata or {}).items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise SafetensorsError(f"metadata maps strings to strings, got {key!r}: {value!r}")
+    if any(key.startswith(CRC_PREFIX) for key in (metadata or {})):
+        raise SafetensorsError(f"metadata keys starting with {CRC_PREFIX!r} are reserved for the checksums")
+    if with_checksums:
+        metadata = {**(metadata or {}), **checksums(tensors, metadata or {})}
     order = sorted(tensors, key=lambda name: (-LAYOUT_RANK[dtype_name(tensors[name])], name))
     header = {}
     if metadata:
@@ -270,11 +336,12 @@ def _header_bytes(tensors, metadata=None):
     return text + b" " * (-len(text) % 8), order  # the data starts 8-byte aligned
 
 
-def save(path, tensors, metadata=None):
+def save(path, tensors, metadata=None, with_checksums=True):
     """Writes {name: numpy array or BF16} and {key: value} (strings) to `path`, byte for byte as
-    mixtape's save_safetensors lays them out. The file appears whole or not at all: it is written
-    next to `path`, synced and renamed over it."""
-    header, order = _header_bytes(tensors, metadata)
+    mixtape's save_safetensors lays them out, checksums included (with_checksums=False: the bare
+    format, as save_safetensors with Checksums::none). The file appears whole or not at all: it is
+    written next to `path`, synced and renamed over it."""
+    header, order = _header_bytes(tensors, metadata, with_checksums)
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
@@ -378,6 +445,16 @@ def differences(a, b, ignore_meta=()):
     return out
 
 
+def cmd_verify(args):
+    tensors, metadata, verified = load(args.file, with_status=True)
+    if verified:
+        print(f"ok: {len(tensors)} tensors and {len(metadata)} metadata entries match their CRC-32")
+    else:
+        print(f"{args.file} carries no checksums (written by another program, or by mixtape before they "
+              f"existed): it could not be verified")
+    return 0
+
+
 def cmd_compare(args):
     a, b = load(args.a), load(args.b)
     diffs = differences(a, b, args.ignore_meta)
@@ -400,6 +477,9 @@ def main(argv=None):
     p = sub.add_parser("hash", help="name, dtype, shape and sha256 of each tensor, sorted by name; the metadata")
     p.add_argument("file")
     p.set_defaults(run=cmd_hash)
+    p = sub.add_parser("verify", help="check every checksum of a file")
+    p.add_argument("file")
+    p.set_defaults(run=cmd_verify)
     p = sub.add_parser("compare", help="exit 0 when two files hold the same tensors and metadata, else 1")
     p.add_argument("a")
     p.add_argument("b")

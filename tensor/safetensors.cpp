@@ -4,15 +4,18 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 #include <unordered_set>
 
 namespace mixtape {
@@ -292,11 +295,102 @@ json parse_header(const std::string& path, const std::string& text) {
   return h;
 }
 
+// Note [Checksums]
+// Every file save_safetensors writes carries a CRC-32 of each tensor's bytes, as the metadata
+// entry "crc32:<name>", and one of the rest of the metadata (the training state a checkpoint keeps
+// there: its step, its run's identity), as "crc32:__metadata__": over the other entries sorted by
+// key, each as its key, a NUL byte, its value and a NUL byte. Each is 8 lowercase hex digits.
+// load_safetensors checks them all before it returns, refuses a mismatch naming the tensor, and
+// removes them from the metadata it returns (a save computes them afresh). A file without them
+// (another program's, or mixtape's before they existed) still loads, with TensorDict::verified
+// false; a file with some must have all of them.
+// CRC-32 is zlib's crc32, the checksum of gzip and PNG: mixtape links zlib already (data/idx.cpp),
+// Python's standard library computes the same (zlib.crc32, so scripts/safetensors_np.py checks
+// the files with nothing else installed), and it is what PyTorch's checkpoint container keeps
+// per entry. It detects every flipped bit and every burst of up to 32 bits, and misses random
+// damage with probability 2^-32; it guards against storage faults, bad copies and partial syncs,
+// not against someone who edits a file on purpose. zlib's crc32 runs at more than a gigabyte a
+// second, so it costs a checkpoint of a few megabytes milliseconds.
+constexpr std::string_view kCrcPrefix = "crc32:";
+const std::string kMetadataCrc = "crc32:__metadata__";
+
+bool is_crc_key(const std::string& key) { return key.compare(0, kCrcPrefix.size(), kCrcPrefix) == 0; }
+
+std::string crc_hex(uLong crc) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08lx", crc & 0xFFFFFFFFul);
+  return buf;
+}
+
+std::string tensor_crc(const Tensor& contiguous_host) {
+  const uLong start = crc32(0L, Z_NULL, 0);
+  const size_t n = size_t(contiguous_host.numel()) * dtype_size(contiguous_host.dtype());
+  const auto* p = static_cast<const Bytef*>(contiguous_host.raw_data());
+  uLong crc = start;
+  for (size_t done = 0; done < n;) {  // zlib takes at most a uInt per call
+    const size_t chunk = std::min<size_t>(n - done, size_t(1) << 30);
+    crc = crc32(crc, p + done, uInt(chunk));
+    done += chunk;
+  }
+  return crc_hex(crc);
+}
+
+// The CRC-32 of every metadata entry that is not a checksum, sorted by key.
+std::string metadata_crc(const StringMap& metadata) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const Bytef nul = 0;
+  for (const auto& [k, v] : metadata) {  // std::map: sorted by key
+    if (is_crc_key(k)) continue;
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(k.data()), uInt(k.size()));
+    crc = crc32(crc, &nul, 1);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(v.data()), uInt(v.size()));
+    crc = crc32(crc, &nul, 1);
+  }
+  return crc_hex(crc);
+}
+
+// Checks the checksums of a loaded file (Note [Checksums]) and removes them from its metadata.
+void verify_checksums(const std::string& path, TensorDict& d) {
+  bool any = false;
+  for (const auto& kv : d.metadata) any = any || is_crc_key(kv.first);
+  if (!any) return;  // d.verified stays false
+  const std::string where = detail::cat("load_safetensors(", path, "): ");
+  const std::string corrupt =
+      " (the file is damaged: a flipped bit, a bad copy or a partial write; nothing was loaded)";
+  std::unordered_set<std::string> names;
+  for (const auto& [name, t] : d.tensors) {
+    names.insert(name);
+    const auto it = d.metadata.find(std::string(kCrcPrefix) + name);
+    MT_CHECK(it != d.metadata.end(), where, "tensor '", excerpt(name), "' has no checksum, while the file carries ",
+             "checksums", corrupt);
+    const std::string got = tensor_crc(t);
+    MT_CHECK(it->second == got, where, "tensor '", excerpt(name), "' fails its checksum: CRC-32 ", got,
+             ", the file says ", excerpt(it->second), corrupt);
+  }
+  const auto meta = d.metadata.find(kMetadataCrc);
+  MT_CHECK(meta != d.metadata.end(), where, "the metadata has no checksum, while the tensors have", corrupt);
+  const std::string got = metadata_crc(d.metadata);
+  MT_CHECK(meta->second == got, where, "the metadata (the training state: step, run identity, ...) fails its ",
+           "checksum: CRC-32 ", got, ", the file says ", excerpt(meta->second), corrupt);
+  for (auto it = d.metadata.begin(); it != d.metadata.end();) {
+    if (!is_crc_key(it->first)) {
+      ++it;
+      continue;
+    }
+    const std::string name = it->first.substr(kCrcPrefix.size());
+    MT_CHECK(it->first == kMetadataCrc || names.count(name), where, "a checksum for tensor '", excerpt(name),
+             "', which the file does not hold", corrupt);
+    it = d.metadata.erase(it);
+  }
+  d.verified = true;
+}
+
 }  // namespace
 
 // ---- save --------------------------------------------------------------------------------
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const StringMap& metadata) {
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const StringMap& metadata,
+                      Checksums checksums) {
   // Validate and bring every tensor to contiguous host memory before touching the file system.
   std::unordered_set<std::string> seen;
   std::vector<size_t> order(tensors.size());
@@ -316,10 +410,19 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
     return ra != rb ? ra > rb : tensors[a].first < tensors[b].first;
   });
 
+  StringMap with_crcs = metadata;  // Note [Checksums]
+  for (const auto& kv : metadata)
+    MT_CHECK(!is_crc_key(kv.first), "save_safetensors(", path, "): metadata key '", excerpt(kv.first),
+             "' is reserved: keys starting with \"crc32:\" hold the file's checksums");
+  if (checksums == Checksums::crc32) {
+    with_crcs[kMetadataCrc] = metadata_crc(metadata);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      with_crcs[std::string(kCrcPrefix) + tensors[i].first] = tensor_crc(host[i]);
+  }
   ordered_json header = ordered_json::object();
-  if (!metadata.empty()) {
+  if (!with_crcs.empty()) {
     ordered_json m = ordered_json::object();
-    for (const auto& [k, v] : metadata) m[k] = v;
+    for (const auto& [k, v] : with_crcs) m[k] = v;
     header["__metadata__"] = std::move(m);
   }
   std::vector<Tensor> laid_out;
@@ -417,6 +520,7 @@ TensorDict load_safetensors(const std::string& path) {
               detail::cat("tensor '", excerpt(e.name), "'"));
     out.tensors.emplace_back(e.name, std::move(t));
   }
+  verify_checksums(path, out);
   return out;
 }
 

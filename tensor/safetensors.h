@@ -15,9 +15,16 @@
 // The writer lays the tensors out as the reference implementation does (by descending
 // alignment, then by name; the header holds __metadata__ first), so every tensor is aligned to
 // its element size and a file written here is byte-identical to the one Python's
-// `safetensors.torch.save_file` writes for the same tensors and metadata.
+// `safetensors.torch.save_file` writes for the same tensors and metadata (the checksum entries
+// below included).
+//
+// Checksums (Note [Checksums] in safetensors.cpp): the writer adds a CRC-32 of each tensor's
+// bytes ("crc32:<name>") and of the other metadata entries ("crc32:__metadata__") to the
+// metadata; the reader verifies every one and removes them, so the metadata a program reads is
+// the metadata it wrote. Files without them load unverified (TensorDict::verified false).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -32,11 +39,16 @@ namespace mixtape {
 // and renamed over `path`, and then the directory is fsynced. On any error the temporary file is
 // removed, an existing file at `path` is left as it was, and mixtape::Error says what failed.
 // A process killed while saving leaves its `path.tmp.<pid>` behind; the next save to `path`
-// removes those whose process no longer exists.
+// removes those whose process no longer exists. Metadata keys starting with "crc32:" are
+// reserved for the checksums the writer adds.
 // Tensors may be non-contiguous (written row-major) or on a CUDA device (copied to the host).
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const StringMap& metadata = {});
-inline void save_safetensors(const std::string& path, const TensorDict& dict) {
-  save_safetensors(path, dict.tensors, dict.metadata);
+// Checksums::none writes the bare format, byte for byte what the reference writer gives for the
+// same tensors and metadata (an export for a program that keeps its own checks).
+enum class Checksums : uint8_t { crc32, none };
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const StringMap& metadata = {},
+                      Checksums checksums = Checksums::crc32);
+inline void save_safetensors(const std::string& path, const TensorDict& dict, Checksums checksums = Checksums::crc32) {
+  save_safetensors(path, dict.tensors, dict.metadata, checksums);
 }
 
 // Reads and validates a whole file into CPU tensors, in the order of their data in the file.
@@ -44,8 +56,9 @@ inline void save_safetensors(const std::string& path, const TensorDict& dict) {
 // a file shorter than its header, a header length beyond the file, a header that is not a JSON
 // object, JSON nested more than 64 levels deep (rejected before it is parsed), an unknown dtype, a
 // malformed shape or offsets, offsets outside the data, overlapping or leaving holes, a size that
-// is not numel * element size, duplicate names, non-string metadata. Values quoted in a message
-// are cut to 80 characters.
+// is not numel * element size, duplicate names, non-string metadata, and a checksum that does not
+// match or is missing where the file carries checksums. Values quoted in a message are cut to 80
+// characters.
 TensorDict load_safetensors(const std::string& path);
 
 // The safetensors dtype string of a dtype ("F32", ...) and back (throws on an unknown string).

@@ -25,6 +25,9 @@ using StringMap = std::map<std::string, std::string>;
 struct TensorDict {
   NamedTensors tensors;
   StringMap metadata;
+  // Set by load_safetensors when the file carried checksums and every one matched (Note
+  // [Checksums] in tensor/safetensors.cpp); false for a file without them and for a dict built here.
+  bool verified = false;
 
   bool contains(const std::string& name) const;
   const Tensor* find(const std::string& name) const;  // nullptr when absent

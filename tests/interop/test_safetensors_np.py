@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -45,19 +46,56 @@ class Save(TempDirTest):
     def test_reference_bytes(self):
         # From huggingface/safetensors' own tests (as tests/tensor/test_safetensors.cpp): a 64-byte
         # header needs no padding, a 65-byte one gets 7 spaces; no tensors, with and without metadata.
+        # The bare format: without the checksum entries.
         data = np.arange(6, dtype=np.float32)
-        st.save(self.dir / "a", {"attn.0": data.reshape(1, 2, 3)})
+        st.save(self.dir / "a", {"attn.0": data.reshape(1, 2, 3)}, with_checksums=False)
         self.assertEqual((self.dir / "a").read_bytes(),
                          file_bytes('{"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}}', data.tobytes()))
-        st.save(self.dir / "b", {"attn0": data.reshape(1, 1, 2, 3)})
+        st.save(self.dir / "b", {"attn0": data.reshape(1, 1, 2, 3)}, with_checksums=False)
         self.assertEqual((self.dir / "b").read_bytes(),
                          file_bytes('{"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}}       ',
                                     data.tobytes()))
-        st.save(self.dir / "c", {})
+        st.save(self.dir / "c", {}, with_checksums=False)
         self.assertEqual((self.dir / "c").read_bytes(), file_bytes("{}      "))
-        st.save(self.dir / "d", {}, {"framework": "pt"})
+        st.save(self.dir / "d", {}, {"framework": "pt"}, with_checksums=False)
         self.assertEqual((self.dir / "d").read_bytes(), file_bytes('{"__metadata__":{"framework":"pt"}}     '))
         self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ["a", "b", "c", "d"])  # no temporaries
+
+    def test_checksums(self):
+        # Note [Checksums]: every tensor and the metadata carry a CRC-32; one flipped bit anywhere in
+        # a tensor's data, or in a metadata value, is refused naming what failed; the entries do not
+        # come back from load; a file without them loads, reported as not verified.
+        tensors = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": st.BF16([0x3F80, 0x7FC1]),
+                   "step": np.array([7], dtype=np.int64)}
+        path = self.dir / "x.safetensors"
+        st.save(path, tensors, {"progress.step": "7"})
+        got, meta, verified = st.load(path, with_status=True)
+        self.assertTrue(verified)
+        self.assertEqual(meta, {"progress.step": "7"})
+        raw = path.read_bytes()
+        header_len = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + header_len])
+        self.assertEqual(header["__metadata__"]["crc32:w"], f"{zlib.crc32(tensors['w'].tobytes()):08x}")
+        for name in tensors:
+            begin, end = header[name]["data_offsets"]
+            for byte in (begin, end - 1):
+                bad = bytearray(raw)
+                bad[8 + header_len + byte] ^= 0x10
+                path.write_bytes(bytes(bad))
+                with self.assertRaisesRegex(st.SafetensorsError, f'tensor "{name}" fails its checksum'):
+                    st.load(path)
+        bad = raw.replace(b'"progress.step":"7"', b'"progress.step":"8"')
+        self.assertNotEqual(bad, raw)
+        path.write_bytes(bad)
+        with self.assertRaisesRegex(st.SafetensorsError, "the metadata fails its checksum"):
+            st.load(path)
+        st.save(path, tensors, {"progress.step": "7"}, with_checksums=False)
+        self.assertFalse(st.load(path, with_status=True)[2])
+        out = subprocess.run([sys.executable, SCRIPT, "verify", path], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0)
+        self.assertIn("could not be verified", out.stdout)
+        with self.assertRaisesRegex(st.SafetensorsError, "reserved"):
+            st.save(path, tensors, {"crc32:w": "00000000"})
 
     def test_layout_and_round_trip(self):
         tensors = {

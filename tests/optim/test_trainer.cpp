@@ -2,12 +2,16 @@
 // steps, Zhao's per-operator scaling through the trainer, telemetry with the rounding census,
 // state dicts, and the combinations the pure policies refuse.
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -724,4 +728,64 @@ TEST_CASE("the trainer builds RMSprop, Adagrad and amsgrad in every policy and n
   CHECK_THROWS_WITH(
       (PrecisionTrainer(*make_mlp(1), {.kind = OptimizerKind::rmsprop, .lr = 0.1, .nesterov = true}, policy("fp32"))),
       Catch::Contains("Nesterov momentum is an option of SGD, not of RMSprop"));
+}
+
+// Note [Checksums] (tensor/safetensors.cpp): a training checkpoint (the model, the trainer's
+// masters, optimizer moments, loss scaler and generators, and the run's position in the metadata)
+// refuses one flipped bit in any of its tensors, naming the tensor, and in its metadata.
+TEST_CASE("a checkpoint with one flipped bit in any tensor or in its metadata is refused", "[trainer][safetensors]") {
+  auto model = make_mlp(3);
+  PrecisionTrainer tr(*model, OptimizerSpec{.kind = OptimizerKind::adamw, .lr = 1e-3}, policy("bf16", "backoff"));
+  train_step(tr, *model);
+  TensorDict ckpt;
+  ckpt.merge("model.", model->state_dict());
+  ckpt.merge("trainer.", tr.state_dict());
+  ckpt.set_meta("progress.step", "1");
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("mixtape_checksums_" + std::to_string(::getpid()))).string();
+  save_safetensors(path, ckpt);
+  CHECK(load_safetensors(path).verified);
+  CHECK(load_safetensors(path).metadata == ckpt.metadata);  // the checksum entries do not come back
+
+  std::ifstream in(path, std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), {});
+  uint64_t header = 0;
+  for (int i = 0; i < 8; ++i) header |= uint64_t(uint8_t(good[size_t(i)])) << (8 * i);
+  const nlohmann::json h = nlohmann::json::parse(good.substr(8, header));
+  auto load_error = [&](const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    try {
+      load_safetensors(path);
+    } catch (const Error& e) { return std::string(e.what()); }
+    return std::string();
+  };
+  int flipped = 0;
+  for (const auto& [name, entry] : h.items()) {
+    if (name == "__metadata__") continue;
+    const uint64_t begin = entry["data_offsets"][0], end = entry["data_offsets"][1];
+    if (end == begin) continue;  // an empty tensor has no bit to flip
+    for (const uint64_t byte : {begin, (begin + end) / 2, end - 1}) {
+      std::string bad = good;
+      bad[size_t(8 + header + byte)] ^= char(1 << (byte % 8));
+      INFO(name << ", byte " << byte);
+      const std::string msg = load_error(bad);
+      CHECK_THAT(msg, Catch::Contains(path) && Catch::Contains("tensor '" + name + "' fails its checksum"));
+    }
+    ++flipped;
+  }
+  CHECK(flipped == int(ckpt.size()) -
+                       std::count_if(ckpt.begin(), ckpt.end(), [](const auto& nt) { return nt.second.numel() == 0; }));
+  CHECK(flipped > 10);
+  std::string bad = good;
+  const size_t at = bad.find("\"progress.step\":\"1\"");
+  REQUIRE(at != std::string::npos);
+  bad[at + 17] = '2';
+  CHECK_THAT(load_error(bad), Catch::Contains("the metadata (the training state"));
+
+  // Without checksums (another program's file, or one from before they existed) it loads, unverified.
+  save_safetensors(path, ckpt, Checksums::none);
+  const TensorDict plain = load_safetensors(path);
+  CHECK_FALSE(plain.verified);
+  CHECK(plain.size() == ckpt.size());
+  std::remove(path.c_str());
 }

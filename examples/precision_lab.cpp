@@ -331,8 +331,8 @@ struct LabFlags {
     app.add_option("--suite", suite,
                    "default: the ten 16-bit configurations on the cnn; stress: three regimes built so that each "
                    "technique changes the result (underflow, nonuniform, stall; Note [Stress regimes]); fp8: the "
-                   "8-bit recipes on the cnn and the char_lstm in five regimes (formats, outlier, spike, mx, "
-                   "gradscale; Note [Fp8 regimes]); stress and fp8 over --seeds seeds")
+                   "8-bit recipes on the cnn and the char_lstm in six regimes (formats, outlier10, outlier16, spike, "
+                   "mx, gradscale; Note [Fp8 regimes]); stress and fp8 over --seeds seeds")
         ->check(CLI::IsMember({"default", "stress", "fp8"}))
         ->capture_default_str();
     app.add_option("--regimes", regimes, "stress and fp8 suites: comma-separated regimes to run (default: all)");
@@ -356,8 +356,8 @@ struct LabFlags {
     app.add_option("--out-dir", out_dir, "metrics per configuration, lab.md and lab.json go here")
         ->capture_default_str();
     app.add_option("--only", only,
-                   "comma-separated configurations to run (default: the suite's; also the fp8 ones, fp8-current, "
-                   "fp8-mxfp4, ...: the list is in --only bogus's error)");
+                   "comma-separated configurations to run (default: the suite's own); any of the lab's, the fp8 "
+                   "ones (fp8-current, fp8-mxfp4, ...) included: an unknown name lists them all");
     app.add_option("--static-scale", static_scale, "S of the fp16-static configuration (a power of two)")
         ->capture_default_str();
     app.add_option("--width", width, "channels of the first conv")->check(CLI::Range(1, 1024))->capture_default_str();
@@ -939,6 +939,9 @@ int main(int argc, char** argv) {
     if (o.suite == "fp8")
       for (const Fp8Regime& rg : fp8_regimes()) regime_names.push_back(rg.name);
     check_regimes(o, regime_names);
+    MT_CHECK(o.suite != "fp8" || (!o.resume && o.checkpoint_every == 0),
+             "--resume and --checkpoint-every apply to the default and stress suites; the fp8 suite's runs are "
+             "minutes long and start afresh (--regimes and --only rerun a part)");
     lab.train = data::load_fashion_mnist(o.data_dir, data::MnistSplit::train,
                                          {.limit = o.limit > 0 ? o.limit : -1, .num_classes = examples::kCnnClasses});
     lab.test =
@@ -951,6 +954,9 @@ int main(int argc, char** argv) {
         "(cosine), weight decay %g, seed %llu, %d threads\n",
         (long long)o.width, (long long)lab.train.images.size(0), (long long)lab.test.images.size(0), flags.epochs,
         flags.batch_size, flags.lr, o.weight_decay, (unsigned long long)flags.seed, flags.threads);
+    if (o.suite != "default" && !o.smoke)  // the regimes set their own length
+      std::printf("(%s suite: each regime sets the cnn's epochs%s)\n", o.suite.c_str(),
+                  o.suite == "fp8" ? "; the char_lstm trains --lstm-steps steps" : "");
     std::printf("device: %s\n", examples::device_description(lab.device, flags.threads).c_str());
     if (lab.device.is_cuda())
       std::printf("(the backward-underflow column counts CPU roundings only: '-' on %s)\n", lab.device.str().c_str());

@@ -38,6 +38,19 @@ inline const CLI::Validator finite(
     },
     "", "FINITE");
 
+// A seed is a decimal integer in 0 .. 2^64-1. CLI11 reads an unsigned flag with strtoull, which
+// takes "-1" as 2^64-1 and a number past 2^64-1 as 2^64-1: both would run with a seed nobody gave.
+inline const CLI::Validator seed_range(
+    [](std::string& s) -> std::string {
+      static const std::string max = "18446744073709551615";  // 2^64-1
+      const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+      const std::string n = digits ? s.substr(std::min(s.find_first_not_of('0'), s.size() - 1)) : s;
+      if (!digits || n.size() > max.size() || (n.size() == max.size() && n > max))
+        return "must be an integer from 0 to 18446744073709551615 (2^64-1), got '" + s + "'";
+      return std::string();
+    },
+    "0..2^64-1", "SEED");
+
 // --smoke's value for a flag the user did not give: an explicit flag wins over --smoke.
 template <class T, class V>
 void smoke_default(const CLI::App& app, const std::string& flag, T& value, const V& smoke_value) {
@@ -140,7 +153,7 @@ struct CommonFlags {
     app.add_option("--epochs", epochs, "training epochs")->check(CLI::Range(1, 100000))->capture_default_str();
     app.add_option("--batch-size", batch_size, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
     app.add_option("--lr", lr, "learning rate")->check(finite)->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--seed", seed, "random seed")->capture_default_str();
+    app.add_option("--seed", seed, "random seed")->check(seed_range)->capture_default_str();
     app.add_option("--threads", threads, "CPU threads for the GEMMs")
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
       ->check(examples::finite)
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--seed", seed, "random seed")->capture_default_str();
+  app.add_option("--seed", seed, "random seed")->check(examples::seed_range)->capture_default_str();
   app.add_option("--metrics", metrics_path, "write JSON Lines metrics to this file");
   app.add_option("--log-every", log_every, "steps between step events and printed losses")
       ->check(CLI::Range(1, 1000000))

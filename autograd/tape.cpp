@@ -207,15 +207,20 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
   MT_CHECK(seed.g.shape() == root.shape() && seed.g.dtype() == root.dtype(), "backward: seed ", seed.g.meta(),
            " does not match the root ", root.data().meta());
   MT_CHECK(is_power_of_two(seed.scale), "backward: seed scale must be a power of two, got ", seed.scale);
-  if (ran_backward_ && !root.is_leaf()) {
+  // A root that is not a leaf must come out of a node of this tape: otherwise no node here leads
+  // back from it and the backward pass would deliver nothing, silently.
+  if (!root.is_leaf()) {
     const bool recorded = std::any_of(nodes_.begin(), nodes_.end(), [&](const std::unique_ptr<Node>& n) {
       return std::any_of(n->outputs.begin(), n->outputs.end(),
                          [&](const std::weak_ptr<VarImpl>& o) { return o.lock() == root.ptr(); });
     });
-    MT_CHECK(recorded,
+    MT_CHECK(recorded || !ran_backward_,
              "backward: this Tape already ran backward, which frees the graph that produced the root, so a "
              "second backward would deliver no gradient; record the forward pass again (to add the gradients of "
              "two losses, sum the losses and run backward once)");
+    MT_CHECK(recorded,
+             "backward: the root was recorded by another Tape (its graph is there, not on this one), so this "
+             "backward would deliver no gradient; call backward on the Tape that recorded the forward pass");
   }
 
   // Every variable that receives a gradient; leaves keep theirs, the rest are cleared at the end

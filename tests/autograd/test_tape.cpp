@@ -121,6 +121,23 @@ TEST_CASE("a non-leaf from an earlier tape does not keep a stale gradient", "[au
   CHECK_FALSE(x.grad().has_value());  // the path through t1 is not replayed
 }
 
+TEST_CASE("backward of a root another tape recorded is an error that says why", "[autograd][tape]") {
+  Variable x = leaf({1, 2}, {2});
+  Variable loss;
+  {
+    Tape t1;
+    loss = sum(x * x);
+  }  // t1 has ended with its graph
+  Tape t2;
+  CHECK_THROWS_WITH(t2.backward(loss, 1.0f),
+                    Contains("recorded by another Tape") && Contains("call backward on the Tape that recorded"));
+  CHECK_FALSE(x.grad().has_value());
+  Tape t3;  // a tape still alive is another tape too
+  Variable other = sum(x * 3.0);
+  Tape t4;
+  CHECK_THROWS_WITH(t4.backward(other, 1.0f), Contains("recorded by another Tape"));
+}
+
 namespace {
 struct CountingObserver : GradObserver {
   int node_grads = 0, leaf_grads = 0;

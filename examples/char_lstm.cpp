@@ -669,6 +669,7 @@ int main(int argc, char** argv) {
       load_progress(*saved, run, gen);
       std::printf("resumed from %s at step %lld\n", checkpoint.path().c_str(), (long long)run.step);
     }
+    checkpoint.check_room(char_lstm_checkpoint(learner, run, gen, text.corpus.vocab(), false));
 
     examples::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
     const int first_epoch = int(std::min(run.step, plan.total_steps - 1) / c.steps_per_epoch) + 1;

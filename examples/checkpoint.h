@@ -169,6 +169,24 @@ class Checkpointer {
     return ckpt;
   }
 
+  // Warns (stderr) when the checkpoint's folder has less free space than `ckpt` needs: a run whose
+  // only save comes at its end would otherwise find out after all its training. An atomic save
+  // writes the new file beside the old one, so the whole size must be free. The write-probe of
+  // finish() already checked that the folder can be written at all.
+  void check_room(const mixtape::TensorDict& ckpt) const {
+    if (rank_ != 0) return;
+    uint64_t bytes = uint64_t(1) << 16;  // the header and the metadata, generously
+    for (const auto& [name, t] : ckpt) bytes += uint64_t(t.numel()) * mixtape::dtype_size(t.dtype());
+    const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+    std::error_code ec;
+    const std::filesystem::space_info room = std::filesystem::space(parent.empty() ? "." : parent, ec);
+    if (ec || room.available >= bytes) return;
+    std::fprintf(stderr,
+                 "warning: --checkpoint %s: its folder has %llu bytes free, and a checkpoint of this run takes "
+                 "about %llu: the saves will fail unless space is freed\n",
+                 path_.c_str(), (unsigned long long)room.available, (unsigned long long)bytes);
+  }
+
   // Adds the identity and saves `ckpt` atomically at path().
   void save(mixtape::TensorDict ckpt, const RunIdentity& id) const {
     if (rank_ != 0) return;

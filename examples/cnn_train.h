@@ -441,6 +441,7 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
         std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", c.checkpoint->path().c_str(),
                     (long long)run.steps, (long long)run.position.epoch, (long long)run.position.batch);
     }
+    c.checkpoint->check_room(cnn_checkpoint(run, steps_per_epoch));
   }
 
   Progress progress(c.epochs, steps_per_epoch);

@@ -618,6 +618,7 @@ int main(int argc, char** argv) {
       std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", checkpoint.path().c_str(),
                   (long long)run.step, (long long)p.epoch, (long long)p.batch);
     }
+    checkpoint.check_room(dcgan_checkpoint(gan, run.step, p, batches));
     run.stop = flags.max_steps > 0 && run.step >= flags.max_steps;
     examples::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
     examples::Progress progress(flags.epochs, batches);

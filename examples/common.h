@@ -523,26 +523,33 @@ inline std::string output_path(const std::string& dir, const std::string& name) 
 class Metrics {
  public:
   // `append`: a resumed run adds its events after those of the run it continues.
-  explicit Metrics(const std::string& path, bool append = false) {
+  explicit Metrics(const std::string& path, bool append = false) : path_(path) {
     if (path.empty()) return;
+    errno = 0;
     out_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
-    MT_CHECK(out_.good(), "cannot open metrics file '", path, "' for writing");
+    MT_CHECK(out_.good(), "cannot open metrics file '", path, "' for writing", reason());
   }
   void write(const nlohmann::json& event) {
     if (!out_.is_open()) return;
+    errno = 0;
     out_ << event.dump() << '\n';
     out_.flush();
-    MT_CHECK(out_.good(), "writing the metrics file failed");
+    MT_CHECK(out_.good(), "writing the metrics file '", path_, "' failed", reason());
   }
   // The step's telemetry lines (PrecisionTrainer::write_telemetry), flushed together.
   void write_telemetry(const mixtape::PrecisionTrainer& t, const std::string& prefix = {}) {
     if (!out_.is_open()) return;
+    errno = 0;
     t.write_telemetry([this](std::string_view line) { out_ << line << '\n'; }, prefix);
     out_.flush();
-    MT_CHECK(out_.good(), "writing the metrics file failed");
+    MT_CHECK(out_.good(), "writing the metrics file '", path_, "' failed", reason());
   }
 
  private:
+  // ": No space left on device" after a failed stream operation, when the C library said why.
+  static std::string reason() { return errno != 0 ? std::string(": ") + std::strerror(errno) : std::string(); }
+
+  std::string path_;
   std::ofstream out_;
 };
 

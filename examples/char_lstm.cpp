@@ -110,16 +110,16 @@ struct Config {
         ->capture_default_str();
     app.add_option("--clip", clip, "clip gradients to this global L2 norm (0: off)")
         ->check(examples::finite)
-        ->check(CLI::NonNegativeNumber)
+        ->check(examples::non_negative)
         ->capture_default_str();
     app.add_option("--weight-decay", weight_decay, "decoupled weight decay; > 0 switches Adam to AdamW")
         ->check(examples::finite)
-        ->check(CLI::NonNegativeNumber)
+        ->check(examples::non_negative)
         ->capture_default_str();
     app.add_option("--schedule", schedule, "learning-rate schedule after warm-up: cosine (to lr/10) or constant")
         ->check(CLI::IsMember({"cosine", "constant"}))
         ->capture_default_str();
-    app.add_option("--warmup", warmup, "linear warm-up steps")->check(CLI::NonNegativeNumber)->capture_default_str();
+    app.add_option("--warmup", warmup, "linear warm-up steps")->check(examples::non_negative)->capture_default_str();
     app.add_option("--steps-per-epoch", steps_per_epoch, "training steps per epoch")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
         ->capture_default_str();
@@ -136,11 +136,11 @@ struct Config {
     app.add_option(
            "--eval-chars", eval_chars,
            "validation characters scored after each epoch (0: all); the final evaluation scores all but with --smoke")
-        ->check(CLI::NonNegativeNumber)
+        ->check(examples::non_negative)
         ->capture_default_str();
     app.add_option("--temperature", temperature, "sampling temperature (0: always the most likely character)")
         ->check(examples::finite)
-        ->check(CLI::NonNegativeNumber)
+        ->check(examples::non_negative)
         ->capture_default_str();
     app.add_option("--sample-len", sample_len, "characters to sample at the end (0: none)")
         ->check(CLI::Range(0, 1 << 20))

@@ -11,6 +11,8 @@
 //   ./cnn --device cpu                                          # default --device auto: cuda:0 if any
 //   mpirun -np 2 ./cnn --device cpu --threads 1 --precision fp16 --loss-scale backoff
 //                                                               # data parallel (docs/data-parallel.md)
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 #include "cnn_train.h"
@@ -24,8 +26,7 @@ namespace {
 // cnn's own flags; the shared ones (--epochs, --lr, --precision, --device, ...) are in common.h.
 struct CnnFlags {
   std::string data_dir = data::kFashionMnistDir, out_dir = ".";
-  examples::CnnModel model = examples::CnnModel::cnn;
-  examples::CnnNorm norm = examples::CnnNorm::batch;
+  std::string model = "cnn", norm = "batch";  // --model, --norm (examples::CnnModel, CnnNorm)
   int64_t width = 32, limit = 0, log_every = 50, crop_padding = 0;
   double dropout = 0.3, weight_decay = 1e-4;
   bool hflip = false, smoke = false;
@@ -36,17 +37,11 @@ struct CnnFlags {
         ->capture_default_str();
     app.add_option("--model", model,
                    "cnn: two conv blocks (examples/cnn_train.h); resnet: a stem and two residual blocks")
-        ->transform(
-            CLI::CheckedTransformer(std::map<std::string, examples::CnnModel>{{"cnn", examples::CnnModel::cnn},
-                                                                              {"resnet", examples::CnnModel::resnet}},
-                                    CLI::ignore_case))
+        ->check(CLI::IsMember({"cnn", "resnet"}, CLI::ignore_case))
         ->capture_default_str();
     app.add_option("--norm", norm,
                    "the resnet's normalization: batch (BatchNorm2d) or group (GroupNorm, 8 channels a group)")
-        ->transform(
-            CLI::CheckedTransformer(std::map<std::string, examples::CnnNorm>{{"batch", examples::CnnNorm::batch},
-                                                                             {"group", examples::CnnNorm::group}},
-                                    CLI::ignore_case))
+        ->check(CLI::IsMember({"batch", "group"}, CLI::ignore_case))
         ->capture_default_str();
     app.add_option("--width", width,
                    "channels of the first conv (cnn) or of the stem and first block (resnet); the second "
@@ -59,7 +54,7 @@ struct CnnFlags {
         ->capture_default_str();
     app.add_option("--weight-decay", weight_decay, "AdamW weight decay")
         ->check(examples::finite)
-        ->check(CLI::NonNegativeNumber)
+        ->check(examples::non_negative)
         ->capture_default_str();
     app.add_flag("--hflip", hflip,
                  "mirror each training image left-right with probability 1/2 (chosen per image and epoch)");
@@ -68,14 +63,16 @@ struct CnnFlags {
                    "image and epoch; PyTorch's RandomCrop(28, padding=N))")
         ->check(CLI::Range(0, 13))
         ->capture_default_str();
-    app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
+    app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(examples::non_negative);
     app.add_option("--log-every", log_every, "steps between step events in the metrics")->check(CLI::Range(1, 1000000));
     app.add_flag("--smoke", smoke, "a few steps on a subset (CI smoke run)");
   }
 
   // After parsing: --smoke's configuration for the flags not given explicitly.
   void finish(const CLI::App& app, examples::CommonFlags& flags) {
-    if (norm != examples::CnnNorm::batch && model != examples::CnnModel::resnet)
+    for (std::string* name : {&model, &norm})  // the checks above ignore case
+      std::transform(name->begin(), name->end(), name->begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    if (norm != "batch" && model != "resnet")
       throw std::invalid_argument("--norm applies to --model resnet (the cnn model uses batch norm)");
     if (!smoke) return;
     examples::smoke_default(app, "--epochs", flags.epochs, 1);
@@ -160,24 +157,25 @@ int main(int argc, char** argv) {
                 (long long)test.images.size(0), o.data_dir.c_str());
 
     // The model, its training loop and its evaluation: examples/cnn_train.h.
-    const examples::CnnConfig config{.model = o.model,
-                                     .norm = o.norm,
-                                     .width = o.width,
-                                     .dropout = o.dropout,
-                                     .lr = flags.lr,
-                                     .weight_decay = o.weight_decay,
-                                     .epochs = flags.epochs,
-                                     .batch_size = flags.batch_size,
-                                     .seed = flags.seed,
-                                     .hflip = o.hflip,
-                                     .crop_padding = o.crop_padding,
-                                     .log_every = o.log_every,
-                                     .max_steps = flags.max_steps,
-                                     .progress = dp->is_root(),
-                                     .device = device,
-                                     .optimizer = optimizer,
-                                     .checkpoint = &checkpoint,
-                                     .dp = dp->distributed() ? dp : nullptr};
+    const examples::CnnConfig config{
+        .model = o.model == "resnet" ? examples::CnnModel::resnet : examples::CnnModel::cnn,
+        .norm = o.norm == "group" ? examples::CnnNorm::group : examples::CnnNorm::batch,
+        .width = o.width,
+        .dropout = o.dropout,
+        .lr = flags.lr,
+        .weight_decay = o.weight_decay,
+        .epochs = flags.epochs,
+        .batch_size = flags.batch_size,
+        .seed = flags.seed,
+        .hflip = o.hflip,
+        .crop_padding = o.crop_padding,
+        .log_every = o.log_every,
+        .max_steps = flags.max_steps,
+        .progress = dp->is_root(),
+        .device = device,
+        .optimizer = optimizer,
+        .checkpoint = &checkpoint,
+        .dp = dp->distributed() ? dp : nullptr};
     const PrecisionOptions options = precision.options(flags.seed);
     examples::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
     const examples::CnnRun run = examples::train_cnn(config, options, train, test, metrics);

@@ -38,6 +38,21 @@ inline const CLI::Validator finite(
     },
     "", "FINITE");
 
+// Sign checks that say what they want. CLI11's NonNegativeNumber and PositiveNumber name their
+// range as "0.000000 to 1797693134862315708...": the largest double in 309 digits.
+inline CLI::Validator sign_check(bool strict) {
+  return CLI::Validator(
+      [strict](std::string& s) -> std::string {
+        double v = 0.0;
+        if (!CLI::detail::lexical_cast(s, v)) return "'" + s + "' is not a number";
+        if (strict ? v > 0 : v >= 0) return std::string();
+        return std::string(strict ? "must be more than 0" : "must be 0 or more") + ", got '" + s + "'";
+      },
+      strict ? "> 0" : ">= 0", strict ? "POSITIVE" : "NONNEGATIVE");
+}
+inline const CLI::Validator non_negative = sign_check(false);
+inline const CLI::Validator positive = sign_check(true);
+
 // A seed is a decimal integer in 0 .. 2^64-1. CLI11 reads an unsigned flag with strtoull, which
 // takes "-1" as 2^64-1 and a number past 2^64-1 as 2^64-1: both would run with a seed nobody gave.
 inline const CLI::Validator seed_range(
@@ -152,14 +167,14 @@ struct CommonFlags {
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.add_option("--epochs", epochs, "training epochs")->check(CLI::Range(1, 100000))->capture_default_str();
     app.add_option("--batch-size", batch_size, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-    app.add_option("--lr", lr, "learning rate")->check(finite)->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--lr", lr, "learning rate")->check(finite)->check(positive)->capture_default_str();
     app.add_option("--seed", seed, "random seed")->check(seed_range)->capture_default_str();
     app.add_option("--threads", threads, "CPU threads for the GEMMs")
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
     app.add_option("--metrics", metrics, "write JSON Lines metrics to this file");
     app.add_option("--max-steps", max_steps, "stop after this many steps (0: run every epoch)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(non_negative)
         ->capture_default_str();
   }
 };
@@ -250,7 +265,7 @@ struct PrecisionFlags {
         ->capture_default_str();
     app.add_option("--telemetry-every", telemetry_every,
                    "write per-layer gradient telemetry to the metrics every N steps (0: off)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(non_negative)
         ->capture_default_str();
     app.add_option("--telemetry-format", telemetry_format, "format telemetry measures against: f16 or bf16")
         ->check(CLI::IsMember({"f16", "bf16"}));

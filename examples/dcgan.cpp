@@ -87,12 +87,12 @@ struct DcganFlags {
         ->check(examples::finite)
         ->check(CLI::Range(0.0, 0.999999))
         ->capture_default_str();
-    app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(CLI::NonNegativeNumber);
+    app.add_option("--limit", limit, "use only the first N training images (0: all)")->check(examples::non_negative);
     app.add_option("--log-every", log_every, "steps between step events in the metrics")
         ->check(CLI::Range(int64_t(1), int64_t(1000000)))
         ->capture_default_str();
     app.add_option("--sample-every", sample_every, "also write a sample grid every N steps (0: only per epoch)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(examples::non_negative)
         ->capture_default_str();
     app.add_option("--sample-mode", sample_mode, "batch norm statistics for the sample grids")
         ->check(CLI::IsMember({"eval", "train"}))

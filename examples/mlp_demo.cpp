@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", hidden, "hidden units")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--lr", lr, "learning rate")
       ->check(examples::finite)
-      ->check(CLI::PositiveNumber)
+      ->check(examples::positive)
       ->capture_default_str();
   app.add_option("--seed", seed, "random seed")->check(examples::seed_range)->capture_default_str();
   app.add_option("--metrics", metrics_path, "write JSON Lines metrics to this file");

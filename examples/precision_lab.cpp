@@ -367,13 +367,13 @@ struct LabFlags {
         ->capture_default_str();
     app.add_option("--weight-decay", weight_decay, "AdamW weight decay")
         ->check(examples::finite)
-        ->check(CLI::NonNegativeNumber)
+        ->check(examples::non_negative)
         ->capture_default_str();
     app.add_option("--limit", limit, "training images (0: all 60000)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(examples::non_negative)
         ->capture_default_str();
     app.add_option("--test-limit", test_limit, "test images (0: all 10000)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(examples::non_negative)
         ->capture_default_str();
     app.add_option("--telemetry-every", telemetry_every, "telemetry and rounding census every N steps")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 40))

@@ -68,10 +68,16 @@ inline void add_training_state(mixtape::TensorDict& ckpt, const std::string& pre
 // The inverse of add_training_state. Each part checks names, shapes and dtypes before it copies.
 inline void load_training_state(const mixtape::TensorDict& ckpt, const std::string& prefix, mixtape::nn::Module& model,
                                 mixtape::PrecisionTrainer& trainer, mixtape::LRScheduler* sched) {
-  model.load_state_dict(ckpt.sub(prefix + "model."));
-  model.load_generator_state(ckpt.sub(prefix + "rng."));
-  trainer.load_state_dict(ckpt.sub(prefix + "trainer."));
-  if (sched) sched->load_state_dict(ckpt.sub(prefix + "sched."));
+  try {
+    model.load_state_dict(ckpt.sub(prefix + "model."));
+    model.load_generator_state(ckpt.sub(prefix + "rng."));
+    trainer.load_state_dict(ckpt.sub(prefix + "trainer."));
+    if (sched) sched->load_state_dict(ckpt.sub(prefix + "sched."));
+  } catch (const mixtape::Error& e) {
+    if (prefix.empty()) throw;
+    // which of the checkpoint's networks (dcgan: "generator.", "discriminator.") the entry belongs to
+    throw mixtape::Error(mixtape::detail::cat("checkpoint entries '", prefix, "*': ", e.what()));
+  }
 }
 
 // A generator's position as progress metadata "<key>.seed" and "<key>.offset".

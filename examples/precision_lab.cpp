@@ -104,6 +104,7 @@ std::vector<LabConfig> lab_configs(const std::string& static_scale) {
 struct SiteInputs {
   OpId op = OpId::linear;
   int64_t count = 0, flushed = 0, saturated = 0;
+  void add(OpId o, int64_t n, int64_t flush, int64_t sat) { op = o, count += n, flushed += flush, saturated += sat; }
 };
 
 struct LabRow {
@@ -284,25 +285,34 @@ Stat stat(const std::vector<double>& v) {
   return s;
 }
 
+// The rows of each configuration (its seeds), configurations in the order first seen.
+std::vector<std::vector<const LabRow*>> by_config(const std::vector<LabRow>& rows) {
+  std::vector<std::vector<const LabRow*>> groups;
+  for (const LabRow& r : rows) {
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const auto& group) { return group[0]->config.name == r.config.name; });
+    if (g == groups.end()) groups.push_back({&r});
+    else g->push_back(&r);
+  }
+  return groups;
+}
+
 // One row per configuration over its seeds, in the order first seen: mean +- sd.
 std::string stress_table(const std::vector<LabRow>& rows, bool with_aux) {
-  std::vector<std::string> order;
-  for (const LabRow& r : rows)
-    if (std::find(order.begin(), order.end(), r.config.name) == order.end()) order.push_back(r.config.name);
   std::ostringstream os;
   os << "| config | seeds | test accuracy | " << (with_aux ? "decoder test MSE | " : "")
      << "skipped steps | backward underflow | wall s |\n|---|---:|---:|" << (with_aux ? "---:|" : "")
      << "---:|---:|---:|\n";
-  for (const std::string& name : order) {
+  for (const std::vector<const LabRow*>& group : by_config(rows)) {
+    const std::string& name = group[0]->config.name;
     std::vector<double> acc, mse, skipped, under;
     double wall = 0;
-    for (const LabRow& r : rows) {
-      if (r.config.name != name) continue;
-      acc.push_back(100.0 * r.accuracy);
-      mse.push_back(r.aux_mse);
-      skipped.push_back(double(r.skipped));
-      if (r.rounding.nonzero > 0) under.push_back(100.0 * r.rounding.underflow_rate());
-      wall += r.wall;
+    for (const LabRow* r : group) {
+      acc.push_back(100.0 * r->accuracy);
+      mse.push_back(r->aux_mse);
+      skipped.push_back(double(r->skipped));
+      if (r->rounding.nonzero > 0) under.push_back(100.0 * r->rounding.underflow_rate());
+      wall += r->wall;
     }
     const Stat a = stat(acc), m = stat(mse), sk = stat(skipped), u = stat(under);
     os << "| " << name << " | " << acc.size() << " | " << fmt("%.2f", a.mean) << fmt(" ± %.2f%%", a.sd) << " | ";
@@ -484,9 +494,7 @@ void record_inputs(const PrecisionTrainer& trainer, int64_t step, std::map<int64
   nlohmann::json event = {{"event", "fp8_inputs"}, {"step", step}, {"sites", nlohmann::json::array()}};
   for (const Fp8Record& r : f->records()) {
     if (r.role != Fp8Role::input || std::string_view(r.gemm) != "fprop") continue;
-    SiteInputs& s = sites[r.site];
-    s.op = r.op;
-    s.count += r.stats.count, s.flushed += r.stats.flushed, s.saturated += r.stats.saturated;
+    sites[r.site].add(r.op, r.stats.count, r.stats.flushed, r.stats.saturated);
     event["sites"].push_back({{"site", r.site},
                               {"op", op_name(r.op)},
                               {"count", r.stats.count},
@@ -777,11 +785,7 @@ std::string sat_flush(const std::vector<const LabRow*>& rows, Fp8Role role) {
 std::string worst_input_site(const std::vector<const LabRow*>& rows) {
   std::map<int64_t, SiteInputs> sum;
   for (const LabRow* r : rows)
-    for (const auto& [site, in] : r->fp8_inputs) {
-      SiteInputs& s = sum[site];
-      s.op = in.op;
-      s.count += in.count, s.flushed += in.flushed, s.saturated += in.saturated;
-    }
+    for (const auto& [site, in] : r->fp8_inputs) sum[site].add(in.op, in.count, in.flushed, in.saturated);
   std::string out = "-";
   double worst = -1;
   for (const auto& [site, in] : sum) {
@@ -796,23 +800,18 @@ std::string worst_input_site(const std::vector<const LabRow*>& rows) {
 // One row per configuration over its seeds: the score (mean +- sd), what each role's operands
 // met, and the site whose inputs flushed most, summed over the seeds.
 std::string fp8_table(const std::vector<LabRow>& rows, bool lstm) {
-  std::vector<std::string> order;
-  for (const LabRow& r : rows)
-    if (std::find(order.begin(), order.end(), r.config.name) == order.end()) order.push_back(r.config.name);
   std::ostringstream os;
   os << "| config | seeds | " << (lstm ? "validation bpc" : "test accuracy")
      << " | inputs saturated / flushed | weights saturated / flushed | grads saturated / flushed | inputs flushed "
         "most at | wall s |\n"
      << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const std::string& name : order) {
+  for (const std::vector<const LabRow*>& mine : by_config(rows)) {
+    const std::string& name = mine[0]->config.name;
     std::vector<double> score;
-    std::vector<const LabRow*> mine;
     double wall = 0;
-    for (const LabRow& r : rows) {
-      if (r.config.name != name) continue;
-      score.push_back(lstm ? r.val_bpc : 100.0 * r.accuracy);
-      mine.push_back(&r);
-      wall += r.wall;
+    for (const LabRow* r : mine) {
+      score.push_back(lstm ? r->val_bpc : 100.0 * r->accuracy);
+      wall += r->wall;
     }
     const Stat a = stat(score);
     os << "| " << name << " | " << score.size() << " | "

@@ -220,6 +220,20 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   MT_CHECK(f.good(), "could not write ", path.string(), errno != 0 ? detail::cat(": ", std::strerror(errno)) : "");
 }
 
+// Fails now, naming the path, when `path` could not be written at the end: a folder in its way, or
+// a file that cannot be opened for writing. Leaves an existing file as it was.
+void check_writable(const std::filesystem::path& path) {
+  std::error_code ec;
+  MT_CHECK(!std::filesystem::is_directory(path, ec), "could not write ", path.string(), ": it is a folder");
+  const bool existed = std::filesystem::exists(path, ec);
+  errno = 0;
+  std::ofstream f(path, std::ios::binary | std::ios::app);
+  const bool ok = f.is_open();
+  f.close();
+  MT_CHECK(ok, "could not write ", path.string(), errno != 0 ? detail::cat(": ", std::strerror(errno)) : "");
+  if (!existed) std::filesystem::remove(path, ec);
+}
+
 // ---- the stress suite (--suite stress) ---------------------------------------------------------
 //
 // Note [Stress regimes]
@@ -948,6 +962,7 @@ int main(int argc, char** argv) {
                                  {.limit = o.test_limit > 0 ? o.test_limit : -1, .num_classes = examples::kCnnClasses});
     const std::filesystem::path out(o.out_dir);
     std::filesystem::create_directories(out);
+    for (const char* table : {"lab.md", "lab.json"}) check_writable(out / table);  // before hours of training
     std::printf(
         "precision lab: CNN width %lld, %lld training / %lld test images, %d epochs, batch %d, AdamW lr %g "
         "(cosine), weight decay %g, seed %llu, %d threads\n",

@@ -10,9 +10,10 @@ The format is the one mixtape writes and reads (tensor/safetensors.h):
   [rest]     the tensors' bytes, little-endian, row-major; sorted by offset the tensors tile
              this buffer exactly, and each holds numel * element size bytes
 
-Dtypes: F32, F64, F16, BF16, I64. numpy has no bfloat16, so a BF16 tensor is a `BF16`: its raw
-bits as a uint16 array (`.bits`), with `.to_float32()` for the values (exact: every bfloat16 is a
-float32). Every other tensor is a numpy array of float32, float64, float16 or int64, and a
+Dtypes: F32, F64, F16, BF16, I64, F8_E4M3, F8_E5M2. numpy has no bfloat16, so a BF16 tensor is a
+`BF16`: its raw bits as a uint16 array (`.bits`), with `.to_float32()` for the values (exact: every
+bfloat16 is a float32); an 8-bit float tensor is an `F8`, its codes as a uint8 array (`.bits`) and
+its `.format`, with `.to_float32()` likewise. Every other tensor is a numpy array of float32, float64, float16 or int64, and a
 round trip keeps every bit, NaN payloads and negative zeros included. Needs Python 3.8 or later.
 
 Checksums (Note [Checksums] in tensor/safetensors.cpp): mixtape writes a CRC-32 (zlib.crc32) of
@@ -56,10 +57,13 @@ DTYPES = {
     "F16": np.dtype("<f2"),
     "BF16": np.dtype("<u2"),
     "I64": np.dtype("<i8"),
+    "F8_E4M3": np.dtype("u1"),
+    "F8_E5M2": np.dtype("u1"),
 }
 # The writer's layout order: the reference implementation sorts by its dtype enum, descending
-# (which orders by alignment), then by name; among these dtypes I64 > F64 > F32 > BF16 > F16.
-LAYOUT_RANK = {"I64": 4, "F64": 3, "F32": 2, "BF16": 1, "F16": 0}
+# (which orders by alignment), then by name; among these dtypes I64 > F64 > F32 > BF16 > F16 > F8_E4M3 >
+# F8_E5M2.
+LAYOUT_RANK = {"I64": 4, "F64": 3, "F32": 2, "BF16": 1, "F16": 0, "F8_E4M3": -1, "F8_E5M2": -2}
 MAX_HEADER = 100_000_000  # the reference implementation refuses longer headers; so does mixtape
 
 
@@ -94,21 +98,67 @@ class BF16:
         return f"BF16({self.to_float32()!r})"
 
 
+class F8:
+    """An 8-bit float tensor (OCP FP8), which numpy lacks: its codes, a uint8 array of the tensor's
+    shape, and its format, "F8_E4M3" (bias 7, no infinities, S.1111.111 is NaN, largest 448) or
+    "F8_E5M2" (bias 15, IEEE-like, largest 57344), as tensor/core/fp8.h defines them."""
+
+    FORMATS = {"F8_E4M3": (4, 3, 7), "F8_E5M2": (5, 2, 15)}  # exponent bits, mantissa bits, bias
+
+    def __init__(self, bits, fmt):
+        if fmt not in F8.FORMATS:
+            raise SafetensorsError(f"F8 format must be one of {sorted(F8.FORMATS)}, got {fmt!r}")
+        self.bits = np.asarray(bits, dtype=np.uint8)
+        self.format = fmt
+
+    @property
+    def shape(self):
+        return self.bits.shape
+
+    def to_float32(self):
+        """The values as float32, exactly (every 8-bit value is a float32)."""
+        return F8._table(self.format)[self.bits]
+
+    @staticmethod
+    def _table(fmt):
+        e_bits, m_bits, bias = F8.FORMATS[fmt]
+        values = np.empty(256, dtype=np.float32)
+        for code in range(256):
+            sign = -1.0 if code & 0x80 else 1.0
+            e, m = (code >> m_bits) & ((1 << e_bits) - 1), code & ((1 << m_bits) - 1)
+            top = (1 << e_bits) - 1
+            if fmt == "F8_E4M3" and e == top and m == (1 << m_bits) - 1:
+                v = float("nan")
+            elif fmt == "F8_E5M2" and e == top:
+                v = sign * float("inf") if m == 0 else float("nan")
+            elif e == 0:
+                v = sign * m / (1 << m_bits) * 2.0 ** (1 - bias)
+            else:
+                v = sign * (1 + m / (1 << m_bits)) * 2.0 ** (e - bias)
+            values[code] = v
+        return values
+
+    def __repr__(self):
+        return f"F8({self.format}, {self.to_float32()!r})"
+
+
 def dtype_name(tensor):
-    """The safetensors dtype of a BF16 or a numpy array; SafetensorsError for anything else."""
+    """The safetensors dtype of a BF16, an F8 or a numpy array; SafetensorsError for anything else."""
     if isinstance(tensor, BF16):
         return "BF16"
+    if isinstance(tensor, F8):
+        return tensor.format
     if not isinstance(tensor, (np.ndarray, np.generic)):
         raise SafetensorsError(f"expected a numpy array or a BF16, got {type(tensor).__name__}")
     for name, dt in DTYPES.items():
-        if name != "BF16" and tensor.dtype.newbyteorder("<") == dt:
+        if name != "BF16" and not name.startswith("F8_") and tensor.dtype.newbyteorder("<") == dt:
             return name
-    raise SafetensorsError(f"numpy dtype {tensor.dtype} is none of F32, F64, F16, BF16 (as BF16), I64")
+    raise SafetensorsError(f"numpy dtype {tensor.dtype} is none of F32, F64, F16, BF16 (as BF16), I64, F8_E4M3 or F8_E5M2 (as F8)")
 
 
 def raw_bytes(tensor):
     """A tensor's data as the file stores it: little-endian, row-major."""
-    data = tensor.bits if isinstance(tensor, BF16) else tensor
+    data = tensor.bits if isinstance(tensor, (BF16, F8)) else tensor
     return np.ascontiguousarray(data, dtype=DTYPES[dtype_name(tensor)]).tobytes()
 
 
@@ -295,6 +345,8 @@ def load(path, with_status=False):
                 array = np.frombuffer(data, dtype=DTYPES[dtype]).reshape(shape)  # shares `data`, writable
                 if dtype == "BF16":
                     tensors[name] = BF16(array)
+                elif dtype.startswith("F8_"):
+                    tensors[name] = F8(array, dtype)
                 else:  # the host's byte order (a no-op on little-endian hosts)
                     tensors[name] = array.astype(array.dtype.newbyteorder("="), copy=False)
         metadata, verified = verify(tensors, metadata)
@@ -409,8 +461,8 @@ def first_difference(a, b):
     if differ.size == 0:
         return None
     i = int(differ[0])
-    values_a = a.to_float32() if isinstance(a, BF16) else a
-    values_b = b.to_float32() if isinstance(b, BF16) else b
+    values_a = a.to_float32() if isinstance(a, (BF16, F8)) else a
+    values_b = b.to_float32() if isinstance(b, (BF16, F8)) else b
     index = list(np.unravel_index(i, a.shape)) if a.shape else []
     va, vb = values_a.reshape(-1)[i].item(), values_b.reshape(-1)[i].item()
     return (f"{differ.size} of {bits_a.size} elements differ; the first at {[int(k) for k in index]}: "

@@ -52,7 +52,7 @@ using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
 
 // The reference writer's layout order: descending by its dtype enum (which orders by
-// alignment, then I64 > F64 > F32 > BF16 > F16 among ours), then by name.
+// alignment, then I64 > F64 > F32 > BF16 > F16 > F8_E4M3 > F8_E5M2 among ours), then by name.
 int layout_rank(DType t) {
   switch (t) {
     case DType::i64: return 4;
@@ -60,7 +60,8 @@ int layout_rank(DType t) {
     case DType::f32: return 2;
     case DType::bf16: return 1;
     case DType::f16: return 0;
-    default: return -1;  // the 8-bit dtypes: after every 16-bit one
+    case DType::e4m3: return -1;  // the reference's enum: ..., U8, I8, F8_E5M2, F8_E4M3, I16, ...
+    default: return -2;           // e5m2 (the other 8-bit dtypes are refused before the layout)
   }
   return 0;
 }

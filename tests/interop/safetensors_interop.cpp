@@ -73,6 +73,9 @@ TensorDict checkpoint() {
   c.add("empty.f16", zeros({0, 3}, DType::f16));
   c.add("empty.i64", from_vector(std::vector<int64_t>{}, {0}));
   c.add("ünïcode name", scalar_tensor(-0.0, DType::f64));
+  // 8-bit floats as codes: E4M3 +0, -0, smallest subnormal, 1.0, 448, NaN; E5M2 the same, with inf.
+  c.add("e4m3.bits", from_bits<uint8_t>({0x00, 0x80, 0x01, 0x38, 0x7E, 0x7F}, {2, 3}, DType::e4m3));
+  c.add("e5m2.bits", from_bits<uint8_t>({0x00, 0x80, 0x01, 0x3C, 0x7B, 0x7C, 0xFE}, {7}, DType::e5m2));
   c.set_meta("format", "mixtape");
   c.set_meta("step", "120");
   c.set_meta("note", "ünïcode \"quoted\" back\\slash\ttab\nnewline\x01 🎉");

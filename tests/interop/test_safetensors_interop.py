@@ -66,6 +66,8 @@ def checkpoint():
         "empty.f16": np.zeros((0, 3), dtype=np.float16),
         "empty.i64": np.zeros(0, dtype=np.int64),
         "ünïcode name": np.array(-0.0),
+        "e4m3.bits": st.F8(np.array([[0x00, 0x80, 0x01], [0x38, 0x7E, 0x7F]]), "F8_E4M3"),
+        "e5m2.bits": st.F8([0x00, 0x80, 0x01, 0x3C, 0x7B, 0x7C, 0xFE], "F8_E5M2"),
     }
     metadata = {"format": "mixtape", "step": "120", "note": 'ünïcode "quoted" back\\slash\ttab\nnewline\x01 🎉',
                 "empty": ""}
@@ -73,7 +75,7 @@ def checkpoint():
 
 
 def data_bytes(t):
-    return (t.bits if isinstance(t, st.BF16) else t).tobytes()
+    return (t.bits if isinstance(t, (st.BF16, st.F8)) else t).tobytes()
 
 
 def mismatches(got, want):
@@ -84,7 +86,7 @@ def mismatches(got, want):
         g, w = got_t.get(name), want_t.get(name)
         if g is None or w is None:
             out.append(f"tensor {name!r}: {'missing' if g is None else 'not expected'}")
-        elif type(g) is not type(w) or (not isinstance(w, st.BF16) and g.dtype != w.dtype) or g.shape != w.shape:
+        elif type(g) is not type(w) or st.dtype_name(g) != st.dtype_name(w) or g.shape != w.shape:
             out.append(f"tensor {name!r}: {type(g).__name__} {getattr(g, 'dtype', 'bf16')} {g.shape}, "
                        f"expected {type(w).__name__} {getattr(w, 'dtype', 'bf16')} {w.shape}")
         elif data_bytes(g) != data_bytes(w):

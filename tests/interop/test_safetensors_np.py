@@ -97,6 +97,22 @@ class Save(TempDirTest):
         with self.assertRaisesRegex(st.SafetensorsError, "reserved"):
             st.save(path, tensors, {"crc32:w": "00000000"})
 
+    def test_f8(self):
+        # OCP FP8 as tensor/core/fp8.h defines it: E4M3 has no infinities and one NaN per sign.
+        e4m3 = st.F8(np.arange(256), "F8_E4M3").to_float32()
+        self.assertEqual([e4m3[c] for c in (0x01, 0x08, 0x38, 0x7E)], [2.0**-9, 2.0**-6, 1.0, 448.0])
+        self.assertEqual(int(np.isnan(e4m3).sum()), 2)
+        self.assertTrue(np.isfinite(e4m3[[0x78, 0xF8]]).all())  # 256 and -256, not infinities
+        e5m2 = st.F8(np.arange(256), "F8_E5M2").to_float32()
+        self.assertEqual([e5m2[c] for c in (0x01, 0x3C, 0x7B, 0x7C, 0xFC)],
+                         [2.0**-16, 1.0, 57344.0, np.inf, -np.inf])
+        self.assertEqual(int(np.isnan(e5m2).sum()), 6)
+        path = self.dir / "f8.safetensors"
+        st.save(path, {"b": st.F8([0x38, 0x7F], "F8_E5M2"), "a": st.F8([[0x38]], "F8_E4M3")})
+        got, _ = st.load(path)
+        self.assertEqual(list(got), ["a", "b"])  # E4M3 before E5M2, as the reference lays them out
+        self.assertEqual((got["b"].format, got["b"].bits.tolist()), ("F8_E5M2", [0x38, 0x7F]))
+
     def test_layout_and_round_trip(self):
         tensors = {
             "z.f16": np.array([1.5, -0.0], dtype=np.float16),

@@ -153,7 +153,8 @@ def dtype_name(tensor):
     for name, dt in DTYPES.items():
         if name != "BF16" and not name.startswith("F8_") and tensor.dtype.newbyteorder("<") == dt:
             return name
-    raise SafetensorsError(f"numpy dtype {tensor.dtype} is none of F32, F64, F16, BF16 (as BF16), I64, F8_E4M3 or F8_E5M2 (as F8)")
+    raise SafetensorsError(f"numpy dtype {tensor.dtype} is none of F32, F64, F16, BF16 (as BF16), I64, "
+                           f"F8_E4M3 or F8_E5M2 (as F8)")
 
 
 def raw_bytes(tensor):

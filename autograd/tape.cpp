@@ -208,9 +208,10 @@ void Tape::backward(const Variable& root, ScaledGrad seed) {
            " does not match the root ", root.data().meta());
   MT_CHECK(is_power_of_two(seed.scale), "backward: seed scale must be a power of two, got ", seed.scale);
   // A root that is not a leaf must come out of a node of this tape: otherwise no node here leads
-  // back from it and the backward pass would deliver nothing, silently.
+  // back from it and the backward pass would deliver nothing, silently. (Searched from the end:
+  // a loss is almost always the last node's output.)
   if (!root.is_leaf()) {
-    const bool recorded = std::any_of(nodes_.begin(), nodes_.end(), [&](const std::unique_ptr<Node>& n) {
+    const bool recorded = std::any_of(nodes_.rbegin(), nodes_.rend(), [&](const std::unique_ptr<Node>& n) {
       return std::any_of(n->outputs.begin(), n->outputs.end(),
                          [&](const std::weak_ptr<VarImpl>& o) { return o.lock() == root.ptr(); });
     });

@@ -186,12 +186,18 @@ class RescaledLinear : public mixtape::nn::UnaryModule {
     using namespace mixtape;
     const DType dt = x.dtype();
     const Device dev = x.data().device();
-    std::vector<float> s(size_t(linear_->options().in_features), std::ldexp(1.0f, spike_log2_)), inv(s.size());
-    for (size_t i = 0; i < size_t(channel_features_) && outlier_log2_ != 0; ++i) s[i] = std::ldexp(s[i], outlier_log2_);
-    for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];  // exact: s is a power of two
-    const Shape row = {1, int64_t(s.size())};
-    const Variable w = cast(linear_->weight, dt) * Variable(from_vector(inv, row).to(dev).to(dt));
-    return linear(x * Variable(from_vector(s, row).to(dev).to(dt)), w, cast(linear_->bias, dt));
+    if (!scale_.defined() || scaled_for_ != std::tuple(spike_log2_, dt, dev)) {  // made once per spike, dtype, device
+      std::vector<float> s(size_t(linear_->options().in_features), std::ldexp(1.0f, spike_log2_)), inv(s.size());
+      for (size_t i = 0; i < size_t(channel_features_) && outlier_log2_ != 0; ++i)
+        s[i] = std::ldexp(s[i], outlier_log2_);
+      for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];  // exact: s is a power of two
+      const Shape row = {1, int64_t(s.size())};
+      scale_ = from_vector(s, row).to(dev).to(dt);
+      inv_scale_ = from_vector(inv, row).to(dev).to(dt);
+      scaled_for_ = {spike_log2_, dt, dev};
+    }
+    const Variable w = cast(linear_->weight, dt) * Variable(inv_scale_);
+    return linear(x * Variable(scale_), w, cast(linear_->bias, dt));
   }
   std::string extra_repr() const override {
     return mixtape::detail::cat("outlier: channel 0 x 2^", outlier_log2_, ", spike 2^", spike_log2_);
@@ -201,6 +207,8 @@ class RescaledLinear : public mixtape::nn::UnaryModule {
   std::shared_ptr<mixtape::nn::Linear> linear_;
   int outlier_log2_, spike_log2_ = 0;
   int64_t channel_features_;
+  mixtape::Tensor scale_, inv_scale_;                            // s and 1 / s as [1, in], for scaled_for_
+  std::tuple<int, mixtape::DType, mixtape::Device> scaled_for_;  // spike_log2, dtype, device
 };
 
 // `rescaled`: the first linear layer is a RescaledLinear (Note [Operands rescaled exactly]) with

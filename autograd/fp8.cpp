@@ -272,13 +272,26 @@ void Fp8Context::load_state_dict(const TensorDict& dict) {
              "' must be f32 [amax_history_len + 4] = [", L + 4, "], got ", t.meta(),
              " (was it saved with another amax_history_len?)");
     const std::vector<double> v = t.to_vector();
+    // amaxes are finite and >= 0, the scale finite and > 0; position and op whole numbers in range
+    // (so that the state saves back to the same bytes, and no value from the file reaches a cast
+    // or a quantization it cannot stand).
+    const auto amax_ok = [](double a) { return std::isfinite(a) && a >= 0.0; };
+    const auto index_ok = [](double x, int64_t end) { return x >= 0.0 && x < double(end) && x == std::floor(x); };
     History h;
-    for (int64_t i = 0; i < L; ++i) h.amax.push_back(float(v[size_t(i)]));
+    for (int64_t i = 0; i < L; ++i) {
+      MT_CHECK(amax_ok(v[size_t(i)]), "Fp8Context: '", name, "' holds amax ", v[size_t(i)], " at history position ", i,
+               " (amaxes are finite and >= 0)");
+      h.amax.push_back(float(v[size_t(i)]));
+    }
+    MT_CHECK(index_ok(v[size_t(L)], L) && index_ok(v[size_t(L + 3)], int64_t(kNumOps)), "Fp8Context: '", name,
+             "' has a history position (", v[size_t(L)], ") or op (", v[size_t(L + 3)],
+             ") that is not a whole number in range");
+    MT_CHECK(amax_ok(v[size_t(L + 1)]) && std::isfinite(v[size_t(L + 2)]) && v[size_t(L + 2)] > 0.0, "Fp8Context: '",
+             name, "' has a pending amax (", v[size_t(L + 1)], ") or scale (", v[size_t(L + 2)],
+             ") out of range (an amax is finite and >= 0, a scale finite and > 0)");
     h.next = int64_t(v[size_t(L)]);
     h.pending = float(v[size_t(L + 1)]);
     h.scale = float(v[size_t(L + 2)]);
-    MT_CHECK(h.next >= 0 && h.next < L && v[size_t(L + 3)] >= 0.0 && v[size_t(L + 3)] < double(kNumOps),
-             "Fp8Context: '", name, "' has a history position or op out of range");
     h.op = OpId(int(v[size_t(L + 3)]));
     histories[{site, r}] = std::move(h);
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "data/idx.h"
+#include "fuzz/checkpoint_setup.h"
 #include "tensor/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -236,6 +237,31 @@ void text_seeds() {
   write("corpus/text/binary.txt", Bytes("\0\x01\xff\xfe\r\n\x7f\x80\0\0", 10));
 }
 
+// ---- checkpoints ---------------------------------------------------------------------------
+
+// A checkpoint of each setup of checkpoint_setup.h after two steps, as the examples save it; one
+// of them without checksums, and one with a flipped bit.
+void checkpoint_seeds() {
+  const fs::path tmp = fs::temp_directory_path() / "mixtape-seed-ckpt.safetensors";
+  for (const fuzz::CheckpointSetup& s : fuzz::checkpoint_setups()) {
+    fuzz::CheckpointRun run = fuzz::make_checkpoint_run(s);
+    fuzz::checkpoint_train_step(run);
+    fuzz::checkpoint_train_step(run);
+    examples::Checkpointer::at(tmp.string(), 0, false).save(fuzz::checkpoint_of(run, 2), run.identity);
+    const Bytes bytes = read(tmp);
+    write(fs::path("corpus/checkpoint") / (std::string(s.name) + ".safetensors"), bytes);
+    if (std::string(s.name) == "fp16-adam-backoff") {
+      TensorDict d = load_safetensors(tmp.string());
+      save_safetensors(tmp.string(), d, Checksums::none);
+      write("corpus/checkpoint/unverified.safetensors", read(tmp));
+      Bytes flipped = bytes;
+      flipped[flipped.size() - 3] = char(flipped[flipped.size() - 3] ^ 0x10);
+      write("corpus/checkpoint/flipped_bit.safetensors", flipped);
+    }
+  }
+  fs::remove(tmp);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -248,5 +274,6 @@ int main(int argc, char** argv) {
   idx_seeds();
   image_seeds();
   text_seeds();
+  checkpoint_seeds();
   return 0;
 }

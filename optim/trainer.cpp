@@ -439,6 +439,14 @@ void PrecisionTrainer::load_state_dict(const TensorDict& dict) {
                 .subnormal = state_io::get_uint(dict, "trainer.rounding.subnormal", owner),
                 .overflow = state_io::get_uint(dict, "trainer.rounding.overflow", owner)};
   }
+  // Every tensor belongs to a part of this trainer: an entry no part reads would be dropped unseen.
+  for (const auto& [name, t] : dict) {
+    const auto under = [&n = name](const char* prefix) { return n.rfind(prefix, 0) == 0; };
+    MT_CHECK(under("optimizer.") || under("scaler.") || (grad_scaling_ && under("gradient_scaling.")) ||
+                 (fp8_ && under("fp8.")),
+             "PrecisionTrainer::load_state_dict: unexpected entry '", name, "' (this trainer keeps 'optimizer.', ",
+             "'scaler.'", grad_scaling_ ? ", 'gradient_scaling.'" : "", fp8_ ? ", 'fp8.'" : "", " entries)");
+  }
   const TensorDict opt = dict.sub("optimizer."), sc = dict.sub("scaler."), gs = dict.sub("gradient_scaling.");
   MT_CHECK(!grad_scaling_ || !gs.metadata.empty(),
            "PrecisionTrainer::load_state_dict: this trainer scales gradients per operator (loss scale gradient), "

@@ -26,10 +26,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-all_harnesses=(safetensors idx image text)
+all_harnesses=(safetensors idx image text checkpoint)
 # Longest input each harness generates while fuzzing: room for deep nesting in a safetensors
 # header (the nesting regression is 100 KB); images and IDX files big enough for several chunks.
-declare -A max_len=([safetensors]=131072 [idx]=65536 [image]=65536 [text]=16384)
+declare -A max_len=([safetensors]=131072 [idx]=65536 [image]=65536 [text]=16384 [checkpoint]=65536)
 
 seconds=${FUZZ_SECONDS:-30}
 seed=${FUZZ_SEED:-1}
@@ -82,7 +82,8 @@ report() {
 for h in "${harnesses[@]}"; do
   exe=$build/fuzz/fuzz_$h
   mkdir -p "$findings/$h"
-  common=(-timeout=10 -rss_limit_mb=2048 "-artifact_prefix=$findings/$h/")
+  # -close_fd_mask=1: the programs' own prints (fuzz_checkpoint's "could not be verified") stay out of the logs
+  common=(-timeout=10 -rss_limit_mb=2048 -close_fd_mask=1 "-artifact_prefix=$findings/$h/")
 
   # ---- 2. replay the corpus and the regressions ------------------------------------------------
   mapfile -t inputs < <(find "fuzz/corpus/$h" "fuzz/regressions/$h" -type f ! -name '.*' 2>/dev/null | sort)

@@ -203,6 +203,23 @@ TEST_CASE("fp8 delayed scaling: a step quantizes with the scale its history gave
   bare.metadata.erase("options");
   CHECK_THAT(test::error_of([&] { c.load_state_dict(bare); }),
              Catch::Contains("amax_history_len") && Catch::Contains("site0.input"));
+  // A history whose numbers could not have been saved is refused, and the context keeps its state:
+  // a position or op that is not a whole number, a negative or NaN amax, a zero scale.
+  const TensorDict good = a.state_dict();
+  const Tensor h = good.at("site0.input");  // [3 amaxes, position, pending, scale, op]
+  const std::vector<std::pair<int64_t, double>> bad = {{3, 1.5},          {6, 0.25},     {0, -1.0},
+                                                       {1, std::nan("")}, {4, INFINITY}, {5, 0.0}};
+  for (const auto& [index, value] : bad) {
+    std::vector<double> v = h.to_vector();
+    v[size_t(index)] = value;
+    TensorDict broken = good;
+    for (auto& [name, t] : broken.tensors)
+      if (name == "site0.input") t = from_vector(v, {int64_t(v.size())}, DType::f32);
+    CAPTURE(index, value);
+    CHECK_THAT(test::error_of([&] { b.load_state_dict(broken); }), Catch::Contains("'site0.input'"));
+  }
+  const TensorDict kept = b.state_dict();
+  CHECK(kept.at("site0.input").to_vector() == a.state_dict().at("site0.input").to_vector());
 }
 
 TEST_CASE("fp8 options: bad combinations name the field", "[fp8]") {

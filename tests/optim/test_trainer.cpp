@@ -579,6 +579,11 @@ TEST_CASE("trainer state dicts resume exactly and refuse another precision", "[p
     CHECK(snapshot(c, *mc) == c_before);
     CHECK(c.scale() == c_scale);
     CHECK(c.steps() == 1);
+
+    // An entry no part of the trainer reads is refused, not dropped.
+    TensorDict extra = clone_dict(saved);
+    extra.add("fp9.site1.grad", full({4}, 1.0));
+    CHECK_THROWS_WITH(b.load_state_dict(extra), Catch::Contains("unexpected entry 'fp9.site1.grad'"));
   }
 
   // Same precision, another optimizer: the scaler's state was taken first and goes back.
@@ -781,6 +786,11 @@ TEST_CASE("a checkpoint with one flipped bit in any tensor or in its metadata is
   REQUIRE(at != std::string::npos);
   bad[at + 17] = '2';
   CHECK_THAT(load_error(bad), Catch::Contains("the metadata (the training state"));
+  // Read with Checksums::none, the damaged file loads with its checksums left as metadata.
+  const TensorDict unchecked = load_safetensors(path, Checksums::none);
+  CHECK_FALSE(unchecked.verified);
+  CHECK(unchecked.meta("progress.step") == "2");
+  CHECK(unchecked.has_meta("crc32:__metadata__"));
 
   // Without checksums (another program's file, or one from before they existed) it loads, unverified.
   save_safetensors(path, ckpt, Checksums::none);

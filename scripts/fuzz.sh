@@ -19,6 +19,12 @@
 #   scripts/fuzz.sh 60 safetensors image   # some harnesses
 #   FUZZ_BUILD=dir scripts/fuzz.sh         # another build tree configured with MIXTAPE_FUZZ=ON
 #   FUZZ_SEED=0 scripts/fuzz.sh 1800 image # a random seed, for a long campaign
+#   FUZZ_SEED=0 FUZZ_CPU=1 FUZZ_CORPUS=dir scripts/fuzz.sh 3600 text
+#                                          # a campaign of one CPU-hour (docs/fuzzing.md): SECONDS
+#                                          # counts the fuzzer's CPU time, not the clock, so that a
+#                                          # campaign run at low priority beside other work still
+#                                          # gets its hour; the corpus grows in dir/text/ and a
+#                                          # later campaign continues from it
 #
 # The fuzzing step uses the seed FUZZ_SEED (default 1): a tree then tries the same inputs in the
 # same order on every run (a faster machine gets further along them), so a test run cannot fail
@@ -61,6 +67,7 @@ echo "fuzz: harnesses built in $((SECONDS - t0)) s ($build/fuzz)"
 work=$(mktemp -d "${TMPDIR:-/tmp}/mixtape-fuzz.XXXXXX")
 mkdir -p "$work/tmp"
 export TMPDIR=$work/tmp  # the harnesses' scratch files
+export OMP_NUM_THREADS=1  # one thread per harness: its CPU time is the time it fuzzed
 findings=$build/fuzz/findings
 failed=0
 
@@ -77,6 +84,32 @@ report() {
   echo "    input: ${saved:-unknown (see the log)}"
   echo "    replay: $build/fuzz/fuzz_$h ${saved:-<input>}"
   echo "    log: $log"
+}
+
+# fuzz_for_cpu_seconds N EXE ARGS...: runs the fuzzer until its CPU time (user + system) reaches N
+# seconds, then interrupts it (libFuzzer then prints its final statistics). Its status is 0 when
+# it was interrupted so, nonzero on a finding. The caller sends its output to $log.
+fuzz_for_cpu_seconds() {
+  local limit=$1 ticks pid used
+  shift
+  ticks=$(getconf CLK_TCK)
+  "$@" -max_total_time=$((limit * 1000)) &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 5
+    # /proc/PID/stat fields 14 and 15: user and system time in clock ticks (after the ") " of the name)
+    used=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk -v t="$ticks" '{print int(($12 + $13) / t)}')
+    if [ -n "$used" ] && [ "$used" -ge "$limit" ]; then
+      echo "fuzz: $used CPU-seconds used; interrupting"
+      kill -INT "$pid"
+      break
+    fi
+  done
+  wait "$pid"
+  local status=$?
+  # libFuzzer exits with 72 when interrupted (clang 14's has no -interrupted_exit_code)
+  [ "$status" -eq 72 ] && grep -q 'libFuzzer: run interrupted' "$log" && status=0
+  return $status
 }
 
 for h in "${harnesses[@]}"; do
@@ -97,14 +130,21 @@ for h in "${harnesses[@]}"; do
 
   # ---- 3. fuzz from a fresh copy of the corpus ---------------------------------------------------
   [ "$seconds" -gt 0 ] || continue
-  corpus=$work/corpus/$h
+  corpus=${FUZZ_CORPUS:-$work/corpus}/$h
   mkdir -p "$corpus"
   cp "${inputs[@]}" "$corpus/"
   log=$findings/$h/fuzz.log
-  if "$exe" "${common[@]}" -seed="$seed" -max_len="${max_len[$h]}" -max_total_time="$seconds" -dict="fuzz/$h.dict" \
-    -print_final_stats=1 "$corpus" >"$log" 2>&1; then
+  flags=("${common[@]}" -seed="$seed" -max_len="${max_len[$h]}" -dict="fuzz/$h.dict" -print_final_stats=1)
+  if [ "${FUZZ_CPU:-0}" = 1 ]; then
+    fuzz_for_cpu_seconds "$seconds" "$exe" "${flags[@]}" "$corpus" >"$log" 2>&1
+  else
+    "$exe" "${flags[@]}" -max_total_time="$seconds" "$corpus" >"$log" 2>&1
+  fi
+  if [ $? -eq 0 ]; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
-    echo "fuzz: $h: fuzzed $seconds s (seed $seed), ${runs:-?} inputs, corpus $(find "$corpus" -type f | wc -l) files, no finding"
+    cov=$(grep -oE '(cov|ft): [0-9]+' "$log" | tail -n 2 | tr '\n' ' ')
+    echo "fuzz: $h: fuzzed $seconds $([ "${FUZZ_CPU:-0}" = 1 ] && echo "CPU-")s (seed $seed), ${runs:-?} inputs," \
+      "${cov}corpus $(find "$corpus" -type f | wc -l) files, no finding"
   else
     report "$h" "$log" "fuzzing"
   fi

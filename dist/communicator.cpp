@@ -22,6 +22,12 @@ int launched_size() {
 
 }  // namespace
 
+void Communicator::set_timeout(double seconds) {
+  MT_CHECK(seconds > 0.0 && seconds <= 1e7, "Communicator::set_timeout: ", seconds,
+           " seconds (a collective's timeout is more than 0 and at most 10^7 seconds)");
+  timeout_ = seconds;
+}
+
 bool launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }

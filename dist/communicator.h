@@ -23,6 +23,15 @@
 // its block, and the result is copied to everyone. That is also the bandwidth-optimal shape of
 // an all-reduce (a ring moves 2 (N-1)/N of the buffer per rank). 16-bit elements are summed in
 // fp32 and rounded once per addition (round to nearest even, tensor/core/half.h).
+//
+// Note [Collectives that cannot hang]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A rank that stops (swapped out, wedged, SIGSTOP) would leave the others waiting in a collective
+// forever. So every collective waits at most timeout() seconds (default 1800, the default of
+// PyTorch's CPU process groups; the examples' --dist-timeout), then throws an Error that names the
+// collective, its number in the run, the training step (set_step) and the ranks that did not
+// arrive; the program's error path then ends the job (abort_all). How the MPI communicator waits
+// without spinning, and finds the missing ranks, is in dist/mpi/mpi_communicator.cpp.
 #pragma once
 
 #include <cstddef>
@@ -52,6 +61,20 @@ class Communicator {
   // Element-wise maximum over the ranks, in place (small control messages: flags, exponents).
   virtual void all_reduce_max(std::span<double> values) = 0;
   virtual void barrier() = 0;
+
+  // Note [Collectives that cannot hang]. Throws unless 0 < seconds <= 10^7.
+  void set_timeout(double seconds);
+  double timeout() const { return timeout_; }
+  // The training step the collectives run for (1 = the first), for the timeout's message; 0
+  // before training. The trainer sets it at the start of each step.
+  void set_step(int64_t step) { step_ = step; }
+  int64_t step() const { return step_; }
+
+  static constexpr double kDefaultTimeout = 1800.0;
+
+ protected:
+  double timeout_ = kDefaultTimeout;
+  int64_t step_ = 0;
 };
 
 // The single process: rank 0 of 1, every collective leaves its buffer as it is.

@@ -89,9 +89,11 @@ struct Config {
   std::string prompt = "\\n";
   bool smoke = false;
   examples::OptimizerFlags optimizer;  // --optimizer / --amsgrad; the default is optimizer_spec's
+  examples::DataParallelFlags dist;    // --dist-timeout
 
   void add_to(CLI::App& app) {
     optimizer.add_to(app);
+    dist.add_to(app);
     app.add_option("--data", data, "text file, or folder of text files (read non-recursively)")->capture_default_str();
     app.add_option("--out-dir", out_dir, "folder for the checkpoint char_lstm.safetensors (see --checkpoint)")
         ->capture_default_str();
@@ -639,7 +641,7 @@ int main(int argc, char** argv) {
   std::shared_ptr<dist::DataParallel> dp;
   try {
     c.finish(app, flags);
-    dp = examples::data_parallel(flags.batch_size, "char_lstm");
+    dp = examples::data_parallel(flags.batch_size, c.dist, "char_lstm");
     checkpoint.set_ranks(dp->rank(), dp->size());
     const Device device = device_flag.resolve();
     examples::check_output_dir(c.out_dir);

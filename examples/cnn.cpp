@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
   device_flag.add_to(app);
   examples::OptimizerFlags optimizer;
   optimizer.add_to(app);
+  examples::DataParallelFlags dist_flags;
+  dist_flags.add_to(app);
   CnnFlags o;
   o.add_to(app);
   examples::Checkpointer checkpoint("cnn.safetensors");
@@ -140,7 +142,7 @@ int main(int argc, char** argv) {
   std::shared_ptr<dist::DataParallel> dp;
   try {
     o.finish(app, flags);
-    dp = examples::data_parallel(flags.batch_size, "cnn");
+    dp = examples::data_parallel(flags.batch_size, dist_flags, "cnn");
     checkpoint.set_ranks(dp->rank(), dp->size());
     const Device device = device_flag.resolve();
     examples::check_output_dir(o.out_dir);

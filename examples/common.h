@@ -605,8 +605,24 @@ class Progress {
 // the gradients (docs/data-parallel.md). The losses reported are the means over the ranks. Only
 // rank 0 prints, writes --metrics and saves checkpoints; every rank reads the checkpoint it
 // resumes from. Without mpirun the program is the single-process one, unchanged.
-inline std::shared_ptr<mixtape::dist::DataParallel> data_parallel(int64_t batch_size, const char* program) {
+// --dist-timeout: how long a collective waits for the other ranks (Note [Collectives that cannot
+// hang] in dist/communicator.h).
+struct DataParallelFlags {
+  double timeout = mixtape::dist::Communicator::kDefaultTimeout;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--dist-timeout", timeout,
+                   "under mpirun: seconds a collective waits for the other ranks; then every rank still running "
+                   "stops with an error naming the collective, the step and the ranks that did not arrive")
+        ->check(CLI::Range(1e-3, 1e7))
+        ->capture_default_str();
+  }
+};
+
+inline std::shared_ptr<mixtape::dist::DataParallel> data_parallel(int64_t batch_size, const DataParallelFlags& flags,
+                                                                  const char* program) {
   auto dp = std::make_shared<mixtape::dist::DataParallel>(mixtape::dist::world());
+  dp->comm().set_timeout(flags.timeout);
   if (!dp->distributed()) return dp;
   MT_CHECK(batch_size % dp->size() == 0, program, ": --batch-size ", batch_size, " does not split into ", dp->size(),
            " equal shards (one per rank); choose a multiple of ", dp->size());

@@ -66,11 +66,13 @@ struct DcganFlags {
   double beta1 = 0.5;
   bool smoke = false;
   examples::OptimizerFlags optimizer;  // --optimizer / --amsgrad for both networks; default Adam
+  examples::DataParallelFlags dist;    // --dist-timeout
 
   bool folder() const { return !images_dir.empty(); }
 
   void add_to(CLI::App& app) {
     optimizer.add_to(app);
+    dist.add_to(app);
     app.add_option("--data", data_dir, "directory with the (Fashion-)MNIST IDX files")->capture_default_str();
     app.add_option("--images", images_dir, "train on the PNG/JPEG images of this folder (RGB) instead");
     app.add_option("--image-size", image_size,
@@ -597,7 +599,7 @@ int main(int argc, char** argv) {
   std::shared_ptr<dist::DataParallel> dp;
   try {
     o.finish(app, flags);
-    dp = examples::data_parallel(flags.batch_size, "dcgan");
+    dp = examples::data_parallel(flags.batch_size, o.dist, "dcgan");
     checkpoint.set_ranks(dp->rank(), dp->size());
     const Device device = device_flag.resolve();
     examples::check_output_dir(o.out_dir);

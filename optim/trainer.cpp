@@ -262,6 +262,7 @@ void PrecisionTrainer::begin_step(Tape& tape) {
   }
   last_rounding_ = {};
   ++step_;
+  if (dp_) dp_->comm().set_step(step_);  // the step a collective's timeout names
 }
 
 void PrecisionTrainer::attach(Tape& tape) {

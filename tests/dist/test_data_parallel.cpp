@@ -132,4 +132,11 @@ TEST_CASE("dist: bad input says what is wrong", "[dist]") {
   dist::DataParallel dp(std::make_shared<dist::SingleProcess>());
   CHECK_THROWS_WITH(dp.shard_size(0), Catch::Contains("does not split"));
   CHECK_THROWS_WITH(dist::DataParallel(nullptr), Catch::Contains("no communicator"));
+  // A collective's timeout (Note [Collectives that cannot hang]): PyTorch's CPU default, and a
+  // positive number of seconds.
+  CHECK(dp.comm().timeout() == 1800.0);
+  for (const double bad : {0.0, -1.0, std::nan(""), 1e8})
+    CHECK_THROWS_WITH(dp.comm().set_timeout(bad), Catch::Contains("timeout is more than 0"));
+  dp.comm().set_timeout(2.5);
+  CHECK(dp.comm().timeout() == 2.5);
 }

@@ -41,7 +41,8 @@ void restore(const std::string& path, const fuzz::CheckpointSetup& s) {
               std::string(s.name) + ": the file has " + std::to_string(ckpt->tensors.size()) +
                   " tensors, the restored run saves " + std::to_string(again.tensors.size()));
   for (const auto& [name, t] : again) {
-    fuzz::check(ckpt->contains(name), std::string(s.name) + ": the restored run saves '" + name + "', absent from the file");
+    fuzz::check(ckpt->contains(name),
+                std::string(s.name) + ": the restored run saves '" + name + "', absent from the file");
     const mixtape::Tensor& f = ckpt->at(name);
     const size_t n = size_t(t.numel()) * mixtape::dtype_size(t.dtype());
     fuzz::check(f.dtype() == t.dtype() && f.shape() == t.shape() &&
@@ -52,8 +53,8 @@ void restore(const std::string& path, const fuzz::CheckpointSetup& s) {
   try {
     fuzz::checkpoint_train_step(run);
   } catch (const std::exception& e) {
-    fuzz::finding(std::string(s.name) + ": the checkpoint was accepted, and the first step after it threw: " +
-                  e.what());
+    fuzz::finding(std::string(s.name) +
+                  ": the checkpoint was accepted, and the first step after it threw: " + e.what());
   }
 }
 

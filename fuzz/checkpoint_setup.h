@@ -30,13 +30,17 @@ inline std::vector<CheckpointSetup> checkpoint_setups() {
   using mixtape::UpdateRounding;
   return {
       {"fp16-adam-backoff", "fp16", "backoff", {.kind = OptimizerKind::adam, .lr = 1e-2, .amsgrad = true}},
-      {"bf16pure-sgd-kahan", "bf16-pure", "none", {.kind = OptimizerKind::sgd, .lr = 0.1, .momentum = 0.9},
+      {"bf16pure-sgd-kahan",
+       "bf16-pure",
+       "none",
+       {.kind = OptimizerKind::sgd, .lr = 0.1, .momentum = 0.9},
        UpdateRounding::kahan},
-      {"fp16-rmsprop-gradient", "fp16", "gradient",
+      {"fp16-rmsprop-gradient",
+       "fp16",
+       "gradient",
        {.kind = OptimizerKind::rmsprop, .lr = 1e-3, .momentum = 0.5, .centered = true}},
       {"bf16pure-adagrad-logmax", "bf16-pure", "logmax", {.kind = OptimizerKind::adagrad, .lr = 1e-2}},
-      {"fp8-adamw-delayed", "fp8", "none", {.kind = OptimizerKind::adamw, .lr = 1e-3, .weight_decay = 0.01}, {},
-       true},
+      {"fp8-adamw-delayed", "fp8", "none", {.kind = OptimizerKind::adamw, .lr = 1e-3, .weight_decay = 0.01}, {}, true},
   };
 }
 
@@ -54,8 +58,8 @@ inline CheckpointRun make_checkpoint_run(const CheckpointSetup& s) {
   Generator gen(3);
   auto hidden = std::make_shared<nn::Linear>(16, 32, true, gen);  // one statement each: a fixed draw order
   auto out = std::make_shared<nn::Linear>(32, 16, true, gen);
-  r.model = std::make_shared<nn::Sequential>(hidden, std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.25, uint64_t(7)),
-                                             out);
+  r.model = std::make_shared<nn::Sequential>(hidden, std::make_shared<nn::ReLU>(),
+                                             std::make_shared<nn::Dropout>(0.25, uint64_t(7)), out);
   PrecisionOptions p;
   p.precision = nn::precision_from_name(s.precision);
   p.loss_scale = parse_loss_scale(s.loss_scale);

@@ -11,12 +11,7 @@ Embedding::Embedding(const EmbeddingOptions& o, Generator& gen) : Module("Embedd
            "Embedding: num_embeddings and embedding_dim must be "
            "positive, got ",
            o.num_embeddings, " and ", o.embedding_dim);
-  if (o.padding_idx) {
-    const int64_t p = *o.padding_idx, V = o.num_embeddings;
-    MT_CHECK(p >= -V && p < V, "Embedding: padding_idx ", p, " is out of range for ", V, " embeddings (expected ", -V,
-             " to ", V - 1, ")");
-    padding_idx_ = p < 0 ? p + V : p;
-  }
+  padding_idx_ = padding_row(o.padding_idx, o.num_embeddings, "Embedding");
   weight = register_parameter("weight", empty({o.num_embeddings, o.embedding_dim}));
   reset_parameters(gen);
 }
@@ -32,7 +27,8 @@ void Embedding::reset_parameters(Generator& gen) {
 Variable Embedding::forward(const Tensor& indices) {
   MT_CHECK(indices.defined() && indices.dtype() == DType::i64, str(), ": expected i64 indices, got ",
            indices.defined() ? indices.meta() : "an undefined tensor");
-  return embedding(indices, weight, padding_idx_);  // range-checks every index against V
+  // range-checks every index against V
+  return embedding(indices, weight, padding_idx_ >= 0 ? std::optional<int64_t>(padding_idx_) : std::nullopt);
 }
 
 Variable Embedding::forward(const Tensor& indices, DType dtype) { return cast(forward(indices), dtype); }

@@ -48,13 +48,33 @@ TEST_CASE("embedding backward gives the padding row no gradient", "[embedding]")
              Contains("embedding backward: padding_idx 4") && Contains("4 rows"));
   CHECK_THAT(error_of([&] { embedding_backward(idx, dy, 4, -2); }), Contains("padding_idx -2"));
   // The differentiable op: the same rows, and the padding row's gradient zero.
-  const Variable w(f32({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2}), true);
+  Variable w(f32({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2}), true);
   Tape tape;
   const Variable y = embedding(idx, w, 2);
   CHECK(y.data().to_vector() == embedding(idx, w.data()).to_vector());
   tape.backward(sum(y * Variable(dy)));
   CHECK(w.grad()->unscaled().to_vector() == std::vector<double>{12, 14, 7, 8, 0, 0, 0, 0});
   CHECK_THAT(error_of([&] { embedding(idx, w, 5); }), Contains("embedding: padding_idx 5"));
+  // As torch: a negative padding_idx counts from the end, in the function as in nn::Embedding
+  // (-1 is the last row, not "none"; none is nullopt).
+  // The gradient of w for padding_idx `p` (nullopt: none), on a tape of its own.
+  auto grad_of_w = [&](std::optional<int64_t> p) {
+    w.zero_grad();
+    Tape t;
+    t.backward(sum(embedding(idx, w, p) * Variable(dy)));
+    return w.grad()->unscaled().to_vector();
+  };
+  for (const int64_t p : {-1, -4, 3}) {
+    CAPTURE(p);
+    const size_t row = size_t(p < 0 ? p + 4 : p);
+    const std::vector<double> g = grad_of_w(p);
+    CHECK(g[2 * row] == 0.0);
+    CHECK(g[2 * row + 1] == 0.0);
+    nn::Embedding m(nn::EmbeddingOptions{.num_embeddings = 4, .embedding_dim = 2, .padding_idx = p});
+    CHECK(m.padding_idx() == int64_t(row));
+  }
+  CHECK(grad_of_w(std::nullopt) == embedding_backward(idx, dy, 4).to_vector());
+  CHECK_THAT(error_of([&] { embedding(idx, w, -5); }), Contains("padding_idx -5") && Contains("-4 to 3"));
 }
 
 TEST_CASE("embedding rejects indices out of range, naming the index and the row count", "[embedding]") {

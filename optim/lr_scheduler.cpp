@@ -97,8 +97,8 @@ std::pair<const OneCycleLR::Phase*, double> OneCycleLR::locate(int64_t step) con
   double start = 0.0;
   for (size_t i = 0; i < phases_.size(); ++i) {
     const Phase& ph = phases_[i];
-    if (double(step) <= ph.end_step || i + 1 == phases_.size())
-      return {&ph, (double(step) - start) / (ph.end_step - start)};
+    if (double(step) <= ph.end_step || i + 1 == phases_.size())  // step total_steps: pct 1 (lr_scheduler.h)
+      return {&ph, std::min(1.0, (double(step) - start) / (ph.end_step - start))};
     start = ph.end_step;
   }
   MT_ASSERT(false, "OneCycleLR: no phase");

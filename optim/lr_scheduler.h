@@ -105,7 +105,10 @@ class MultiStepLR : public LRSchedule {
 //   linear  (end - start) * pct + start
 // pct being the fraction of the phase done (PyTorch's phase ends: pct_start * total_steps - 1,
 // 2 pct_start * total_steps - 2, total_steps - 1). Every group follows max_lr (the groups'
-// own lrs are not read). Stepping past total_steps throws, as PyTorch does.
+// own lrs are not read). A loop that calls step() after each of its total_steps updates ends at
+// step total_steps, where no update follows: there the lr stays at its final value (PyTorch
+// extrapolates the last phase one step on, which with linear annealing can give a negative lr);
+// stepping past it throws, as PyTorch does.
 // cycle_momentum (on by default, as in PyTorch) moves the optimizer's momentum against the lr
 // with the same annealing: max_momentum down to base_momentum while the lr rises, back up to
 // max_momentum while it falls (three_phase: and there it stays for the last phase). It is SGD's

@@ -316,6 +316,12 @@ TEST_CASE("OneCycleLR follows torch.optim.lr_scheduler.OneCycleLR in every phase
                    {0.05, 0.2, 0.35, 0.5, 0.41675, 0.3335, 0.25025, 0.16700000000000004, 0.08374999999999999,
                     0.0005000000000000004},
                    1e-14);
+    // A torch-style loop steps the schedule after each of its 10 updates: the 10th step() takes
+    // it to step 10, where the linear phase would extrapolate to a negative lr. It holds the
+    // final lr instead, and the 11th step() is refused.
+    sched.step();
+    CHECK(opt.lr() == Approx(0.0005).epsilon(1e-12));
+    CHECK_THROWS_WITH(sched.step(), Catch::Contains("tried to step 11 times"));
   }
   SECTION("cos, three phases") {
     LRScheduler sched(opt, OneCycleLR(2.0, 16, {.pct_start = 0.25, .three_phase = true}));

@@ -17,8 +17,10 @@ namespace mixtape::formulas {
 // refused before (tensor/cpu/loss.cpp, cuda/loss.cu); a NaN x is not clamped: the comparison is
 // false for NaN and it passes on, for a loss scaler to see.
 inline constexpr double kBceLogFloor = -100.0;
-// PyTorch's floor of x (1 - x) in the gradient, so that x = 0 or 1 gives a finite gradient.
-inline constexpr double kBceGradEps = 1e-12;
+// PyTorch's floor of x (1 - x) in the gradient, so that x = 0 or 1 gives a finite gradient. A
+// float, as PyTorch's (`constexpr float EPSILON` in ATen's Loss.cpp): f64 gradients floor at
+// double(1e-12f), not at 1e-12, which would differ from PyTorch's by 4e-9 relative there.
+inline constexpr float kBceGradEps = 1e-12f;
 
 template <class C>
 MT_HOST_DEVICE inline C bce_floor(C l) {
@@ -44,7 +46,9 @@ MT_HOST_DEVICE inline C bce_grad_input(C x, C t, C g) {
   const C d = x * (C(1) - x);
   return (x - t) / (d < C(kBceGradEps) ? C(kBceGradEps) : d) * g;  // NaN in d passes on
 }
-// d/dt = (log(1 - x) - log(x)) * g, with the clamped logs of the forward.
+// d/dt = (log(1 - x) - log(x)) * g, with the clamped logs of the forward: the derivative of the
+// loss as computed, so +-100 g at x = 0 or 1. PyTorch returns -logit(x) g there, +-inf
+// (docs/coming-from-pytorch.md).
 template <class M, class C>
 MT_HOST_DEVICE inline C bce_grad_target(C x, C g) {
   return (bce_log_1mx<M>(x) - bce_log_x<M>(x)) * g;

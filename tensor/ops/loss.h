@@ -87,7 +87,7 @@ LossGrads binary_cross_entropy_with_logits_backward(const Tensor& logits, const 
 //   loss = -(t log(p) + (1 - t) log(1 - p)),  each log clamped to >= -100.
 // The fp32 treatment it needs in mixed precision: Note [BCE on probabilities] in nn/loss.h.
 Tensor binary_cross_entropy(const Tensor& probs, const Tensor& targets, Reduction reduction = Reduction::mean);
-// d/dp = (p - t) / max(p (1 - p), 1e-12) * g,  d/dt = (log(1 - p) - log(p)) * g (logs clamped).
+// d/dp = (p - t) / max(p (1 - p), 1e-12f) * g,  d/dt = (log(1 - p) - log(p)) * g (logs clamped).
 LossGrads binary_cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dy,
                                         Reduction reduction, bool need_dprobs, bool need_dtargets);
 

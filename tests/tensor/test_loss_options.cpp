@@ -109,8 +109,11 @@ TEST_CASE("binary_cross_entropy clamps its logs at -100 and its gradient stays f
   CHECK(l.flat_get(4) == 0.0);
   CHECK(l.flat_get(5) == Approx(-(0.3 * std::log(0.5) + 0.7 * std::log(0.5))));
   const LossGrads g = binary_cross_entropy_backward(p, t, ones({6}, DType::f64), Reduction::none, true, true);
-  CHECK(g.da.flat_get(0) == Approx(-1e12));  // (0 - 1) / max(0, 1e-12)
-  CHECK(g.da.flat_get(1) == Approx(1e12));
+  // (0 - 1) / max(0, 1e-12f): PyTorch's floor is the float 1e-12, in f64 too, so these are
+  // PyTorch's f64 values bit for bit (the double 1e-12 would give -1e12, 4e-9 relative away).
+  CHECK(g.da.flat_get(0) == -1.0 / double(1e-12f));
+  CHECK(g.da.flat_get(1) == 1.0 / double(1e-12f));
+  CHECK(g.da.flat_get(0) != -1e12);
   CHECK(g.da.flat_get(2) == Approx((0.25 - 1.0) / (0.25 * 0.75)));
   CHECK(g.db.flat_get(2) == Approx(std::log(0.75) - std::log(0.25)));
   CHECK(g.db.flat_get(0) == Approx(0.0 + 100.0));  // log(1) - clamped log(0)

@@ -23,9 +23,9 @@ GRU::GRU(const GRUOptions& o, Generator& gen) : Module("GRU"), options_(o) {
   register_generator("dropout", dropout_gen_);
 }
 
-GRU::GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool batch_first, bool bias, double dropout,
-         Generator& gen)
-    : GRU(GRUOptions{input_size, hidden_size, num_layers, batch_first, bias, dropout}, gen) {}
+GRU::GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first, double dropout,
+         bool bidirectional, Generator& gen)
+    : GRU(GRUOptions{input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional}, gen) {}
 
 void GRU::reset_parameters(Generator& gen) {
   const double bound = 1.0 / std::sqrt(double(options_.hidden_size));

@@ -26,8 +26,8 @@ struct GRUOptions {
   int64_t input_size = 0;
   int64_t hidden_size = 0;
   int64_t num_layers = 1;
-  bool batch_first = false;    // x and output as [B, T, .] instead of [T, B, .]
   bool bias = true;            // b_ih and b_hh per layer
+  bool batch_first = false;    // x and output as [B, T, .] instead of [T, B, .]
   double dropout = 0.0;        // on each layer's output but the last, in training mode
   bool bidirectional = false;  // a second direction over the reversed sequence, as torch's
 };
@@ -48,8 +48,9 @@ struct GRUOutput {
 class GRU : public Module {
  public:
   explicit GRU(const GRUOptions& options, Generator& gen = default_generator());
-  GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool batch_first = false, bool bias = true,
-      double dropout = 0.0, Generator& gen = default_generator());
+  // torch.nn.GRU's arguments in torch's order.
+  GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = false,
+      double dropout = 0.0, bool bidirectional = false, Generator& gen = default_generator());
 
   // x [T, B, input_size] (or [B, T, input_size]); `h0` [num_layers * num_directions, B, H]
   // defaults to zeros and is cast to x's dtype like the parameters.

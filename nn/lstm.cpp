@@ -25,9 +25,9 @@ LSTM::LSTM(const LSTMOptions& o, Generator& gen) : Module("LSTM"), options_(o) {
   register_generator("dropout", dropout_gen_);
 }
 
-LSTM::LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool batch_first, bool bias, double dropout,
-           Generator& gen)
-    : LSTM(LSTMOptions{input_size, hidden_size, num_layers, batch_first, bias, dropout}, gen) {}
+LSTM::LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first, double dropout,
+           bool bidirectional, Generator& gen)
+    : LSTM(LSTMOptions{input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional}, gen) {}
 
 void LSTM::reset_parameters(Generator& gen) {
   const double bound = 1.0 / std::sqrt(double(options_.hidden_size));

@@ -31,8 +31,8 @@ struct LSTMOptions {
   int64_t input_size = 0;
   int64_t hidden_size = 0;
   int64_t num_layers = 1;
-  bool batch_first = false;  // x and output as [B, T, .] instead of [T, B, .]
   bool bias = true;          // b_ih and b_hh per layer
+  bool batch_first = false;  // x and output as [B, T, .] instead of [T, B, .]
   double dropout = 0.0;      // on each layer's output but the last, in training mode
   // A second direction over the reversed sequence, as torch's.
   bool bidirectional = false;
@@ -59,8 +59,9 @@ struct LSTMOutput {
 class LSTM : public Module {
  public:
   explicit LSTM(const LSTMOptions& options, Generator& gen = default_generator());
-  LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool batch_first = false, bool bias = true,
-       double dropout = 0.0, Generator& gen = default_generator());
+  // torch.nn.LSTM's arguments in torch's order.
+  LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = false,
+       double dropout = 0.0, bool bidirectional = false, Generator& gen = default_generator());
 
   // x [T, B, input_size] (or [B, T, input_size]); `state` defaults to zeros. The state is cast
   // to x's dtype like the parameters.

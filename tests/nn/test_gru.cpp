@@ -57,7 +57,7 @@ Tensor flip_time(const Tensor& x, int64_t tdim) {
 TEST_CASE("GRU forward equals the hand-unrolled gru_cell recurrence", "[nn][gru]") {
   Generator gen(17);
   const int64_t T = 4, B = 3, I = 5, H = 6, L = 2;
-  nn::GRU gru(I, H, L, false, true, 0.0, gen);
+  nn::GRU gru(I, H, L, true, false, 0.0, false, gen);
   gru.to(DType::f64);
   const Tensor x = randn({T, B, I}, 1), h0 = randn({L, B, H}, 2);
 
@@ -75,7 +75,7 @@ TEST_CASE("GRU forward equals the hand-unrolled gru_cell recurrence", "[nn][gru]
     CHECK(max_diff(h_n.data(), ref_h) < 1e-13);
   }
   SECTION("batch_first gives the transposed layout and the same numbers") {
-    nn::GRU bf(I, H, L, true, true, 0.0, gen);
+    nn::GRU bf(I, H, L, true, true, 0.0, false, gen);
     bf.to(DType::f64);
     bf.load_state_dict(gru.state_dict());
     auto [out, h_n] = bf(Variable(x.transpose(0, 1).contiguous()), Variable(h0));
@@ -103,6 +103,10 @@ TEST_CASE("GRU and bidirectional LSTM parameters follow torch's names, shapes an
         std::vector<std::string>{"weight_ih_l0[12, 3]", "weight_hh_l0[12, 4]", "bias_ih_l0[12]", "bias_hh_l0[12]",
                                  "weight_ih_l1[12, 4]", "weight_hh_l1[12, 4]", "bias_ih_l1[12]", "bias_hh_l1[12]"});
   CHECK(nn::GRU(3, 4, 1, false, false).parameters().size() == 2);
+  // torch.nn.GRU's positional order: bias, then batch_first, dropout, bidirectional.
+  CHECK(nn::GRU(3, 4, 1, false).parameters().size() == 2);
+  CHECK(nn::GRU(3, 4, 1, true, true).options().batch_first);
+  CHECK(nn::GRU(3, 4, 1, true, false, 0.0, true).parameters().size() == 8);
   CHECK(names_of(nn::GRU(nn::GRUOptions{
             .input_size = 3, .hidden_size = 4, .num_layers = 2, .bias = false, .bidirectional = true})) ==
         std::vector<std::string>{"weight_ih_l0[12, 3]", "weight_hh_l0[12, 4]", "weight_ih_l0_reverse[12, 3]",
@@ -125,7 +129,7 @@ TEST_CASE("GRU and bidirectional LSTM parameters follow torch's names, shapes an
 
 TEST_CASE("GRU dropout acts between layers in training only", "[nn][gru]") {
   Generator gen(5);
-  nn::GRU gru(3, 8, 2, false, true, 0.5, gen);
+  nn::GRU gru(3, 8, 2, true, false, 0.5, false, gen);
   const Variable x(randn({4, 2, 3}, 9, DType::f32));
   gru.eval();
   const Tensor e1 = gru(x).output.data();
@@ -140,7 +144,7 @@ TEST_CASE("GRU dropout acts between layers in training only", "[nn][gru]") {
 
 TEST_CASE("GRU in 16 bits casts its parameters and state and sends fp32 gradients to the masters", "[nn][gru][mixed]") {
   Generator gen(8);
-  nn::GRU gru(3, 4, 1, true, true, 0.0, gen);
+  nn::GRU gru(3, 4, 1, true, true, 0.0, false, gen);
   const Tensor x = randn({2, 5, 3}, 4, DType::f32);
   const Tensor ref = gru(Variable(x)).output.data();
   for (DType dt : {DType::bf16, DType::f16}) {
@@ -160,7 +164,7 @@ TEST_CASE("GRU in 16 bits casts its parameters and state and sends fp32 gradient
 }
 
 TEST_CASE("GRU validates its input and state shapes", "[nn][gru][errors]") {
-  nn::GRU gru(3, 4, 2, true);
+  nn::GRU gru(3, 4, 2, true, true);
   CHECK_THROWS_WITH(gru(Variable(zeros({2, 5, 4}))), Contains("GRU(3, 4, num_layers=2, batch_first=true): "
                                                               "expected input [B, T, 3], got f32[2, 5, 4]"));
   CHECK_THROWS_WITH(gru(Variable(zeros({2, 5, 3})), Variable(zeros({2, 5, 4}))),
@@ -173,7 +177,7 @@ TEST_CASE("GRU validates its input and state shapes", "[nn][gru][errors]") {
       bl(Variable(zeros({5, 2, 3})), nn::LSTMState{Variable(zeros({1, 2, 4})), Variable(zeros({1, 2, 4}))}),
       Contains("two [2, 2, 4] tensors (num_layers * 2, batch, hidden)"));
   CHECK_THROWS_WITH(nn::GRU(0, 4), Contains("GRU: input_size and hidden_size must be positive"));
-  CHECK_THROWS_WITH(nn::GRU(3, 4, 1, false, true, 1.0), Contains("GRU: dropout must be in [0, 1)"));
+  CHECK_THROWS_WITH(nn::GRU(3, 4, 1, true, false, 1.0), Contains("GRU: dropout must be in [0, 1)"));
   CHECK_THROWS_WITH(gru_cell(zeros({2, 9}), zeros({2, 8}), zeros({2, 3})),
                     Contains("gru_cell: gx f32[2, 9] and gh f32[2, 8] must both be [2, 9]"));
   CHECK_THROWS_WITH(gru_cell(zeros({2, 9}), zeros({2, 9}), zeros({2, 3}, DType::f64)), Contains("gru_cell"));

@@ -117,7 +117,7 @@ TEST_CASE("default layer inits follow torch and are reproducible from a seed", "
   CHECK(moments(up.weight.data()).max_abs <= ub);
   CHECK(moments(up.weight.data()).max_abs >= 0.98 * ub);
 
-  nn::LSTM lstm(10, 25, 2, false, true, 0.0, g1);
+  nn::LSTM lstm(10, 25, 2, true, false, 0.0, false, g1);
   for (const Variable& p : lstm.parameters()) { CHECK(moments(p.data()).max_abs <= 0.2); }
   CHECK(moments(lstm.layers()[0].weight_hh.data()).max_abs >= 0.19);
 

@@ -53,7 +53,7 @@ TEST_CASE("every layer produces the documented output shape", "[nn][layers]") {
     CHECK((*m)(img).shape() == img.shape());
   nn::Embedding emb(10, 4, gen);
   CHECK(emb(from_vector(std::vector<int64_t>{1, 2, 3, 9, 0, 0}, {2, 3})).shape() == Shape{2, 3, 4});
-  auto [out, state] = nn::LSTM(8, 6, 2, false, true, 0.0, gen)(Variable(randn({5, 3, 8}, 3)));
+  auto [out, state] = nn::LSTM(8, 6, 2, true, false, 0.0, false, gen)(Variable(randn({5, 3, 8}, 3)));
   CHECK(out.shape() == Shape{5, 3, 6});
   CHECK(state.h.shape() == Shape{2, 3, 6});
   CHECK(state.c.shape() == Shape{2, 3, 6});
@@ -289,7 +289,7 @@ TEST_CASE("layers reject bad arguments and bad inputs with clear messages", "[nn
   CHECK_THROWS_WITH(nn::AvgPool2d(2)(Variable(zeros({2, 4}))), Contains("expected input [N, C, H, W]"));
   CHECK_THROWS_WITH(nn::Embedding(0, 2), Contains("must be positive"));
   CHECK_THROWS_WITH(nn::LSTM(3, 0), Contains("hidden_size must be positive"));
-  CHECK_THROWS_WITH(nn::LSTM(3, 4, 1, false, true, 1.5), Contains("dropout must be in [0, 1)"));
+  CHECK_THROWS_WITH(nn::LSTM(3, 4, 1, true, false, 1.5), Contains("dropout must be in [0, 1)"));
   // A failed batch-norm call does not count as a tracked batch.
   nn::BatchNorm1d bn(2);
   CHECK_THROWS(bn(Variable(zeros({1, 2}))));  // one value per channel cannot train

@@ -59,7 +59,7 @@ Unrolled unroll(const nn::LSTM& lstm, const Tensor& x_tbi, const Tensor& h0, con
 TEST_CASE("LSTM forward equals the hand-unrolled lstm_cell recurrence", "[nn][lstm]") {
   Generator gen(17);
   const int64_t T = 4, B = 3, I = 5, H = 6, L = 2;
-  nn::LSTM lstm(I, H, L, false, true, 0.0, gen);
+  nn::LSTM lstm(I, H, L, true, false, 0.0, false, gen);
   lstm.to(DType::f64);
   const Tensor x = randn({T, B, I}, 1);
   const Tensor h0 = randn({L, B, H}, 2), c0 = randn({L, B, H}, 3);
@@ -80,7 +80,7 @@ TEST_CASE("LSTM forward equals the hand-unrolled lstm_cell recurrence", "[nn][ls
     CHECK(max_diff(state.c.data(), ref.c_n) < 1e-13);
   }
   SECTION("batch_first gives the transposed layout and the same numbers") {
-    nn::LSTM bf(I, H, L, true, true, 0.0, gen);
+    nn::LSTM bf(I, H, L, true, true, 0.0, false, gen);
     bf.to(DType::f64);
     bf.load_state_dict(lstm.state_dict());
     auto [out, state] = bf(Variable(x.transpose(0, 1).contiguous()), nn::LSTMState{Variable(h0), Variable(c0)});
@@ -106,11 +106,15 @@ TEST_CASE("LSTM parameters follow torch's names and shapes", "[nn][lstm]") {
                                           "bias_hh_l0[16]", "weight_ih_l1[16, 4]", "weight_hh_l1[16, 4]",
                                           "bias_ih_l1[16]", "bias_hh_l1[16]"});
   CHECK(nn::LSTM(3, 4, 1, false, false).parameters().size() == 2);
+  // torch.nn.LSTM's positional order: bias, then batch_first, dropout, bidirectional.
+  CHECK(nn::LSTM(3, 4, 1, false).parameters().size() == 2);
+  CHECK(nn::LSTM(3, 4, 1, true, true).options().batch_first);
+  CHECK(nn::LSTM(3, 4, 1, true, false, 0.0, true).parameters().size() == 8);
 }
 
 TEST_CASE("LSTM dropout acts between layers in training only", "[nn][lstm]") {
   Generator gen(5);
-  nn::LSTM lstm(3, 8, 2, false, true, 0.5, gen);
+  nn::LSTM lstm(3, 8, 2, true, false, 0.5, false, gen);
   const Variable x(randn({4, 2, 3}, 9, DType::f32));
   lstm.eval();
   const Tensor e1 = lstm(x).output.data(), e2 = lstm(x).output.data();
@@ -124,7 +128,7 @@ TEST_CASE("LSTM dropout acts between layers in training only", "[nn][lstm]") {
   lstm.set_dropout_seed(77);
   CHECK(max_diff(lstm(x).output.data(), r1) == 0.0);
   // A one-layer LSTM has no inter-layer dropout.
-  nn::LSTM one(3, 8, 1, false, true, 0.5, gen);
+  nn::LSTM one(3, 8, 1, true, false, 0.5, false, gen);
   const Tensor o1 = one(x).output.data();
   CHECK(max_diff(one(x).output.data(), o1) == 0.0);
 }
@@ -132,7 +136,7 @@ TEST_CASE("LSTM dropout acts between layers in training only", "[nn][lstm]") {
 TEST_CASE("LSTM in 16 bits casts its parameters and state and sends fp32 gradients to the masters",
           "[nn][lstm][mixed]") {
   Generator gen(8);
-  nn::LSTM lstm(3, 4, 1, true, true, 0.0, gen);
+  nn::LSTM lstm(3, 4, 1, true, true, 0.0, false, gen);
   const Tensor x = randn({2, 5, 3}, 4, DType::f32);
   const Tensor ref = lstm(Variable(x)).output.data();
   Tape tape;
@@ -149,7 +153,7 @@ TEST_CASE("LSTM in 16 bits casts its parameters and state and sends fp32 gradien
 }
 
 TEST_CASE("LSTM validates its input and state shapes", "[nn][lstm][errors]") {
-  nn::LSTM lstm(3, 4, 2, true);
+  nn::LSTM lstm(3, 4, 2, true, true);
   CHECK_THROWS_WITH(lstm(Variable(zeros({2, 5, 4}))), Contains("LSTM(3, 4, num_layers=2, batch_first=true): "
                                                                "expected input [B, T, 3], got f32[2, 5, 4]"));
   CHECK_THROWS_WITH(lstm(Variable(zeros({5, 3}))), Contains("expected input [B, T, 3]"));
@@ -202,7 +206,8 @@ TEST_CASE("LSTM layer node: the unrolled graph's forward and gradients, with one
     for (bool batch_first : {true, false}) {
       INFO(dtype_name(dt) << (batch_first ? " batch first" : " time major"));
       Generator gen(31);
-      nn::LSTM lstm(nn::LSTMOptions{5, 6, 2, batch_first}, gen);
+      nn::LSTM lstm(nn::LSTMOptions{.input_size = 5, .hidden_size = 6, .num_layers = 2, .batch_first = batch_first},
+                    gen);
       if (dt == DType::f64) lstm.to(DType::f64);
       const Shape xs = batch_first ? Shape{3, 7, 5} : Shape{7, 3, 5};
       const Shape os = batch_first ? Shape{3, 7, 6} : Shape{7, 3, 6};
@@ -231,7 +236,7 @@ TEST_CASE("LSTM layer node: the unrolled graph's forward and gradients, with one
 
 TEST_CASE("LSTM layer node in 16 bits: the forward is the unrolled graph's, bit for bit", "[nn][lstm][mixed]") {
   Generator gen(12);
-  nn::LSTM lstm(nn::LSTMOptions{4, 8, 1, true}, gen);
+  nn::LSTM lstm(nn::LSTMOptions{.input_size = 4, .hidden_size = 8, .num_layers = 1, .batch_first = true}, gen);
   const Tensor x = randn({2, 9, 4}, 13, DType::f32);
   for (DType dt : {DType::bf16, DType::f16}) {
     INFO(dtype_name(dt));
@@ -252,7 +257,7 @@ TEST_CASE("LSTM layer node in 16 bits: the forward is the unrolled graph's, bit 
 
 TEST_CASE("LSTM layer node refuses a scaling rule set after its forward", "[nn][lstm][errors]") {
   Generator gen(3);
-  nn::LSTM lstm(3, 4, 1, false, true, 0.0, gen);
+  nn::LSTM lstm(3, 4, 1, true, false, 0.0, false, gen);
   IdentityRule rule;
   Tape tape;
   Variable out = lstm(Variable(randn({2, 2, 3}, 5, DType::f32))).output;

@@ -272,7 +272,8 @@ TEST_CASE("modules print as a tree", "[nn][module][print]") {
   os << *net;
   CHECK(os.str() == expected);
 
-  CHECK(nn::LSTM(8, 16, 2, true, true, 0.1, gen).str() == "LSTM(8, 16, num_layers=2, batch_first=true, dropout=0.1)");
+  CHECK(nn::LSTM(8, 16, 2, true, true, 0.1, false, gen).str() ==
+        "LSTM(8, 16, num_layers=2, batch_first=true, dropout=0.1)");
   CHECK(nn::Embedding(100, 16, gen).str() == "Embedding(100, 16)");
   CHECK(nn::Conv2d(nn::Conv2dOptions{.in_channels = 3, .out_channels = 8, .kernel_size = {3, 5}, .dilation = 2}, gen)
             .str() == "Conv2d(3, 8, kernel=(3, 5), stride=1, padding=0, dilation=2)");
@@ -317,7 +318,7 @@ TEST_CASE("generator_state saves where each owned generator stands, and loading 
     explicit Net(Generator& gen) : Module("Net") {
       register_module("0", std::make_shared<nn::Linear>(4, 4, true, gen));
       drop = register_module("1", std::make_shared<nn::Dropout>(0.5, uint64_t(3)));
-      register_module("2", std::make_shared<nn::LSTM>(4, 4, 2, true, true, 0.5, gen));
+      register_module("2", std::make_shared<nn::LSTM>(4, 4, 2, true, true, 0.5, false, gen));
     }
   };
   Generator gen(11);

@@ -26,7 +26,7 @@ GELU::GELU(std::string approximate) : UnaryModule("GELU"), approximate_(std::mov
            approximate_, "\"");
 }
 
-Variable GELU::forward(const Variable& x) { return gelu(x, approximate_ == "tanh"); }
+Variable GELU::forward(const Variable& x) { return gelu(x, approximate_); }
 
 std::string GELU::extra_repr() const { return detail::cat("approximate=", approximate_); }
 

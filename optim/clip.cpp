@@ -46,6 +46,31 @@ double clip_grad_norm(std::vector<Tensor>& grads, double max_norm) {
   return norm;
 }
 
+double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm) {
+  MT_CHECK(std::isfinite(max_norm) && max_norm >= 0.0, "clip_grad_norm: max_norm must be finite and >= 0, got ",
+           max_norm);
+  double total = 0.0;
+  for (const Variable& p : parameters)
+    if (const std::optional<ScaledGrad>& g = p.grad(); g && g->defined())
+      total += std::ldexp(sum_squares(g->g), -2 * std::ilogb(g->scale));  // / scale^2, exactly
+  const double norm = std::sqrt(total);
+  const double coef = formulas::clip_coefficient(norm, max_norm);  // 1 for an inf or NaN norm
+  if (coef == 1.0) return norm;
+  for (Variable p : parameters)  // a handle: the copy sets the parameter's own gradient
+    if (const std::optional<ScaledGrad> g = p.grad(); g && g->defined()) p.set_grad(ScaledGrad{coef * g->g, g->scale});
+  return norm;
+}
+
+void clip_grad_value(const std::vector<Variable>& parameters, double clip_value) {
+  MT_CHECK(std::isfinite(clip_value) && clip_value >= 0.0, "clip_grad_value: clip_value must be finite and >= 0, got ",
+           clip_value);
+  for (Variable p : parameters)
+    if (const std::optional<ScaledGrad> g = p.grad(); g && g->defined()) {
+      const double c = clip_value * double(g->scale);
+      p.set_grad(ScaledGrad{clamp(g->g, -c, c), g->scale});
+    }
+}
+
 void clip_grad_value(std::vector<Tensor>& grads, double clip_value) {
   MT_CHECK(std::isfinite(clip_value) && clip_value >= 0.0, "clip_grad_value: clip_value must be finite and >= 0, got ",
            clip_value);

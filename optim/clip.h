@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "autograd/variable.h"
 #include "tensor/tensor.h"
 
 namespace mixtape {
@@ -23,5 +24,13 @@ double grad_norm(const std::vector<Tensor>& grads);
 // [-clip_value, clip_value], in its own dtype; a NaN stays NaN, an inf becomes +-clip_value (as
 // torch.clamp). clip_value must be finite and >= 0.
 void clip_grad_value(std::vector<Tensor>& grads, double clip_value);
+
+// The forms torch.nn.utils takes, on the parameters (clip_grad_norm_(model.parameters(), 1.0)):
+// the same clipping of each parameter's true gradient, its ScaledGrad's g / scale (parameters
+// without a gradient are skipped). Each gradient is replaced in place, in its own dtype and at its
+// own scale: g * coefficient, or g clamped to +-clip_value * scale (exact: scales are powers of
+// two). clip_grad_norm returns the norm of the true gradients before clipping.
+double clip_grad_norm(const std::vector<Variable>& parameters, double max_norm);
+void clip_grad_value(const std::vector<Variable>& parameters, double clip_value);
 
 }  // namespace mixtape

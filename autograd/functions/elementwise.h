@@ -4,6 +4,7 @@
 
 #include "autograd/variable.h"
 #include "tensor/core/op_kinds.h"
+#include "tensor/ops/elementwise.h"
 
 namespace mixtape {
 
@@ -21,8 +22,9 @@ inline Variable tanh(const Variable& x) { return unary(UnaryOp::tanh, x); }
 inline Variable leaky_relu(const Variable& x, double slope = 0.01) { return unary(UnaryOp::leaky_relu, x, slope); }
 inline Variable clamp(const Variable& x, double lo, double hi) { return unary(UnaryOp::clamp, x, lo, hi); }
 inline Variable pow(const Variable& x, double e) { return unary(UnaryOp::pow, x, e); }
-inline Variable gelu(const Variable& x, bool approximate_tanh = false) {
-  return unary(approximate_tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu, x);
+// approximate: "none" or "tanh", as torch.nn.functional.gelu (gelu_op in tensor/ops/elementwise.h).
+inline Variable gelu(const Variable& x, std::string_view approximate = "none") {
+  return unary(gelu_op(approximate), x);
 }
 inline Variable silu(const Variable& x) { return unary(UnaryOp::silu, x); }
 inline Variable elu(const Variable& x, double alpha = 1.0) { return unary(UnaryOp::elu, x, alpha); }

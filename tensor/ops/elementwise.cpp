@@ -36,6 +36,12 @@ bool unary_backward_needs_output(UnaryOp op) {
   }
 }
 
+UnaryOp gelu_op(std::string_view approximate) {
+  MT_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"",
+           std::string(approximate), "\"");
+  return approximate == "tanh" ? UnaryOp::gelu_tanh : UnaryOp::gelu;
+}
+
 Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
   const char* name = unary_op_name(op);
   ops::check_same(name, {&x});

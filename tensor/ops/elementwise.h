@@ -2,6 +2,8 @@
 // call the cpu:: or cuda:: kernel. Binary ops broadcast; both operands must share a dtype.
 #pragma once
 
+#include <string_view>
+
 #include "tensor/core/op_kinds.h"
 #include "tensor/tensor.h"
 
@@ -28,10 +30,10 @@ inline Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
 inline Tensor leaky_relu(const Tensor& x, double slope = 0.01) { return unary(UnaryOp::leaky_relu, x, slope); }
 inline Tensor clamp(const Tensor& x, double lo, double hi) { return unary(UnaryOp::clamp, x, lo, hi); }
 inline Tensor pow(const Tensor& x, double e) { return unary(UnaryOp::pow, x, e); }
-// approximate_tanh: false for x Phi(x) with erf, true for the tanh form (torch's approximate "none" / "tanh").
-inline Tensor gelu(const Tensor& x, bool approximate_tanh = false) {
-  return unary(approximate_tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu, x);
-}
+// As torch.nn.functional.gelu: approximate "none" for x Phi(x) with erf, "tanh" for the tanh
+// form; gelu_op throws on anything else.
+UnaryOp gelu_op(std::string_view approximate);
+inline Tensor gelu(const Tensor& x, std::string_view approximate = "none") { return unary(gelu_op(approximate), x); }
 inline Tensor silu(const Tensor& x) { return unary(UnaryOp::silu, x); }
 inline Tensor elu(const Tensor& x, double alpha = 1.0) { return unary(UnaryOp::elu, x, alpha); }
 inline Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0) {

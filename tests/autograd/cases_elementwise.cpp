@@ -36,7 +36,7 @@ MT_OP_CASE(unary_case("leaky_relu", [](const Variable& x) { return leaky_relu(x,
 MT_OP_CASE(unary_case("sigmoid", [](const Variable& x) { return sigmoid(x); }));
 MT_OP_CASE(unary_case("tanh", [](const Variable& x) { return tanh(x); }));
 MT_OP_CASE(unary_case("gelu", [](const Variable& x) { return gelu(x); }));
-MT_OP_CASE(unary_case("gelu tanh approximation", [](const Variable& x) { return gelu(x, true); }));
+MT_OP_CASE(unary_case("gelu tanh approximation", [](const Variable& x) { return gelu(x, "tanh"); }));
 MT_OP_CASE(unary_case("silu", [](const Variable& x) { return silu(x); }));
 MT_OP_CASE(unary_case("elu", [](const Variable& x) { return elu(x, 0.7); }));
 MT_OP_CASE(unary_case("softplus", [](const Variable& x) { return softplus(x); }));

@@ -70,6 +70,36 @@ TEST_CASE("scaled_step clips the unscaled gradients, each parameter by its own s
   CHECK(opt.step_count(2) == 0);
 }
 
+TEST_CASE("clip_grad_norm and clip_grad_value on parameters clip the true gradients, keeping each scale", "[optim]") {
+  // Two parameters: an f16 gradient at scale 2^10 (true values 3 and 4 times 2^-4) and an f32
+  // one at scale 1 (true value 12 * 2^-4); a third without a gradient. True norm 13 * 2^-4.
+  Variable a(zeros({2}, DType::f16), true), b(zeros({1}), true), none(zeros({3}), true);
+  auto reset = [&] {
+    a.set_grad(ScaledGrad{from_vector(std::vector<float>{3 * 64.0f, 4 * 64.0f}, {2}).to(DType::f16), 1024.0f});
+    b.set_grad(ScaledGrad{from_vector(std::vector<float>{0.75f}, {1}), 1.0f});
+  };
+  reset();
+  CHECK(clip_grad_norm({a, b, none}, 1.0) == 13.0 / 16.0);  // below max_norm: untouched
+  CHECK(a.grad()->unscaled().to_vector() == std::vector<double>{0.1875, 0.25});
+  const double norm = clip_grad_norm({a, b, none}, 0.5);
+  CHECK(norm == 13.0 / 16.0);
+  CHECK(a.grad()->scale == 1024.0f);
+  CHECK(a.grad()->g.dtype() == DType::f16);
+  CHECK(!none.grad());
+  // The same as the tensor form on the true gradients, up to the f16 rounding of a's result.
+  std::vector<Tensor> plain = {from_vector(std::vector<float>{0.1875f, 0.25f}, {2}),
+                               from_vector(std::vector<float>{0.75f}, {1})};
+  clip_grad_norm(plain, 0.5);
+  CHECK(b.grad()->unscaled().to_vector() == plain[1].to_vector());
+  CHECK(a.grad()->unscaled().to_vector() == plain[0].to(DType::f16).to(DType::f32).to_vector());
+  reset();
+  clip_grad_value({a, b}, 0.2);  // true values clamped to [-0.2, 0.2]
+  const double limit16 = from_vector(std::vector<double>{0.2 * 1024}, {1}).to(DType::f16).to_vector()[0] / 1024;
+  CHECK(a.grad()->unscaled().to_vector() == std::vector<double>{0.1875, limit16});
+  CHECK(b.grad()->unscaled().to_vector() == std::vector<double>{double(0.2f)});
+  CHECK(a.grad()->scale == 1024.0f);
+}
+
 TEST_CASE("clip_grad_norm returns inf and NaN norms without scaling", "[optim]") {
   const double inf = std::numeric_limits<double>::infinity();
   const Tensor b = vec({12.0});

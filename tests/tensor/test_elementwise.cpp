@@ -193,6 +193,11 @@ TEST_CASE("gelu, silu, elu and softplus match PyTorch: values, signed zeros, inf
   const std::vector<double> tail = gelu(from_vector(std::vector<double>{-4.0, -6.0}, {2})).to_vector();
   CHECK(tail[0] == Approx(-0.00012668496733247986).epsilon(4e-6));
   CHECK(tail[1] == Approx(-5.919525870226207e-09).epsilon(1e-5));
+  // approximate as torch's string: "none" (the default) or "tanh"; anything else is refused.
+  const Tensor x = from_vector(std::vector<double>{-1.5, 0.5, 2.0}, {3});
+  CHECK(gelu(x, "tanh").to_vector() == unary(UnaryOp::gelu_tanh, x).to_vector());
+  CHECK(gelu(x, "none").to_vector() == gelu(x).to_vector());
+  CHECK_THROWS_WITH(gelu(x, "exact"), Catch::Contains("gelu: approximate must be \"none\" or \"tanh\", got \"exact\""));
 }
 
 TEST_CASE("hardtanh is PyTorch's: clamps, keeps NaN and signed zeros, gradient 0 at and beyond the bounds",

@@ -48,19 +48,18 @@ std::string conv_repr(int64_t in, int64_t out, Size2 kernel, Size2 stride, Size2
 // ---- Conv2d ------------------------------------------------------------------------------
 
 Conv2d::Conv2d(const Conv2dOptions& o, Generator& gen) : UnaryModule("Conv2d"), options_(o) {
-  check_geometry("Conv2d", o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, o.dilation);
+  check_geometry("Conv2d", o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding.size, o.dilation);
   MT_CHECK(o.groups > 0 && o.in_channels % o.groups == 0 && o.out_channels % o.groups == 0, "Conv2d: in_channels ",
            o.in_channels, " and out_channels ", o.out_channels, " must be divisible by groups ", o.groups);
-  MT_CHECK(!o.padding_same || (o.stride == Size2(1) && o.padding == Size2(0)),
-           "Conv2d: padding \"same\" needs stride 1 ", "and padding 0 (as torch), got stride ", size2_str(o.stride),
-           " and padding ", size2_str(o.padding));
+  MT_CHECK(!o.padding.same || o.stride == Size2(1), "Conv2d: padding \"same\" needs stride 1 (as torch), got stride ",
+           size2_str(o.stride));
   weight =
       register_parameter("weight", empty({o.out_channels, o.in_channels / o.groups, o.kernel_size.h, o.kernel_size.w}));
   if (o.bias) bias = register_parameter("bias", empty({o.out_channels}));
   reset_parameters(gen);
 }
 
-Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride, Size2 padding,
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride, ConvPadding padding,
                Size2 dilation, bool bias, Generator& gen)
     : Conv2d(Conv2dOptions{in_channels, out_channels, kernel_size, stride, padding, dilation, bias}, gen) {}
 
@@ -71,15 +70,15 @@ Variable Conv2d::forward(const Variable& x) {
   const DType dt = x.dtype();
   const Conv2dOptions& o = options_;
   const Variable w = cast(weight, dt), b = bias.defined() ? cast(bias, dt) : Variable();
-  if (o.padding_same) return conv2d_same(x, w, b, o.dilation, o.groups);
   return conv2d(x, w, b, o.stride, o.padding, o.dilation, o.groups);
 }
 
 std::string Conv2d::extra_repr() const {
   const Conv2dOptions& o = options_;
-  std::string s = conv_repr(o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, 0, o.dilation, o.bias);
+  std::string s =
+      conv_repr(o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding.size, 0, o.dilation, o.bias);
   if (o.groups != 1) s += detail::cat(", groups=", o.groups);
-  if (o.padding_same) s += ", padding=same";
+  if (o.padding.same) s += ", padding=same";
   return s;
 }
 

@@ -161,24 +161,21 @@ Variable conv2d_node(const Variable& x, const Variable& w, const Variable& b, Te
 
 }  // namespace
 
-Variable conv2d(const Variable& x, const Variable& w, const Variable& b, Size2 stride, Size2 padding, Size2 dilation,
-                int64_t groups) {
+Variable conv2d(const Variable& x, const Variable& w, const Variable& b, Size2 stride, ConvPadding padding,
+                Size2 dilation, int64_t groups) {
   MT_CHECK(x.defined() && w.defined(), "conv2d: got an undefined Variable");
-  if (Fp8Context* fp8 = active_fp8(); fp8 && groups == 1 && is_16bit(x.dtype()) && x.dim() == 4 && w.dim() == 4)
-    return conv2d_fp8(*fp8, x, w, b, stride, padding, padding, dilation);
-  Tensor y = mixtape::conv2d(x.data(), w.data(), b.defined() ? b.data() : Tensor(), stride, padding, dilation, groups);
-  return conv2d_node(x, w, b, std::move(y), stride, padding, padding, dilation, groups);
-}
-
-Variable conv2d_same(const Variable& x, const Variable& w, const Variable& b, Size2 dilation, int64_t groups) {
-  MT_CHECK(x.defined() && w.defined(), "conv2d (padding \"same\"): got an undefined Variable");
-  if (Fp8Context* fp8 = active_fp8(); fp8 && groups == 1 && is_16bit(x.dtype()) && x.dim() == 4 && w.dim() == 4) {
-    const SamePadding pad = same_padding({w.size(2), w.size(3)}, dilation);
-    return conv2d_fp8(*fp8, x, w, b, 1, pad.begin, pad.end, dilation);
+  auto resolved = [&] {  // top-left and bottom-right padding
+    return padding.same ? same_padding({w.size(2), w.size(3)}, dilation) : SamePadding{padding.size, padding.size};
+  };
+  if (Fp8Context* fp8 = active_fp8(); fp8 && groups == 1 && is_16bit(x.dtype()) && x.dim() == 4 && w.dim() == 4 &&
+                                      (!padding.same || stride == Size2(1))) {
+    const SamePadding pad = resolved();
+    return conv2d_fp8(*fp8, x, w, b, stride, pad.begin, pad.end, dilation);
   }
-  Tensor y = mixtape::conv2d_same(x.data(), w.data(), b.defined() ? b.data() : Tensor(), dilation, groups);
-  const SamePadding pad = same_padding({w.size(2), w.size(3)}, dilation);
-  return conv2d_node(x, w, b, std::move(y), 1, pad.begin, pad.end, dilation, groups);
+  // validates every operand and parameter ("same" with a stride, too) before the padding is resolved
+  Tensor y = mixtape::conv2d(x.data(), w.data(), b.defined() ? b.data() : Tensor(), stride, padding, dilation, groups);
+  const SamePadding pad = resolved();
+  return conv2d_node(x, w, b, std::move(y), stride, pad.begin, pad.end, dilation, groups);
 }
 
 Variable conv_transpose2d(const Variable& x, const Variable& w, const Variable& b, Size2 stride, Size2 padding,

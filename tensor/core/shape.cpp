@@ -78,4 +78,11 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
 
 std::string size2_str(Size2 s) { return detail::cat("[", s.h, ", ", s.w, "]"); }
 
+ConvPadding::ConvPadding(std::string_view mode) : size(0), same(mode == "same") {
+  MT_CHECK(mode == "same" || mode == "valid", "convolution padding: \"", std::string(mode),
+           "\" is neither \"same\" nor \"valid\" (or give a size)");
+}
+
+std::string conv_padding_str(ConvPadding p) { return p.same ? std::string("\"same\"") : size2_str(p.size); }
+
 }  // namespace mixtape

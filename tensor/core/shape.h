@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mixtape {
@@ -35,5 +36,20 @@ struct Size2 {
   friend constexpr bool operator==(Size2 a, Size2 b) { return a.h == b.h && a.w == b.w; }
 };
 std::string size2_str(Size2 s);  // "[h, w]"
+
+// A convolution's padding as torch.nn.functional.conv2d takes it: a size (an int, a Size2 or
+// {h, w}) or the string "same" (stride 1: the output keeps H and W; tensor/ops/conv.h
+// same_padding) or "valid" (no padding).
+struct ConvPadding {
+  Size2 size = 0;
+  bool same = false;
+  constexpr ConvPadding(int64_t both) : size(both) {}  // implicit on purpose, as Size2
+  constexpr ConvPadding(Size2 s) : size(s) {}
+  constexpr ConvPadding(int64_t h, int64_t w) : size(h, w) {}
+  template <size_t N>
+  ConvPadding(const char (&mode)[N]) : ConvPadding(std::string_view(mode, N - 1)) {}
+  explicit ConvPadding(std::string_view mode);  // "same" or "valid"; throws on anything else
+};
+std::string conv_padding_str(ConvPadding p);  // "[h, w]" or "\"same\""
 
 }  // namespace mixtape

@@ -116,13 +116,11 @@ Tensor conv2d_padded(const char* op, const Tensor& x, const Tensor& w, const Ten
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, Size2 padding, Size2 dilation,
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, ConvPadding padding, Size2 dilation,
               int64_t groups) {
-  return conv2d_padded("conv2d", x, w, b, stride, padding, padding, dilation, groups);
-}
-
-Tensor conv2d_same(const Tensor& x, const Tensor& w, const Tensor& b, Size2 dilation, int64_t groups) {
+  if (!padding.same) return conv2d_padded("conv2d", x, w, b, stride, padding.size, padding.size, dilation, groups);
   const char* op = "conv2d (padding \"same\")";
+  MT_CHECK(stride == Size2(1), op, ": needs stride 1 (as torch), got ", size2_str(stride));
   ops::check_dim(op, w, 4, "a weight [OC, C/groups, KH, KW]");
   MT_CHECK(dilation.h > 0 && dilation.w > 0, op, ": dilation must be positive, got ", size2_str(dilation));
   const SamePadding pad = same_padding({w.size(2), w.size(3)}, dilation);

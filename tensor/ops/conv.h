@@ -31,12 +31,9 @@ struct SamePadding {
 };
 SamePadding same_padding(Size2 kernel, Size2 dilation = 1);
 
-// y [N, OC, OH, OW] = conv(x, w) + b.
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), Size2 stride = 1, Size2 padding = 0,
+// y [N, OC, OH, OW] = conv(x, w) + b; padding "same" (stride 1) gives y [N, OC, H, W].
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), Size2 stride = 1, ConvPadding padding = 0,
               Size2 dilation = 1, int64_t groups = 1);
-// conv2d with padding "same" (stride 1): y [N, OC, H, W].
-Tensor conv2d_same(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), Size2 dilation = 1,
-                   int64_t groups = 1);
 // Gradients of conv2d for dy [N, OC, OH, OW]; padding_end is the bottom / right padding when it
 // differs from `padding` (padding "same" with an even dilated kernel):
 // dx = col2im(W^T dY): (C*KH*KW, N*OH*OW) = (OC, C*KH*KW)^T (OC, N*OH*OW) per group, x_shape [N, C, H, W]

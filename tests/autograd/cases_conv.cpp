@@ -125,14 +125,14 @@ MT_OP_CASE(OpCase{"conv2d padding same, kernel (4, 3) (extra row at the bottom),
   return std::vector<Tensor>{rand_noncontig({1, 2, 6, 5}, dt, 228), rand_input({3, 2, 4, 3}, dt, 229),
                              rand_input({3}, dt, 230)};
                   },
-                  [](const V& v) { return conv2d_same(v[0], v[1], v[2]); }});
+                  [](const V& v) { return conv2d(v[0], v[1], v[2], 1, "same"); }});
 
 MT_OP_CASE(OpCase{"conv2d padding same, kernel (2, 2) dilation (1, 3), groups 2, no bias",
                   [](DType dt) {
   return std::vector<Tensor>{rand_input({2, 4, 5, 7}, dt, 231), rand_input({2, 2, 2, 2}, dt, 232)};
                   },
                   [](const V& v) {
-  return conv2d_same(v[0], v[1], Variable(), {1, 3}, 2);
+  return conv2d(v[0], v[1], Variable(), 1, "same", {1, 3}, 2);
 }});
 
 MT_OP_CASE(OpCase{"max_pool2d kernel 3 stride 2 padding 1 dilation 2 ceil_mode, non-contiguous input",

@@ -204,7 +204,7 @@ TEST_CASE("cuda grouped, depthwise and padding-same conv2d match the CPU", "[cud
       const Size2 pb = c.same ? sp.begin : c.padding, pe = c.same ? sp.end : c.padding,
                   st = c.same ? Size2(1) : c.stride;
       const auto forward = [&](const std::vector<Tensor>& t) {
-        return c.same ? conv2d_same(t[0], t[1], t[2], c.dilation, c.groups)
+        return c.same ? conv2d(t[0], t[1], t[2], 1, "same", c.dilation, c.groups)
                       : conv2d(t[0], t[1], t[2], c.stride, c.padding, c.dilation, c.groups);
       };
       const Tensor dy = random(forward({x, w, b}).shape(), dt, seed++);

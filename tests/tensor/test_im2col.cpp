@@ -165,7 +165,7 @@ TEST_CASE("conv2d is the GEMM of im2col's columns and the weight", "[im2col]") {
       INFO(describe(g) << " " << dtype_name(dt));
       const int64_t OC = 5;
       const Tensor x = input(g.x, dt, 21, 1), w = rand_input({OC, g.x[1], g.k.h, g.k.w}, dt, 22);
-      const Tensor y = same ? conv2d_same(x, w, Tensor(), g.d) : conv2d(x, w, Tensor(), g.s, g.p, g.d);
+      const Tensor y = same ? conv2d(x, w, Tensor(), 1, "same", g.d) : conv2d(x, w, Tensor(), g.s, g.p, g.d);
       const Tensor ym = matmul(im2col(x, g.k, g.s, g.p, g.d, g.pe), w.reshape({OC, g.K()}).t());
       const Tensor yc = ym.reshape({g.x[0], g.OH(), g.OW(), OC}).permute({0, 3, 1, 2}).contiguous();
       if (dt == DType::f32) CHECK(yc.to_vector() == y.to_vector());

@@ -644,8 +644,8 @@ TEST_CASE("avg_pool2d with ceil_mode and count_include_pad = false matches PyTor
 TEST_CASE("conv2d with padding same matches PyTorch", "[conv]") {
   // An even kernel height (4): total padding 3, one row above and two below.
   check_against_torch(
-      {{1, 2, 6, 5}, {3, 2, 4, 3}, {3}}, [](const std::vector<Variable>& v) { return conv2d_same(v[0], v[1], v[2]); },
-      {1, 3, 6, 5},
+      {{1, 2, 6, 5}, {3, 2, 4, 3}, {3}},
+      [](const std::vector<Variable>& v) { return conv2d(v[0], v[1], v[2], 1, "same"); }, {1, 3, 6, 5},
       {{-2.578125, -4.546875, 5.359375,  -7.015625, -0.515625, -0.46875,  0.421875,  0.53125,   -6.90625, -0.390625,
         1.765625,  -0.46875,  -5.390625, -3.84375,  -0.21875,  2.5625,    -2.796875, -5.921875, -2.21875, -1.484375,
         -0.828125, -4.625,    0.1875,    -2.546875, -2.8125,   -3.40625,  -2.890625, 3.890625,  -4.78125, 2.5,
@@ -673,7 +673,7 @@ TEST_CASE("conv2d with padding same matches PyTorch", "[conv]") {
   check_against_torch(
       {{1, 2, 5, 8}, {2, 2, 4, 2}},
       [](const std::vector<Variable>& v) {
-    return conv2d_same(v[0], v[1], Variable(), {1, 3});
+    return conv2d(v[0], v[1], Variable(), 1, "same", {1, 3});
       },
       {1, 2, 5, 8},
       {{0.296875,  -1.375,    -0.34375, -2.1875,   1.359375, 0.59375,   1.6875,    0.5625,    -3.578125, 2.96875,
@@ -766,7 +766,11 @@ TEST_CASE("pooling and conv options with default values give the plain results",
   const Tensor w = ref_grad({4, 3, 3, 3}, DType::f32);
   CHECK(equal(conv2d(x, w, Tensor(), 1, 1, 1, 1), conv2d(x, w, Tensor(), 1, 1)));
   // padding "same" with an odd kernel is the symmetric padding k / 2.
-  CHECK(equal(conv2d_same(x, w), conv2d(x, w, Tensor(), 1, 1)));
+  CHECK(equal(conv2d(x, w, Tensor(), 1, "same"), conv2d(x, w, Tensor(), 1, 1)));
+  // torch's other string, and what it refuses.
+  CHECK(equal(conv2d(x, w, Tensor(), 1, "valid"), conv2d(x, w)));
+  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), 1, "full"), Contains("\"full\" is neither \"same\" nor \"valid\""));
+  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), 2, "same"), Contains("padding \"same\"") && Contains("stride 1"));
   const SamePadding p = same_padding({4, 3}, {1, 2});
   CHECK(p.begin == Size2(1, 2));
   CHECK(p.end == Size2(2, 2));
@@ -783,8 +787,8 @@ TEST_CASE("conv and pooling variants reject bad arguments with clear messages", 
       Contains("conv2d") && Contains("[6, 4, 3, 3]") && Contains("groups 2") && Contains("expects 4 x 2"));
   REQUIRE_THROWS_WITH(conv2d(x, zeros({6, 4, 3, 3}), Tensor(), 1, 0, 1, 0),
                       Contains("conv2d") && Contains("groups must be positive"));
-  REQUIRE_THROWS_WITH(conv2d_same(x, zeros({2, 4, 3, 3}), Tensor(), 0), Contains("same") && Contains("dilation"));
-  REQUIRE_THROWS_WITH(conv2d_same(x, zeros({2, 3, 3, 3})), Contains("same") && Contains("channels"));
+  REQUIRE_THROWS_WITH(conv2d(x, zeros({2, 4, 3, 3}), Tensor(), 1, "same", 0), Contains("same") && Contains("dilation"));
+  REQUIRE_THROWS_WITH(conv2d(x, zeros({2, 3, 3, 3}), Tensor(), 1, "same"), Contains("same") && Contains("channels"));
   REQUIRE_THROWS_WITH(conv2d_backward_input(zeros({1, 6, 5, 5}), zeros({6, 2, 3, 3}), {1, 4, 5, 5}, 1, 0, 1, 2),
                       Contains("conv2d backward (input)") && Contains("does not match"));
   CHECK(conv2d_backward_input(zeros({1, 6, 5, 5}), zeros({6, 2, 4, 3}), {1, 4, 5, 5}, 1, {1, 1}, 1, 2, Size2{2, 1})
@@ -800,7 +804,7 @@ TEST_CASE("conv and pooling variants reject bad arguments with clear messages", 
   REQUIRE_THROWS_WITH(nn::Conv2d(nn::Conv2dOptions{.in_channels = 4, .out_channels = 6, .kernel_size = 3, .groups = 4}),
                       Contains("Conv2d") && Contains("divisible by groups 4"));
   REQUIRE_THROWS_WITH(nn::Conv2d(nn::Conv2dOptions{
-                          .in_channels = 4, .out_channels = 4, .kernel_size = 3, .stride = 2, .padding_same = true}),
+                          .in_channels = 4, .out_channels = 4, .kernel_size = 3, .stride = 2, .padding = "same"}),
                       Contains("Conv2d") && Contains("same") && Contains("stride 1"));
   REQUIRE_THROWS_WITH(nn::MaxPool2d(2, 2, 0, 0), Contains("MaxPool2d") && Contains("dilation"));
 }
@@ -808,12 +812,12 @@ TEST_CASE("conv and pooling variants reject bad arguments with clear messages", 
 TEST_CASE("nn layers take the conv and pooling options", "[conv][pool][nn]") {
   const Variable img(ref_input({2, 4, 7, 6}, DType::f32));
   nn::Conv2d depthwise(nn::Conv2dOptions{
-      .in_channels = 4, .out_channels = 8, .kernel_size = 3, .bias = false, .groups = 4, .padding_same = true});
+      .in_channels = 4, .out_channels = 8, .kernel_size = 3, .padding = "same", .bias = false, .groups = 4});
   CHECK(depthwise.weight.shape() == Shape{8, 1, 3, 3});
   CHECK(depthwise(img).shape() == Shape{2, 8, 7, 6});
   CHECK(depthwise.str() == "Conv2d(4, 8, kernel=3, stride=1, padding=0, bias=false, groups=4, padding=same)");
-  CHECK(equal(depthwise(img).data(), conv2d_same(img.data(), depthwise.weight.data(), Tensor(), 1, 4)));
-  nn::Conv2d even(nn::Conv2dOptions{.in_channels = 4, .out_channels = 2, .kernel_size = {2, 4}, .padding_same = true});
+  CHECK(equal(depthwise(img).data(), conv2d(img.data(), depthwise.weight.data(), Tensor(), 1, "same", 1, 4)));
+  nn::Conv2d even(nn::Conv2dOptions{.in_channels = 4, .out_channels = 2, .kernel_size = {2, 4}, .padding = "same"});
   CHECK(even(img).shape() == Shape{2, 2, 7, 6});
   nn::MaxPool2d mp(3, 2, 1, 2, true);
   CHECK(mp.str() == "MaxPool2d(kernel=3, stride=2, padding=1, dilation=2, ceil_mode=true)");
@@ -843,7 +847,7 @@ TEST_CASE("grouped conv2d asks gemm_beta with its own group's dot-product length
   ReductionRule rule;
   Tape tape;
   tape.set_scaling_rule(&rule);
-  Variable y = conv2d_same(x, w, Variable(), 1, 3);
+  Variable y = conv2d(x, w, Variable(), 1, "same", 1, 3);
   tape.backward(y, ScaledGrad{ref_grad(y.shape()) * 8.0, 8.0f});
   CHECK(rule.reductions == std::vector<int64_t>{12});
   CHECK(x.grad()->scale == 32.0f);

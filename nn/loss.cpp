@@ -42,32 +42,17 @@ void check_weight(const char* module, const ClassLossOptions& o) {
            ": weight must be a floating 1-dim tensor of class weights, got ", o.weight.meta());
 }
 
-// Note [Binary loss weights]
-// BCELoss and BCEWithLogitsLoss take PyTorch's optional `weight`: each element's loss times the
-// weight broadcast to the input's shape, then the reduction, so a mean divides the weighted sum by
-// the number of elements (not by the sum of the weights, as cross_entropy's class weights do). It
-// is that composition here: the unreduced loss op, a multiplication by the constant weight (in the
-// loss's dtype, f32 under the fp32 allow-list) and a sum or mean, each differentiated as usual.
-void check_binary_weight(const char* module, const Tensor& weight) {
+// BCELoss's and BCEWithLogitsLoss's weight and pos_weight (Note [Binary loss weights] in
+// autograd/functions/loss.cpp), checked when the module is made; their shapes are checked against
+// the input at each call.
+void check_binary_weight(const char* module, const char* what, const Tensor& weight) {
   if (!weight.defined()) return;
-  MT_CHECK(is_floating(weight.dtype()), module, ": weight must be a floating tensor, got ", weight.meta());
+  MT_CHECK(is_floating(weight.dtype()), module, ": ", what, " must be a floating tensor, got ", weight.meta());
 }
 
-Variable weighted_loss(const Module& m, const Variable& losses, const Tensor& weight, Reduction r) {
-  const Shape& shape = losses.data().shape();
-  bool fits = weight.dim() <= int64_t(shape.size());
-  for (int64_t i = 1; fits && i <= weight.dim(); ++i) {  // trailing dims: equal, or 1 in the weight
-    const int64_t w = weight.size(weight.dim() - i);
-    fits = w == 1 || w == shape[shape.size() - size_t(i)];
-  }
-  MT_CHECK(fits, m.str(), ": weight ", weight.meta(), " does not broadcast to the input's shape ",
-           losses.data().meta());
-  const Variable w = losses * Variable(weight.to(losses.data().device()).to(losses.data().dtype()));
-  return r == Reduction::none ? w : r == Reduction::sum ? sum(w) : mean(w);
-}
-
-std::string binary_loss_repr(Reduction r, const Tensor& weight) {
-  return reduction_repr(r) + (weight.defined() ? ", weight=" + weight.meta() : std::string());
+std::string binary_loss_repr(Reduction r, const BinaryLossOptions& o) {
+  return reduction_repr(r) + (o.weight.defined() ? ", weight=" + o.weight.meta() : std::string()) +
+         (o.pos_weight.defined() ? ", pos_weight=" + o.pos_weight.meta() : std::string());
 }
 
 }  // namespace
@@ -103,18 +88,17 @@ Variable NLLLoss::forward(const Variable& log_probs, const Tensor& targets) {
 std::string NLLLoss::extra_repr() const { return class_loss_repr(reduction_, options_, false); }
 
 BCELoss::BCELoss(Reduction reduction, Tensor weight)
-    : Module("BCELoss"), reduction_(reduction), weight_(std::move(weight)) {
-  check_binary_weight("BCELoss", weight_);
+    : Module("BCELoss"), reduction_(reduction), options_{.weight = std::move(weight)} {
+  check_binary_weight("BCELoss", "weight", options_.weight);
 }
 
 Variable BCELoss::forward(const Variable& probs, const Tensor& targets) {
   check_args(*this, probs, targets);
   const Variable x = fp32_input(OpId::binary_cross_entropy, probs);  // Note [BCE on probabilities]
-  if (!weight_.defined()) return binary_cross_entropy(x, targets.to(x.dtype()), reduction_);
-  return weighted_loss(*this, binary_cross_entropy(x, targets.to(x.dtype()), Reduction::none), weight_, reduction_);
+  return binary_cross_entropy(x, targets.to(x.dtype()), reduction_, options_);
 }
 
-std::string BCELoss::extra_repr() const { return binary_loss_repr(reduction_, weight_); }
+std::string BCELoss::extra_repr() const { return binary_loss_repr(reduction_, options_); }
 
 L1Loss::L1Loss(Reduction reduction) : Module("L1Loss"), reduction_(reduction) {}
 
@@ -139,20 +123,21 @@ Variable SmoothL1Loss::forward(const Variable& input, const Tensor& target) {
 
 std::string SmoothL1Loss::extra_repr() const { return detail::cat(reduction_repr(reduction_), ", beta=", beta_); }
 
-BCEWithLogitsLoss::BCEWithLogitsLoss(Reduction reduction, Tensor weight)
-    : Module("BCEWithLogitsLoss"), reduction_(reduction), weight_(std::move(weight)) {
-  check_binary_weight("BCEWithLogitsLoss", weight_);
+BCEWithLogitsLoss::BCEWithLogitsLoss(Reduction reduction, Tensor weight, Tensor pos_weight)
+    : Module("BCEWithLogitsLoss"),
+      reduction_(reduction),
+      options_{.weight = std::move(weight), .pos_weight = std::move(pos_weight)} {
+  check_binary_weight("BCEWithLogitsLoss", "weight", options_.weight);
+  check_binary_weight("BCEWithLogitsLoss", "pos_weight", options_.pos_weight);
 }
 
 Variable BCEWithLogitsLoss::forward(const Variable& logits, const Tensor& targets) {
   check_args(*this, logits, targets);
   const Variable x = fp32_input(OpId::bce_with_logits, logits);
-  if (!weight_.defined()) return binary_cross_entropy_with_logits(x, targets.to(x.dtype()), reduction_);
-  return weighted_loss(*this, binary_cross_entropy_with_logits(x, targets.to(x.dtype()), Reduction::none), weight_,
-                       reduction_);
+  return binary_cross_entropy_with_logits(x, targets.to(x.dtype()), reduction_, options_);
 }
 
-std::string BCEWithLogitsLoss::extra_repr() const { return binary_loss_repr(reduction_, weight_); }
+std::string BCEWithLogitsLoss::extra_repr() const { return binary_loss_repr(reduction_, options_); }
 
 MSELoss::MSELoss(Reduction reduction) : Module("MSELoss"), reduction_(reduction) {}
 

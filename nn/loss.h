@@ -6,6 +6,7 @@
 // used as they are. Targets of BCE and MSE are converted to the loss's dtype.
 #pragma once
 
+#include "autograd/functions/loss.h"
 #include "autograd/variable.h"
 #include "nn/module.h"
 #include "tensor/ops/loss.h"
@@ -65,21 +66,22 @@ class BCELoss : public Module {
 
  private:
   Reduction reduction_;
-  Tensor weight_;
+  BinaryLossOptions options_;
 };
 
 // Sigmoid + binary cross entropy in the stable form; targets are probabilities of logits' shape.
-// `weight` as BCELoss's.
+// `weight` as BCELoss's; `pos_weight` weighs the positive term, one per class (the last dim), as
+// torch's (BinaryLossOptions in autograd/functions/loss.h).
 class BCEWithLogitsLoss : public Module {
  public:
-  explicit BCEWithLogitsLoss(Reduction reduction = Reduction::mean, Tensor weight = {});
+  explicit BCEWithLogitsLoss(Reduction reduction = Reduction::mean, Tensor weight = {}, Tensor pos_weight = {});
   Variable forward(const Variable& logits, const Tensor& targets);
   Variable operator()(const Variable& logits, const Tensor& targets) { return forward(logits, targets); }
   std::string extra_repr() const override;
 
  private:
   Reduction reduction_;
-  Tensor weight_;
+  BinaryLossOptions options_;
 };
 
 // (input - target)^2, input and target of one shape.

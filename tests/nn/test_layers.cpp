@@ -263,7 +263,26 @@ TEST_CASE("BCELoss and BCEWithLogitsLoss with a weight agree with PyTorch", "[nn
   CHECK_THAT(error_of([&] {
                nn::BCELoss(Reduction::mean, from_vector(std::vector<double>{1, 2}, {2}, DType::f64))(Variable(p), t);
              }),
-             Contains("BCELoss(reduction=mean, weight=f64[2]): weight f64[2] does not broadcast to the input's shape"));
+             Contains("binary_cross_entropy: weight f64[2] does not broadcast to the input's shape f64[2, 3]"));
+  // pos_weight, one per class (the last dim): torch's formula (1 - t) x + (1 + (p - 1) t)
+  // (log1p(exp(-|x|)) + max(-x, 0)), times w, evaluated in numpy f64; the gradient
+  // ((1 - t) - (1 + (p - 1) t) sigmoid(-x)) w / n. The module and the function agree.
+  const Tensor pw = from_vector(std::vector<double>{3.0, 0.25, 1.0}, {3}, DType::f64);
+  auto [pos, gpos] =
+      loss_and_grad([&](const Variable& x) { return nn::BCEWithLogitsLoss(Reduction::mean, w, pw)(x, t); }, z);
+  CHECK(pos == Approx(1.652233825146995).epsilon(1e-12));
+  close(gpos, {0.20748644373395153, -0.015230387054791768, -0.029800730505529383, -0.03333333333333336,
+               0.07938117723520277, -0.23103545499468914});
+  CHECK(binary_cross_entropy_with_logits(Variable(z), t, Reduction::mean, {.weight = w, .pos_weight = pw}).item() ==
+        pos);
+  CHECK(nn::BCEWithLogitsLoss(Reduction::sum, {}, pw).str() == "BCEWithLogitsLoss(reduction=sum, pos_weight=f64[3])");
+  CHECK_THAT(error_of([&] { binary_cross_entropy(Variable(p), t, Reduction::mean, {.pos_weight = pw}); }),
+             Contains("pos_weight is binary_cross_entropy_with_logits's option"));
+  CHECK_THAT(error_of([&] {
+               binary_cross_entropy_with_logits(Variable(z), t, Reduction::mean,
+                                                {.pos_weight = zeros({2}, DType::f64)});
+             }),
+             Contains("pos_weight f64[2] does not broadcast"));
   CHECK_THAT(error_of([&] { nn::BCEWithLogitsLoss(Reduction::mean, zeros({3}, DType::i64)); }),
              Contains("BCEWithLogitsLoss: weight must be a floating tensor, got i64[3]"));
 }

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "autograd/scaling.h"
 #include "autograd/tape.h"
@@ -34,10 +33,11 @@ namespace mixtape::dist {
 //             mean: the result is {sum, 2^e} with no further rounding. Otherwise the sum is
 //             multiplied by 2^k / N (in [1, 2): it cannot overflow the bound of step 2) in fp32
 //             and rounded once;
-//   5. flag   if any rank voted inf/NaN, every rank's result holds a NaN (the sum carries an
-//             inf or NaN anyway, IEEE addition propagates them; this makes the decision not
-//             depend on it): the loss scaler sees the same gradients on every rank and skips
-//             the step, backs off, or feeds LogMax's statistics, identically everywhere.
+//   5. skip   if any rank voted inf/NaN, GradSync::any_overflow says so on every rank, and the
+//             trainer passes it to the step (scaled_step's overflow_elsewhere): the loss scaler
+//             sees an overflow on every rank and skips the step and backs off identically
+//             everywhere (the sums carry an inf or NaN anyway, IEEE addition propagates them;
+//             the vote makes the decision not depend on it).
 // The loss scaler and the optimizer then run as on one process (optim/scaled_step.h).
 // Gradient scaling's per-node scales are agreed while backward runs (Note [Scales agreed
 // across processes]); the min of step 1 also reconciles any scale a rank chose alone (a branch
@@ -88,6 +88,119 @@ Tensor shift_down(Tensor g, int shift) {
     shift += 126;
   }
   return rescale(g, std::ldexp(1.0f, shift));
+}
+
+// ---- the stages of all_reduce_gradients (Note [Gradient all-reduce]) ------------------------
+
+// 1. What the ranks agreed, per parameter.
+struct Vote {
+  std::vector<int> exponent;  // e: 2^e is the smallest scale any rank holds
+  std::vector<bool> present;  // some rank has a gradient
+  bool local_overflow = false, any_overflow = false;
+};
+
+Vote vote(Communicator& comm, const std::vector<Variable>& params, int rank, int ranks) {
+  const size_t P = params.size();
+  std::vector<double> votes(2 * P + 3, kAbsent);
+  Fingerprint f;
+  std::vector<Tensor> local;
+  for (size_t i = 0; i < P; ++i) {
+    const std::optional<ScaledGrad>& g = params[i].grad();
+    f.add(params[i].name());
+    add_meta(f, params[i].data());
+    votes[P + i] = 0.0;
+    if (!g || !g->defined()) continue;
+    MT_CHECK(g->g.dtype() == params[i].dtype() && g->g.shape() == params[i].shape(), "DataParallel: the gradient of '",
+             params[i].name(), "' ", g->g.meta(), " does not match the parameter ", params[i].data().meta());
+    MT_CHECK(is_power_of_two(g->scale), "DataParallel: the gradient of '", params[i].name(), "' carries scale ",
+             g->scale, ", not a power of two");
+    host_contiguous(g->g, "a gradient");
+    votes[i] = -double(exponent_of(g->scale));
+    votes[P + i] = 1.0;
+    local.push_back(g->g);
+  }
+  Vote v;
+  for (const GradStats& st : grad_stats(local)) v.local_overflow = v.local_overflow || st.has_inf_nan;
+  votes[2 * P] = v.local_overflow ? 1.0 : 0.0;
+  votes[2 * P + 1] = double(f.value());
+  votes[2 * P + 2] = -double(f.value());
+  comm.all_reduce_max(votes);
+  MT_CHECK(votes[2 * P + 1] == -votes[2 * P + 2],
+           "DataParallel: the ranks hold different parameters (names, shapes or dtypes); rank ", rank, " of ", ranks);
+  v.any_overflow = votes[2 * P] > 0.0;
+  for (size_t i = 0; i < P; ++i) {
+    v.present.push_back(votes[P + i] > 0.0);
+    v.exponent.push_back(int(-votes[i]));
+  }
+  return v;
+}
+
+// 2. The aligned gradients, packed per dtype group (f32, f64, f16, bf16) into one buffer.
+struct Slot {
+  size_t param, offset;  // offset within its group
+  int e;
+};
+struct Packed {
+  std::vector<Slot> slots;
+  std::vector<Tensor> aligned;  // per parameter; undefined where no rank has a gradient
+  size_t offsets[4] = {0, 0, 0, 0}, base[4] = {0, 0, 0, 0}, total = 0;
+};
+constexpr DType kGroupTypes[4] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+int group_of(DType t) {
+  for (int grp = 0; grp < 4; ++grp)
+    if (kGroupTypes[grp] == t) return grp;
+  return -1;
+}
+
+Packed align_and_pack(const std::vector<Variable>& params, const Vote& v, int ranks, std::vector<char>& buffer) {
+  const int k = int(std::ceil(std::log2(double(ranks))));
+  Packed p;
+  p.aligned.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!v.present[i]) continue;  // no rank has a gradient
+    const DType dt = params[i].dtype();
+    const int grp = group_of(dt);
+    MT_CHECK(grp >= 0, "DataParallel: cannot all-reduce the ", dtype_name(dt), " gradient of '", params[i].name(), "'");
+    const int e = v.exponent[i];
+    const std::optional<ScaledGrad>& g = params[i].grad();
+    if (g && g->defined()) p.aligned[i] = shift_down(g->g, e - exponent_of(g->scale) - k).contiguous();
+    else p.aligned[i] = zeros(params[i].shape(), dt);  // another rank has one: this one adds zeros
+    p.slots.push_back({i, p.offsets[grp], e});
+    p.offsets[grp] += nbytes(p.aligned[i]);
+  }
+  for (int grp = 0; grp < 4; ++grp) {
+    p.base[grp] = p.total;
+    p.total += (p.offsets[grp] + 7) / 8 * 8;
+  }
+  buffer.resize(p.total);
+  for (const Slot& s : p.slots) {
+    const Tensor& a = p.aligned[s.param];
+    std::memcpy(buffer.data() + p.base[group_of(a.dtype())] + s.offset, a.raw_data(), nbytes(a));
+  }
+  return p;
+}
+
+// 3. The sums, one collective per dtype group.
+void sum_packed(Communicator& comm, const Packed& p, std::vector<char>& buffer) {
+  for (int grp = 0; grp < 4; ++grp)
+    if (p.offsets[grp] > 0)
+      comm.all_reduce_sum(buffer.data() + p.base[grp], p.offsets[grp] / dtype_size(kGroupTypes[grp]), kGroupTypes[grp]);
+}
+
+// 4. Each parameter's gradient becomes the mean, at the agreed scale 2^e. Returns how many.
+size_t set_means(const std::vector<Variable>& params, const Packed& p, const std::vector<char>& buffer, int ranks) {
+  const int k = int(std::ceil(std::log2(double(ranks))));
+  const bool power_of_two = (1 << k) == ranks;
+  for (const Slot& s : p.slots) {
+    const Tensor& a = p.aligned[s.param];
+    Tensor sum = empty(a.shape(), a.dtype());
+    std::memcpy(sum.raw_data(), buffer.data() + p.base[group_of(a.dtype())] + s.offset, nbytes(a));
+    if (!power_of_two)
+      sum = (sum.to(a.dtype() == DType::f64 ? DType::f64 : DType::f32) * (double(1 << k) / ranks)).to(a.dtype());
+    Variable param = params[s.param];  // a handle: the parameter itself
+    param.set_grad(ScaledGrad{sum, std::ldexp(1.0f, s.e)});
+  }
+  return p.slots.size();
 }
 
 }  // namespace
@@ -184,108 +297,13 @@ GradSync DataParallel::all_reduce_gradients(const std::vector<Variable>& params)
   GradSync sync;
   if (!distributed()) return last_ = sync;
   NoGrad no_grad;
-  const size_t P = params.size();
-  // 1. vote
-  std::vector<double> votes(2 * P + 3, kAbsent);
-  Fingerprint f;
-  std::vector<Tensor> local;
-  for (size_t i = 0; i < P; ++i) {
-    const std::optional<ScaledGrad>& g = params[i].grad();
-    f.add(params[i].name());
-    add_meta(f, params[i].data());
-    votes[P + i] = 0.0;
-    if (!g || !g->defined()) continue;
-    MT_CHECK(g->g.dtype() == params[i].dtype() && g->g.shape() == params[i].shape(), "DataParallel: the gradient of '",
-             params[i].name(), "' ", g->g.meta(), " does not match the parameter ", params[i].data().meta());
-    MT_CHECK(is_power_of_two(g->scale), "DataParallel: the gradient of '", params[i].name(), "' carries scale ",
-             g->scale, ", not a power of two");
-    host_contiguous(g->g, "a gradient");
-    votes[i] = -double(exponent_of(g->scale));
-    votes[P + i] = 1.0;
-    local.push_back(g->g);
-  }
-  for (const GradStats& s : grad_stats(local)) sync.local_overflow = sync.local_overflow || s.has_inf_nan;
-  votes[2 * P] = sync.local_overflow ? 1.0 : 0.0;
-  votes[2 * P + 1] = double(f.value());
-  votes[2 * P + 2] = -double(f.value());
-  comm_->all_reduce_max(votes);
-  MT_CHECK(votes[2 * P + 1] == -votes[2 * P + 2],
-           "DataParallel: the ranks hold different parameters (names, "
-           "shapes or dtypes); rank ",
-           rank(), " of ", size());
-  sync.any_overflow = votes[2 * P] > 0.0;
-
-  // 2. align, and pack per dtype
-  const int N = size();
-  const int k = int(std::ceil(std::log2(double(N))));
-  struct Slot {
-    size_t param, offset;
-    int e;
-  };
-  std::vector<Slot> slots;
-  size_t offsets[4] = {0, 0, 0, 0};  // per dtype group: f32, f64, f16, bf16
-  const auto group = [](DType t) {
-    switch (t) {
-      case DType::f32: return 0;
-      case DType::f64: return 1;
-      case DType::f16: return 2;
-      case DType::bf16: return 3;
-      default: return -1;
-    }
-  };
-  std::vector<Tensor> aligned(P);
-  for (size_t i = 0; i < P; ++i) {
-    if (votes[P + i] <= 0.0) continue;  // no rank has a gradient
-    const DType dt = params[i].dtype();
-    MT_CHECK(group(dt) >= 0, "DataParallel: cannot all-reduce the ", dtype_name(dt), " gradient of '", params[i].name(),
-             "'");
-    const int e = int(-votes[i]);
-    const std::optional<ScaledGrad>& g = params[i].grad();
-    if (g && g->defined()) aligned[i] = shift_down(g->g, e - exponent_of(g->scale) - k).contiguous();
-    else aligned[i] = zeros(params[i].shape(), dt);  // another rank has one: this one adds zeros
-    const int grp = group(dt);
-    slots.push_back({i, offsets[grp], e});
-    offsets[grp] += nbytes(aligned[i]);
-  }
-  size_t base[4], total = 0;
-  for (int grp = 0; grp < 4; ++grp) {
-    base[grp] = total;
-    total += (offsets[grp] + 7) / 8 * 8;
-  }
-  buffer_.resize(total);
-  for (const Slot& s : slots) {
-    const Tensor& a = aligned[s.param];
-    std::memcpy(buffer_.data() + base[group(a.dtype())] + s.offset, a.raw_data(), nbytes(a));
-  }
-  // 3. sum
-  constexpr DType kGroupTypes[4] = {DType::f32, DType::f64, DType::f16, DType::bf16};
-  for (int grp = 0; grp < 4; ++grp)
-    if (offsets[grp] > 0)
-      comm_->all_reduce_sum(buffer_.data() + base[grp], offsets[grp] / dtype_size(kGroupTypes[grp]), kGroupTypes[grp]);
-  sync.bytes = total;
-
-  // 4. mean, 5. flag
-  const bool power_of_two = (1 << k) == N;
-  for (const Slot& s : slots) {
-    Tensor& a = aligned[s.param];
-    Tensor sum = empty(a.shape(), a.dtype());
-    std::memcpy(sum.raw_data(), buffer_.data() + base[group(a.dtype())] + s.offset, nbytes(a));
-    if (!power_of_two)
-      sum = (sum.to(a.dtype() == DType::f64 ? DType::f64 : DType::f32) * (double(1 << k) / N)).to(a.dtype());
-    Variable p = params[s.param];  // a handle: the parameter itself
-    p.set_grad(ScaledGrad{sum, std::ldexp(1.0f, s.e)});
-    ++sync.grads;
-  }
-  if (sync.any_overflow && !slots.empty()) {
-    // The first element of the first reduced gradient (a fresh contiguous CPU tensor) becomes NaN.
-    void* first = params[slots.front().param].grad()->g.raw_data();
-    switch (params[slots.front().param].dtype()) {
-      case DType::f32: *static_cast<float*>(first) = std::numeric_limits<float>::quiet_NaN(); break;
-      case DType::f64: *static_cast<double*>(first) = std::numeric_limits<double>::quiet_NaN(); break;
-      case DType::f16: *static_cast<uint16_t*>(first) = 0x7E00; break;
-      default: *static_cast<uint16_t*>(first) = 0x7FC0; break;  // bf16
-    }
-  }
+  const Vote v = vote(*comm_, params, rank(), size());         // Note [Gradient all-reduce]: 1
+  Packed packed = align_and_pack(params, v, size(), buffer_);  // 2
+  sum_packed(*comm_, packed, buffer_);                         // 3
+  sync.grads = set_means(params, packed, buffer_, size());     // 4
+  sync.bytes = packed.total;
+  sync.local_overflow = v.local_overflow;
+  sync.any_overflow = v.any_overflow;  // 5: the trainer's step skips on every rank
   sync.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   total_seconds_ += sync.seconds;
   return last_ = sync;

@@ -59,9 +59,10 @@ void MasterWeights::zero_grad() {
   for (Variable& p : params_) p.zero_grad();
 }
 
-StepReport MasterWeights::step(LossScaler& scaler) {
+StepReport MasterWeights::step(LossScaler& scaler, bool overflow_elsewhere) {
   last_ = scaled_step(params_, *inner_, scaler,
-                      GradClip{.max_norm = options_.max_grad_norm, .max_value = options_.max_grad_value}, slot_);
+                      GradClip{.max_norm = options_.max_grad_norm, .max_value = options_.max_grad_value}, slot_,
+                      overflow_elsewhere);
   return last_;
 }
 

@@ -58,7 +58,8 @@ class MasterWeights {
 
   // One training step from the gradients the last backward left (Note [Scaled step]).
   // The report reads as whether the update was applied (false: the scaler skipped it).
-  StepReport step(LossScaler& scaler);
+  // overflow_elsewhere: as scaled_step's (another process's gradients overflowed).
+  StepReport step(LossScaler& scaler, bool overflow_elsewhere = false);
   // Drops every gradient.
   void zero_grad();
 

@@ -70,7 +70,7 @@ StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, Loss
 }
 
 StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, LossScaler& scaler, const GradClip& clip,
-                       const std::vector<size_t>& slot) {
+                       const std::vector<size_t>& slot, bool overflow_elsewhere) {
   const double max_grad_norm = clip.max_norm;
   MT_CHECK(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0,
            "scaled_step: max_grad_norm must be finite and >= 0 (0 turns clipping off), got ", max_grad_norm);
@@ -83,6 +83,8 @@ StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, Loss
            slot.size(), " optimizer slots");
   MT_CHECK(!slot.empty() || params.size() == opt.num_params(), "scaled_step: ", params.size(),
            " parameters for an optimizer over ", opt.num_params());
+  MT_CHECK(!overflow_elsewhere || !decides_on_device(opt, scaler),
+           "scaled_step: another process's overflow is a host decision, and this step decides on the device");
   NoGrad no_grad;
   StepReport r;
   std::vector<Tensor> grads(opt.num_params());  // in the optimizer's order; undefined: no gradient
@@ -105,8 +107,9 @@ StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, Loss
     opt.step_on_device(grads, scaler.device_state());  // 5, skipped on the device's decision
     r = StepReport::on_device(scaler);
   } else {
-    const GradCheck check = check_grads(params);  // 1
-    const bool applied = scaler.update(check);    // 2
+    GradCheck check = check_grads(params);  // 1
+    check.found_inf = check.found_inf || overflow_elsewhere;
+    const bool applied = scaler.update(check);  // 2
     double norm = 0.0;
     if (applied) {
       for (size_t i = 0; i < params.size(); ++i) {
@@ -134,8 +137,8 @@ StepReport scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm)
   return scaled_step(opt.params(), opt, scaler, max_grad_norm);
 }
 
-StepReport scaled_step(Optimizer& opt, LossScaler& scaler, const GradClip& clip) {
-  return scaled_step(opt.params(), opt, scaler, clip);
+StepReport scaled_step(Optimizer& opt, LossScaler& scaler, const GradClip& clip, bool overflow_elsewhere) {
+  return scaled_step(opt.params(), opt, scaler, clip, {}, overflow_elsewhere);
 }
 
 }  // namespace mixtape

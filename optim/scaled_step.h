@@ -52,8 +52,11 @@ struct GradClip {
 //             their fp32 masters, params[i]'s update being opt.param(slot[i]);
 //   clip      clipping of the unscaled gradients: by value, then to a global L2 norm. Value
 //             clipping runs on the host, so a scaler that keeps its state on a GPU refuses it.
+//   overflow_elsewhere  another process's gradients overflowed (data parallelism:
+//             dist::GradSync::any_overflow): the scaler sees an overflow whatever these gradients
+//             hold, so every rank skips and backs off together. Decided on the host only.
 StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, LossScaler& scaler, const GradClip& clip,
-                       const std::vector<size_t>& slot = {});
+                       const std::vector<size_t>& slot = {}, bool overflow_elsewhere = false);
 //   max_grad_norm > 0 clips the unscaled gradients to that global L2 norm.
 StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, LossScaler& scaler,
                        double max_grad_norm = 0.0, const std::vector<size_t>& slot = {});
@@ -61,6 +64,6 @@ StepReport scaled_step(const std::vector<Variable>& params, Optimizer& opt, Loss
 // The same for an optimizer that updates its own parameters (f32 parameters, or the 16-bit rules
 // of optim/pure16.h).
 StepReport scaled_step(Optimizer& opt, LossScaler& scaler, double max_grad_norm = 0.0);
-StepReport scaled_step(Optimizer& opt, LossScaler& scaler, const GradClip& clip);
+StepReport scaled_step(Optimizer& opt, LossScaler& scaler, const GradClip& clip, bool overflow_elsewhere = false);
 
 }  // namespace mixtape

@@ -299,10 +299,12 @@ void PrecisionTrainer::set_data_parallel(std::shared_ptr<dist::DataParallel> dp)
 }
 
 StepReport PrecisionTrainer::step() {
-  if (dp_) dp_->all_reduce_gradients(params_);  // Note [Gradient all-reduce] in dist/data_parallel.cpp
-  last_ = masters_ ? masters_->step(*scaler_)
-                   : scaled_step(*pure_, *scaler_,
-                                 GradClip{.max_norm = options_.max_grad_norm, .max_value = options_.max_grad_value});
+  // Note [Gradient all-reduce] in dist/data_parallel.cpp: the mean over the ranks, and whether any
+  // rank's gradients overflowed, which the step then sees on every rank.
+  const bool overflow_elsewhere = dp_ && dp_->all_reduce_gradients(params_).any_overflow;
+  const GradClip clip{.max_norm = options_.max_grad_norm, .max_value = options_.max_grad_value};
+  last_ =
+      masters_ ? masters_->step(*scaler_, overflow_elsewhere) : scaled_step(*pure_, *scaler_, clip, overflow_elsewhere);
   if (grad_scaling_) {
     last_scales_ = grad_scaling_->step_records();
     last_overflows_ = grad_scaling_->step_overflows();

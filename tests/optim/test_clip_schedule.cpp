@@ -50,6 +50,19 @@ TEST_CASE("clip_grad_norm measures plain gradients and clips them to max_norm", 
   }
 }
 
+TEST_CASE("scaled_step skips and backs off on another process's overflow, whatever its own gradients hold",
+          "[optim]") {
+  Variable a = param_with_grad({3.0, 4.0}, 1024.0f, DType::f16);
+  SGD opt({a}, {.lr = 1.0});
+  BackoffLossScaler scaler({.init_scale = 1024.0f});
+  const StepReport r = scaled_step(opt, scaler, GradClip{}, true);
+  CHECK_FALSE(r.applied());
+  CHECK(r.check().found_inf);
+  CHECK(scaler.scale() == 512.0f);
+  CHECK(a.data().to_vector() == std::vector<double>{0.0, 0.0});
+  CHECK_FALSE(a.grad().has_value());
+}
+
 TEST_CASE("scaled_step clips the unscaled gradients, each parameter by its own scale", "[optim]") {
   // [3, 4] at scale 1024 (stored in f16) and [12] at scale 1: the norm of the true gradients is 13.
   Variable a = param_with_grad({3.0, 4.0}, 1024.0f, DType::f16);

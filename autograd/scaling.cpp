@@ -4,22 +4,40 @@
 #include <cfloat>
 #include <cmath>
 
+#include "autograd/tape.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/reduce.h"
 #include "tensor/tensor.h"
 
 namespace mixtape {
 
-bool is_power_of_two(double s) {
-  if (!(s > 0.0) || !std::isfinite(s)) return false;
-  int e = 0;
-  return std::frexp(s, &e) == 0.5 && e - 1 >= -126 && e - 1 <= 127;
+namespace {
+
+// The active tape's rule asked with `q`, its site stamped; 1 without a rule.
+template <class Query, class Ask>
+float ask(const Query& q, Ask&& ask_rule) {
+  Tape* t = Tape::current();
+  if (!t || !t->scaling_rule()) return 1.0f;
+  Query stamped = q;
+  stamped.site = Tape::next_grad_site();
+  return ask_rule(*t->scaling_rule(), stamped);
 }
 
-Tensor ScaledGrad::unscaled() const {
-  const DType wide = g.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  const Tensor w = g.to(wide);
-  return scale == 1.0f ? w : unary(UnaryOp::mul_scalar, w, 1.0 / double(scale));
+}  // namespace
+
+float gemm_beta(const GemmGradQuery& q) {
+  return ask(q, [](ScalingRule& r, const GemmGradQuery& s) { return r.gemm_beta(s); });
+}
+float cast_beta(const CastGradQuery& q) {
+  return ask(q, [](ScalingRule& r, const CastGradQuery& s) { return r.cast_beta(s); });
+}
+float param_beta(const ParamGradQuery& q) {
+  return ask(q, [](ScalingRule& r, const ParamGradQuery& s) { return r.param_beta(s); });
+}
+
+bool scaling_rule_active() {
+  Tape* t = Tape::current();
+  return t && t->scaling_rule();
 }
 
 double max_finite(DType t) {

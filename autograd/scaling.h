@@ -83,9 +83,10 @@ class ScalingRule {
 };
 
 // The local power-of-two factors, from the active tape's ScalingRule (1 when there is none).
-// Both stamp q.site before asking the rule.
+// Each stamps q.site before asking the rule.
 float gemm_beta(const GemmGradQuery& q);
 float cast_beta(const CastGradQuery& q);
+float param_beta(const ParamGradQuery& q);
 // Whether the active tape has a ScalingRule (gradients then carry per-node scales).
 bool scaling_rule_active();
 
@@ -106,9 +107,6 @@ float common_scale(const std::vector<ScaledGrad>& grads);
 // g * factor for a power-of-two factor (exact unless it under/overflows); returns g when 1.
 Tensor rescale(const Tensor& g, float factor);
 
-// The active rule's param_beta, with q.site stamped (1 without a rule).
-float ask_param_beta(const ParamGradQuery& q);
-
 // Note [Parameter gradient scale] (autograd/gradient_scaling.cpp): the weight or bias gradient
 // of a GEMM-like node at input `input`. compute(t) evaluates it from operands in dtype t
 // (accumulated in fp32 either way). Without a rule: {compute(dy's dtype), alpha}, as before.
@@ -120,7 +118,7 @@ ScaledGrad param_grad(OpId op, int32_t input, const ScaledGrad& dy, F&& compute)
   const DType dt = dy.g.dtype();
   if (!scaling_rule_active() || !is_16bit(dt)) return {compute(dt), dy.scale};
   const Tensor g32 = compute(DType::f32);
-  const float beta = ask_param_beta(ParamGradQuery{op, &g32, dy.scale, dt, input});
+  const float beta = param_beta(ParamGradQuery{op, &g32, dy.scale, dt, input});
   return {rescale(g32, beta).to(dt), beta * dy.scale};  // the one rounding to 16 bits
 }
 

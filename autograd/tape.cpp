@@ -40,34 +40,7 @@ NoGrad::NoGrad() : prev_(g_no_grad) { g_no_grad = true; }
 NoGrad::~NoGrad() { g_no_grad = prev_; }
 bool NoGrad::active() { return g_no_grad; }
 
-float gemm_beta(const GemmGradQuery& q) {
-  Tape* t = Tape::current();
-  if (!t || !t->scaling_rule()) return 1.0f;
-  GemmGradQuery stamped = q;
-  stamped.site = next_site();
-  return t->scaling_rule()->gemm_beta(stamped);
-}
-
-float cast_beta(const CastGradQuery& q) {
-  Tape* t = Tape::current();
-  if (!t || !t->scaling_rule()) return 1.0f;
-  CastGradQuery stamped = q;
-  stamped.site = next_site();
-  return t->scaling_rule()->cast_beta(stamped);
-}
-
-bool scaling_rule_active() {
-  Tape* t = Tape::current();
-  return t && t->scaling_rule();
-}
-
-float ask_param_beta(const ParamGradQuery& q) {
-  Tape* t = Tape::current();
-  if (!t || !t->scaling_rule()) return 1.0f;
-  ParamGradQuery stamped = q;
-  stamped.site = next_site();
-  return t->scaling_rule()->param_beta(stamped);
-}
+GradSite Tape::next_grad_site() { return next_site(); }
 
 // ---- recording ---------------------------------------------------------------------------
 

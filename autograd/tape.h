@@ -58,6 +58,9 @@ class Tape {
   Tape& operator=(const Tape&) = delete;
 
   static Tape* current();  // innermost active tape of this thread, or nullptr
+  // The site of the next scale query of the node whose backward runs now (autograd/scaling.h's
+  // gemm_beta, cast_beta and param_beta stamp it on their query).
+  static GradSite next_grad_site();
 
   // Reverse pass from `root`, seeded with {scale * ones, scale}. Leaves receive ScaledGrads
   // (accumulated with the branch rule when they already hold one). Clears the tape, so the graph

@@ -15,55 +15,6 @@ namespace mixtape {
 
 // ---- loss-scale specs --------------------------------------------------------------------------
 
-std::string LossScaleSpec::str() const {
-  switch (kind) {
-    case Kind::none: return "none";
-    case Kind::fixed: {
-      std::ostringstream os;
-      os << "static:" << scale;
-      return os.str();
-    }
-    case Kind::backoff: return "backoff";
-    case Kind::logmax: return "logmax";
-    case Kind::gradient: return "gradient";
-  }
-  return "?";
-}
-
-LossScaleSpec parse_loss_scale(const std::string& text) {
-  const char* accepted =
-      " (accepted: none, static:S with S a power of two such as static:1024, backoff, logmax, gradient)";
-  if (text == "none") return {};
-  if (text == "backoff") return {LossScaleSpec::Kind::backoff};
-  if (text == "logmax") return {LossScaleSpec::Kind::logmax};
-  if (text == "gradient") return {LossScaleSpec::Kind::gradient};
-  if (text.rfind("static:", 0) == 0) {
-    const std::string num = text.substr(7);
-    size_t used = 0;
-    double s = 0.0;
-    try {
-      s = std::stod(num, &used);
-    } catch (const std::exception&) { used = 0; }
-    MT_CHECK(used == num.size() && !num.empty(), "loss scale '", text, "': '", num, "' is not a number", accepted);
-    MT_CHECK(is_power_of_two(s), "loss scale '", text,
-             "': S must be a power of two in [2^-126, 2^127] so that scaling is exact", accepted);
-    return {LossScaleSpec::Kind::fixed, float(s)};
-  }
-  throw Error(detail::cat("unknown loss scale '", text, "'", accepted));
-}
-
-std::unique_ptr<LossScaler> make_loss_scaler(const LossScaleSpec& spec, const BackoffOptions& backoff,
-                                             const LogMaxOptions& logmax) {
-  switch (spec.kind) {
-    case LossScaleSpec::Kind::none: return std::make_unique<NoLossScaler>();
-    case LossScaleSpec::Kind::fixed: return std::make_unique<StaticLossScaler>(spec.scale);
-    case LossScaleSpec::Kind::backoff: return std::make_unique<BackoffLossScaler>(backoff);
-    case LossScaleSpec::Kind::logmax: return std::make_unique<LogMaxLossScaler>(logmax);
-    case LossScaleSpec::Kind::gradient: return std::make_unique<StaticLossScaler>(1.0f);
-  }
-  MT_ASSERT(false, "unknown loss scale kind");
-}
-
 const char* optimizer_kind_name(OptimizerKind k) {
   switch (k) {
     case OptimizerKind::sgd: return "SGD";

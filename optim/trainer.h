@@ -61,20 +61,6 @@
 
 namespace mixtape {
 
-// --loss-scale: none | static:S | backoff | logmax | gradient
-struct LossScaleSpec {
-  enum class Kind : uint8_t { none, fixed, backoff, logmax, gradient };
-  Kind kind = Kind::none;
-  float scale = 1.0f;  // fixed: S, a power of two
-
-  std::string str() const;  // "none", "static:1024", "backoff", "logmax", "gradient"
-};
-// Throws, saying what is accepted, on anything else (S must be a power of two in [2^-126, 2^127]).
-LossScaleSpec parse_loss_scale(const std::string& text);
-// The scaler for a spec (gradient: a static scale of 1, which still skips inf/NaN steps).
-std::unique_ptr<LossScaler> make_loss_scaler(const LossScaleSpec& spec, const BackoffOptions& backoff = {},
-                                             const LogMaxOptions& logmax = {});
-
 enum class OptimizerKind : uint8_t { sgd, adam, adamw, rmsprop, adagrad };
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::adamw;

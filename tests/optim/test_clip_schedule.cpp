@@ -50,8 +50,7 @@ TEST_CASE("clip_grad_norm measures plain gradients and clips them to max_norm", 
   }
 }
 
-TEST_CASE("scaled_step skips and backs off on another process's overflow, whatever its own gradients hold",
-          "[optim]") {
+TEST_CASE("scaled_step skips and backs off on another process's overflow, whatever its own gradients hold", "[optim]") {
   Variable a = param_with_grad({3.0, 4.0}, 1024.0f, DType::f16);
   SGD opt({a}, {.lr = 1.0});
   BackoffLossScaler scaler({.init_scale = 1024.0f});

@@ -109,9 +109,9 @@ class MpiCommunicator final : public Communicator {
     MT_CHECK(root >= 0 && root < size_, "Communicator::broadcast: root ", root, " of ", size_, " ranks");
     for (size_t done = 0; done < bytes;) {  // counts are ints: chunks of at most 1 GiB
       const size_t n = std::min<size_t>(bytes - done, size_t(1) << 30);
-      MPI_Request r = begin(Collective::broadcast);
-      check_mpi(MPI_Ibcast(static_cast<char*>(data) + done, int(n), MPI_BYTE, root, MPI_COMM_WORLD, &r), "MPI_Ibcast");
-      wait(r);
+      run(Collective::broadcast, [&](MPI_Request* r) {
+        return MPI_Ibcast(static_cast<char*>(data) + done, int(n), MPI_BYTE, root, MPI_COMM_WORLD, r);
+      });
       done += n;
     }
   }
@@ -119,10 +119,9 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_max(std::span<double> v) override {
     if (size_ == 1 || v.empty()) return;
     // Maxima are exact in any order: one MPI_Allreduce gives every rank the same values.
-    MPI_Request r = begin(Collective::all_reduce_max);
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &r),
-              "MPI_Iallreduce (max)");
-    wait(r);
+    run(Collective::all_reduce_max, [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, r);
+    });
   }
 
   // Note [Same bits on every rank]: reduce-scatter, then all-gather.
@@ -143,22 +142,18 @@ class MpiCommunicator final : public Communicator {
     padded_.assign(block * size_t(size_) * esize, 0);  // zeros beyond n: they sum to zeros
     std::memcpy(padded_.data(), data, n * esize);
     mine_.resize(block * esize);
-    MPI_Request r = begin(Collective::reduce_scatter);
-    check_mpi(MPI_Ireduce_scatter_block(padded_.data(), mine_.data(), int(block), type, op, MPI_COMM_WORLD, &r),
-              "MPI_Ireduce_scatter_block");
-    wait(r);
+    run(Collective::reduce_scatter, [&](MPI_Request* r) {
+      return MPI_Ireduce_scatter_block(padded_.data(), mine_.data(), int(block), type, op, MPI_COMM_WORLD, r);
+    });
     std::memcpy(padded_.data() + size_t(rank_) * block * esize, mine_.data(), block * esize);
-    r = begin(Collective::all_gather);
-    check_mpi(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, padded_.data(), int(block), type, MPI_COMM_WORLD, &r),
-              "MPI_Iallgather");
-    wait(r);
+    run(Collective::all_gather, [&](MPI_Request* r) {
+      return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, padded_.data(), int(block), type, MPI_COMM_WORLD, r);
+    });
     std::memcpy(data, padded_.data(), n * esize);
   }
 
   void barrier() override {
-    MPI_Request r = begin(Collective::barrier);
-    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &r), "MPI_Ibarrier");
-    wait(r);
+    run(Collective::barrier, [](MPI_Request* r) { return MPI_Ibarrier(MPI_COMM_WORLD, r); });
   }
 
  private:
@@ -177,11 +172,17 @@ class MpiCommunicator final : public Communicator {
   static constexpr double kListenSeconds = 2.0;
   using Clock = std::chrono::steady_clock;
 
-  // Counts the collective that starts now: the number and kind this rank answers with.
-  MPI_Request begin(Collective c) {
+  // Starts collective `c` (start(&request) is the nonblocking MPI call) and waits for it. The
+  // collective's number and kind are what this rank answers while it waits. After a timeout the
+  // abandoned collective may still complete on other ranks, so the communicator refuses any more.
+  template <class Start>
+  void run(Collective c, Start&& start) {
+    MT_CHECK(!timed_out_, "dist: a collective timed out on this rank earlier; its communicator cannot be used again");
     ++seq_;
     kind_ = c;
-    return MPI_REQUEST_NULL;
+    MPI_Request r = MPI_REQUEST_NULL;
+    check_mpi(start(&r), collective_name(int64_t(c)));
+    wait(r);
   }
 
   // Note [Waiting for a collective].
@@ -228,6 +229,7 @@ class MpiCommunicator final : public Communicator {
 
   // Finds the ranks that did not arrive (Note [Waiting for a collective]) and throws.
   [[noreturn]] void timed_out() {
+    timed_out_ = true;
     question_ = seq_;
     for (int q = 0; q < size_; ++q) {
       if (q == rank_) continue;
@@ -262,7 +264,7 @@ class MpiCommunicator final : public Communicator {
       else if (at[size_t(q)] != seq_)
         elsewhere +=
             detail::cat("; rank ", q, " waits in collective ", at[size_t(q)], ", a ", collective_name(kind[size_t(q)]),
-                        " (the ranks call their collectives in ", "different orders)");
+                        " (the ranks call their collectives in different orders)");
     }
     throw Error(detail::cat("dist: the ", collective_name(int64_t(kind_)), ", collective ", seq_, " of this run, ",
                             step_ > 0 ? detail::cat("at step ", step_) : std::string("before the first step"),
@@ -284,6 +286,7 @@ class MpiCommunicator final : public Communicator {
   int64_t seq_ = 0;                 // collectives started by this rank
   Collective kind_ = Collective::barrier;
   int64_t question_ = 0;
+  bool timed_out_ = false;
   std::list<Answer> answers_;        // in flight; a list keeps their buffers in place
   std::vector<char> padded_, mine_;  // reused between calls
 };

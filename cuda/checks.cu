@@ -15,7 +15,7 @@ inline constexpr int kCheckBlock = 1024;
 // slot[1] = that value (0 when none). Both are written whatever the outcome: the slot is
 // reused without being cleared.
 template <class Bad>
-__global__ void first_bad_kernel(Bad bad, int64_t n, int64_t* slot) {
+__global__ void __launch_bounds__(kCheckBlock) first_bad_kernel(Bad bad, int64_t n, int64_t* slot) {
   __shared__ int64_t scratch[32];
   int64_t best = n, value = 0;
   for (int64_t p = threadIdx.x; p < n; p += blockDim.x)

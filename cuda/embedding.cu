@@ -90,7 +90,8 @@ __global__ void bitonic_global_step(int64_t* keys, int64_t npad, int64_t j, int6
 // Block b holds keys [b * tile, (b + 1) * tile) in shared memory (tile = min(npad, kSortTile),
 // blockDim.x = tile / 2) and runs, for each k in [k_first, k_last] (powers of two), the steps
 // j = min(k, tile) / 2 .. 1: all of them stay inside the tile.
-__global__ void bitonic_tile_steps(int64_t* keys, int64_t tile, int64_t k_first, int64_t k_last) {
+__global__ void __launch_bounds__(kSortTile / 2)
+    bitonic_tile_steps(int64_t* keys, int64_t tile, int64_t k_first, int64_t k_last) {
   __shared__ int64_t s[kSortTile];
   const int64_t base = int64_t(blockIdx.x) * tile;
   for (int64_t t = threadIdx.x; t < tile; t += blockDim.x) s[t] = keys[base + t];

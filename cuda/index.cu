@@ -20,8 +20,9 @@ inline constexpr int kCheckBlock = 1024;
 
 // One block of kCheckBlock threads: out = {p, index[p]} for the smallest row-major position p
 // whose index lies outside [0, size), or {n, 0} when every index is in range.
-__global__ void first_bad_index_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, int64_t n, int64_t size,
-                                       int64_t* __restrict__ out) {
+__global__ void __launch_bounds__(kCheckBlock)
+    first_bad_index_kernel(const int64_t* __restrict__ idx, OffsetCalculator<1> ic, int64_t n, int64_t size,
+                           int64_t* __restrict__ out) {
   __shared__ long long scratch[32];
   long long best = n;
   for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {

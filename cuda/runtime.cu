@@ -73,8 +73,9 @@ DeviceState& state(int device) {
           }
           return p;
         },
-        [device](void* p) {
+        [device](void* p) {  // cudaFree waits for the device: a host synchronization
       cudaSetDevice(device);
+      host_syncs.fetch_add(1, std::memory_order_relaxed);
       cudaFree(p);
         });
   }
@@ -221,7 +222,8 @@ void copy_device_to_host(void* dst, const void* src, size_t nbytes, int device) 
       std::memcpy(dst, r->host.data() + (p - r->dev), nbytes);
       return;
     }
-    if (nbytes <= kStageBytes) {  // staged into the block: one read brings it and the block
+    if (nbytes <= kStageBytes) {                         // staged into the block: one read brings it and the block
+      launches.fetch_add(1, std::memory_order_relaxed);  // the staging copy runs on the device
       MT_CUDA_CHECK(cudaMemcpyAsync(r->dev, src, nbytes, cudaMemcpyDeviceToDevice, stream(device)));
       queued();
       read_block(*r, device);
@@ -242,6 +244,7 @@ void copy_device_to_device(void* dst, const void* src, size_t nbytes, int device
   if (nbytes == 0) return;
   DeviceGuard guard(device);
   queued();
+  launches.fetch_add(1, std::memory_order_relaxed);  // a copy engine's work on the stream, like a kernel's
   MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream(device)));
 }
 

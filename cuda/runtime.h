@@ -50,10 +50,11 @@ void empty_cache(int device);  // real frees of every cached block (synchronizes
 // Note [Runtime counters]
 // What a training step costs the host, counted where it happens, over every device since the
 // program started: kernel launches (every <<<...>>> goes through MT_CUDA_CHECK_LAUNCH, and
-// memset_async counts as one), host synchronizations (synchronize(), every device-to-host copy,
-// and every host-to-device copy: from pageable memory the CUDA runtime synchronizes the stream
-// before it stages the bytes), and device allocations (calls that reach cudaMalloc, not blocks the
-// caching allocator serves again). The emulated device counts the same way; without CUDA they
+// memset_async and every device-to-device copy count as one), host synchronizations
+// (synchronize(), every device-to-host copy, every host-to-device copy: from pageable memory the
+// CUDA runtime synchronizes the stream before it stages the bytes, and every cudaFree of a cached
+// block, on the allocator's out-of-memory retry and in empty_cache), and device allocations
+// (calls that reach cudaMalloc, not blocks the caching allocator serves again). The emulated device counts the same way; without CUDA they
 // stay 0. The examples report them per step (examples/common.h, StepCounters).
 struct RuntimeCounters {
   uint64_t launches = 0;

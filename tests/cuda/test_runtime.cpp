@@ -79,6 +79,16 @@ TEST_CASE("cuda runtime counters count launches, host synchronizations and real 
   const Tensor big = zeros({int64_t(1) << 22}, DType::f32, gpu());
   CHECK(cuda::runtime_counters().device_allocs == reused + 1);
   CHECK(back.values<float>()[0] == 2.0f * host.values<float>()[0]);
+  // A device-to-device copy (a contiguous clone) is work on the stream: one launch, no sync.
+  const cuda::RuntimeCounters d = cuda::runtime_counters();
+  const Tensor copied = dev.clone();
+  CHECK(cuda::runtime_counters().launches == d.launches + 1);
+  CHECK(cuda::runtime_counters().host_syncs == d.host_syncs);
+  // empty_cache synchronizes, and each cudaFree of a cached block waits for the device too.
+  { const Tensor freed = zeros({int64_t(1) << 20}, DType::f32, gpu()); }  // a cached block now
+  const uint64_t syncs = cuda::runtime_counters().host_syncs;
+  cuda::empty_cache(0);
+  CHECK(cuda::runtime_counters().host_syncs >= syncs + 2);
 }
 
 TEST_CASE("cuda readout block: one read brings a small value and every readout tensor", "[cuda]") {

@@ -88,9 +88,10 @@ report() {
 
 # fuzz_for_cpu_seconds N EXE ARGS...: runs the fuzzer until its CPU time (user + system) reaches N
 # seconds, then interrupts it (libFuzzer then prints its final statistics). Its status is 0 when
-# it was interrupted so, nonzero on a finding. The caller sends its output to $log.
+# this function interrupted it, nonzero on a finding or when something else stopped it; the CPU
+# seconds it used are left in $cpu_used. The caller sends its output to $log.
 fuzz_for_cpu_seconds() {
-  local limit=$1 ticks pid used
+  local limit=$1 ticks pid used=0 stopped_here=0
   shift
   ticks=$(getconf CLK_TCK)
   "$@" -max_total_time=$((limit * 1000)) &
@@ -98,17 +99,19 @@ fuzz_for_cpu_seconds() {
   while kill -0 "$pid" 2>/dev/null; do
     sleep 5
     # /proc/PID/stat fields 14 and 15: user and system time in clock ticks (after the ") " of the name)
-    used=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk -v t="$ticks" '{print int(($12 + $13) / t)}')
+    used=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk -v t="$ticks" '{print int(($12 + $13) / t)}' || echo "$used")
     if [ -n "$used" ] && [ "$used" -ge "$limit" ]; then
       echo "fuzz: $used CPU-seconds used; interrupting"
+      stopped_here=1
       kill -INT "$pid"
       break
     fi
   done
   wait "$pid"
   local status=$?
+  cpu_used=$used
   # libFuzzer exits with 72 when interrupted (clang 14's has no -interrupted_exit_code)
-  [ "$status" -eq 72 ] && grep -q 'libFuzzer: run interrupted' "$log" && status=0
+  [ "$status" -eq 72 ] && [ $stopped_here -eq 1 ] && status=0
   return $status
 }
 
@@ -143,7 +146,7 @@ for h in "${harnesses[@]}"; do
   if [ $? -eq 0 ]; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
     cov=$(grep -oE '(cov|ft): [0-9]+' "$log" | tail -n 2 | tr '\n' ' ')
-    echo "fuzz: $h: fuzzed $seconds $([ "${FUZZ_CPU:-0}" = 1 ] && echo "CPU-")s (seed $seed), ${runs:-?} inputs," \
+    echo "fuzz: $h: fuzzed $([ "${FUZZ_CPU:-0}" = 1 ] && echo "${cpu_used:-?} CPU-" || echo "$seconds ")s (seed $seed), ${runs:-?} inputs," \
       "${cov}corpus $(find "$corpus" -type f | wc -l) files, no finding"
   else
     report "$h" "$log" "fuzzing"

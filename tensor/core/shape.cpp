@@ -83,6 +83,4 @@ ConvPadding::ConvPadding(std::string_view mode) : size(0), same(mode == "same") 
            "\" is neither \"same\" nor \"valid\" (or give a size)");
 }
 
-std::string conv_padding_str(ConvPadding p) { return p.same ? std::string("\"same\"") : size2_str(p.size); }
-
 }  // namespace mixtape

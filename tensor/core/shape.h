@@ -50,6 +50,5 @@ struct ConvPadding {
   ConvPadding(const char (&mode)[N]) : ConvPadding(std::string_view(mode, N - 1)) {}
   explicit ConvPadding(std::string_view mode);  // "same" or "valid"; throws on anything else
 };
-std::string conv_padding_str(ConvPadding p);  // "[h, w]" or "\"same\""
 
 }  // namespace mixtape

@@ -88,7 +88,7 @@ Variable NLLLoss::forward(const Variable& log_probs, const Tensor& targets) {
 std::string NLLLoss::extra_repr() const { return class_loss_repr(reduction_, options_, false); }
 
 BCELoss::BCELoss(Reduction reduction, Tensor weight)
-    : Module("BCELoss"), reduction_(reduction), options_{.weight = std::move(weight)} {
+    : Module("BCELoss"), reduction_(reduction), options_{.weight = std::move(weight), .pos_weight = {}} {
   check_binary_weight("BCELoss", "weight", options_.weight);
 }
 

@@ -50,7 +50,7 @@ t1=$(date +%s.%N)
 status=0
 if [ $ended -eq 1 ]; then wait "$job"; status=$?; fi
 cat err.txt
-took=$(echo "$t1 - $t0" | bc)
+took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
 echo "the job ended $took s after the stop, status $status"
 [ $ended -eq 1 ] || { echo "FAIL: the job still runs $((timeout + slack)) s after rank $stopped_rank was stopped"; exit 1; }
 [ "$status" -ne 0 ] || { echo "FAIL: the job exited 0"; exit 1; }

@@ -12,9 +12,17 @@ timeout=4
 slack=8  # the ranks' 2-second round of questions, MPI_Abort, and a loaded machine
 dir=$(mktemp -d)
 job=
+# The processes of this test: those whose command line holds the marker (read from /proc, so that
+# nothing beyond bash and coreutils is needed).
+job_pids() {
+  local c
+  for c in /proc/[0-9]*/cmdline; do
+    tr '\0' ' ' <"$c" 2>/dev/null | grep -q -- "$dir/marker" && basename "$(dirname "$c")"
+  done
+}
 cleanup() {
   [ -n "$job" ] && kill -KILL "$job" 2>/dev/null
-  pkill -KILL -f "$dir/marker" 2>/dev/null
+  for p in $(job_pids); do kill -KILL "$p" 2>/dev/null; done
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -33,7 +41,7 @@ done
 
 # The rank's process: a process of this job whose environment says OMPI_COMM_WORLD_RANK=<rank>.
 pid=
-for p in $(pgrep -f "$dir/marker"); do
+for p in $(job_pids); do
   if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$stopped_rank"; then pid=$p; fi
 done
 [ -n "$pid" ] || { echo "FAIL: no process of rank $stopped_rank found"; exit 1; }

@@ -10,3 +10,4 @@
 #include "tensor/state_io.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"
+#include "train/train.h"

@@ -55,7 +55,7 @@ void empty_cache(int device);  // real frees of every cached block (synchronizes
 // CUDA runtime synchronizes the stream before it stages the bytes, and every cudaFree of a cached
 // block, on the allocator's out-of-memory retry and in empty_cache), and device allocations
 // (calls that reach cudaMalloc, not blocks the caching allocator serves again). The emulated device counts the same way; without CUDA they
-// stay 0. The examples report them per step (examples/common.h, StepCounters).
+// stay 0. The training loop reports them per step (train/metrics.h, StepCounters).
 struct RuntimeCounters {
   uint64_t launches = 0;
   uint64_t host_syncs = 0;

@@ -226,7 +226,7 @@ CharLSTMSize model_size(const Config& c) {
 }
 
 // How long the run is. The schedule spans the planned run (--epochs); --max-steps only stops it
-// (Note [Resumable runs] in examples/checkpoint.h).
+// (Note [Resumable runs] in train/checkpoint.h).
 struct Plan {
   int64_t planned_steps;  // --epochs x --steps-per-epoch: the schedule's length
   int64_t total_steps;    // planned_steps, or --max-steps when that is fewer
@@ -265,7 +265,6 @@ struct Learner {
   CharLSTM& model;
   PrecisionTrainer& trainer;
   LRScheduler* sched;
-  dist::DataParallel* dp = nullptr;  // data parallel (Note [Data-parallel examples] in common.h)
 };
 
 void print_setup(const Config& c, const examples::CommonFlags& flags, const Text& text, const Learner& l,
@@ -275,7 +274,7 @@ void print_setup(const Config& c, const examples::CommonFlags& flags, const Text
       c.data.c_str(), (long long)text.corpus.text().size(), (long long)text.corpus.vocab().size(),
       (long long)text.n_train, (long long)text.n_valid, text.val_batches.size(),
       (long long)text.val_batches.front().input.size(0), (long long)c.seq_len);
-  std::printf("unigram entropy %.3f bpc; loaded in %.2f s\n", text.unigram, examples::seconds_since(text.t_load));
+  std::printf("unigram entropy %.3f bpc; loaded in %.2f s\n", text.unigram, train::seconds_since(text.t_load));
   std::printf("%s\n%lld parameters; %s lr %g, %s schedule, warm-up %lld, clip %g, dropout %g\n", l.model.str().c_str(),
               (long long)l.model.num_parameters(), l.trainer.optimizer().name(), flags.lr, c.schedule.c_str(),
               (long long)plan.warmup, c.clip, c.dropout);
@@ -287,252 +286,105 @@ void print_setup(const Config& c, const examples::CommonFlags& flags, const Text
   std::fflush(stdout);
 }
 
-// ---- one training step -----------------------------------------------------------------------
-
-// Seconds spent in each part of the training steps that were timed. GPU kernels run
-// asynchronously, so each part is timed to a synchronize at its end: on a GPU only the steps that
-// log are timed (they synchronize anyway), on the CPU every step.
-struct StepTimes {
-  double forward = 0.0, backward = 0.0, update = 0.0;
-  int64_t steps = 0;  // the steps timed
-};
-
-// One step on a batch of windows: forward in the compute dtype, backward seeded with the loss
-// scale, then the trainer checks, unscales, clips and updates, and the schedule moves on. Returns
-// the loss, where it was computed; nothing is read back (Note [Scaled step]) unless `timed`.
-Tensor train_step(Learner& l, const data::TextBatch& batch, bool timed, StepTimes& times) {
-  const Device device = l.trainer.device();
-  const auto lap = [&](Clock::time_point since) {
-    examples::synchronize(device);
-    return examples::seconds_since(since);
-  };
-  const auto t_fwd = Clock::now();
-  Tape tape;
-  l.trainer.begin_step(tape);
-  const Variable loss =
-      sequence_loss(l.model.forward(batch.input, std::nullopt, l.trainer.compute_dtype()).logits, batch.target);
-  if (timed) times.forward += lap(t_fwd);
-  const auto t_bwd = Clock::now();
-  l.trainer.backward(tape, loss);
-  if (timed) times.backward += lap(t_bwd);
-  const auto t_upd = Clock::now();
-  l.trainer.step();  // decided where the gradients are; read when a step logs
-  if (l.sched) l.sched->step();
-  if (timed) times.update += lap(t_upd), ++times.steps;
-  return loss.data();
-}
-
 // ---- the training loop -----------------------------------------------------------------------
 
-// The progress line on stderr: redrawn twice a second on a terminal, a line every 15 s into a file.
-class ProgressLine {
- public:
-  // Steps per second count training time only (since `t0`, without `eval_secs`).
-  void update(int epoch, const Plan& plan, int64_t s, int64_t steps_here, int64_t step, double train_bpc, double lr,
-              Clock::time_point t0, double eval_secs) {
-    const auto now = Clock::now();
-    if (quiet || !(now - last_ > every_ || s == steps_here)) return;
-    last_ = now;
-    const double secs = std::chrono::duration<double>(now - t0).count() - eval_secs;
-    const double rate = double(step) / std::max(secs, 1e-9);
-    std::fprintf(stderr, "%sepoch %d/%d [%5lld/%5lld] train %.3f bpc  lr %.2e  %5.2f steps/s  ETA %4.0fs %s",
-                 tty_ ? "\r" : "", epoch, plan.epochs, (long long)s, (long long)steps_here, train_bpc, lr, rate,
-                 double(plan.total_steps - step) / rate, tty_ ? "" : "\n");
-  }
-  void end_epoch() {
-    if (tty_ && !quiet) std::fputc('\n', stderr);
-  }
-  bool quiet = false;  // a data-parallel rank other than 0
-
- private:
-  bool tty_ = isatty(fileno(stderr)) != 0;
-  std::chrono::milliseconds every_{tty_ ? 500 : 15000};
-  Clock::time_point last_ = Clock::now() - std::chrono::seconds(60);
-};
-
-// What the whole run has done so far.
-struct RunState {
-  Clock::time_point t0 = Clock::now();
-  int64_t step = 0;
-  double train_time = 0.0, eval_time = 0.0;
-  StepTimes times;          // parts of train_time
-  double epoch_secs = 0.0;  // the last epoch's training steps
-  double last_train_bpc = 0.0, last_val_bpc = 0.0;
+// What the reports sum, saved with the checkpoint under "progress.": the epoch's losses, those
+// since the last step event, and the steps the loss scaler skipped since then.
+struct Sums {
   double epoch_nats = 0.0;  // over the epoch in progress
   int64_t epoch_n = 0;
   double window_nats = 0.0;  // since the last step event
   int64_t window_n = 0;
-  int64_t skipped_in_window = 0;    // steps the loss scaler skipped since the last step event
-  examples::StepCounters counters;  // launches, host synchronizations and allocations per step
-  ProgressLine progress;
+  int64_t skipped_at_event = 0;  // the scaler's skipped steps at the last step event
+  double last_train_bpc = 0.0, last_val_bpc = 0.0;
+  double eval_time = 0.0;
 };
 
-// The run's progress under "progress." (Note [Resumable runs]): the step, the training windows'
-// generator, and the running sums of the epoch (none when `epoch_done`: the next run starts the
-// next epoch) and of the step event in progress.
-void add_progress(TensorDict& ckpt, const RunState& run, const Generator& gen, bool epoch_done) {
-  ckpt.set_meta("progress.step", std::to_string(run.step));
-  examples::add_generator(ckpt, "progress.windows", gen);
-  ckpt.set_meta("progress.epoch_nats", state_io::format(epoch_done ? 0.0 : run.epoch_nats));
-  ckpt.set_meta("progress.epoch_n", std::to_string(epoch_done ? 0 : run.epoch_n));
-  ckpt.set_meta("progress.window_nats", state_io::format(run.window_nats));
-  ckpt.set_meta("progress.window_n", std::to_string(run.window_n));
-  ckpt.set_meta("progress.skipped_in_window", std::to_string(run.skipped_in_window));
-}
-
-void load_progress(const TensorDict& ckpt, RunState& run, Generator& gen) {
-  using examples::progress_double, examples::progress_int;
-  run.step = progress_int(ckpt, "step");
-  examples::load_generator(ckpt, "progress.windows", gen);
-  run.epoch_nats = progress_double(ckpt, "epoch_nats");
-  run.epoch_n = progress_int(ckpt, "epoch_n");
-  run.window_nats = progress_double(ckpt, "window_nats");
-  run.window_n = progress_int(ckpt, "window_n");
-  run.skipped_in_window = progress_int(ckpt, "skipped_in_window");
-  MT_CHECK(run.step >= 0 && run.epoch_n >= 0 && run.window_n >= 0, "--resume: the checkpoint's progress is negative");
-}
-
-// The model's parameters, generators, trainer and schedule (examples/checkpoint.h), the progress,
-// and the vocabulary's bytes (the id -> byte map) as the i64 tensor "vocab".
-TensorDict char_lstm_checkpoint(const Learner& l, const RunState& run, const Generator& gen,
-                                const data::CharVocab& vocab, bool epoch_done) {
-  TensorDict ckpt;
-  examples::add_training_state(ckpt, "", l.model, l.trainer, l.sched);
-  add_progress(ckpt, run, gen, epoch_done);
-  std::vector<int64_t> bytes;
-  for (unsigned char b : vocab.bytes()) bytes.push_back(int64_t(b));
-  ckpt.add("vocab", from_vector(bytes, {int64_t(bytes.size())}));
-  return ckpt;
-}
-
 // What a checkpoint must match to be resumed by this run.
-examples::RunIdentity run_identity(const Learner& l, const Config& c, const examples::CommonFlags& flags,
-                                   const Text& text) {
-  examples::RunIdentity id = {{"program", "char_lstm"},
-                              {"cell", c.cell},
-                              {"model", l.model.str()},
-                              {"batch_size", std::to_string(flags.batch_size)},
-                              {"seq_len", std::to_string(c.seq_len)},
-                              {"seed", std::to_string(flags.seed)},
-                              {"training_characters", std::to_string(text.n_train)}};
-  examples::add_precision_identity(id, l.trainer);
+train::RunIdentity run_identity(const Learner& l, const Config& c, const examples::CommonFlags& flags,
+                                const Text& text) {
+  train::RunIdentity id = {{"program", "char_lstm"},
+                           {"cell", c.cell},
+                           {"model", l.model.str()},
+                           {"batch_size", std::to_string(flags.batch_size)},
+                           {"seq_len", std::to_string(c.seq_len)},
+                           {"seed", std::to_string(flags.seed)},
+                           {"training_characters", std::to_string(text.n_train)}};
+  train::add_precision_identity(id, l.trainer);
   return id;
 }
 
-// One epoch of steps on random training windows (from where the run stands, when it was resumed
-// inside the epoch), with their checks, step events, progress line and --checkpoint-every saves;
-// the epoch's mean training loss goes to run.last_train_bpc.
-void train_epoch(Learner& l, const Text& text, Generator& gen, const Config& c, const Plan& plan, int epoch,
-                 examples::Metrics& metrics, const examples::Checkpointer& checkpoint, const examples::RunIdentity& id,
-                 RunState& run) {
-  const auto t_epoch = Clock::now();
-  const int64_t first = (epoch - 1) * c.steps_per_epoch;  // steps before this epoch
-  const int64_t end = std::min(first + c.steps_per_epoch, plan.total_steps);
-  const int64_t steps_here = end - first;
-  double& epoch_nats = run.epoch_nats;
-  int64_t& epoch_n = run.epoch_n;
-  examples::StagedDraws windows(l.trainer.device(), [&] {  // Note [Draws staged on the device]
-    data::TextBatch b = text.corpus.random_batch(data::TextSplit::train, plan.batch_size, c.seq_len, gen);
-    return std::vector<Tensor>{b.input, b.target};
-  });
-  // The losses wait on the device until a step logs (Note [Readout block]); then they are
-  // counted, in order, into the sums, with the steps the scaler skipped meanwhile.
-  examples::LossLog losses(c.log_every, l.trainer.device());
-  int64_t logged_up_to = run.step;             // the last step whose loss is counted
-  int64_t skipped_seen = l.trainer.skipped();  // the scaler's count at that step
-  const auto count_losses = [&] {
-    std::vector<double> taken = losses.take();
-    if (l.dp) l.dp->mean_over_ranks(taken);  // the global batch's loss, the same on every rank
-    const int64_t skipped = l.trainer.skipped() - skipped_seen;
-    skipped_seen = l.trainer.skipped();
-    run.skipped_in_window += skipped;
-    // A step the scaler skipped (inf/NaN gradients, as fp16 produces while a dynamic scale finds
-    // its level) changed nothing; more non-finite losses than skipped steps mean a step with a
-    // non-finite loss was applied (no loss scale to skip it, or a finite gradient): training
-    // diverged. (A non-finite loss has non-finite gradients, which every skipping scaler skips.)
-    int64_t nonfinite = 0;
-    for (size_t i = 0; i < taken.size(); ++i) {
-      const double nats = taken[i];
-      if (!std::isfinite(nats)) {
-        MT_CHECK(++nonfinite <= skipped, "the training loss became ", nats, " at step ", logged_up_to + int64_t(i) + 1,
-                 " under ", l.trainer.describe(), " (try a smaller --lr or a --clip",
-                 examples::diverged_hint(l.trainer));
-        continue;
-      }
-      epoch_nats += nats;
-      ++epoch_n;
-      run.window_nats += nats;
-      ++run.window_n;
-    }
-    logged_up_to += int64_t(taken.size());
-  };
-  while (run.step < end) {
-    const int64_t s = ++run.step - first;
-    const bool logs = run.step % c.log_every == 0 || run.step == plan.total_steps;
-    const bool reads = logs || run.step == end;  // counts the losses: a step event, or the epoch's end
-    const std::vector<Tensor> drawn = windows.next(checkpoint.steps_until_due(run.step, end));
-    data::TextBatch batch{drawn[0], drawn[1]};
-    run.counters.begin_step();
-    if (l.dp) batch = {l.dp->shard_rows(batch.input), l.dp->shard_rows(batch.target)};  // this rank's windows
-    const double lr = l.trainer.optimizer().lr();  // the learning rate this step's update uses
-    const bool full = losses.add(train_step(l, batch, reads || !l.trainer.device().is_cuda(), run.times));
-    metrics.write_telemetry(l.trainer);
-    if (reads || full) count_losses();  // the one read of a logging step
-    if (logs && run.window_n > 0) {
-      const double nats = run.window_nats / double(run.window_n);
-      metrics.write({{"event", "step"},
-                     {"step", run.step},
-                     {"epoch", epoch},
-                     {"loss", nats},
-                     {"bpc", nats / kLn2},
-                     {"lr", lr},
-                     {"grad_norm", l.trainer.last_grad_norm()},
-                     {"scale", l.trainer.last_scale()},  // the scale this step's gradients carried
-                     {"skipped", !l.trainer.last_applied()},
-                     {"skipped_since_last", run.skipped_in_window}});
-      run.window_nats = 0.0;
-      run.window_n = 0;
-      run.skipped_in_window = 0;
-    }
-    run.counters.end_step(reads || l.trainer.sampled());
-    if (reads)
-      run.progress.update(epoch, plan, s, steps_here, run.step,
-                          epoch_nats / double(std::max<int64_t>(epoch_n, 1)) / kLn2, lr, run.t0, run.eval_time);
-    if (checkpoint.due(run.step) && run.step < plan.total_steps) {
-      count_losses();
-      checkpoint.save(char_lstm_checkpoint(l, run, gen, text.corpus.vocab(), run.step == first + c.steps_per_epoch),
-                      id);
-    }
-  }
-  count_losses();
-  run.progress.end_epoch();
-  run.epoch_secs = examples::seconds_since(t_epoch);
-  run.train_time += run.epoch_secs;
-  run.last_train_bpc = epoch_nats / double(std::max<int64_t>(epoch_n, 1)) / kLn2;
-  if (run.step == first + c.steps_per_epoch) epoch_nats = 0.0, epoch_n = 0;  // the next epoch starts afresh
+// One step on a batch of windows: forward in the compute dtype; the loop runs backward seeded
+// with the loss scale, and the trainer checks, unscales, clips and updates.
+train::Objective window_loss(Learner& l, const train::TrainLoop::Batch& batch) {
+  return {sequence_loss(l.model.forward(batch[0], std::nullopt, l.trainer.compute_dtype()).logits, batch[1]), {}};
+}
+
+// The step event: the mean loss since the last one (none when no loss since was finite).
+std::optional<nlohmann::json> step_event(const Learner& l, const train::StepInfo& s, Sums& sums) {
+  if (sums.window_n == 0) return std::nullopt;
+  const double nats = sums.window_nats / double(sums.window_n);
+  nlohmann::json event = {{"event", "step"},
+                          {"step", s.step},
+                          {"epoch", s.epoch},
+                          {"loss", nats},
+                          {"bpc", nats / kLn2},
+                          {"lr", s.lr},
+                          {"grad_norm", l.trainer.last_grad_norm()},
+                          {"scale", l.trainer.last_scale()},  // the scale this step's gradients carried
+                          {"skipped", !l.trainer.last_applied()},
+                          {"skipped_since_last", l.trainer.skipped() - sums.skipped_at_event}};
+  sums.window_nats = 0.0;
+  sums.window_n = 0;
+  sums.skipped_at_event = l.trainer.skipped();
+  return event;
+}
+
+// The sums under "progress." (none of the epoch's when `epoch_done`: the next run starts the next
+// epoch), and the vocabulary's bytes (the id -> byte map) as the i64 tensor "vocab".
+void save_sums(TensorDict& ckpt, const Sums& sums, const Learner& l, const data::CharVocab& vocab, bool epoch_done) {
+  ckpt.set_meta("progress.epoch_nats", state_io::format(epoch_done ? 0.0 : sums.epoch_nats));
+  ckpt.set_meta("progress.epoch_n", std::to_string(epoch_done ? 0 : sums.epoch_n));
+  ckpt.set_meta("progress.window_nats", state_io::format(sums.window_nats));
+  ckpt.set_meta("progress.window_n", std::to_string(sums.window_n));
+  ckpt.set_meta("progress.skipped_in_window", std::to_string(l.trainer.skipped() - sums.skipped_at_event));
+  std::vector<int64_t> bytes;
+  for (unsigned char b : vocab.bytes()) bytes.push_back(int64_t(b));
+  ckpt.add("vocab", from_vector(bytes, {int64_t(bytes.size())}));
+}
+
+void load_sums(const TensorDict& ckpt, Sums& sums, const Learner& l) {
+  using train::progress_double, train::progress_int;
+  sums.epoch_nats = progress_double(ckpt, "epoch_nats");
+  sums.epoch_n = progress_int(ckpt, "epoch_n");
+  sums.window_nats = progress_double(ckpt, "window_nats");
+  sums.window_n = progress_int(ckpt, "window_n");
+  const int64_t skipped = progress_int(ckpt, "skipped_in_window");
+  MT_CHECK(sums.epoch_n >= 0 && sums.window_n >= 0 && skipped >= 0, "--resume: the checkpoint's progress is negative");
+  sums.skipped_at_event = l.trainer.skipped() - skipped;
 }
 
 // ---- evaluation ------------------------------------------------------------------------------
 
 // The validation loss after an epoch (--eval-chars of it; all of it after the last epoch but
 // with --smoke), on stdout and as an "eval" event.
-void evaluate_epoch(Learner& l, const Text& text, const Config& c, const Plan& plan, int epoch,
-                    examples::Metrics& metrics, RunState& run) {
-  const bool whole = epoch == plan.epochs && !c.smoke;  // the final evaluation scores every character
+void evaluate_epoch(Learner& l, const Text& text, const Config& c, const train::TrainLoop& loop, int epoch,
+                    train::Metrics& metrics, Sums& sums) {
+  const bool whole = epoch == loop.epochs_in_run() && !c.smoke;  // the final evaluation scores every character
   const auto t_eval = Clock::now();
-  run.last_val_bpc =
+  sums.last_val_bpc =
       examples::evaluate_nats(l.model, text.val_batches, whole ? 0 : c.eval_chars, l.trainer.compute_dtype()) / kLn2;
-  run.eval_time += examples::seconds_since(t_eval);
+  sums.eval_time += train::seconds_since(t_eval);
   std::printf("epoch %d/%d: train %.3f bpc, validation %.3f bpc%s (unigram %.3f), %.1f s + eval %.1f s\n", epoch,
-              plan.epochs, run.last_train_bpc, run.last_val_bpc, whole ? " (all of it)" : "", text.unigram,
-              run.epoch_secs, examples::seconds_since(t_eval));
+              loop.epochs_in_run(), sums.last_train_bpc, sums.last_val_bpc, whole ? " (all of it)" : "", text.unigram,
+              loop.epoch_seconds(), train::seconds_since(t_eval));
   std::fflush(stdout);
   metrics.write({{"event", "eval"},
                  {"epoch", epoch},
-                 {"step", run.step},
-                 {"train_bpc", run.last_train_bpc},
-                 {"val_bpc", run.last_val_bpc},
-                 {"val_loss", run.last_val_bpc * kLn2},
+                 {"step", loop.steps()},
+                 {"train_bpc", sums.last_train_bpc},
+                 {"val_bpc", sums.last_val_bpc},
+                 {"val_loss", sums.last_val_bpc * kLn2},
                  {"unigram_bpc", text.unigram}});
 }
 
@@ -590,33 +442,34 @@ void print_sample(CharLSTM& model, const data::CharVocab& vocab, const std::stri
 }
 
 // The "summary" event and the closing lines.
-void report_run(const Learner& l, const RunState& run, double wall, double unigram, Device device,
-                examples::Metrics& metrics) {
-  const double step = double(run.step);
-  const double timed = double(std::max<int64_t>(run.times.steps, 1));
+void report_run(const Learner& l, const train::TrainLoop& loop, const Sums& sums, double wall, double unigram,
+                Device device, train::Metrics& metrics) {
+  const double step = double(loop.steps()), train_time = loop.train_seconds();
+  const train::StepTimes& times = loop.times();
+  const double timed = double(std::max<int64_t>(times.steps, 1));
   nlohmann::json summary = {{"event", "summary"},
                             {"device", device.str()},
-                            {"steps", run.step},
-                            {"final_train_bpc", run.last_train_bpc},
-                            {"final_val_bpc", run.last_val_bpc},
+                            {"steps", loop.steps()},
+                            {"final_train_bpc", sums.last_train_bpc},
+                            {"final_val_bpc", sums.last_val_bpc},
                             {"unigram_bpc", unigram},
                             {"parameters", l.model.num_parameters()},
                             {"wall_s", wall},
-                            {"train_s", run.train_time},
-                            {"eval_s", run.eval_time},
-                            {"steps_per_s", step / std::max(run.train_time, 1e-9)},
-                            {"forward_ms", 1e3 * run.times.forward / timed},
-                            {"backward_ms", 1e3 * run.times.backward / timed},
-                            {"update_ms", 1e3 * run.times.update / timed}};
-  examples::add_precision_summary(summary, l.trainer);
-  run.counters.add_to(summary);
+                            {"train_s", train_time},
+                            {"eval_s", sums.eval_time},
+                            {"steps_per_s", step / std::max(train_time, 1e-9)},
+                            {"forward_ms", 1e3 * times.forward / timed},
+                            {"backward_ms", 1e3 * times.backward / timed},
+                            {"update_ms", 1e3 * times.update / timed}};
+  train::add_precision_summary(summary, l.trainer);
+  loop.counters().add_to(summary);
   metrics.write(summary);
-  std::printf("%s\n", examples::precision_summary(l.trainer).c_str());
-  std::printf("%lld steps in %.1f s (train %.1f s, %.2f steps/s; eval %.1f s)\n", (long long)run.step, wall,
-              run.train_time, step / std::max(run.train_time, 1e-9), run.eval_time);
+  std::printf("%s\n", train::precision_summary(l.trainer).c_str());
+  std::printf("%lld steps in %.1f s (train %.1f s, %.2f steps/s; eval %.1f s)\n", (long long)loop.steps(), wall,
+              train_time, step / std::max(train_time, 1e-9), sums.eval_time);
   std::printf("per timed step (%lld of them): forward %.0f ms, backward %.0f ms, clip + update %.0f ms\n",
-              (long long)run.times.steps, 1e3 * run.times.forward / timed, 1e3 * run.times.backward / timed,
-              1e3 * run.times.update / timed);
+              (long long)times.steps, 1e3 * times.forward / timed, 1e3 * times.backward / timed,
+              1e3 * times.update / timed);
 }
 
 }  // namespace
@@ -634,18 +487,17 @@ int main(int argc, char** argv) {
   device_flag.add_to(app);
   Config c;
   c.add_to(app);
-  examples::Checkpointer checkpoint("char_lstm.safetensors");
-  checkpoint.add_to(app);
+  examples::CheckpointFlags checkpoint_flags("char_lstm.safetensors");
+  checkpoint_flags.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
   std::shared_ptr<dist::DataParallel> dp;
   try {
     c.finish(app, flags);
     dp = examples::data_parallel(flags.batch_size, c.dist, "char_lstm");
-    checkpoint.set_ranks(dp->rank(), dp->size());
     const Device device = device_flag.resolve();
     examples::check_output_dir(c.out_dir);
-    checkpoint.finish(c.out_dir);
+    const train::Checkpointer checkpoint = checkpoint_flags.finish(c.out_dir, dp->rank(), dp->size());
     set_num_threads(flags.threads);
     const std::string prompt = unescape(c.prompt);
     MT_CHECK(!prompt.empty(), "--prompt must not be empty");
@@ -660,34 +512,53 @@ int main(int argc, char** argv) {
     if (dp->distributed()) trainer.set_data_parallel(dp);
     const Plan plan = plan_run(c, flags);
     const std::unique_ptr<LRScheduler> sched = make_schedule(trainer.optimizer(), c, plan, flags.lr);
-    Learner learner{model, trainer, sched.get(), dp->distributed() ? dp.get() : nullptr};
+    Learner learner{model, trainer, sched.get()};
     print_setup(c, flags, text, learner, plan, device);
 
-    const examples::RunIdentity id = run_identity(learner, c, flags, text);
-    RunState run;
-    run.progress.quiet = !dp->is_root();
-    if (const std::optional<TensorDict> saved = checkpoint.resume_state(id)) {
-      examples::load_training_state(*saved, "", model, trainer, sched.get());
-      load_progress(*saved, run, gen);
-      std::printf("resumed from %s at step %lld\n", checkpoint.path().c_str(), (long long)run.step);
-    }
-    checkpoint.check_room(char_lstm_checkpoint(learner, run, gen, text.corpus.vocab(), false));
+    const train::RunIdentity id = run_identity(learner, c, flags, text);
+    train::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
 
-    examples::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
-    const int first_epoch = int(std::min(run.step, plan.total_steps - 1) / c.steps_per_epoch) + 1;
-    for (int epoch = first_epoch; epoch <= plan.epochs; ++epoch) {
-      train_epoch(learner, text, gen, c, plan, epoch, metrics, checkpoint, id, run);
-      evaluate_epoch(learner, text, c, plan, epoch, metrics, run);
-    }
-    const double wall = examples::seconds_since(run.t0);
+    // The loop (train/loop.h): random windows drawn from `gen` each step, the loss of each, the
+    // sums the step and eval events report, an evaluation after each epoch.
+    train::TrainLoop loop({.epochs = flags.epochs,
+                           .steps_per_epoch = c.steps_per_epoch,
+                           .max_steps = flags.max_steps,
+                           .log_every = c.log_every,
+                           .log_last_step = true,
+                           .dp = dp->distributed() ? dp : nullptr},
+                          {{.model = &model, .trainer = &trainer, .sched = sched.get(), .loss_column = 0}});
+    loop.add_draws("windows", gen, [&] {
+      data::TextBatch b = text.corpus.random_batch(data::TextSplit::train, flags.batch_size, c.seq_len, gen);
+      return std::vector<Tensor>{b.input, b.target};
+    });
+    loop.objective = [&](const train::TrainLoop::Batch& b, const train::StepInfo&) { return window_loss(learner, b); };
+    Sums sums;
+    loop.tally = [&](const double* nats, int64_t) {
+      if (!std::isfinite(*nats)) return;  // a step the scaler skipped (the loop checked that it was)
+      sums.epoch_nats += *nats, ++sums.epoch_n;
+      sums.window_nats += *nats, ++sums.window_n;
+    };
+    loop.step_event = [&](const train::StepInfo& s) { return step_event(learner, s, sums); };
+    loop.progress_loss = [&] { return sums.epoch_nats / double(std::max<int64_t>(sums.epoch_n, 1)) / kLn2; };
+    loop.epoch_end = [&](int epoch, bool complete) {
+      sums.last_train_bpc = sums.epoch_nats / double(std::max<int64_t>(sums.epoch_n, 1)) / kLn2;
+      if (complete) sums.epoch_nats = 0.0, sums.epoch_n = 0;  // the next epoch starts afresh
+      evaluate_epoch(learner, text, c, loop, epoch, metrics, sums);
+    };
+    loop.save_state = [&](TensorDict& ckpt, bool epoch_done) {
+      save_sums(ckpt, sums, learner, text.corpus.vocab(), epoch_done);
+    };
+    loop.load_state = [&](const TensorDict& ckpt) { load_sums(ckpt, sums, learner); };
+    if (loop.resume(&checkpoint, id))
+      std::printf("resumed from %s at step %lld\n", checkpoint.path().c_str(), (long long)loop.steps());
+    const auto t0 = Clock::now();
+    loop.run(metrics);
+    const double wall = train::seconds_since(t0);
     std::printf("validation %.2f bpc vs unigram entropy %.2f bpc (train %.2f bpc over the last epoch)\n",
-                run.last_val_bpc, text.unigram, run.last_train_bpc);
-
-    checkpoint.save(char_lstm_checkpoint(learner, run, gen, text.corpus.vocab(), run.step % c.steps_per_epoch == 0),
-                    id);
+                sums.last_val_bpc, text.unigram, sums.last_train_bpc);
     std::printf("checkpoint: %s\n", checkpoint.path().c_str());
     if (c.sample_len > 0) print_sample(model, text.corpus.vocab(), prompt, c, flags.seed, trainer.compute_dtype());
-    report_run(learner, run, wall, text.unigram, device, metrics);
+    report_run(learner, loop, sums, wall, text.unigram, device, metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\nchar_lstm: %s\n", e.what());
     if (dp && dp->distributed()) dist::abort_all(1);  // the other ranks may wait in a collective

@@ -15,6 +15,7 @@
 #include <cctype>
 #include <cstdio>
 
+#include "checkpoint.h"
 #include "cnn_train.h"
 #include "common.h"
 #include "mixtape.h"
@@ -84,12 +85,12 @@ struct CnnFlags {
 
 // The closing lines and the "summary" event.
 void report_run(const examples::CnnRun& run, Device device, double wall, const std::string& ckpt_path,
-                const dist::DataParallel& dp, examples::Metrics& metrics) {
+                const dist::DataParallel& dp, train::Metrics& metrics) {
   const PrecisionTrainer& trainer = *run.trainer;
   const int64_t step = run.steps;
   const examples::CnnEval& last = run.last;
   const double train_secs = run.train_secs;
-  std::printf("%s\n", examples::precision_summary(trainer).c_str());
+  std::printf("%s\n", train::precision_summary(trainer).c_str());
   std::printf(
       "final test accuracy %.2f%% after %lld steps on %s; wall %.1f s (training %.1f s, %.1f steps/s); "
       "checkpoint %s\n",
@@ -108,7 +109,7 @@ void report_run(const examples::CnnRun& run, Device device, double wall, const s
                             {"wall_s", wall},
                             {"steps_per_s", double(step) / train_secs},
                             {"nonfinite_losses", run.nonfinite_losses}};
-  examples::add_precision_summary(summary, trainer);
+  train::add_precision_summary(summary, trainer);
   if (dp.distributed()) {
     summary["ranks"] = dp.size();
     summary["all_reduce_s"] = dp.total_sync_seconds();
@@ -135,18 +136,17 @@ int main(int argc, char** argv) {
   dist_flags.add_to(app);
   CnnFlags o;
   o.add_to(app);
-  examples::Checkpointer checkpoint("cnn.safetensors");
-  checkpoint.add_to(app);
+  examples::CheckpointFlags checkpoint_flags("cnn.safetensors");
+  checkpoint_flags.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
   std::shared_ptr<dist::DataParallel> dp;
   try {
     o.finish(app, flags);
     dp = examples::data_parallel(flags.batch_size, dist_flags, "cnn");
-    checkpoint.set_ranks(dp->rank(), dp->size());
     const Device device = device_flag.resolve();
     examples::check_output_dir(o.out_dir);
-    checkpoint.finish(o.out_dir);
+    const train::Checkpointer checkpoint = checkpoint_flags.finish(o.out_dir, dp->rank(), dp->size());
     set_num_threads(flags.threads);
     std::printf("cnn: device %s\n", examples::device_description(device, flags.threads).c_str());
     const auto t_start = std::chrono::steady_clock::now();
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     std::printf("cnn: %lld training and %lld test images from %s\n", (long long)train.images.size(0),
                 (long long)test.images.size(0), o.data_dir.c_str());
 
-    // The model, its training loop and its evaluation: examples/cnn_train.h.
+    // The model, its training (train/loop.h) and its evaluation: examples/cnn_train.h.
     const examples::CnnConfig config{
         .model = o.model == "resnet" ? examples::CnnModel::resnet : examples::CnnModel::cnn,
         .norm = o.norm == "group" ? examples::CnnNorm::group : examples::CnnNorm::batch,
@@ -179,10 +179,10 @@ int main(int argc, char** argv) {
         .checkpoint = &checkpoint,
         .dp = dp->distributed() ? dp : nullptr};
     const PrecisionOptions options = precision.options(flags.seed);
-    examples::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
+    train::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
     const examples::CnnRun run = examples::train_cnn(config, options, train, test, metrics);
 
-    report_run(run, device, examples::seconds_since(t_start), checkpoint.path(), *dp, metrics);
+    report_run(run, device, train::seconds_since(t_start), checkpoint.path(), *dp, metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cnn: error: %s\n", e.what());
     if (dp && dp->distributed()) dist::abort_all(1);  // the other ranks may wait in a collective

@@ -29,7 +29,6 @@
 #include <tuple>
 #include <utility>
 
-#include "checkpoint.h"
 #include "common.h"
 #include "mixtape.h"
 
@@ -80,8 +79,8 @@ struct CnnConfig {
   std::function<void(const mixtape::PrecisionTrainer&, int64_t)> after_step;
   // --optimizer / --amsgrad; the default is AdamW.
   OptimizerFlags optimizer;
-  // --checkpoint / --resume (examples/checkpoint.h); null: no checkpoints.
-  const Checkpointer* checkpoint = nullptr;
+  // --checkpoint / --resume (train/checkpoint.h); null: no checkpoints.
+  const mixtape::train::Checkpointer* checkpoint = nullptr;
   // Data-parallel training (Note [Data-parallel examples] in common.h); null: one process.
   std::shared_ptr<mixtape::dist::DataParallel> dp;
 };
@@ -135,27 +134,18 @@ inline double evaluate_decoder(CnnWithDecoder& m, const mixtape::PrecisionTraine
   return sum / double(n);
 }
 
-// Where a run stands: the next batch, and the running sums of the epoch in progress.
-struct CnnPosition {
-  int64_t epoch = 1, batch = 0;  // the next step trains batch `batch` of epoch `epoch`
-  double loss_sum = 0.0;         // over the epoch's steps so far whose loss was finite
-  int64_t finite = 0;
-};
-
 struct CnnRun {
   std::shared_ptr<mixtape::nn::Sequential> model;
   std::shared_ptr<CnnWithDecoder> with_decoder;  // aux_weight > 0: model and the decoder head
   std::unique_ptr<mixtape::PrecisionTrainer> trainer;
   std::unique_ptr<mixtape::LRScheduler> sched;
-  RunIdentity identity;  // what a checkpoint of this run must match to resume it
-  CnnPosition position;
-  CnnEval last;            // the final evaluation
-  bool evaluated = false;  // `last` holds an evaluation
+  mixtape::train::RunIdentity identity;  // what a checkpoint of this run must match to resume it
+  CnnEval last;                          // the final evaluation
   int64_t steps = 0;
-  double train_secs = 0.0;        // training steps only, without evaluation
-  double final_train_loss = 0.0;  // mean over the last epoch
-  int64_t nonfinite_losses = 0;   // training steps whose loss was inf or NaN
-  StepCounters counters;          // launches, host synchronizations and allocations per step
+  double train_secs = 0.0;                // training steps only, without evaluation
+  double final_train_loss = 0.0;          // mean over the last epoch
+  int64_t nonfinite_losses = 0;           // training steps whose loss was inf or NaN
+  mixtape::train::StepCounters counters;  // launches, host synchronizations and allocations per step
 };
 
 // Note [Operands rescaled exactly]
@@ -316,10 +306,9 @@ inline CnnEval evaluate_cnn(mixtape::nn::Sequential& model, const mixtape::Preci
 
 // The test evaluation after an epoch, on stdout (verbose) and as an "eval" event.
 inline void evaluate_run(CnnRun& run, const CnnConfig& c, const mixtape::data::LabeledImages& test, int epoch,
-                         Metrics& metrics) {
+                         mixtape::train::Metrics& metrics) {
   run.last = evaluate_cnn(*run.model, *run.trainer, test, 256);
   if (run.with_decoder) run.last.aux_mse = evaluate_decoder(*run.with_decoder, *run.trainer, test, 256);
-  run.evaluated = true;
   if (c.verbose)
     std::printf("epoch %d: train loss %.4f  test loss %.4f  test accuracy %.2f%%\n", epoch, run.final_train_loss,
                 run.last.loss, 100.0 * run.last.accuracy);
@@ -331,47 +320,6 @@ inline void evaluate_run(CnnRun& run, const CnnConfig& c, const mixtape::data::L
                          {"test_accuracy", run.last.accuracy}};
   if (run.with_decoder) eval["test_aux_mse"] = run.last.aux_mse;
   metrics.write(eval);
-}
-
-// The model under "model." (with the decoder head when there is one), its generators, trainer and
-// schedule, and the run's position under "progress." (Note [Resumable runs]).
-inline mixtape::TensorDict cnn_checkpoint(const CnnRun& run, int64_t steps_per_epoch) {
-  using namespace mixtape;
-  TensorDict ckpt;
-  const nn::Module& root = run.with_decoder ? static_cast<const nn::Module&>(*run.with_decoder) : *run.model;
-  add_training_state(ckpt, "", root, *run.trainer, run.sched.get());
-  CnnPosition p = run.position;
-  if (p.batch == steps_per_epoch) p = {.epoch = p.epoch + 1};  // the epoch is complete: the next one
-  ckpt.set_meta("progress.step", std::to_string(run.steps));
-  ckpt.set_meta("progress.epoch", std::to_string(p.epoch));
-  ckpt.set_meta("progress.batch", std::to_string(p.batch));
-  ckpt.set_meta("progress.loss_sum", state_io::format(p.loss_sum));
-  ckpt.set_meta("progress.finite", std::to_string(p.finite));
-  ckpt.set_meta("progress.nonfinite_losses", std::to_string(run.nonfinite_losses));
-  ckpt.set_meta("progress.final_train_loss", state_io::format(run.final_train_loss));
-  return ckpt;
-}
-
-inline void save_cnn_checkpoint(const CnnRun& run, const Checkpointer& checkpoint, int64_t steps_per_epoch) {
-  checkpoint.save(cnn_checkpoint(run, steps_per_epoch), run.identity);
-}
-
-// Continues `run` from a checkpoint of cnn_checkpoint.
-inline void resume_cnn(CnnRun& run, const mixtape::TensorDict& ckpt, int64_t steps_per_epoch) {
-  using namespace mixtape;
-  nn::Module& root = run.with_decoder ? static_cast<nn::Module&>(*run.with_decoder) : *run.model;
-  load_training_state(ckpt, "", root, *run.trainer, run.sched.get());
-  CnnPosition& p = run.position;
-  run.steps = progress_int(ckpt, "step");
-  p.epoch = progress_int(ckpt, "epoch");
-  p.batch = progress_int(ckpt, "batch");
-  p.loss_sum = progress_double(ckpt, "loss_sum");
-  p.finite = progress_int(ckpt, "finite");
-  run.nonfinite_losses = progress_int(ckpt, "nonfinite_losses");
-  run.final_train_loss = progress_double(ckpt, "final_train_loss");
-  MT_CHECK(run.steps >= 0 && p.epoch >= 1 && p.batch >= 0 && p.batch < steps_per_epoch && p.finite >= 0,
-           "--resume: ", "the checkpoint's position (step ", run.steps, ", epoch ", p.epoch, ", batch ", p.batch,
-           ") does not fit this run's ", steps_per_epoch, " batches per epoch");
 }
 
 // The training images' augmentation (none, by default): a shift, then a mirror.
@@ -391,13 +339,10 @@ inline std::string augmentation_name(const CnnConfig& c) {
   return s;
 }
 
-// Trains a fresh model (initialized from c.seed) under `precision`, or continues the one saved at
-// --checkpoint with --resume; writes step, telemetry and eval events to `metrics`, and saves every
-// --checkpoint-every steps. A step whose loss is inf or NaN is counted, not fatal: that is what
-// some configurations of the precision lab do, and the table says so.
-inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& precision,
-                        const mixtape::data::LabeledImages& train, const mixtape::data::LabeledImages& test,
-                        Metrics& metrics) {
+// Builds a fresh model (initialized from c.seed) and its trainer under `precision`; the model is
+// built on the CPU (the same initial weights on every device), takes rank 0's state, and moves to
+// the device before the trainer is built, so masters and optimizer state follow the parameters.
+inline CnnRun make_cnn_run(const CnnConfig& c, const mixtape::PrecisionOptions& precision, int64_t steps_per_epoch) {
   using namespace mixtape;
   CnnRun run;
   Generator gen(c.seed);
@@ -409,136 +354,119 @@ inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& pre
     root = run.with_decoder.get();
   }
   if (c.dp) c.dp->broadcast(*root);  // rank 0's initial state on every rank
-  root->to(c.device);                // before the trainer: masters and optimizer state follow the parameters
+  root->to(c.device);
   run.trainer = std::make_unique<PrecisionTrainer>(
       *root,
       c.optimizer.spec(
           OptimizerSpec{.kind = OptimizerKind::adamw, .lr = c.lr, .weight_decay = c.weight_decay, .eps = c.adam_eps}),
       precision);
-  PrecisionTrainer& trainer = *run.trainer;
-  if (c.dp) trainer.set_data_parallel(c.dp);
-  nn::Sequential& model = *run.model;
-  if (c.verbose)
-    std::printf("%s\n%lld parameters\nprecision: %s\n", model.str().c_str(), (long long)model.num_parameters(),
-                trainer.describe().c_str());
-  Optimizer& opt = trainer.optimizer();
+  if (c.dp) run.trainer->set_data_parallel(c.dp);
+  // The schedule spans the planned run; --max-steps only stops it (Note [Resumable runs]).
+  run.sched = std::make_unique<LRScheduler>(run.trainer->optimizer(), CosineAnnealingLR(steps_per_epoch * c.epochs));
+  return run;
+}
 
+// Trains a fresh model under `precision`, or continues the one saved at --checkpoint with
+// --resume (train/loop.h); writes step, telemetry and eval events to `metrics`. A step whose loss
+// is inf or NaN is counted, not fatal: that is what some configurations of the precision lab do,
+// and the table says so.
+inline CnnRun train_cnn(const CnnConfig& c, const mixtape::PrecisionOptions& precision,
+                        const mixtape::data::LabeledImages& train, const mixtape::data::LabeledImages& test,
+                        mixtape::train::Metrics& metrics) {
+  using namespace mixtape;
   data::DataLoader loader(
       data::TensorDataset({train.images, train.labels}),
       {.batch_size = c.batch_size, .shuffle = true, .drop_last = true, .seed = c.seed, .transform = augmentation(c)});
   const int64_t steps_per_epoch = train.images.size(0) / c.batch_size;
   MT_CHECK(steps_per_epoch > 0, train.images.size(0), " training images make no batch of ", c.batch_size);
-  // The schedule spans the planned run; --max-steps only stops it (Note [Resumable runs]).
-  run.sched = std::make_unique<LRScheduler>(opt, CosineAnnealingLR(steps_per_epoch * c.epochs));
-  LRScheduler& sched = *run.sched;
-  const int64_t total_steps =
-      c.max_steps > 0 ? std::min<int64_t>(c.max_steps, steps_per_epoch * c.epochs) : steps_per_epoch * c.epochs;
-
+  CnnRun run = make_cnn_run(c, precision, steps_per_epoch);
+  nn::Sequential& model = *run.model;
+  PrecisionTrainer& trainer = *run.trainer;
+  nn::Module& root = run.with_decoder ? static_cast<nn::Module&>(*run.with_decoder) : model;
+  if (c.verbose)
+    std::printf("%s\n%lld parameters\nprecision: %s\n", model.str().c_str(), (long long)model.num_parameters(),
+                trainer.describe().c_str());
   run.identity = {{"program", "cnn"},
-                  {"model", root->str()},
+                  {"model", root.str()},
                   {"batch_size", std::to_string(c.batch_size)},
                   {"seed", std::to_string(c.seed)},
                   {"training_images", std::to_string(train.images.size(0))}};
   if (c.hflip || c.crop_padding > 0)  // absent without: older checkpoints still resume
     run.identity.emplace_back("augment", augmentation_name(c));
-  add_precision_identity(run.identity, trainer);
-  if (c.checkpoint) {
-    if (const std::optional<TensorDict> saved = c.checkpoint->resume_state(run.identity)) {
-      resume_cnn(run, *saved, steps_per_epoch);
-      if (c.verbose)
-        std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", c.checkpoint->path().c_str(),
-                    (long long)run.steps, (long long)run.position.epoch, (long long)run.position.batch);
-    }
-    c.checkpoint->check_room(cnn_checkpoint(run, steps_per_epoch));
-  }
+  train::add_precision_identity(run.identity, trainer);
 
-  Progress progress(c.epochs, steps_per_epoch);
-  int64_t& step = run.steps;
-  CnnPosition& pos = run.position;
-  // The losses wait on the device until a step logs (Note [Readout block]); then they are
-  // counted, in order, into the epoch's sums.
-  LossLog losses(c.log_every, trainer.device());
-  double last_loss = 0.0;
-  const auto count_losses = [&] {
-    std::vector<double> taken = losses.take();
-    if (c.dp) c.dp->mean_over_ranks(taken);  // the global batch's loss, the same on every rank
-    for (const double l : taken) {
-      last_loss = l;
-      if (std::isfinite(l)) {
-        pos.loss_sum += l;
-        ++pos.finite;
-      } else {
-        ++run.nonfinite_losses;
-      }
-    }
+  train::TrainLoop loop({.epochs = c.epochs,
+                         .steps_per_epoch = steps_per_epoch,
+                         .max_steps = c.max_steps,
+                         .log_every = c.log_every,
+                         .progress = c.progress,
+                         .dp = c.dp},
+                        {{.model = &root, .trainer = &trainer, .sched = run.sched.get()}});
+  loop.add_loader(loader);
+  RescaledLinear* spiked = c.spike_every > 0 ? dynamic_cast<RescaledLinear*>(model[kFirstLinear].get()) : nullptr;
+  loop.objective = [&](const train::TrainLoop::Batch& b, const train::StepInfo& s) -> train::Objective {
+    if (spiked) spiked->set_spike_log2(s.step % c.spike_every == 0 ? c.spike_log2 : 0);
+    Variable logits, recon;
+    if (run.with_decoder) std::tie(logits, recon) = run.with_decoder->forward(Variable(trainer.input(b[0])));
+    else logits = model(Variable(trainer.input(b[0])));
+    if (spiked) spiked->set_spike_log2(0);
+    const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), trainer.input(b[1]));
+    if (c.loss_weight == 1.0 && !recon.defined()) return {loss, {}};
+    Variable weighted = loss * c.loss_weight;  // the precision lab's stress regimes; the unweighted loss is reported
+    if (recon.defined())
+      weighted = weighted + mse_loss(nn::fp32_input(OpId::mse_loss, recon), b[0].to(trainer.device()).to(DType::f32)) *
+                                c.aux_weight;
+    return {weighted, {loss.data()}};
   };
-  for (; pos.epoch <= c.epochs && step < total_steps; ++pos.epoch, pos.batch = 0, pos.loss_sum = 0, pos.finite = 0) {
-    const int epoch = int(pos.epoch);
-    progress.start_epoch();
-    const auto t_epoch = std::chrono::steady_clock::now();
-    EpochBatches batches(loader, epoch, pos.batch, trainer.device());  // Note [Batches staged on the device]
-    while (std::optional<data::Batch> next = batches.next()) {
-      data::Batch& b = *next;
-      if (c.dp)
-        for (Tensor& t : b.tensors) t = c.dp->shard_rows(t);  // this rank's rows of the global batch
-      run.counters.begin_step();
-      Tape tape;
-      trainer.begin_step(tape);
-      Variable logits, recon;
-      if (c.spike_every > 0)
-        std::dynamic_pointer_cast<RescaledLinear>(model[kFirstLinear])
-            ->set_spike_log2((step + 1) % c.spike_every == 0 ? c.spike_log2 : 0);
-      if (run.with_decoder) std::tie(logits, recon) = run.with_decoder->forward(Variable(trainer.input(b[0])));
-      else logits = model(Variable(trainer.input(b[0])));
-      if (c.spike_every > 0) std::dynamic_pointer_cast<RescaledLinear>(model[kFirstLinear])->set_spike_log2(0);
-      const Variable loss = cross_entropy(nn::fp32_input(OpId::cross_entropy, logits), trainer.input(b[1]));
-      if (c.loss_weight == 1.0 && !recon.defined()) {
-        trainer.backward(tape, loss);
-      } else {
-        Variable weighted = loss * c.loss_weight;
-        if (recon.defined())
-          weighted =
-              weighted +
-              mse_loss(nn::fp32_input(OpId::mse_loss, recon), b[0].to(trainer.device()).to(DType::f32)) * c.aux_weight;
-        trainer.backward(tape, weighted);
-      }
-      const double lr = opt.lr();
-      trainer.step();  // decided where the gradients are; read below only when a step logs
-      sched.step();
-      metrics.write_telemetry(trainer);
-      ++step;
-      if (c.after_step) c.after_step(trainer, step);
-      pos.batch = b.index + 1;
-      const bool full = losses.add(loss.data());
-      const bool logs = step % c.log_every == 0;
-      if (logs || full) count_losses();  // the one read of a logging step
-      if (c.progress && logs)
-        progress.update(epoch, pos.batch, pos.loss_sum / double(std::max<int64_t>(pos.finite, 1)));
-      if (logs)
-        metrics.write({{"event", "step"},
-                       {"step", step},
-                       {"epoch", epoch},
-                       {"loss", std::isfinite(last_loss) ? nlohmann::json(last_loss) : nlohmann::json(nullptr)},
-                       {"lr", lr},
-                       {"scale", trainer.last_scale()},  // the scale this step's gradients carried
-                       {"skipped", !trainer.last_applied()},
-                       {"grad_norm", trainer.last_grad_norm()}});
-      run.counters.end_step(logs || trainer.sampled());
-      if (c.checkpoint && c.checkpoint->due(step) && step < total_steps) {
-        count_losses();
-        save_cnn_checkpoint(run, *c.checkpoint, steps_per_epoch);
-      }
-      if (step >= total_steps) break;
-    }
-    count_losses();
-    if (c.progress) progress.update(epoch, pos.batch, pos.loss_sum / double(std::max<int64_t>(pos.finite, 1)), true);
-    run.train_secs += seconds_since(t_epoch);
-    run.final_train_loss = pos.finite > 0 ? pos.loss_sum / double(pos.finite) : std::nan("");
+
+  // The epoch's running sums over its steps whose loss was finite (saved with the checkpoint).
+  double loss_sum = 0.0, last_loss = 0.0;
+  int64_t finite = 0;
+  loop.tally = [&](const double* v, int64_t) {
+    last_loss = v[0];
+    if (std::isfinite(last_loss)) loss_sum += last_loss, ++finite;
+    else ++run.nonfinite_losses;
+  };
+  loop.after_step = [&](const train::StepInfo& s) {
+    if (c.after_step) c.after_step(trainer, s.step);
+  };
+  loop.step_event = [&](const train::StepInfo& s) -> std::optional<nlohmann::json> {
+    return nlohmann::json{{"event", "step"},
+                          {"step", s.step},
+                          {"epoch", s.epoch},
+                          {"loss", std::isfinite(last_loss) ? nlohmann::json(last_loss) : nlohmann::json(nullptr)},
+                          {"lr", s.lr},
+                          {"scale", trainer.last_scale()},  // the scale this step's gradients carried
+                          {"skipped", !trainer.last_applied()},
+                          {"grad_norm", trainer.last_grad_norm()}};
+  };
+  loop.progress_loss = [&] { return loss_sum / double(std::max<int64_t>(finite, 1)); };
+  loop.epoch_end = [&](int epoch, bool complete) {
+    run.steps = loop.steps();
+    run.final_train_loss = finite > 0 ? loss_sum / double(finite) : std::nan("");
     evaluate_run(run, c, test, epoch, metrics);
-    if (step >= total_steps && pos.batch < steps_per_epoch) break;  // stopped inside the epoch: resume there
-  }
-  if (!run.evaluated) evaluate_run(run, c, test, int(pos.epoch) - 1, metrics);  // resumed at the end of the run
-  if (c.checkpoint) save_cnn_checkpoint(run, *c.checkpoint, steps_per_epoch);
+    if (complete) loss_sum = 0.0, finite = 0;
+  };
+  loop.save_state = [&](TensorDict& ckpt, bool epoch_done) {
+    ckpt.set_meta("progress.loss_sum", state_io::format(epoch_done ? 0.0 : loss_sum));
+    ckpt.set_meta("progress.finite", std::to_string(epoch_done ? 0 : finite));
+    ckpt.set_meta("progress.nonfinite_losses", std::to_string(run.nonfinite_losses));
+    ckpt.set_meta("progress.final_train_loss", state_io::format(run.final_train_loss));
+  };
+  loop.load_state = [&](const TensorDict& ckpt) {
+    loss_sum = train::progress_double(ckpt, "loss_sum");
+    finite = train::progress_int(ckpt, "finite");
+    run.nonfinite_losses = train::progress_int(ckpt, "nonfinite_losses");
+    run.final_train_loss = train::progress_double(ckpt, "final_train_loss");
+    MT_CHECK(finite >= 0 && run.nonfinite_losses >= 0, "--resume: the checkpoint's loss counts are negative");
+  };
+
+  if (loop.resume(c.checkpoint, run.identity) && c.verbose)
+    std::printf("resumed from %s at %s\n", c.checkpoint->path().c_str(), loop.position().c_str());
+  loop.run(metrics);
+  run.steps = loop.steps();
+  run.train_secs = loop.train_seconds();
+  run.counters = loop.counters();
   return run;
 }
 

@@ -312,19 +312,14 @@ struct PhaseTimes {
   }
 };
 
-// One step on a batch of real images ([B, nc, S, S], on the host or staged on the device) and the
-// global batch's noise: examples::gan_step (D's update, then G's, each through its own trainer)
-// with each phase timed when the step is; telemetry of sampled steps goes to `metrics`.
-examples::GanStepResult train_step(Gan& gan, const Tensor& real_images, const Tensor& noise, PhaseTimes& times,
-                                   examples::Metrics& metrics) {
-  const Tensor z = gan.g_trainer->input(gan.dp->shard_rows(noise));  // this rank's rows of the noise
+// One step on this rank's rows of a batch of real images ([B, nc, S, S], on the device) and of
+// the noise: examples::gan_step (D's update, then G's, each through its own trainer), with each
+// phase timed when the step is.
+examples::GanStepResult train_step(Gan& gan, const Tensor& real_images, const Tensor& noise, PhaseTimes& times) {
   const examples::GanNets nets{*gan.G,          *gan.D,          *gan.g_trainer, *gan.d_trainer,
                                gan.real_labels, gan.fake_labels, gan.d_params};
-  return examples::gan_step(nets, real_images, z, [&](examples::GanPhase phase) {
-    times.lap(times.slot(phase));
-    if (phase == examples::GanPhase::d_opt) metrics.write_telemetry(*gan.d_trainer, "D.");
-    if (phase == examples::GanPhase::g_opt) metrics.write_telemetry(*gan.g_trainer, "G.");
-  });
+  return examples::gan_step(nets, real_images, gan.g_trainer->input(noise),
+                            [&](examples::GanPhase phase) { times.lap(times.slot(phase)); });
 }
 
 // ---- the training loop -----------------------------------------------------------------------
@@ -335,83 +330,46 @@ struct GanValues {
   bool finite() const { return std::isfinite(loss_d) && std::isfinite(loss_g); }
 };
 
-// What the whole run has done so far.
-struct RunState {
-  int64_t step = 0;
-  double train_secs = 0.0;          // training steps only, without sample grids and checkpoints
-  GanValues last;                   // the last step whose losses were finite
-  PhaseTimes times;                 // summed over the epochs
-  examples::StepCounters counters;  // launches, host synchronizations and allocations per step
-  bool stop = false;                // --max-steps reached
-};
-
-// One epoch's sums over its steps whose losses were finite.
+// One epoch's sums over its steps whose losses were finite, saved with the checkpoint.
 struct EpochStats {
   double sum_d = 0, sum_g = 0, sum_real = 0, sum_fake = 0;
   int64_t steps = 0, scored = 0;  // steps, and those with finite losses (the averages')
-  PhaseTimes times;
+  PhaseTimes times;               // (not saved)
 
   double n() const { return double(std::max<int64_t>(scored, 1)); }
 };
 
-// Where a run stands: the next batch, and the sums of the epoch in progress.
-struct Position {
-  int64_t epoch = 1, batch = 0;  // the next step trains batch `batch` of epoch `epoch`
-  EpochStats stats;              // of epoch `epoch` so far (times are not saved)
-};
-
-// Both networks with what trains them ("generator." and "discriminator.": model, generators,
-// trainer), the noise generator and the position under "progress." (Note [Resumable runs]).
-TensorDict dcgan_checkpoint(const Gan& gan, int64_t step, Position p, int64_t batches_per_epoch) {
-  if (p.batch == batches_per_epoch) p = {.epoch = p.epoch + 1};  // the epoch is complete: the next one
-  TensorDict ckpt;
-  examples::add_training_state(ckpt, "generator.", *gan.G, *gan.g_trainer, nullptr);
-  examples::add_training_state(ckpt, "discriminator.", *gan.D, *gan.d_trainer, nullptr);
-  examples::add_generator(ckpt, "progress.noise", gan.noise_gen);
-  ckpt.set_meta("progress.step", std::to_string(step));
-  ckpt.set_meta("progress.epoch", std::to_string(p.epoch));
-  ckpt.set_meta("progress.batch", std::to_string(p.batch));
-  const EpochStats& e = p.stats;
+// The sums under "progress." (none when `epoch_done`: the next run starts the next epoch).
+void save_stats(TensorDict& ckpt, const EpochStats& stats, bool epoch_done) {
+  const EpochStats e = epoch_done ? EpochStats{} : stats;
   for (const auto& [key, v] :
        {std::pair{"sum_d", e.sum_d}, {"sum_g", e.sum_g}, {"sum_real", e.sum_real}, {"sum_fake", e.sum_fake}})
     ckpt.set_meta(std::string("progress.") + key, state_io::format(v));
   ckpt.set_meta("progress.steps", std::to_string(e.steps));
   ckpt.set_meta("progress.scored", std::to_string(e.scored));
-  return ckpt;
 }
 
-// Continues from a checkpoint of dcgan_checkpoint; returns the step it was saved at.
-int64_t resume_dcgan(const TensorDict& ckpt, Gan& gan, Position& p, int64_t batches_per_epoch) {
-  using examples::progress_double, examples::progress_int;
-  examples::load_training_state(ckpt, "generator.", *gan.G, *gan.g_trainer, nullptr);
-  examples::load_training_state(ckpt, "discriminator.", *gan.D, *gan.d_trainer, nullptr);
-  examples::load_generator(ckpt, "progress.noise", gan.noise_gen);
-  const int64_t step = progress_int(ckpt, "step");
-  p.epoch = progress_int(ckpt, "epoch");
-  p.batch = progress_int(ckpt, "batch");
-  EpochStats& e = p.stats;
+void load_stats(const TensorDict& ckpt, EpochStats& e) {
+  using train::progress_double, train::progress_int;
   e.sum_d = progress_double(ckpt, "sum_d");
   e.sum_g = progress_double(ckpt, "sum_g");
   e.sum_real = progress_double(ckpt, "sum_real");
   e.sum_fake = progress_double(ckpt, "sum_fake");
   e.steps = progress_int(ckpt, "steps");
   e.scored = progress_int(ckpt, "scored");
-  MT_CHECK(step >= 0 && p.epoch >= 1 && p.batch >= 0 && p.batch < batches_per_epoch && e.steps >= 0 && e.scored >= 0,
-           "--resume: the checkpoint's position (step ", step, ", epoch ", p.epoch, ", batch ", p.batch,
-           ") does not fit this run's ", batches_per_epoch, " batches per epoch");
-  return step;
+  MT_CHECK(e.steps >= 0 && e.scored >= 0, "--resume: the checkpoint's step counts are negative");
 }
 
 // What a checkpoint must match to be resumed by this run.
-examples::RunIdentity run_identity(const Gan& gan, const examples::CommonFlags& flags, int64_t images) {
-  examples::RunIdentity id = {{"program", "dcgan"},
-                              {"generator", gan.G->str()},
-                              {"discriminator", gan.D->str()},
-                              {"batch_size", std::to_string(flags.batch_size)},
-                              {"seed", std::to_string(flags.seed)},
-                              {"training_images", std::to_string(images)}};
-  examples::add_precision_identity(id, *gan.g_trainer, "G.");
-  examples::add_precision_identity(id, *gan.d_trainer, "D.");
+train::RunIdentity run_identity(const Gan& gan, const examples::CommonFlags& flags, int64_t images) {
+  train::RunIdentity id = {{"program", "dcgan"},
+                           {"generator", gan.G->str()},
+                           {"discriminator", gan.D->str()},
+                           {"batch_size", std::to_string(flags.batch_size)},
+                           {"seed", std::to_string(flags.seed)},
+                           {"training_images", std::to_string(images)}};
+  train::add_precision_identity(id, *gan.g_trainer, "G.");
+  train::add_precision_identity(id, *gan.d_trainer, "D.");
   return id;
 }
 
@@ -421,105 +379,22 @@ std::string step_png(const std::string& dir, int64_t step) {
   return examples::output_path(dir, name);
 }
 
-// One pass over the data from p.batch (or up to --max-steps): each step, its checks, its step
-// event, --sample-every grid and --checkpoint-every save.
-void train_epoch(Gan& gan, data::DataLoader& loader, Position& p, const DcganFlags& o, int64_t max_steps,
-                 const examples::Checkpointer& checkpoint, const examples::RunIdentity& id,
-                 examples::Progress& progress, examples::Metrics& metrics, RunState& run) {
-  progress.start_epoch();
-  const auto t_epoch = Clock::now();
-  const int epoch = int(p.epoch);
-  EpochStats& e = p.stats;
-  e.times = PhaseTimes{};
-  e.times.device = gan.device;
-  const bool on_gpu = gan.device.is_cuda();
-  const int64_t batches = loader.batches_per_epoch();
-  const int64_t epoch_end = run.step + (batches - p.batch);  // this epoch's last step, or --max-steps
-  const int64_t last_step = max_steps > 0 ? std::min(epoch_end, max_steps) : epoch_end;
-  examples::EpochBatches images(loader, epoch, p.batch, gan.device);  // Note [Batches staged on the device]
-  examples::StagedDraws noise(gan.device, [&] {                       // Note [Draws staged on the device]
-    return std::vector<Tensor>{normal({gan.global_batch, gan.nz, 1, 1}, 0.0, 1.0, gan.noise_gen)};
-  });
-  // The step values wait on the device until a step logs (Note [Readout block]); then they are
-  // counted, in order, into the epoch's sums, with the steps each scaler skipped meanwhile.
-  examples::LossLog log(o.log_every, gan.device, 4);
-  int64_t counted_up_to = run.step;  // the last step whose values are counted
-  int64_t skipped_d = gan.d_trainer->skipped(), skipped_g = gan.g_trainer->skipped();
-  GanValues last;  // the last step counted
-  const auto count = [&] {
-    std::vector<double> v = log.take();
-    if (gan.dp->distributed()) gan.dp->mean_over_ranks(v);  // the global batch's values, the same on every rank
-    const int64_t new_skipped_d = gan.d_trainer->skipped() - skipped_d;
-    const int64_t new_skipped_g = gan.g_trainer->skipped() - skipped_g;
-    skipped_d += new_skipped_d, skipped_g += new_skipped_g;
-    int64_t nonfinite_d = 0, nonfinite_g = 0;
-    for (size_t i = 0; i + 3 < v.size(); i += 4) {
-      last = {.loss_d = v[i], .loss_g = v[i + 1], .d_real = v[i + 2], .d_fake = v[i + 3]};
-      // A step a scaler skipped changed nothing; more non-finite losses than skipped steps mean
-      // a step with a non-finite loss was applied: training diverged. (A non-finite loss has
-      // non-finite gradients, which every skipping scaler skips.)
-      nonfinite_d += !std::isfinite(last.loss_d);
-      nonfinite_g += !std::isfinite(last.loss_g);
-      MT_CHECK(nonfinite_d <= new_skipped_d && nonfinite_g <= new_skipped_g, "the losses became loss_d ", last.loss_d,
-               ", loss_g ", last.loss_g, " at step ", counted_up_to + int64_t(i / 4) + 1, " under ",
-               gan.g_trainer->describe(), " (try a smaller --lr", examples::diverged_hint(*gan.g_trainer));
-      if (last.finite()) {
-        e.sum_d += last.loss_d;
-        e.sum_g += last.loss_g;
-        e.sum_real += last.d_real;
-        e.sum_fake += last.d_fake;
-        ++e.scored;
-        run.last = last;
-      }
-    }
-    counted_up_to += int64_t(v.size() / 4);
-  };
-  e.times.start();
-  while (std::optional<data::Batch> next = images.next()) {
-    data::Batch& b = *next;
-    const bool logs = (run.step + 1) % o.log_every == 0;
-    const bool reads = logs || run.step + 1 >= last_step;
-    e.times.timing = reads || !on_gpu;
-    e.times.lap(e.times.data);
-    const Tensor z = noise.next(checkpoint.steps_until_due(run.step + 1, last_step))[0];
-    run.counters.begin_step();
-    const examples::GanStepResult r = train_step(gan, gan.dp->shard_rows(b[0]), z, e.times, metrics);
-    e.times.steps += e.times.timing;
-    ++run.step;
-    ++e.steps;
-    if (log.add(r.values()) || reads) count();  // the one read of a step that logs
-    if (reads) progress.update(epoch, e.steps, e.sum_d / e.n());
-    if (logs && last.finite())
-      metrics.write({{"event", "step"},
-                     {"step", run.step},
-                     {"epoch", epoch},
-                     {"loss", last.loss_d},
-                     {"loss_d", last.loss_d},
-                     {"loss_g", last.loss_g},
-                     {"d_real", last.d_real},
-                     {"d_fake", last.d_fake},
-                     {"lr", gan.d_trainer->optimizer().lr()},
-                     {"d_scale", gan.d_trainer->last_scale()},  // the scales this step's gradients carried
-                     {"d_skipped", !gan.d_trainer->last_applied()},
-                     {"g_scale", gan.g_trainer->last_scale()},
-                     {"g_skipped", !gan.g_trainer->last_applied()}});
-    run.counters.end_step(reads || gan.g_trainer->sampled() || gan.d_trainer->sampled());
-    if (o.sample_every > 0 && run.step % o.sample_every == 0) gan.write_samples(step_png(o.out_dir, run.step));
-    p.batch = b.index + 1;
-    if (max_steps > 0 && run.step >= max_steps) {
-      run.stop = true;
-      break;
-    }
-    if (checkpoint.due(run.step)) {
-      count();
-      checkpoint.save(dcgan_checkpoint(gan, run.step, p, batches), id);
-    }
-    e.times.start();
-  }
-  count();
-  progress.update(epoch, e.steps, e.sum_d / e.n(), true);
-  run.train_secs += examples::seconds_since(t_epoch);
-  run.times += e.times;
+// The step event of a logging step, when its losses were finite.
+std::optional<nlohmann::json> step_event(const Gan& gan, const train::StepInfo& s, const GanValues& v) {
+  if (!v.finite()) return std::nullopt;
+  return nlohmann::json{{"event", "step"},
+                        {"step", s.step},
+                        {"epoch", s.epoch},
+                        {"loss", v.loss_d},
+                        {"loss_d", v.loss_d},
+                        {"loss_g", v.loss_g},
+                        {"d_real", v.d_real},
+                        {"d_fake", v.d_fake},
+                        {"lr", gan.d_trainer->optimizer().lr()},
+                        {"d_scale", gan.d_trainer->last_scale()},  // the scales this step's gradients carried
+                        {"d_skipped", !gan.d_trainer->last_applied()},
+                        {"g_scale", gan.g_trainer->last_scale()},
+                        {"g_skipped", !gan.g_trainer->last_applied()}};
 }
 
 // ---- checkpoint, sample grids and reports ----------------------------------------------------
@@ -531,7 +406,7 @@ std::string epoch_png(const std::string& dir, int epoch) {
 }
 
 // The epoch's averages and phase times, on stdout and as an "eval" event.
-void report_epoch(int epoch, const EpochStats& e, const std::string& png, examples::Metrics& metrics) {
+void report_epoch(int epoch, const EpochStats& e, const std::string& png, train::Metrics& metrics) {
   const double n = e.n();
   const nlohmann::json ms = e.times.per_step();
   std::printf("epoch %d: loss_d %.4f  loss_g %.4f  D(x) %.3f  D(G(z)) %.3f  -> %s\n", epoch, e.sum_d / n, e.sum_g / n,
@@ -553,26 +428,27 @@ void report_epoch(int epoch, const EpochStats& e, const std::string& png, exampl
 }
 
 // The closing lines and the "summary" event.
-void report_run(const Gan& gan, const RunState& run, Device device, double wall, const std::string& ckpt_path,
-                examples::Metrics& metrics) {
-  std::printf("%lld steps; wall %.1f s (training %.1f s, %.2f steps/s); checkpoint %s\n", (long long)run.step, wall,
-              run.train_secs, double(run.step) / run.train_secs, ckpt_path.c_str());
-  std::printf("generator: %s\ndiscriminator: %s\n", examples::precision_summary(*gan.g_trainer).c_str(),
-              examples::precision_summary(*gan.d_trainer).c_str());
+void report_run(const Gan& gan, const train::TrainLoop& loop, const GanValues& last, const PhaseTimes& times,
+                Device device, double wall, const std::string& ckpt_path, train::Metrics& metrics) {
+  const double steps = double(loop.steps()), train_secs = loop.train_seconds();
+  std::printf("%lld steps; wall %.1f s (training %.1f s, %.2f steps/s); checkpoint %s\n", (long long)loop.steps(), wall,
+              train_secs, steps / train_secs, ckpt_path.c_str());
+  std::printf("generator: %s\ndiscriminator: %s\n", train::precision_summary(*gan.g_trainer).c_str(),
+              train::precision_summary(*gan.d_trainer).c_str());
   nlohmann::json summary = {{"event", "summary"},
                             {"device", device.str()},
                             {"precision", nn::precision_name(gan.g_trainer->precision())},
-                            {"steps", run.step},
-                            {"final_loss_d", run.last.loss_d},
-                            {"final_loss_g", run.last.loss_g},
-                            {"final_d_real", run.last.d_real},
-                            {"final_d_fake", run.last.d_fake},
-                            {"ms_per_step", run.times.per_step()},
+                            {"steps", loop.steps()},
+                            {"final_loss_d", last.loss_d},
+                            {"final_loss_g", last.loss_g},
+                            {"final_d_real", last.d_real},
+                            {"final_d_fake", last.d_fake},
+                            {"ms_per_step", times.per_step()},
                             {"wall_s", wall},
-                            {"steps_per_s", double(run.step) / run.train_secs}};
-  examples::add_precision_summary(summary, *gan.g_trainer, "g_");
-  examples::add_precision_summary(summary, *gan.d_trainer, "d_");
-  run.counters.add_to(summary);
+                            {"steps_per_s", steps / train_secs}};
+  train::add_precision_summary(summary, *gan.g_trainer, "g_");
+  train::add_precision_summary(summary, *gan.d_trainer, "d_");
+  loop.counters().add_to(summary);
   metrics.write(summary);
 }
 
@@ -592,18 +468,17 @@ int main(int argc, char** argv) {
   device_flag.add_to(app);
   DcganFlags o;
   o.add_to(app);
-  examples::Checkpointer checkpoint("dcgan.safetensors");
-  checkpoint.add_to(app);
+  examples::CheckpointFlags checkpoint_flags("dcgan.safetensors");
+  checkpoint_flags.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
   std::shared_ptr<dist::DataParallel> dp;
   try {
     o.finish(app, flags);
     dp = examples::data_parallel(flags.batch_size, o.dist, "dcgan");
-    checkpoint.set_ranks(dp->rank(), dp->size());
     const Device device = device_flag.resolve();
     examples::check_output_dir(o.out_dir);
-    checkpoint.finish(o.out_dir);
+    const train::Checkpointer checkpoint = checkpoint_flags.finish(o.out_dir, dp->rank(), dp->size());
     set_num_threads(flags.threads);
     const auto t_start = Clock::now();
 
@@ -612,29 +487,73 @@ int main(int argc, char** argv) {
     data::DataLoader loader(data::TensorDataset({images}),
                             {.batch_size = flags.batch_size, .shuffle = true, .drop_last = true, .seed = flags.seed});
     const int64_t batches = loader.batches_per_epoch();
-    const examples::RunIdentity id = run_identity(gan, flags, images.size(0));
-    RunState run;
-    Position p;
-    if (const std::optional<TensorDict> saved = checkpoint.resume_state(id)) {
-      run.step = resume_dcgan(*saved, gan, p, batches);
-      std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n", checkpoint.path().c_str(),
-                  (long long)run.step, (long long)p.epoch, (long long)p.batch);
-    }
-    checkpoint.check_room(dcgan_checkpoint(gan, run.step, p, batches));
-    run.stop = flags.max_steps > 0 && run.step >= flags.max_steps;
-    examples::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
-    examples::Progress progress(flags.epochs, batches);
-    progress.quiet = !dp->is_root();
+    const train::RunIdentity id = run_identity(gan, flags, images.size(0));
+    train::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
 
-    for (; p.epoch <= flags.epochs && !run.stop; ++p.epoch, p.batch = 0, p.stats = {}) {
-      train_epoch(gan, loader, p, o, flags.max_steps, checkpoint, id, progress, metrics, run);
-      const std::string png = epoch_png(o.out_dir, int(p.epoch));
+    // The loop (train/loop.h): batches of images and noise drawn per step, D's update then G's
+    // (each through its own trainer), the sums the events report, a sample grid after each epoch.
+    train::TrainLoop loop({.epochs = flags.epochs,
+                           .steps_per_epoch = loader.batches_per_epoch(),
+                           .max_steps = flags.max_steps,
+                           .log_every = o.log_every,
+                           .values = 4,  // GanStepResult::values: loss_d, loss_g, D(x), D(G(z))
+                           .save_every_epoch = true,
+                           .dp = dp->distributed() ? dp : nullptr},
+                          {{.model = gan.D.get(),
+                            .trainer = gan.d_trainer.get(),
+                            .checkpoint_prefix = "discriminator.",
+                            .telemetry_prefix = "D.",
+                            .loss_column = 0},
+                           {.model = gan.G.get(),
+                            .trainer = gan.g_trainer.get(),
+                            .checkpoint_prefix = "generator.",
+                            .telemetry_prefix = "G.",
+                            .loss_column = 1}});
+    loop.add_loader(loader);
+    loop.add_draws("noise", gan.noise_gen, [&] {
+      return std::vector<Tensor>{normal({gan.global_batch, gan.nz, 1, 1}, 0.0, 1.0, gan.noise_gen)};
+    });
+    EpochStats e;      // of the epoch in progress
+    GanValues last;    // the last step read back
+    GanValues final;   // the last one whose losses were finite
+    PhaseTimes times;  // summed over the epochs
+    loop.epoch_start = [&](int) {
+      e.times = PhaseTimes{.device = device};
+      e.times.start();
+    };
+    loop.step = [&](const train::TrainLoop::Batch& b, const train::StepInfo& s) {
+      e.times.timing = s.reads || !device.is_cuda();
+      e.times.lap(e.times.data);
+      const examples::GanStepResult r = train_step(gan, b[0], b[1], e.times);
+      e.times.steps += e.times.timing;
+      ++e.steps;
+      return r.values();
+    };
+    loop.tally = [&](const double* v, int64_t) {
+      last = {.loss_d = v[0], .loss_g = v[1], .d_real = v[2], .d_fake = v[3]};
+      if (!last.finite()) return;  // a step a scaler skipped (the loop checked that it was)
+      e.sum_d += last.loss_d, e.sum_g += last.loss_g, e.sum_real += last.d_real, e.sum_fake += last.d_fake;
+      ++e.scored;
+      final = last;
+    };
+    loop.step_event = [&](const train::StepInfo& s) { return step_event(gan, s, last); };
+    loop.after_step = [&](const train::StepInfo& s) {
+      if (o.sample_every > 0 && s.step % o.sample_every == 0) gan.write_samples(step_png(o.out_dir, s.step));
+    };
+    loop.progress_loss = [&] { return e.sum_d / e.n(); };
+    loop.epoch_end = [&](int epoch, bool complete) {
+      const std::string png = epoch_png(o.out_dir, epoch);
       gan.write_samples(png);
-      checkpoint.save(dcgan_checkpoint(gan, run.step, p, batches), id);
-      report_epoch(int(p.epoch), p.stats, png, metrics);
-      if (run.stop && p.batch < batches) break;  // stopped inside the epoch: resume there
-    }
-    report_run(gan, run, device, examples::seconds_since(t_start), checkpoint.path(), metrics);
+      report_epoch(epoch, e, png, metrics);
+      times += e.times;
+      if (complete) e = EpochStats{};
+    };
+    loop.save_state = [&](TensorDict& ckpt, bool epoch_done) { save_stats(ckpt, e, epoch_done); };
+    loop.load_state = [&](const TensorDict& ckpt) { load_stats(ckpt, e); };
+    if (loop.resume(&checkpoint, id))
+      std::printf("resumed from %s at %s\n", checkpoint.path().c_str(), loop.position().c_str());
+    loop.run(metrics);
+    report_run(gan, loop, final, times, device, train::seconds_since(t_start), checkpoint.path(), metrics);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dcgan: error: %s\n", e.what());
     if (dp && dp->distributed()) dist::abort_all(1);  // the other ranks may wait in a collective

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     Mlp model(in, hidden, out, gen);
     model.to(device);  // before the trainer: its masters and optimizer state follow the parameters
     PrecisionTrainer trainer(model, optimizer.spec({.kind = OptimizerKind::sgd, .lr = lr}), precision.options(seed));
-    examples::Metrics metrics(metrics_path);
+    train::Metrics metrics(metrics_path);
 
     std::printf("mlp_demo: %d steps, batch %d, hidden %d\ndevice: %s\nprecision: %s\n", steps, batch, hidden,
                 examples::device_description(device, num_threads()).c_str(), trainer.describe().c_str());
@@ -122,9 +122,9 @@ int main(int argc, char** argv) {
         metrics.write({{"event", "step"}, {"step", step}, {"loss", last}, {"scale", scale}, {"skipped", !applied}});
       }
     }
-    const double secs = examples::seconds_since(t0);
+    const double secs = train::seconds_since(t0);
     std::printf("loss %.5f -> %.5f in %.2f s (%.0f steps/s)\n%s\n", first, last, secs, double(steps) / secs,
-                examples::precision_summary(trainer).c_str());
+                train::precision_summary(trainer).c_str());
     nlohmann::json summary = {{"event", "summary"},
                               {"device", device.str()},
                               {"steps", steps},
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
                               {"final_loss", last},
                               {"wall_s", secs},
                               {"steps_per_s", double(steps) / secs}};
-    examples::add_precision_summary(summary, trainer);
+    train::add_precision_summary(summary, trainer);
     metrics.write(summary);
     if (!(last < first)) {
       std::fprintf(stderr, "mlp_demo: the loss did not fall\n");

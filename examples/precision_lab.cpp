@@ -502,7 +502,7 @@ std::optional<std::array<QuantStats, 3>> fp8_totals(const PrecisionTrainer& trai
 // and writes them to `metrics` as one "fp8_inputs" event: {"step":..,"sites":[{"site","op","count",
 // "saturated","flushed","amax","scale_inv"}, ...]} (scripts/plot_metrics.py draws fp8_inputs.png).
 void record_inputs(const PrecisionTrainer& trainer, int64_t step, std::map<int64_t, SiteInputs>& sites,
-                   examples::Metrics& metrics) {
+                   train::Metrics& metrics) {
   const Fp8Context* f = trainer.fp8();
   if (!f) return;
   nlohmann::json event = {{"event", "fp8_inputs"}, {"step", step}, {"sites", nlohmann::json::array()}};
@@ -522,15 +522,14 @@ void record_inputs(const PrecisionTrainer& trainer, int64_t step, std::map<int64
 
 // One training run of one configuration; its metrics (steps, telemetry, summary) go to `metrics_path`.
 // With --checkpoint-every or --resume, the run saves its whole state next to its metrics
-// (<run>.safetensors; examples/checkpoint.h) and --resume continues it from there: a run that had
+// (<run>.safetensors; train/checkpoint.h) and --resume continues it from there: a run that had
 // finished is evaluated again, not retrained, so an interrupted suite redoes only what it lost.
 LabRow run_config(const Lab& lab, const LabConfig& lc, examples::CnnConfig cc, const std::string& metrics_path) {
   const PrecisionOptions options = precision_options(lab, lc, cc.seed);
-  const examples::Checkpointer checkpoint =
-      examples::Checkpointer::at(std::filesystem::path(metrics_path).replace_extension(".safetensors").string(),
-                                 lab.o.checkpoint_every, lab.o.resume);
+  const train::Checkpointer checkpoint(std::filesystem::path(metrics_path).replace_extension(".safetensors").string(),
+                                       lab.o.checkpoint_every, lab.o.resume);
   if (lab.o.resume || lab.o.checkpoint_every > 0) cc.checkpoint = &checkpoint;
-  examples::Metrics metrics(metrics_path, checkpoint.resuming());
+  train::Metrics metrics(metrics_path, checkpoint.resuming());
   std::printf("== %s: --precision %s --loss-scale %s%s --seed %llu%s\n", lc.name.c_str(), lc.precision.c_str(),
               lc.loss_scale.c_str(), lc.rounding.empty() ? "" : (" --update-rounding " + lc.rounding).c_str(),
               (unsigned long long)cc.seed,
@@ -541,7 +540,7 @@ LabRow run_config(const Lab& lab, const LabConfig& lc, examples::CnnConfig cc, c
     record_inputs(t, step, row.fp8_inputs, metrics);
   };
   examples::CnnRun run = examples::train_cnn(cc, options, lab.train, lab.test, metrics);
-  row.wall = examples::seconds_since(t0);
+  row.wall = train::seconds_since(t0);
   row.accuracy = run.last.accuracy;
   row.aux_mse = run.last.aux_mse;
   row.test_loss = run.last.loss;
@@ -555,7 +554,7 @@ LabRow run_config(const Lab& lab, const LabConfig& lc, examples::CnnConfig cc, c
   row.seed = cc.seed;
   std::printf("   test accuracy %.2f%%%s, %s, %.0f s\n", 100.0 * row.accuracy,
               std::isfinite(row.aux_mse) ? fmt(", decoder test MSE %.5f", row.aux_mse).c_str() : "",
-              examples::precision_summary(*run.trainer).c_str(), row.wall);
+              train::precision_summary(*run.trainer).c_str(), row.wall);
   nlohmann::json summary = {
       {"event", "summary"},
       {"config", lc.name},
@@ -568,7 +567,7 @@ LabRow run_config(const Lab& lab, const LabConfig& lc, examples::CnnConfig cc, c
       {"wall_s", row.wall},
       {"steps_per_s", double(row.steps) / run.train_secs}};
   if (std::isfinite(row.aux_mse)) summary["final_test_aux_mse"] = row.aux_mse;
-  examples::add_precision_summary(summary, *run.trainer);
+  train::add_precision_summary(summary, *run.trainer);
   metrics.write(summary);
   return row;
 }
@@ -725,50 +724,51 @@ LabRow run_char_lstm(const Lab& lab, const LabConfig& lc, uint64_t seed, const s
   LRScheduler sched(
       trainer.optimizer(),
       LinearWarmup(std::min(z.warmup, steps), CosineAnnealingLR(std::max<int64_t>(steps - z.warmup, 1), z.lr / 10)));
-  examples::Metrics metrics(metrics_path, false);
+  train::Metrics metrics(metrics_path, false);
   std::printf("== %s (char_lstm): --precision %s --loss-scale %s --seed %llu\n", lc.name.c_str(), lc.precision.c_str(),
               lc.loss_scale.c_str(), (unsigned long long)seed);
   const auto t0 = std::chrono::steady_clock::now();
   Generator draws(seed + 1);
   LabRow row{.config = lc, .model = "char_lstm", .seed = seed};
-  double loss_sum = 0.0;
-  int64_t finite = 0;
-  for (int64_t step = 1; step <= steps; ++step) {
+  // One epoch of `steps` steps (train/loop.h); the training loss reported is the mean of the last
+  // log_every steps.
+  train::TrainLoop loop({.steps_per_epoch = steps, .log_every = lab.o.log_every, .progress = false},
+                        {{.model = &model, .trainer = &trainer, .sched = &sched}});
+  loop.add_draws("windows", draws, [&] {
     const data::TextBatch b = lab.corpus->random_batch(data::TextSplit::train, z.batch, z.seq_len, draws);
-    Tape tape;
-    trainer.begin_step(tape);
-    const Variable loss =
-        examples::sequence_loss(model.forward(b.input, std::nullopt, trainer.compute_dtype()).logits, b.target);
-    trainer.backward(tape, loss);
-    trainer.step();
-    sched.step();
-    record_inputs(trainer, step, row.fp8_inputs, metrics);
-    metrics.write_telemetry(trainer);
-    if (step % lab.o.log_every == 0 || step > steps - lab.o.log_every) {  // the mean of the last log_every steps
-      const double l = loss.data().item();
-      if (step % lab.o.log_every == 0)
-        metrics.write({{"event", "step"},
-                       {"step", step},
-                       {"loss", std::isfinite(l) ? nlohmann::json(l) : nlohmann::json(nullptr)},
-                       {"lr", trainer.optimizer().lr()},
-                       {"scale", trainer.last_scale()},
-                       {"skipped", !trainer.last_applied()}});
-      if (step > steps - lab.o.log_every) {
-        if (std::isfinite(l)) loss_sum += l, ++finite;
-        else ++row.nonfinite;
-      }
-    }
-  }
+    return std::vector<Tensor>{b.input, b.target};
+  });
+  loop.objective = [&](const train::TrainLoop::Batch& b, const train::StepInfo&) -> train::Objective {
+    return {examples::sequence_loss(model.forward(b[0], std::nullopt, trainer.compute_dtype()).logits, b[1]), {}};
+  };
+  double loss_sum = 0.0, last = 0.0;
+  int64_t finite = 0;
+  loop.tally = [&](const double* l, int64_t step) {
+    last = *l;
+    if (step <= steps - lab.o.log_every) return;
+    if (std::isfinite(last)) loss_sum += last, ++finite;
+    else ++row.nonfinite;
+  };
+  loop.after_step = [&](const train::StepInfo& s) { record_inputs(trainer, s.step, row.fp8_inputs, metrics); };
+  loop.step_event = [&](const train::StepInfo& s) -> std::optional<nlohmann::json> {
+    return nlohmann::json{{"event", "step"},
+                          {"step", s.step},
+                          {"loss", std::isfinite(last) ? nlohmann::json(last) : nlohmann::json(nullptr)},
+                          {"lr", trainer.optimizer().lr()},
+                          {"scale", trainer.last_scale()},
+                          {"skipped", !trainer.last_applied()}};
+  };
+  loop.resume(nullptr, {});
+  loop.run(metrics);
   row.steps = steps;
   row.train_loss = finite > 0 ? loss_sum / double(finite) / kLn2 : std::nan("");
   row.val_bpc = examples::evaluate_nats(model, lab.val_batches, 0, trainer.compute_dtype()) / kLn2;
-  row.wall = examples::seconds_since(t0);
+  row.wall = train::seconds_since(t0);
   row.skipped = trainer.skipped();
   row.final_scale = trainer.scale();
   row.rounding = trainer.total_rounding();
   row.fp8 = fp8_totals(trainer);
-  std::printf("   validation %.3f bpc, %s, %.0f s\n", row.val_bpc, examples::precision_summary(trainer).c_str(),
-              row.wall);
+  std::printf("   validation %.3f bpc, %s, %.0f s\n", row.val_bpc, train::precision_summary(trainer).c_str(), row.wall);
   nlohmann::json summary = {
       {"event", "summary"},
       {"config", lc.name},
@@ -778,7 +778,7 @@ LabRow run_char_lstm(const Lab& lab, const LabConfig& lc, uint64_t seed, const s
       {"final_train_bpc", std::isfinite(row.train_loss) ? nlohmann::json(row.train_loss) : nlohmann::json(nullptr)},
       {"steps", steps},
       {"wall_s", row.wall}};
-  examples::add_precision_summary(summary, trainer);
+  train::add_precision_summary(summary, trainer);
   metrics.write(summary);
   return row;
 }

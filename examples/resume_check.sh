@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resuming is bit-exact (Note [Resumable runs] in examples/checkpoint.h):
+# Resuming is bit-exact (Note [Resumable runs] in train/checkpoint.h):
 #   resume_check.sh PYTHON EXE TOTAL K ARGS...
 # trains EXE ARGS for TOTAL steps in one run, and again as K steps, a save, and a resumed run to
 # TOTAL (saving every 3 steps on the way), then compares every tensor and metadata entry of the

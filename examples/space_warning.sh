@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # space_warning.sh CNN: a run whose checkpoint folder has less free space than a checkpoint needs
 # is warned at its start, before any step, with both figures (Checkpointer::check_room in
-# examples/checkpoint.h). The folder is a 64 KiB tmpfs; where mounting one is not allowed (not
+# train/checkpoint.h). The folder is a 64 KiB tmpfs; where mounting one is not allowed (not
 # root, a container without the capability) the test is skipped (exit 77).
 set -uo pipefail
 exe=$1

@@ -29,11 +29,11 @@ namespace {
 // Restores `path` into setup `s`; returns normally when the file is refused with an error.
 void restore(const std::string& path, const fuzz::CheckpointSetup& s) {
   fuzz::CheckpointRun run = fuzz::make_checkpoint_run(s);
-  const examples::Checkpointer checkpointer = examples::Checkpointer::at(path, 0, true);
+  const mixtape::train::Checkpointer checkpointer = mixtape::train::Checkpointer(path, 0, true);
   const std::optional<mixtape::TensorDict> ckpt = checkpointer.resume_state(run.identity);
   fuzz::check(ckpt.has_value(), "resume_state found no file at " + path);
-  examples::load_training_state(*ckpt, "", *run.model, *run.trainer, run.sched.get());
-  const int64_t step = examples::progress_int(*ckpt, "step");
+  mixtape::train::load_training_state(*ckpt, "", *run.model, *run.trainer, run.sched.get());
+  const int64_t step = mixtape::train::progress_int(*ckpt, "step");
 
   // Restored exactly: what the run saves now is what the file held.
   const mixtape::TensorDict again = fuzz::checkpoint_of(run, step);

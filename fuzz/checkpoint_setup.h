@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "examples/checkpoint.h"
 #include "mixtape.h"
 
 namespace fuzz {
@@ -49,7 +48,7 @@ struct CheckpointRun {
   std::shared_ptr<mixtape::nn::Sequential> model;
   std::unique_ptr<mixtape::PrecisionTrainer> trainer;
   std::unique_ptr<mixtape::LRScheduler> sched;
-  examples::RunIdentity identity;
+  mixtape::train::RunIdentity identity;
 };
 
 inline CheckpointRun make_checkpoint_run(const CheckpointSetup& s) {
@@ -72,7 +71,7 @@ inline CheckpointRun make_checkpoint_run(const CheckpointSetup& s) {
   r.trainer = std::make_unique<PrecisionTrainer>(*r.model, s.optimizer, p);
   r.sched = std::make_unique<LRScheduler>(r.trainer->optimizer(), CosineAnnealingLR(100));
   r.identity = {{"program", "fuzz_checkpoint"}, {"setup", s.name}};
-  examples::add_precision_identity(r.identity, *r.trainer);
+  mixtape::train::add_precision_identity(r.identity, *r.trainer);
   return r;
 }
 
@@ -94,7 +93,7 @@ inline void checkpoint_train_step(CheckpointRun& r) {
 // Checkpointer::save adds).
 inline mixtape::TensorDict checkpoint_of(const CheckpointRun& r, int64_t step) {
   mixtape::TensorDict ckpt;
-  examples::add_training_state(ckpt, "", *r.model, *r.trainer, r.sched.get());
+  mixtape::train::add_training_state(ckpt, "", *r.model, *r.trainer, r.sched.get());
   ckpt.set_meta("progress.step", std::to_string(step));
   return ckpt;
 }

@@ -247,7 +247,7 @@ void checkpoint_seeds() {
     fuzz::CheckpointRun run = fuzz::make_checkpoint_run(s);
     fuzz::checkpoint_train_step(run);
     fuzz::checkpoint_train_step(run);
-    examples::Checkpointer::at(tmp.string(), 0, false).save(fuzz::checkpoint_of(run, 2), run.identity);
+    mixtape::train::Checkpointer(tmp.string(), 0, false).save(fuzz::checkpoint_of(run, 2), run.identity);
     const Bytes bytes = read(tmp);
     write(fs::path("corpus/checkpoint") / (std::string(s.name) + ".safetensors"), bytes);
     if (std::string(s.name) == "fp16-adam-backoff") {

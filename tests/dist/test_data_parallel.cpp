@@ -21,7 +21,7 @@ std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
   return std::make_shared<nn::Sequential>(hidden, std::make_shared<nn::ReLU>(), out);
 }
 
-std::vector<double> train(bool with_dp, const char* precision, const char* loss_scale) {
+std::vector<double> train_steps(bool with_dp, const char* precision, const char* loss_scale) {
   auto model = make_mlp(3);
   PrecisionOptions p;
   p.precision = nn::precision_from_name(precision);
@@ -66,7 +66,7 @@ TEST_CASE("dist: one process is the single-process path, bit for bit", "[dist]")
   for (const char* precision : {"fp32", "fp16", "bf16-pure"})
     for (const char* scale : {"backoff", "gradient"}) {
       CAPTURE(precision, scale);
-      CHECK(train(true, precision, scale) == train(false, precision, scale));
+      CHECK(train_steps(true, precision, scale) == train_steps(false, precision, scale));
     }
 }
 

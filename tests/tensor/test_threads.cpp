@@ -45,8 +45,8 @@ struct Result {
 
 const OptimizerSpec kAdamW{.kind = OptimizerKind::adamw, .lr = 1e-3, .weight_decay = 1e-4};
 
-Result train(int threads, const char* precision, const char* loss_scale, int steps,
-             UpdateRounding rounding = UpdateRounding::stochastic, const OptimizerSpec& spec = kAdamW) {
+Result train_steps(int threads, const char* precision, const char* loss_scale, int steps,
+                   UpdateRounding rounding = UpdateRounding::stochastic, const OptimizerSpec& spec = kAdamW) {
   set_num_threads(threads);
   Generator gen(3);
   auto model = make_model(gen);
@@ -118,8 +118,8 @@ TEST_CASE("training gives the same bits with 1 and 2 threads", "[threads]") {
   for (const Policy& p : policies) {
     INFO(p.precision << " loss scale " << p.loss_scale << " rounding " << int(p.rounding) << " "
                      << optimizer_kind_name(p.spec.kind) << (p.spec.amsgrad ? " amsgrad" : ""));
-    const Result one = train(1, p.precision, p.loss_scale, 3, p.rounding, p.spec);
-    const Result two = train(2, p.precision, p.loss_scale, 3, p.rounding, p.spec);
+    const Result one = train_steps(1, p.precision, p.loss_scale, 3, p.rounding, p.spec);
+    const Result two = train_steps(2, p.precision, p.loss_scale, 3, p.rounding, p.spec);
     CHECK(one.losses == two.losses);
     REQUIRE(one.tensors.size() == two.tensors.size());
     size_t differ = 0;
@@ -134,13 +134,13 @@ TEST_CASE("training gives the same bits on every vector path", "[threads]") {
   for (const char* precision : {"fp32", "bf16", "fp16", "bf16-pure"}) {
     cpu::set_gemm_path("scalar");
     cpu::set_conversion_path("scalar");
-    const Result reference = train(2, precision, "none", 2);
+    const Result reference = train_steps(2, precision, "none", 2);
     for (size_t i = 1; i < gemm_paths.size(); ++i) {
       // Each GEMM path with the widest conversion path it can pair with (avx512bf16 with avx512).
       cpu::set_gemm_path(gemm_paths[i]);
       cpu::set_conversion_path(convert_paths[std::min(i, convert_paths.size() - 1)]);
       INFO(precision << " on GEMM path " << cpu::gemm_path() << ", conversion path " << cpu::conversion_path());
-      const Result r = train(2, precision, "none", 2);
+      const Result r = train_steps(2, precision, "none", 2);
       CHECK(r.losses == reference.losses);
       CHECK(r.tensors == reference.tensors);
     }
@@ -151,9 +151,9 @@ TEST_CASE("training gives the same bits on every vector path", "[threads]") {
 }
 
 TEST_CASE("steady-state training allocates no new host buffers after its first step", "[threads]") {
-  train(2, "bf16", "none", 2);  // warm the cache with this model's sizes
+  train_steps(2, "bf16", "none", 2);  // warm the cache with this model's sizes
   const AllocatorStats before = host_allocator_stats();
-  train(2, "bf16", "none", 2);
+  train_steps(2, "bf16", "none", 2);
   const AllocatorStats after = host_allocator_stats();
   CHECK(after.requests > before.requests);
   CHECK(after.real_allocs == before.real_allocs);

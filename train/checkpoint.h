@@ -66,8 +66,7 @@ double progress_double(const TensorDict& ckpt, const std::string& key);
 class Checkpointer {
  public:
   Checkpointer() = default;
-  Checkpointer(std::string path, int64_t every, bool resume)
-      : path_(std::move(path)), every_(every), resume_(resume) {}
+  Checkpointer(std::string path, int64_t every, bool resume) : path_(std::move(path)), every_(every), resume_(resume) {}
 
   const std::string& path() const { return path_; }
   // A data-parallel run: only rank 0 saves, and a checkpoint resumes on as many ranks as saved

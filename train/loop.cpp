@@ -21,7 +21,7 @@ void synchronize(Device d) {
 }  // namespace
 
 TrainLoop::TrainLoop(LoopOptions options, std::vector<Learner> learners)
-    : o_(std::move(options)), learners_(std::move(learners)), progress_(o_.epochs, o_.steps_per_epoch) {
+    : o_(std::move(options)), learners_(std::move(learners)), progress_(1) {
   MT_CHECK(!learners_.empty(), "TrainLoop: no learner to train");
   for (const Learner& l : learners_) {
     MT_CHECK(l.model && l.trainer, "TrainLoop: a learner without a model or a trainer");
@@ -29,17 +29,18 @@ TrainLoop::TrainLoop(LoopOptions options, std::vector<Learner> learners)
   }
   MT_CHECK(o_.epochs >= 1 && o_.steps_per_epoch >= 1, "TrainLoop: ", o_.epochs, " epochs of ", o_.steps_per_epoch,
            " steps make no run");
-  MT_CHECK(o_.log_every >= 1 && o_.values >= 1 && o_.max_steps >= 0, "TrainLoop: log_every ", o_.log_every,
-           ", values ", o_.values, " and max_steps ", o_.max_steps, " must be positive");
+  MT_CHECK(o_.log_every >= 1 && o_.values >= 1 && o_.max_steps >= 0, "TrainLoop: log_every ", o_.log_every, ", values ",
+           o_.values, " and max_steps ", o_.max_steps, " must be positive");
   const int64_t planned = o_.steps_per_epoch * o_.epochs;
   total_ = o_.max_steps > 0 ? std::min(o_.max_steps, planned) : planned;
+  progress_ = Progress(epochs_in_run());
   progress_.quiet = !o_.progress || (o_.dp && !o_.dp->is_root());
   for (const Learner& l : learners_) skipped_seen_.push_back(l.trainer->skipped());
 }
 
 void TrainLoop::add_loader(data::DataLoader& loader) {
-  MT_CHECK(loader.batches_per_epoch() == o_.steps_per_epoch, "TrainLoop: the loader makes ",
-           loader.batches_per_epoch(), " batches an epoch, the loop takes ", o_.steps_per_epoch);
+  MT_CHECK(loader.batches_per_epoch() == o_.steps_per_epoch, "TrainLoop: the loader makes ", loader.batches_per_epoch(),
+           " batches an epoch, the loop takes ", o_.steps_per_epoch);
   loader_ = &loader;
 }
 
@@ -53,8 +54,7 @@ int TrainLoop::epochs_in_run() const { return int((total_ + o_.steps_per_epoch -
 
 TensorDict TrainLoop::checkpoint(bool epoch_done) const {
   TensorDict ckpt;
-  for (const Learner& l : learners_)
-    add_training_state(ckpt, l.checkpoint_prefix, *l.model, *l.trainer, l.sched);
+  for (const Learner& l : learners_) add_training_state(ckpt, l.checkpoint_prefix, *l.model, *l.trainer, l.sched);
   ckpt.set_meta("progress.step", std::to_string(step_));
   if (loader_) {  // the next batch: Note [Epoch permutations] in data/loader.h
     ckpt.set_meta("progress.epoch", std::to_string(step_ / o_.steps_per_epoch + 1));
@@ -80,14 +80,13 @@ bool TrainLoop::resume(const Checkpointer* checkpoint, const RunIdentity& identi
   if (!checkpoint) return false;
   const std::optional<TensorDict> saved = checkpoint->resume_state(identity);
   if (saved) {
-    for (const Learner& l : learners_)
-      load_training_state(*saved, l.checkpoint_prefix, *l.model, *l.trainer, l.sched);
+    for (const Learner& l : learners_) load_training_state(*saved, l.checkpoint_prefix, *l.model, *l.trainer, l.sched);
     const int64_t step = progress_int(*saved, "step");
     MT_CHECK(step >= 0, "--resume: the checkpoint's step ", step, " is negative");
     if (loader_) {
       const int64_t epoch = progress_int(*saved, "epoch"), batch = progress_int(*saved, "batch");
-      MT_CHECK(epoch == step / o_.steps_per_epoch + 1 && batch == step % o_.steps_per_epoch, "--resume: ",
-               "the checkpoint's position (step ", step, ", epoch ", epoch, ", batch ", batch,
+      MT_CHECK(epoch == step / o_.steps_per_epoch + 1 && batch == step % o_.steps_per_epoch,
+               "--resume: ", "the checkpoint's position (step ", step, ", epoch ", epoch, ", batch ", batch,
                ") does not fit this run's ", o_.steps_per_epoch, " batches per epoch");
     }
     for (const Draws& d : draws_) load_generator(*saved, "progress." + d.name, *d.gen);
@@ -103,12 +102,12 @@ bool TrainLoop::resume(const Checkpointer* checkpoint, const RunIdentity& identi
 
 void TrainLoop::run(Metrics& metrics) {
   MT_CHECK(bool(objective) != bool(step), "TrainLoop: give either an objective or a step");
-  MT_CHECK(!objective || learners_.size() == 1, "TrainLoop: an objective trains one learner, not ",
-           learners_.size());
+  MT_CHECK(!objective || learners_.size() == 1, "TrainLoop: an objective trains one learner, not ", learners_.size());
   MT_CHECK(loader_ || !draws_.empty(), "TrainLoop: no data (add_loader, add_draws)");
   log_ = std::make_unique<LossLog>(o_.log_every, learners_[0].trainer->device(), o_.values);
   if (step_ >= total_) {  // a finished run, resumed: report its last epoch again
-    if (epoch_end) epoch_end(int((std::max<int64_t>(step_, 1) - 1) / o_.steps_per_epoch + 1), true);
+    if (epoch_end)
+      epoch_end(int((std::max<int64_t>(step_, 1) - 1) / o_.steps_per_epoch + 1), step_ % o_.steps_per_epoch == 0);
   }
   while (step_ < total_) {
     const int epoch = int(step_ / o_.steps_per_epoch + 1);
@@ -129,10 +128,10 @@ void TrainLoop::train_epoch(int epoch, Metrics& metrics) {
   std::vector<StagedDraws> draws;  // Note [Draws staged on the device]
   for (const Draws& d : draws_) draws.emplace_back(device, d.draw);
   if (epoch_start) epoch_start(epoch);
-  progress_.start_epoch();
+  progress_.start_epoch(step_ - first);
   const auto t_epoch = Clock::now();
   const auto progress = [&](bool force) {
-    if (progress_loss) progress_.update(epoch, step_ - first, progress_loss(), force);
+    if (progress_loss) progress_.update(epoch, step_ - first, end - first, progress_loss(), force);
   };
   while (step_ < end) {
     const int64_t next = step_ + 1;

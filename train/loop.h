@@ -61,19 +61,19 @@ struct LoopOptions {
   int64_t steps_per_epoch = 0;
   int64_t max_steps = 0;  // 0: every epoch
   int64_t log_every = 50;
-  bool log_last_step = false;     // the run's last step logs too
-  int64_t values = 1;             // one-element values each step returns (its losses)
-  bool save_every_epoch = false;  // a checkpoint after every epoch, not only at the end
-  bool progress = true;           // the progress line on stderr (rank 0 only)
+  bool log_last_step = false;              // the run's last step logs too
+  int64_t values = 1;                      // one-element values each step returns (its losses)
+  bool save_every_epoch = false;           // a checkpoint after every epoch, not only at the end
+  bool progress = true;                    // the progress line on stderr (rank 0 only)
   std::shared_ptr<dist::DataParallel> dp;  // null: one process
 };
 
 // The step in progress, as the hooks see it.
 struct StepInfo {
-  int64_t step = 0;   // counted from 1 and from the run's start
-  int epoch = 1;      // counted from 1
-  int64_t batch = 0;  // within the epoch, counted from 1
-  bool logs = false;  // a step event is due
+  int64_t step = 0;    // counted from 1 and from the run's start
+  int epoch = 1;       // counted from 1
+  int64_t batch = 0;   // within the epoch, counted from 1
+  bool logs = false;   // a step event is due
   bool reads = false;  // the values are read back at this step
   double lr = 0.0;     // the first learner's learning rate for this step's update
 };
@@ -112,7 +112,7 @@ class TrainLoop {
   std::function<std::vector<Tensor>(const Batch&, const StepInfo&)> step;
 
   // ---- what the program reports and keeps (each optional) ----
-  std::function<void(const double* values, int64_t step)> tally;  // each step's values, once read
+  std::function<void(const double* values, int64_t step)> tally;             // each step's values, once read
   std::function<std::optional<nlohmann::json>(const StepInfo&)> step_event;  // on logging steps
   std::function<void(const StepInfo&)> after_step;
   std::function<void(int epoch)> epoch_start;
@@ -133,12 +133,12 @@ class TrainLoop {
   // The whole training state (Note [Resumable runs]).
   TensorDict checkpoint(bool epoch_done) const;
 
-  int64_t steps() const { return step_; }                 // trained so far, from the run's start
-  std::string position() const;                           // "step 7 (epoch 1, batch 7)": where the next step starts
-  int64_t total_steps() const { return total_; }          // where the run ends
-  int epochs_in_run() const;                              // the epochs total_steps() touches
-  double train_seconds() const { return train_secs_; }    // this process's training steps
-  double epoch_seconds() const { return epoch_secs_; }    // the last epoch's
+  int64_t steps() const { return step_; }               // trained so far, from the run's start
+  std::string position() const;                         // "step 7 (epoch 1, batch 7)": where the next step starts
+  int64_t total_steps() const { return total_; }        // where the run ends
+  int epochs_in_run() const;                            // the epochs total_steps() touches
+  double train_seconds() const { return train_secs_; }  // this process's training steps
+  double epoch_seconds() const { return epoch_secs_; }  // the last epoch's
   const StepTimes& times() const { return times_; }
   const StepCounters& counters() const { return counters_; }
 

@@ -35,12 +35,10 @@ void Metrics::write_telemetry(const PrecisionTrainer& t, const std::string& pref
   MT_CHECK(out_.good(), "writing the metrics file '", path_, "' failed", reason());
 }
 
-void add_precision_summary(nlohmann::json& j, const PrecisionTrainer& t,
-                                  const std::string& prefix) {
+void add_precision_summary(nlohmann::json& j, const PrecisionTrainer& t, const std::string& prefix) {
   j[prefix + "precision"] = nn::precision_name(t.precision());
   j[prefix + "scaling"] = t.options().loss_scale.str();
-  if (nn::is_pure(t.precision()))
-    j[prefix + "update_rounding"] = update_rounding_name(t.options().rounding);
+  if (nn::is_pure(t.precision())) j[prefix + "update_rounding"] = update_rounding_name(t.options().rounding);
   j[prefix + "skipped_steps"] = t.skipped();
   j[prefix + "final_scale"] = t.scale();
   if (const Fp8Context* f = t.fp8()) {
@@ -63,20 +61,19 @@ void add_precision_summary(nlohmann::json& j, const PrecisionTrainer& t,
 }
 
 std::string precision_summary(const PrecisionTrainer& t) {
-  std::string s =
-      detail::cat(nn::precision_name(t.precision()), ", loss scale ", t.options().loss_scale.str(),
-                           ": ", t.skipped(), " of ", t.steps(), " steps skipped, final scale ", t.scale());
+  std::string s = detail::cat(nn::precision_name(t.precision()), ", loss scale ", t.options().loss_scale.str(), ": ",
+                              t.skipped(), " of ", t.steps(), " steps skipped, final scale ", t.scale());
   if (t.telemetry() && t.total_rounding().rounded > 0)
     s += detail::cat(", backward underflow ", 100.0 * t.total_rounding().underflow_rate(),
-                              "% of nonzero values rounded to 16 bits (sampled steps)");
+                     "% of nonzero values rounded to 16 bits (sampled steps)");
   if (const Fp8Context* f = t.fp8()) {
     s += detail::cat("; fp8 ", fp8_recipe_name(f->options().recipe), " scaling:");
     for (Fp8Role r : {Fp8Role::input, Fp8Role::weight, Fp8Role::grad}) {
       const QuantStats& q = f->totals(r);
       const double n = q.count ? double(q.count) : 1.0;
-      s += detail::cat(" ", fp8_role_name(r), "s (", dtype_name(f->format(r)), ") ",
-                                100.0 * double(q.saturated) / n, "% saturated, ", 100.0 * double(q.flushed) / n,
-                                "% flushed to zero", r == Fp8Role::grad ? "" : ";");
+      s += detail::cat(" ", fp8_role_name(r), "s (", dtype_name(f->format(r)), ") ", 100.0 * double(q.saturated) / n,
+                       "% saturated, ", 100.0 * double(q.flushed) / n, "% flushed to zero",
+                       r == Fp8Role::grad ? "" : ";");
     }
   }
   return s;
@@ -107,19 +104,16 @@ void StepCounters::add_to(nlohmann::json& summary) const {
   summary["device_allocs_after_warmup"] = allocs_;
 }
 
-Progress::Progress(int epochs, int64_t steps_per_epoch)
-    : epochs_(epochs), steps_(steps_per_epoch), tty_(isatty(fileno(stderr)) != 0) {}
-
-void Progress::update(int epoch, int64_t step, double loss, bool force) {
+void Progress::update(int epoch, int64_t step, int64_t steps, double loss, bool force) {
   if (quiet) return;
   const auto now = std::chrono::steady_clock::now();
   if (!force && now - last_ < (tty_ ? std::chrono::milliseconds(500) : std::chrono::milliseconds(15000))) return;
   last_ = now;
   const double secs = std::chrono::duration<double>(now - t0_).count();
-  const double rate = secs > 0 ? double(step) / secs : 0.0;
-  const double eta = rate > 0 ? double(steps_ - step) / rate : 0.0;
+  const double rate = secs > 0 ? double(step - first_) / secs : 0.0;
+  const double eta = rate > 0 ? double(steps - step) / rate : 0.0;
   std::fprintf(stderr, "%sepoch %d/%d [%5lld/%5lld] loss %.4f  %6.1f steps/s  ETA %4.0fs ", tty_ ? "\r" : "", epoch,
-               epochs_, (long long)step, (long long)steps_, loss, rate, eta);
+               epochs_, (long long)step, (long long)steps, loss, rate, eta);
   if (force || !tty_) std::fputc('\n', stderr);
 }
 

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unistd.h>
 
 #include "cuda/runtime.h"
 #include "optim/trainer.h"
@@ -58,17 +60,22 @@ class StepCounters {
 // a second on a terminal, one line every 15 s when stderr is a file or a pipe.
 class Progress {
  public:
-  Progress(int epochs, int64_t steps_per_epoch);
-  void start_epoch() { t0_ = std::chrono::steady_clock::now(); }
-  // `step`: the batch within the epoch, counted from 1.
-  void update(int epoch, int64_t step, double loss, bool force = false);
+  explicit Progress(int epochs) : epochs_(epochs) {}
+  // `first`: the batches of the epoch trained before (a run resumed inside it).
+  void start_epoch(int64_t first = 0) {
+    t0_ = std::chrono::steady_clock::now();
+    first_ = first;
+  }
+  // `step`: the batch within the epoch, counted from 1; `steps`: the epoch's batches in this run
+  // (the last epoch may stop early).
+  void update(int epoch, int64_t step, int64_t steps, double loss, bool force = false);
 
   bool quiet = false;  // a data-parallel rank other than 0
 
  private:
   int epochs_;
-  int64_t steps_;
-  bool tty_;
+  int64_t first_ = 0;
+  bool tty_ = isatty(fileno(stderr)) != 0;
   std::chrono::steady_clock::time_point t0_{}, last_{};
 };
 

@@ -61,9 +61,9 @@ struct Seen {
 
 // A loop over `s` for 2 epochs, stopping at max_steps, with every hook recording into `seen`.
 train::TrainLoop make_loop(Setup& s, Seen& seen, int64_t max_steps, int64_t log_every = 4) {
-  train::TrainLoop loop({.epochs = 2, .steps_per_epoch = 6, .max_steps = max_steps, .log_every = log_every,
-                         .progress = false},
-                        {{.model = s.model.get(), .trainer = s.trainer.get(), .sched = s.sched.get(), .loss_column = 0}});
+  train::TrainLoop loop(
+      {.epochs = 2, .steps_per_epoch = 6, .max_steps = max_steps, .log_every = log_every, .progress = false},
+      {{.model = s.model.get(), .trainer = s.trainer.get(), .sched = s.sched.get(), .loss_column = 0}});
   loop.add_loader(*s.loader);
   loop.add_draws("noise", s.noise, [&s] { return std::vector<Tensor>{normal({8, 4}, 0.0, 0.1, s.noise)}; });
   loop.objective = [&s](const train::TrainLoop::Batch& b, const train::StepInfo&) -> train::Objective {
@@ -169,6 +169,52 @@ TEST_CASE("train: a run saved and resumed ends where one uninterrupted run ends,
   std::filesystem::remove(path);
 }
 
+// A running sum a program keeps over an epoch, saved with the checkpoint (as the examples' sums).
+void keep_sum(train::TrainLoop& loop, double& sum, Seen& seen) {
+  loop.tally = [&sum](const double* v, int64_t) { sum += *v; };
+  loop.epoch_end = [&sum, &seen](int epoch, bool complete) {
+    seen.epochs.emplace_back(epoch, complete);
+    if (complete) sum = 0.0;
+  };
+  loop.save_state = [&sum](TensorDict& ckpt, bool epoch_done) {
+    ckpt.set_meta("progress.sum", state_io::format(epoch_done ? 0.0 : sum));
+  };
+  loop.load_state = [&sum](const TensorDict& ckpt) { sum = train::progress_double(ckpt, "sum"); };
+}
+
+TEST_CASE("train: resuming a finished run trains nothing, reports its last epoch again and saves the same state",
+          "[train]") {
+  const std::string path = temp_path("finished.safetensors");
+  const train::RunIdentity id = {{"program", "test_loop"}};
+  const train::Checkpointer checkpoint(path, 0, true);
+  train::Metrics metrics;
+  for (const int64_t stop : {9, 12}) {  // inside the second epoch, and at its end
+    CAPTURE(stop);
+    std::filesystem::remove(path);
+    Setup first;
+    Seen seen_first;
+    double sum = 0.0;
+    train::TrainLoop part1 = make_loop(first, seen_first, stop);
+    keep_sum(part1, sum, seen_first);
+    part1.resume(&checkpoint, id);
+    part1.run(metrics);
+    const TensorDict saved = load_safetensors(path);
+    CHECK((saved.meta("progress.sum") == "0") == (stop == 12));
+
+    Setup again;
+    Seen seen_again;
+    double sum_again = 0.0;
+    train::TrainLoop part2 = make_loop(again, seen_again, stop);
+    keep_sum(part2, sum_again, seen_again);
+    CHECK(part2.resume(&checkpoint, id));
+    part2.run(metrics);
+    CHECK(seen_again.losses.empty());
+    CHECK(seen_again.epochs == std::vector<std::pair<int, bool>>{{2, stop == 12}});
+    CHECK(load_safetensors(path).metadata == saved.metadata);
+  }
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("train: a checkpoint whose position does not fit the run is refused", "[train]") {
   const std::string path = temp_path("position.safetensors");
   const train::RunIdentity id = {{"program", "test_loop"}};
@@ -220,7 +266,7 @@ TEST_CASE("train: a loop without a step, or with both forms, says so", "[train]"
   train::TrainLoop loop = make_loop(s, seen, 0);
   loop.step = [](const train::TrainLoop::Batch&, const train::StepInfo&) { return std::vector<Tensor>{}; };
   CHECK_THROWS_WITH(loop.run(metrics), Catch::Contains("either an objective or a step"));
-  CHECK_THROWS_WITH(train::TrainLoop({.epochs = 1, .steps_per_epoch = 0}, {{.model = s.model.get(),
-                                                                            .trainer = s.trainer.get()}}),
-                    Catch::Contains("make no run"));
+  CHECK_THROWS_WITH(
+      train::TrainLoop({.epochs = 1, .steps_per_epoch = 0}, {{.model = s.model.get(), .trainer = s.trainer.get()}}),
+      Catch::Contains("make no run"));
 }

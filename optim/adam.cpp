@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "optim/trainer.h"
 #include "tensor/state_io.h"
 #include "tensor/ops/optim.h"
 
@@ -10,13 +11,23 @@ namespace mixtape {
 Adam::Adam(std::vector<Variable> params, AdamOptions options) : Adam(std::move(params), options, false) {}
 
 Adam::Adam(std::vector<Variable> params, AdamOptions options, bool decoupled)
-    : Optimizer(options.lr, options.weight_decay), options_(options), decoupled_(decoupled) {
+    : Optimizer(options.lr, options.weight_decay, options.rounding, options.seed),
+      options_(options),
+      decoupled_(decoupled) {
+  add_param_group(std::move(params));  // decides the storage, which names the optimizer in messages
   validate(options_);
-  add_param_group(std::move(params));
+  finish_construction();
 }
 
 AdamW::AdamW(std::vector<Variable> params, AdamWOptions o)
-    : Adam(std::move(params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad}, true) {}
+    : Adam(std::move(params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, o.rounding, o.seed},
+           true) {}
+
+void Adam::check_storage() const {
+  MT_CHECK(!pure16() || decoupled_ || options_.weight_decay == 0.0, name(),
+           ": the 16-bit rule is AdamW's (Zamirai et al.'s Algorithms 4 and 5); Adam with L2 weight decay ",
+           options_.weight_decay, " has none: use AdamW");
+}
 
 void Adam::validate(const AdamOptions& o) const {
   check_lr(o.lr);
@@ -27,14 +38,26 @@ void Adam::validate(const AdamOptions& o) const {
 }
 
 std::vector<std::string> Adam::buffer_names() const {
-  if (options_.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-  return {"exp_avg", "exp_avg_sq"};
+  std::vector<std::string> names{"exp_avg", "exp_avg_sq"};
+  if (options_.amsgrad) names.push_back("max_exp_avg_sq");
+  if (kahan()) names.push_back("kahan_comp");
+  return names;
 }
 
 void Adam::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
                  Tensor* rounded_copy) {
-  adam_update_(param, grad, state.buffers[0], state.buffers[1], group.lr, options_.beta1, options_.beta2, options_.eps,
-               group.weight_decay, decoupled_, step, rounded_copy, options_.amsgrad ? &state.buffers[2] : nullptr);
+  Tensor* vmax = options_.amsgrad ? &state.buffers[2] : nullptr;
+  if (!pure16()) {
+    adam_update_(param, grad, state.buffers[0], state.buffers[1], group.lr, options_.beta1, options_.beta2,
+                 options_.eps, group.weight_decay, decoupled_, step, rounded_copy, vmax);
+    return;
+  }
+  Tensor none;
+  Tensor& comp = kahan() ? state.buffers[options_.amsgrad ? 3 : 2] : none;
+  const uint64_t offset = stream_offset(param.numel());
+  adamw16_update_(param, grad, state.buffers[0], state.buffers[1], comp, group.lr, rate16(options_.beta1, param),
+                  rate16(options_.beta2, param), options_.eps, group.weight_decay, step, kernel_rounding(),
+                  generator().seed(), offset, vmax);
 }
 
 void Adam::apply_all(const std::vector<size_t>& index, const std::vector<Tensor>& params,
@@ -64,6 +87,7 @@ void Adam::save_options(TensorDict& d) const {
 void Adam::set_momentum(double beta1) {
   replace_momentum(
       options_, &AdamOptions::beta1, beta1, [&](const AdamOptions& o) { validate(o); }, false);
+  refresh_warnings();
 }
 
 void Adam::load_options(const TensorDict& d) {
@@ -74,7 +98,32 @@ void Adam::load_options(const TensorDict& d) {
   // Absent in state saved before amsgrad existed: those optimizers had none.
   o.amsgrad = d.has_meta("amsgrad") && state_io::get_bool(d, "amsgrad", name());
   validate(o);
+  o.rounding = rounding();
   options_ = o;
+}
+
+std::unique_ptr<Optimizer> make_adam(std::vector<Variable> params, const OptimizerSpec& o, UpdateRounding rounding,
+                                     uint64_t seed) {
+  return std::make_unique<Adam>(std::move(params), AdamOptions{.lr = o.lr,
+                                                               .beta1 = o.beta1,
+                                                               .beta2 = o.beta2,
+                                                               .eps = o.eps.value_or(AdamOptions{}.eps),
+                                                               .weight_decay = o.weight_decay,
+                                                               .amsgrad = o.amsgrad,
+                                                               .rounding = rounding,
+                                                               .seed = seed});
+}
+
+std::unique_ptr<Optimizer> make_adamw(std::vector<Variable> params, const OptimizerSpec& o, UpdateRounding rounding,
+                                      uint64_t seed) {
+  return std::make_unique<AdamW>(std::move(params), AdamWOptions{.lr = o.lr,
+                                                                 .beta1 = o.beta1,
+                                                                 .beta2 = o.beta2,
+                                                                 .eps = o.eps.value_or(AdamWOptions{}.eps),
+                                                                 .weight_decay = o.weight_decay,
+                                                                 .amsgrad = o.amsgrad,
+                                                                 .rounding = rounding,
+                                                                 .seed = seed});
 }
 
 }  // namespace mixtape

@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -37,6 +38,17 @@ size_t Optimizer::add_param_group(std::vector<Variable> params, GroupOptions opt
       MT_CHECK(!params[j].same(p), name(), ": parameter '", p.name(), "' ", p.data().meta(),
                " appears twice in one group");
   }
+  // Note [Storage policy]: all 16-bit, or none; the first group decides.
+  const bool group16 = is_16bit(params[0].dtype());
+  for (const Variable& p : params)
+    MT_CHECK(is_16bit(p.dtype()) == group16, name(), ": parameter '", p.name(), "' ", p.data().meta(), " is ",
+             dtype_name(p.dtype()), " but parameter '", params[0].name(), "' ", params[0].data().meta(), " is ",
+             dtype_name(params[0].dtype()),
+             ": an optimizer's parameters are all 16-bit (pure 16-bit training) or all f32 / f64 (use "
+             "MasterWeights for 16-bit models with f32 masters)");
+  MT_CHECK(groups_.empty() || group16 == pure16_, name(), ": a group of ", group16 ? "16-bit" : "f32 / f64",
+           " parameters cannot join an optimizer of ", pure16_ ? "16-bit" : "f32 / f64", " parameters");
+  pure16_ = group16;
   const size_t gi = groups_.size();
   for (size_t k = 0; k < params.size(); ++k) {
     group_of_.push_back(gi);
@@ -46,6 +58,67 @@ size_t Optimizer::add_param_group(std::vector<Variable> params, GroupOptions opt
   g.params = std::move(params);
   groups_.push_back(std::move(g));
   return gi;
+}
+
+void Optimizer::finish_construction() {
+  MT_CHECK(rounding_ == UpdateRounding::nearest || rounding_ == UpdateRounding::stochastic ||
+               rounding_ == UpdateRounding::kahan,
+           name(), ": invalid update rounding ", int(rounding_));
+  check_storage();
+  refresh_warnings();
+}
+
+void Optimizer::refresh_warnings() {
+  warnings_.clear();
+  if (!pure16_) return;
+  std::vector<DType> formats;
+  for (const ParamGroup& g : groups_)
+    for (const Variable& p : g.params)
+      if (std::find(formats.begin(), formats.end(), p.dtype()) == formats.end()) formats.push_back(p.dtype());
+  for (DType f : formats)
+    for (const auto& [what, v] : decay_rates()) {
+      const DecayRate16 d = decay_rate_16(v, f);
+      if (d.adjusted)
+        warnings_.push_back(detail::cat(name(), ": ", what, " = ", state_io::format(v), " rounds to 1 in ",
+                                        dtype_name(f), "; using ", state_io::format(d.value), ", the largest ",
+                                        dtype_name(f), " value below 1 (Note [16-bit hyper-parameters])"));
+    }
+  if (const char* w = f16_state_warning(); w && std::find(formats.begin(), formats.end(), DType::f16) != formats.end())
+    warnings_.push_back(detail::cat(name(), ": ", w));
+  for (const std::string& w : warnings_) warn_once(w);
+}
+
+uint64_t Optimizer::stream_offset(int64_t numel) {
+  return rounding_ == UpdateRounding::stochastic ? gen_.advance(uint64_t(numel)) : gen_.offset();
+}
+
+void Optimizer::save_all_options(TensorDict& d) const {
+  save_options(d);
+  if (!pure16_) return;
+  d.set_meta("rounding", update_rounding_name(rounding_));
+  // uint64 values as decimal text: seeds above 2^63 keep their bits through int64.
+  d.set_meta("rng.seed", std::to_string(gen_.seed()));
+  d.set_meta("rng.offset", std::to_string(gen_.offset()));
+}
+
+void Optimizer::load_all_options(const TensorDict& d) {
+  if (!pure16_) {
+    load_options(d);
+    return;
+  }
+  MT_CHECK(d.has_meta("rounding"), name(), " state dict: missing metadata entry 'rounding'");
+  const UpdateRounding rounding = update_rounding_from_name(d.meta("rounding"));
+  const uint64_t seed = state_io::get_uint(d, "rng.seed", name()), offset = state_io::get_uint(d, "rng.offset", name());
+  const UpdateRounding old = rounding_;
+  rounding_ = rounding;  // buffer_names() and the options' checks read it
+  try {
+    load_options(d);
+  } catch (...) {
+    rounding_ = old;
+    throw;
+  }
+  gen_.set_state(seed, offset);
+  refresh_warnings();
 }
 
 const Variable& Optimizer::param(size_t index) const {
@@ -269,7 +342,7 @@ TensorDict Optimizer::state_dict() const {
     d.set_meta(k + "weight_decay", format(groups_[g].weight_decay));
     d.set_meta(k + "params", format(int64_t(groups_[g].params.size())));
   }
-  save_options(d);
+  save_all_options(d);
   const std::vector<std::string> names = buffer_names();
   for (size_t i = 0; i < state_.size(); ++i) {
     const ParamState& st = state_[i];
@@ -324,8 +397,8 @@ void Optimizer::load_state_dict(const TensorDict& d) {
   // The buffer names may depend on the hyper-parameters (SGD keeps a momentum buffer only with
   // momentum), so the buffers are checked after load_options; a failure restores the old options.
   TensorDict old_options;
-  save_options(old_options);
-  load_options(d);
+  save_all_options(old_options);
+  load_all_options(d);
   try {
     const std::vector<std::string> names = buffer_names();
     for (size_t i = 0; i < num_params(); ++i) {
@@ -353,7 +426,7 @@ void Optimizer::load_state_dict(const TensorDict& d) {
     MT_CHECK(tensors.empty(), name(), "::load_state_dict: unexpected tensor '",
              tensors.empty() ? "" : tensors.begin()->first, "'");
   } catch (...) {
-    load_options(old_options);
+    load_all_options(old_options);
     throw;
   }
   for (size_t g = 0; g < groups_.size(); ++g) {

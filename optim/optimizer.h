@@ -1,6 +1,6 @@
-// Optimizer: the base of SGD, Adam, AdamW, RMSprop, Adagrad and the pure 16-bit rules. It holds parameter groups (each with its own
-// learning rate and weight decay), per-parameter state (a step count and the rule's buffers),
-// and applies plain (unscaled) gradients as in-place updates:
+// Optimizer: the base of SGD, Adam, AdamW, RMSprop and Adagrad. It holds parameter groups (each
+// with its own learning rate and weight decay), per-parameter state (a step count and the rule's
+// buffers), and applies plain (unscaled) gradients as in-place updates:
 //
 //   step(grads):  for every parameter i (counted over all groups, in group order) whose
 //                 grads[i] is defined:  update(i, param(i).data(), grads[i])      under NoGrad
@@ -15,12 +15,25 @@
 // first use (shaped and typed like `param`, zeros unless the rule starts elsewhere: buffer_init) and calls the fused kernel of
 // tensor/ops/optim.h. A master-weight layer (optim/master_weights.h) keeps fp32 copies of 16-bit
 // model parameters and builds its inner optimizer over the copies (then rounds them back into
-// the model), so the state lives in fp32 next to the masters. Pure 16-bit rules (stochastic
-// rounding, Kahan summation) are further kernels called from an optimizer's apply()
-// (optim/pure16.h). Loss scaling and skipped steps sit above step() (optim/loss_scaler.h).
+// the model), so the state lives in fp32 next to the masters. Loss scaling and skipped steps sit
+// above step() (optim/loss_scaler.h).
 // The master-weight layer also registers each 16-bit model parameter as the rounded copy of its
 // master (set_rounded_copy), so the update kernel writes the new fp32 master and its 16-bit
 // rounding in one pass (Note [Fused master copy] in tensor/ops/optim.h).
+//
+// Note [Storage policy]
+// Where the parameters and the state are stored is a policy of the optimizer, not another class:
+//   wide     f32 (or f64) parameters, as the model's own or as master copies (MasterWeights): the
+//            state in the same dtype, the update computed and stored in it (sgd_update_, ...);
+//   pure16   bf16 or f16 parameters (the pure policies, optim/pure16.h): the state in the same
+//            16-bit dtype, the update computed in fp32 and written back under the options'
+//            `rounding` (nearest, stochastic from the Philox stream of `seed`, or Kahan with a
+//            "kahan_comp" buffer), the decay rates rounded to the format (Note [16-bit
+//            hyper-parameters]), by the rule's 16-bit kernel (sgd16_update_, ...).
+// The parameters choose it: all of them 16-bit, or none. A pure16 optimizer is named with a
+// "16" ("SGD16", "AdamW16", "RMSprop16", "Adagrad16"; Adam's 16-bit rule is AdamW's with no
+// decay) and saves the rounding and the stream's position with its state ("rounding",
+// "rng.seed", "rng.offset"), so a resumed run draws the same numbers.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +42,8 @@
 #include <vector>
 
 #include "autograd/variable.h"
+#include "optim/pure16.h"
+#include "tensor/core/rng.h"
 #include "tensor/safetensors.h"
 
 namespace mixtape {
@@ -51,8 +66,17 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", ...: names the optimizer in messages and state dicts.
+  // "SGD", "Adam", "AdamW", "RMSprop", "Adagrad" ("SGD16", ... when pure16()): names the optimizer
+  // in messages and state dicts.
   virtual const char* name() const = 0;
+
+  // Note [Storage policy]: whether the parameters are 16-bit and updated by the rule's 16-bit
+  // form; its rounding, the Philox stream of stochastic rounding, and the warnings about its
+  // hyper-parameters (Note [16-bit hyper-parameters]).
+  bool pure16() const { return pure16_; }
+  UpdateRounding rounding() const { return rounding_; }
+  const Generator& generator() const { return gen_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
   // One update of every parameter i whose grads[i] is defined: grads holds num_params() plain
   // gradients (already unscaled: f32, or f64 for f64 parameters), shaped like the parameters.
@@ -134,9 +158,32 @@ class Optimizer {
     std::vector<Tensor> buffers;  // one per buffer_names(), allocated at the first update
   };
 
-  // Default group settings. A derived constructor validates its options, then adds its
-  // parameters with add_param_group (virtual calls such as name() work from there on).
-  Optimizer(double lr, double weight_decay) : default_lr_(lr), default_weight_decay_(weight_decay) {}
+  // Default group settings and the rounding of a pure16 update. A derived constructor validates
+  // its options, adds its parameters with add_param_group (the first decides the storage), then
+  // calls finish_construction (virtual calls such as name() work from there on).
+  Optimizer(double lr, double weight_decay, UpdateRounding rounding = UpdateRounding::stochastic, uint64_t seed = 0)
+      : default_lr_(lr), default_weight_decay_(weight_decay), rounding_(rounding), gen_(seed) {}
+  // Checks the storage against the rule (check_storage) and states the warnings.
+  void finish_construction();
+
+  // ---- the pure16 policy (Note [Storage policy]) ----
+  // What the rule cannot do in 16 bits, checked once the parameters are known (throws).
+  virtual void check_storage() const {}
+  // The decay rates the 16-bit rule rounds to the format (name, value), and the warning for f16
+  // state that holds squares (nullptr: none).
+  virtual std::vector<std::pair<const char*, double>> decay_rates() const { return {}; }
+  virtual const char* f16_state_warning() const { return nullptr; }
+  // Recomputes warnings() (after a change of the rates) and prints each new one once.
+  void refresh_warnings();
+  // A decay rate as the 16-bit unit of `param` holds it.
+  static double rate16(double rate, const Tensor& param) { return decay_rate_16(rate, param.dtype()).value; }
+  // The Philox offset of an update of `numel` elements; the stream advances only under
+  // stochastic rounding.
+  uint64_t stream_offset(int64_t numel);
+  Rounding kernel_rounding() const {
+    return rounding_ == UpdateRounding::stochastic ? Rounding::stochastic : Rounding::nearest;
+  }
+  bool kahan() const { return pure16_ && rounding_ == UpdateRounding::kahan; }
 
   // Names of the state buffers the rule keeps per parameter (may depend on hyper-parameters).
   virtual std::vector<std::string> buffer_names() const = 0;
@@ -179,6 +226,10 @@ class Optimizer {
 
  private:
   void check_momentum_buffer_kept(double from, double to) const;
+  // save_options, and the rounding and stream of a pure16 optimizer.
+  void save_all_options(TensorDict& dict) const;
+  // The inverse: checks the rounding entries before load_options changes anything.
+  void load_all_options(const TensorDict& dict);
   std::vector<ParamGroup> groups_;
   std::vector<size_t> group_of_;   // parameter index -> group
   std::vector<ParamState> state_;  // parameter index -> state
@@ -190,6 +241,10 @@ class Optimizer {
   void place_steps_on_device();
   double default_lr_;
   double default_weight_decay_;
+  bool pure16_ = false;
+  UpdateRounding rounding_;
+  Generator gen_;
+  std::vector<std::string> warnings_;
 };
 
 }  // namespace mixtape

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tensor/ops/optim.h"
+#include "optim/trainer.h"
 #include "tensor/state_io.h"
 
 namespace mixtape {
@@ -10,9 +11,10 @@ namespace mixtape {
 // ---- RMSprop ----------------------------------------------------------------------------------
 
 RMSprop::RMSprop(std::vector<Variable> params, RMSpropOptions options)
-    : Optimizer(options.lr, options.weight_decay), options_(options) {
+    : Optimizer(options.lr, options.weight_decay, options.rounding, options.seed), options_(options) {
+  add_param_group(std::move(params));  // decides the storage, which names the optimizer in messages
   validate(options_);
-  add_param_group(std::move(params));
+  finish_construction();
 }
 
 void RMSprop::validate(const RMSpropOptions& o) const {
@@ -28,6 +30,7 @@ std::vector<std::string> RMSprop::buffer_names() const {
   std::vector<std::string> names{"square_avg"};
   if (options_.momentum > 0.0) names.push_back("momentum_buffer");
   if (options_.centered) names.push_back("grad_avg");
+  if (kahan()) names.push_back("kahan_comp");
   return names;
 }
 
@@ -37,8 +40,18 @@ void RMSprop::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, 
   size_t b = 1;
   Tensor& buf = options_.momentum > 0.0 ? state.buffers[b++] : none_b;
   Tensor& avg = options_.centered ? state.buffers[b++] : none_a;
-  rmsprop_update_(param, grad, state.buffers[0], avg, buf, group.lr, options_.alpha, options_.eps, group.weight_decay,
-                  options_.momentum, options_.centered, rounded_copy);
+  if (!pure16()) {
+    rmsprop_update_(param, grad, state.buffers[0], avg, buf, group.lr, options_.alpha, options_.eps, group.weight_decay,
+                    options_.momentum, options_.centered, rounded_copy);
+    return;
+  }
+  Tensor none_c;
+  Tensor& comp = kahan() ? state.buffers[b++] : none_c;
+  const double momentum = options_.momentum > 0.0 ? rate16(options_.momentum, param) : 0.0;
+  const uint64_t offset = stream_offset(param.numel());
+  rmsprop16_update_(param, grad, state.buffers[0], avg, buf, comp, group.lr, rate16(options_.alpha, param),
+                    options_.eps, group.weight_decay, momentum, options_.centered, kernel_rounding(),
+                    generator().seed(), offset);
 }
 
 void RMSprop::save_options(TensorDict& d) const {
@@ -51,6 +64,7 @@ void RMSprop::save_options(TensorDict& d) const {
 void RMSprop::set_momentum(double m) {
   replace_momentum(
       options_, &RMSpropOptions::momentum, m, [&](const RMSpropOptions& o) { validate(o); }, true);
+  refresh_warnings();
 }
 
 void RMSprop::load_options(const TensorDict& d) {
@@ -60,15 +74,22 @@ void RMSprop::load_options(const TensorDict& d) {
   o.momentum = state_io::get_double(d, "momentum", name());
   o.centered = state_io::get_bool(d, "centered", name());
   validate(o);
+  o.rounding = rounding();
   options_ = o;
 }
 
 // ---- Adagrad ----------------------------------------------------------------------------------
 
 Adagrad::Adagrad(std::vector<Variable> params, AdagradOptions options)
-    : Optimizer(options.lr, options.weight_decay), options_(options) {
+    : Optimizer(options.lr, options.weight_decay, options.rounding, options.seed), options_(options) {
+  add_param_group(std::move(params));  // decides the storage, which names the optimizer in messages
   validate(options_);
-  add_param_group(std::move(params));
+  finish_construction();
+}
+
+std::vector<std::string> Adagrad::buffer_names() const {
+  if (kahan()) return {"sum", "kahan_comp"};
+  return {"sum"};
 }
 
 void Adagrad::validate(const AdagradOptions& o) const {
@@ -83,8 +104,16 @@ void Adagrad::validate(const AdagradOptions& o) const {
 
 void Adagrad::apply(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state, int64_t step,
                     Tensor* rounded_copy) {
-  adagrad_update_(param, grad, state.buffers[0], group.lr, options_.lr_decay, options_.eps, group.weight_decay, step,
-                  rounded_copy);
+  if (!pure16()) {
+    adagrad_update_(param, grad, state.buffers[0], group.lr, options_.lr_decay, options_.eps, group.weight_decay, step,
+                    rounded_copy);
+    return;
+  }
+  Tensor none;
+  Tensor& comp = kahan() ? state.buffers[1] : none;
+  const uint64_t offset = stream_offset(param.numel());
+  adagrad16_update_(param, grad, state.buffers[0], comp, group.lr, options_.lr_decay, options_.eps, group.weight_decay,
+                    step, kernel_rounding(), generator().seed(), offset);
 }
 
 void Adagrad::save_options(TensorDict& d) const {
@@ -99,7 +128,32 @@ void Adagrad::load_options(const TensorDict& d) {
   o.initial_accumulator_value = state_io::get_double(d, "initial_accumulator_value", name());
   o.eps = state_io::get_double(d, "eps", name());
   validate(o);
+  o.rounding = rounding();
   options_ = o;
+}
+
+std::unique_ptr<Optimizer> make_rmsprop(std::vector<Variable> params, const OptimizerSpec& o, UpdateRounding rounding,
+                                        uint64_t seed) {
+  return std::make_unique<RMSprop>(std::move(params), RMSpropOptions{.lr = o.lr,
+                                                                     .alpha = o.alpha,
+                                                                     .eps = o.eps.value_or(RMSpropOptions{}.eps),
+                                                                     .weight_decay = o.weight_decay,
+                                                                     .momentum = o.momentum,
+                                                                     .centered = o.centered,
+                                                                     .rounding = rounding,
+                                                                     .seed = seed});
+}
+
+std::unique_ptr<Optimizer> make_adagrad(std::vector<Variable> params, const OptimizerSpec& o, UpdateRounding rounding,
+                                        uint64_t seed) {
+  return std::make_unique<Adagrad>(std::move(params),
+                                   AdagradOptions{.lr = o.lr,
+                                                  .lr_decay = o.lr_decay,
+                                                  .weight_decay = o.weight_decay,
+                                                  .initial_accumulator_value = o.initial_accumulator_value,
+                                                  .eps = o.eps.value_or(AdagradOptions{}.eps),
+                                                  .rounding = rounding,
+                                                  .seed = seed});
 }
 
 }  // namespace mixtape

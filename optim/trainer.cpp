@@ -6,9 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/tape.h"
-#include "optim/adam.h"
-#include "optim/rmsprop.h"
-#include "optim/sgd.h"
 #include "tensor/state_io.h"
 
 namespace mixtape {
@@ -17,131 +14,49 @@ namespace mixtape {
 
 const char* optimizer_kind_name(OptimizerKind k) {
   switch (k) {
-    case OptimizerKind::sgd: return "SGD";
-    case OptimizerKind::adam: return "Adam";
-    case OptimizerKind::adamw: return "AdamW";
-    case OptimizerKind::rmsprop: return "RMSprop";
-    case OptimizerKind::adagrad: return "Adagrad";
+#define MIXTAPE_NAME(kind, Class) \
+  case OptimizerKind::kind: return #Class;
+    MIXTAPE_OPTIMIZERS(MIXTAPE_NAME)
+#undef MIXTAPE_NAME
   }
   return "?";
 }
 
-const char* optimizer_kind_choices() { return "sgd, adam, adamw, rmsprop or adagrad"; }
+std::string optimizer_kind_choices() {
+  std::vector<std::string> names;
+#define MIXTAPE_FLAG(kind, Class) names.push_back(#kind);
+  MIXTAPE_OPTIMIZERS(MIXTAPE_FLAG)
+#undef MIXTAPE_FLAG
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
 
 OptimizerKind optimizer_kind_from_name(const std::string& name) {
-  if (name == "sgd") return OptimizerKind::sgd;
-  if (name == "adam") return OptimizerKind::adam;
-  if (name == "adamw") return OptimizerKind::adamw;
-  if (name == "rmsprop") return OptimizerKind::rmsprop;
-  if (name == "adagrad") return OptimizerKind::adagrad;
+#define MIXTAPE_FROM_NAME(kind, Class) \
+  if (name == #kind) return OptimizerKind::kind;
+  MIXTAPE_OPTIMIZERS(MIXTAPE_FROM_NAME)
+#undef MIXTAPE_FROM_NAME
   throw Error(detail::cat("unknown optimizer '", name, "' (expected ", optimizer_kind_choices(), ")"));
 }
 
-// ---- the trainer -------------------------------------------------------------------------------
-
-namespace {
-
-// What a spec asks of an optimizer that cannot do it, before anything is built.
-void check_spec(const OptimizerSpec& o) {
+std::unique_ptr<Optimizer> make_optimizer(std::vector<Variable> params, const OptimizerSpec& o, UpdateRounding rounding,
+                                          uint64_t seed) {
   const bool adam = o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw;
   MT_CHECK(!o.amsgrad || adam, "PrecisionTrainer: amsgrad is an option of Adam and AdamW, not of ",
            optimizer_kind_name(o.kind));
   MT_CHECK(!o.nesterov || o.kind == OptimizerKind::sgd,
            "PrecisionTrainer: Nesterov momentum is an option of SGD, not of ", optimizer_kind_name(o.kind));
-}
-
-std::unique_ptr<Optimizer> make_fp32_optimizer(std::vector<Variable> params, const OptimizerSpec& o) {
-  check_spec(o);
   switch (o.kind) {
-    case OptimizerKind::sgd:
-      return std::make_unique<SGD>(
-          std::move(params),
-          SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay, .nesterov = o.nesterov});
-    case OptimizerKind::adam:
-      return std::make_unique<Adam>(std::move(params), AdamOptions{.lr = o.lr,
-                                                                   .beta1 = o.beta1,
-                                                                   .beta2 = o.beta2,
-                                                                   .eps = o.eps.value_or(AdamOptions{}.eps),
-                                                                   .weight_decay = o.weight_decay,
-                                                                   .amsgrad = o.amsgrad});
-    case OptimizerKind::adamw:
-      return std::make_unique<AdamW>(std::move(params), AdamWOptions{.lr = o.lr,
-                                                                     .beta1 = o.beta1,
-                                                                     .beta2 = o.beta2,
-                                                                     .eps = o.eps.value_or(AdamWOptions{}.eps),
-                                                                     .weight_decay = o.weight_decay,
-                                                                     .amsgrad = o.amsgrad});
-    case OptimizerKind::rmsprop:
-      return std::make_unique<RMSprop>(std::move(params), RMSpropOptions{.lr = o.lr,
-                                                                         .alpha = o.alpha,
-                                                                         .eps = o.eps.value_or(RMSpropOptions{}.eps),
-                                                                         .weight_decay = o.weight_decay,
-                                                                         .momentum = o.momentum,
-                                                                         .centered = o.centered});
-    case OptimizerKind::adagrad:
-      return std::make_unique<Adagrad>(std::move(params),
-                                       AdagradOptions{.lr = o.lr,
-                                                      .lr_decay = o.lr_decay,
-                                                      .weight_decay = o.weight_decay,
-                                                      .initial_accumulator_value = o.initial_accumulator_value,
-                                                      .eps = o.eps.value_or(AdagradOptions{}.eps)});
+#define MIXTAPE_FACTORY(kind, Class) \
+  case OptimizerKind::kind: return make_##kind(std::move(params), o, rounding, seed);
+    MIXTAPE_OPTIMIZERS(MIXTAPE_FACTORY)
+#undef MIXTAPE_FACTORY
   }
   MT_ASSERT(false, "unknown optimizer kind");
 }
 
-// Zamirai et al.'s Algorithms 2-5 are SGD (momentum, weight decay) and AdamW; Adam without
-// weight decay is AdamW with weight decay 0. RMSprop and Adagrad follow the same recipe
-// (optim/pure16.h).
-std::unique_ptr<Pure16Optimizer> make_pure_optimizer(std::vector<Variable> params, const OptimizerSpec& o,
-                                                     const PrecisionOptions& p) {
-  const char* who = "PrecisionTrainer";
-  check_spec(o);
-  switch (o.kind) {
-    case OptimizerKind::sgd:
-      MT_CHECK(!o.nesterov, who, ": ", nn::precision_name(p.precision),
-               " has no Nesterov momentum (the 16-bit SGD is Zamirai et al.'s Algorithms 2 and 3)");
-      return std::make_unique<SGD16>(std::move(params), SGD16Options{.lr = o.lr,
-                                                                     .momentum = o.momentum,
-                                                                     .weight_decay = o.weight_decay,
-                                                                     .rounding = p.rounding,
-                                                                     .seed = p.seed});
-    case OptimizerKind::adam:
-      MT_CHECK(o.weight_decay == 0.0, who, ": ", nn::precision_name(p.precision),
-               " has no Adam with L2 weight decay (the 16-bit rules are SGD and AdamW); use AdamW");
-      [[fallthrough]];
-    case OptimizerKind::adamw:
-      return std::make_unique<AdamW16>(std::move(params), AdamW16Options{.lr = o.lr,
-                                                                         .beta1 = o.beta1,
-                                                                         .beta2 = o.beta2,
-                                                                         .eps = o.eps.value_or(AdamW16Options{}.eps),
-                                                                         .weight_decay = o.weight_decay,
-                                                                         .rounding = p.rounding,
-                                                                         .seed = p.seed,
-                                                                         .amsgrad = o.amsgrad});
-    case OptimizerKind::rmsprop:
-      return std::make_unique<RMSprop16>(std::move(params),
-                                         RMSprop16Options{.lr = o.lr,
-                                                          .alpha = o.alpha,
-                                                          .eps = o.eps.value_or(RMSprop16Options{}.eps),
-                                                          .weight_decay = o.weight_decay,
-                                                          .momentum = o.momentum,
-                                                          .centered = o.centered,
-                                                          .rounding = p.rounding,
-                                                          .seed = p.seed});
-    case OptimizerKind::adagrad:
-      return std::make_unique<Adagrad16>(std::move(params),
-                                         Adagrad16Options{.lr = o.lr,
-                                                          .lr_decay = o.lr_decay,
-                                                          .weight_decay = o.weight_decay,
-                                                          .initial_accumulator_value = o.initial_accumulator_value,
-                                                          .eps = o.eps.value_or(Adagrad16Options{}.eps),
-                                                          .rounding = p.rounding,
-                                                          .seed = p.seed});
-  }
-  MT_ASSERT(false, "unknown optimizer kind");
-}
-
-}  // namespace
+// ---- the trainer -------------------------------------------------------------------------------
 
 PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optimizer, PrecisionOptions options)
     : options_(std::move(options)), model_(&model) {
@@ -176,18 +91,22 @@ PrecisionTrainer::PrecisionTrainer(nn::Module& model, const OptimizerSpec& optim
   MT_CHECK(!params_.empty(), who, ": the model has no parameters");
   if (nn::is_pure(options_.precision)) {
     try {
-      pure_ = make_pure_optimizer(params_, optimizer, options_);
+      pure_ = make_optimizer(params_, optimizer, options_.rounding, options_.seed);
     } catch (...) {
       for (size_t i = 0; i < params_.size(); ++i) {
         params_[i].impl().data = before[i].first;
         params_[i].set_grad(before[i].second);
       }
-      throw;
+      try {
+        throw;
+      } catch (const Error& e) {  // which policy refused it
+        throw Error(detail::cat(who, ": ", nn::precision_name(options_.precision), ": ", e.what()));
+      }
     }
   } else {
     const OptimizerSpec spec = optimizer;
     masters_ = std::make_unique<MasterWeights>(
-        params_, [spec](std::vector<Variable> m) { return make_fp32_optimizer(std::move(m), spec); },
+        params_, [spec](std::vector<Variable> m) { return make_optimizer(std::move(m), spec); },
         MasterWeightsOptions{.max_grad_norm = options_.max_grad_norm, .max_grad_value = options_.max_grad_value});
     // The decision lives on the device when the rule, the clipping and the update can run there.
     if (device_.is_cuda() && scaler_->device_rule() && options_.max_grad_value == 0.0 &&

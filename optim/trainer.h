@@ -20,8 +20,9 @@
 //   fp8                as bf16, with an Fp8Context (autograd/fp8.h) on every tape begin_step()
 //                      sees: the GEMM-like ops read their operands in 8 bits (options.fp8).
 //   fp16-pure,         the model's parameters are converted to 16 bits (nn::apply_precision)
-//   bf16-pure          and an SGD16 / AdamW16 / RMSprop16 / Adagrad16 (optim/pure16.h) updates them in place with the
-//                      chosen rounding (nearest, stochastic, Kahan); scaled_step() does the
+//   bf16-pure          and the same optimizer over them (SGD16, AdamW16, ...: Note [Storage policy] in
+//                      optim/optimizer.h) updates them in place with the chosen rounding (nearest,
+//                      stochastic, Kahan; optim/pure16.h); scaled_step() does the
 //                      check, skip, unscale and clip.
 // The loss scale is one of LossScaleSpec's kinds. "gradient" is Zhao et al.'s per-operator
 // gradient scaling (autograd/gradient_scaling.h): a GradientScalingRule on every tape begin_step() sees, a loss
@@ -57,11 +58,18 @@
 #include "nn/precision.h"
 #include "optim/loss_scaler.h"
 #include "optim/master_weights.h"
+#include "optim/optimizer_kinds.h"
 #include "optim/pure16.h"
 
 namespace mixtape {
 
-enum class OptimizerKind : uint8_t { sgd, adam, adamw, rmsprop, adagrad };
+// sgd, adam, adamw, rmsprop, adagrad (optim/optimizer_kinds.h).
+enum class OptimizerKind : uint8_t {
+#define MIXTAPE_KIND(kind, Class) kind,
+  MIXTAPE_OPTIMIZERS(MIXTAPE_KIND)
+#undef MIXTAPE_KIND
+};
+// The settings of any optimizer by kind; each kind reads those it has.
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::adamw;
   double lr = 1e-3;
@@ -83,7 +91,19 @@ const char* optimizer_kind_name(OptimizerKind k);  // "SGD", "Adam", "AdamW", "R
 // listing the choices, on anything else.
 OptimizerKind optimizer_kind_from_name(const std::string& name);
 // The --optimizer choices, "sgd, adam, adamw, rmsprop or adagrad".
-const char* optimizer_kind_choices();
+std::string optimizer_kind_choices();
+
+// The optimizer of `spec` over `params`: f32 (or f64) parameters, or the 16-bit parameters of a
+// pure policy, updated under `rounding` from the Philox stream of `seed` (Note [Storage policy]
+// in optim/optimizer.h). Throws for options the kind does not have (amsgrad, Nesterov).
+std::unique_ptr<Optimizer> make_optimizer(std::vector<Variable> params, const OptimizerSpec& spec,
+                                          UpdateRounding rounding = UpdateRounding::stochastic, uint64_t seed = 0);
+// Each kind's own factory, beside its class (make_sgd in optim/sgd.cpp, ...).
+#define MIXTAPE_MAKE(kind, Class)                                                                 \
+  std::unique_ptr<Optimizer> make_##kind(std::vector<Variable> params, const OptimizerSpec& spec, \
+                                         UpdateRounding rounding, uint64_t seed);
+MIXTAPE_OPTIMIZERS(MIXTAPE_MAKE)
+#undef MIXTAPE_MAKE
 
 struct PrecisionOptions {
   nn::Precision precision = nn::Precision::fp32;
@@ -198,7 +218,7 @@ class PrecisionTrainer {
   std::vector<Variable> params_;
   Device device_;
   std::unique_ptr<MasterWeights> masters_;  // fp32 and mixed policies
-  std::unique_ptr<Pure16Optimizer> pure_;   // pure policies
+  std::unique_ptr<Optimizer> pure_;         // pure policies
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<GradientScalingRule> grad_scaling_;
   std::unique_ptr<Fp8Context> fp8_;

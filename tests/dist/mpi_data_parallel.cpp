@@ -125,7 +125,7 @@ void check_identical(Checker& c) {
       {"fp32", "none"},          {"fp16", "backoff"},       {"fp16", "gradient"},
       {"bf16-pure", "gradient"}, {"fp16-pure", "gradient"}, {"bf16-pure", "backoff"}};
   for (const auto& [precision, scale] : policies) {
-    // fp16-pure trains with SGD: AdamW16's second moment in fp16 (g^2 underflows, eps 1e-8 rounds
+    // fp16-pure trains with SGD: AdamW's second moment in fp16 (g^2 underflows, eps 1e-8 rounds
     // to 0) diverges on this model on one process as well.
     const bool sgd = precision == "fp16-pure";
     Run r = make_run(policy(precision, scale), 10 + uint64_t(c.dp->rank()), c.dp, sgd ? 0.1 : 1e-2,

@@ -473,12 +473,12 @@ TEST_CASE("OneCycleLR cycles the momentum or beta1 against the lr, as torch's cy
   }
   SECTION("the 16-bit rules' momentum moves the same way") {
     Variable h(zeros({1}, DType::bf16), true);
-    AdamW16 opt({h}, {.lr = 0.1});
+    AdamW opt({h}, {.lr = 0.1});
     LRScheduler sched(opt, OneCycleLR(1.0, 20));
     for (int t = 0; t < 5; ++t) sched.step();
     CHECK(opt.options().beta1 == 0.85);
     CHECK(opt.warnings().size() == 1);  // beta2 = 0.999, which bf16 holds as 1 - 2^-8; beta1 needs no warning
-    SGD16 sgd({h}, {.lr = 0.1, .momentum = 0.9});
+    SGD sgd({h}, {.lr = 0.1, .momentum = 0.9});
     LRScheduler sgd_sched(sgd, OneCycleLR(1.0, 20));
     CHECK(sgd.options().momentum == 0.95);
   }

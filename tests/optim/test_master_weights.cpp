@@ -180,7 +180,7 @@ TEST_CASE("weight decay acts on the fp32 copy, where it does not underflow", "[o
   Variable p(from_vector(std::vector<double>{1.0}, {1}, DType::f16), true, "p");
   Variable p16(from_vector(std::vector<double>{1.0}, {1}, DType::f16), true, "p16");
   MasterWeights mw({p}, sgd({.lr = 0.1, .weight_decay = 1e-4}));
-  SGD16 direct({p16}, {.lr = 0.1, .weight_decay = 1e-4, .rounding = UpdateRounding::nearest});
+  SGD direct({p16}, {.lr = 0.1, .weight_decay = 1e-4, .rounding = UpdateRounding::nearest});
   NoLossScaler none;
   for (int i = 0; i < 200; ++i) {
     set_grad(p, {0.0}, 1.0f, DType::f16);
@@ -380,6 +380,6 @@ TEST_CASE("an optimizer writes the rounded copy of an updated parameter only", "
   Variable wide(zeros({4}), true, "wide");
   CHECK_THROWS_WITH(opt.set_rounded_copy(0, wide), Catch::Contains("must be bf16 or f16"));
   CHECK_THROWS_WITH(opt.set_rounded_copy(2, a16), Catch::Contains("out of range"));
-  SGD16 pure({a16}, {.lr = 0.1});
+  SGD pure({a16}, {.lr = 0.1});
   CHECK_THROWS_WITH(pure.set_rounded_copy(0, b16), Catch::Contains("needs an f32 parameter"));
 }

@@ -58,16 +58,16 @@ TEST_CASE("decay rates are rounded to the 16-bit format, 0.999 becomes the large
   CHECK(decay_rate_16(0.0, DType::bf16).value == 0.0);
 
   Variable p(ones({3}, DType::bf16), true, "p");
-  AdamW16 opt({p});  // default beta2 = 0.999
+  AdamW opt({p});  // default beta2 = 0.999
   REQUIRE(opt.warnings().size() == 1);
   CHECK_THAT(opt.warnings()[0], Catch::Contains("beta2") && Catch::Contains("0.99609375"));
   Variable q(ones({3}, DType::f16), true, "q");
-  AdamW16 opt16({q});
+  AdamW opt16({q});
   REQUIRE(opt16.warnings().size() == 1);
   CHECK_THAT(opt16.warnings()[0], Catch::Contains("exp_avg_sq in f16"));
-  SGD16 sgd({p}, {.momentum = 0.999});
+  SGD sgd({p}, {.momentum = 0.999});
   CHECK(sgd.warnings().size() == 1);
-  SGD16 sgd_ok({p}, {.momentum = 0.9});
+  SGD sgd_ok({p}, {.momentum = 0.9});
   CHECK(sgd_ok.warnings().empty());
 }
 
@@ -116,7 +116,7 @@ TEST_CASE("adamw16_update_ follows Algorithm 4 line by line", "[optim][pure16]")
 
 TEST_CASE("AdamW16 in bf16 runs with beta2 = 0.99609375 instead of 0.999", "[optim][pure16]") {
   Variable p(from_vector(std::vector<double>{1.0, -0.5, 0.25}, {3}, DType::bf16), true, "p");
-  AdamW16 opt({p}, {.lr = 0.01, .rounding = UpdateRounding::nearest});
+  AdamW opt({p}, {.lr = 0.01, .rounding = UpdateRounding::nearest});
   Tensor w = p.data().clone(), m = zeros({3}, DType::bf16), v = zeros({3}, DType::bf16), none;
   const std::vector<std::vector<double>> gs = {{0.5, -0.25, 1.0}, {-0.125, 0.5, 0.75}, {0.25, 0.25, -2.0}};
   for (size_t t = 0; t < gs.size(); ++t) {
@@ -224,7 +224,7 @@ TEST_CASE("nearest rounding halts SGD far from the optimum, stochastic rounding 
   const Tensor target = uniform({n}, 1.0, 2.0, gen, DType::f32);
   auto distance = [&](UpdateRounding rounding) {
     Variable w(zeros({n}, DType::bf16), true, "w");
-    SGD16 opt({w}, {.lr = 0.01, .rounding = rounding, .seed = 11});
+    SGD opt({w}, {.lr = 0.01, .rounding = rounding, .seed = 11});
     for (int t = 0; t < 800; ++t) {
       w.set_grad(ScaledGrad{w.data().to(DType::f32) - target, 1.0f});
       opt.step();
@@ -250,8 +250,8 @@ TEST_CASE("SGD16 and AdamW16 keep 16-bit state and resume from their state dicts
   };
   SECTION("SGD16, Kahan with momentum") {
     Variable a = param(), b = param();
-    SGD16 oa({a}, {.lr = 0.01, .momentum = 0.9, .weight_decay = 0.01, .rounding = UpdateRounding::kahan});
-    SGD16 ob({b}, {.lr = 0.01, .momentum = 0.9, .weight_decay = 0.01, .rounding = UpdateRounding::kahan});
+    SGD oa({a}, {.lr = 0.01, .momentum = 0.9, .weight_decay = 0.01, .rounding = UpdateRounding::kahan});
+    SGD ob({b}, {.lr = 0.01, .momentum = 0.9, .weight_decay = 0.01, .rounding = UpdateRounding::kahan});
     for (size_t t = 0; t < 2; ++t) {
       set(a, gs[t]);
       oa.step();
@@ -272,8 +272,8 @@ TEST_CASE("SGD16 and AdamW16 keep 16-bit state and resume from their state dicts
   }
   SECTION("AdamW16, stochastic: the Philox position is part of the state") {
     Variable a = param(), b = param();
-    AdamW16 oa({a}, {.lr = 0.01, .beta2 = 0.99, .seed = 3});
-    AdamW16 ob({b}, {.lr = 0.01, .beta2 = 0.99, .seed = 999});
+    AdamW oa({a}, {.lr = 0.01, .beta2 = 0.99, .seed = 3});
+    AdamW ob({b}, {.lr = 0.01, .beta2 = 0.99, .seed = 999});
     for (size_t t = 0; t < 2; ++t) {
       set(a, gs[t]);
       oa.step();
@@ -365,10 +365,10 @@ TEST_CASE("rmsprop16_update_ and adagrad16_update_ with nearest rounding round e
 }
 
 TEST_CASE("stochastic rounding of RMSprop16 and Adagrad16 updates is unbiased", "[optim][pure16]") {
-  // 65536 bf16 weights at 1.0 and g = 1. RMSprop16 with alpha 0.5: square_avg = 0.5 (exact),
-  // u = -lr / (sqrt(0.5) + eps); Adagrad16: sum = 1, u = -lr / (1 + eps). |u| ~ 1e-4 is far below
+  // 65536 bf16 weights at 1.0 and g = 1. RMSprop with alpha 0.5: square_avg = 0.5 (exact),
+  // u = -lr / (sqrt(0.5) + eps); Adagrad: sum = 1, u = -lr / (1 + eps). |u| ~ 1e-4 is far below
   // half an ulp (2^-9): nearest keeps every weight, stochastic rounding moves the mean by u
-  // (standard error ~ 2.4e-6 per step, as for SGD16).
+  // (standard error ~ 2.4e-6 per step, as for SGD).
   const int64_t n = 65536;
   const Tensor g = full({n}, 1.0, DType::f32);
   const double lr = 1e-4;
@@ -458,32 +458,41 @@ TEST_CASE("RMSprop16, Adagrad16 and AdamW16 with amsgrad resume from their state
   };
   SECTION("RMSprop16, Kahan, centered with momentum") {
     Variable a = param(), b = param();
-    const RMSprop16Options o{.lr = 0.01, .momentum = 0.9, .centered = true, .rounding = UpdateRounding::kahan};
-    RMSprop16 oa({a}, o), ob({b}, {.lr = 0.5});
+    const RMSpropOptions o{.lr = 0.01, .momentum = 0.9, .centered = true, .rounding = UpdateRounding::kahan};
+    RMSprop oa({a}, o), ob({b}, {.lr = 0.5});
     check_resume(oa, ob, a, b, {"square_avg", "momentum_buffer", "grad_avg", "kahan_comp"});
     CHECK(ob.options().centered);
   }
   SECTION("Adagrad16, stochastic: the Philox position is part of the state") {
     Variable a = param(), b = param();
-    Adagrad16 oa({a}, {.lr = 0.01, .initial_accumulator_value = 0.1, .seed = 3});
-    Adagrad16 ob({b}, {.lr = 0.01, .seed = 999});
+    Adagrad oa({a}, {.lr = 0.01, .initial_accumulator_value = 0.1, .seed = 3});
+    Adagrad ob({b}, {.lr = 0.01, .seed = 999});
     check_resume(oa, ob, a, b, {"sum"});
     CHECK(ob.generator().offset() == oa.generator().offset());
     CHECK(ob.options().initial_accumulator_value == 0.1);
   }
   SECTION("AdamW16 with amsgrad, stochastic") {
     Variable a = param(), b = param();
-    AdamW16 oa({a}, {.lr = 0.01, .beta2 = 0.5, .seed = 3, .amsgrad = true});
-    AdamW16 ob({b}, {.lr = 0.01, .beta2 = 0.5, .seed = 4});
+    AdamW oa({a}, {.lr = 0.01, .beta2 = 0.5, .amsgrad = true, .seed = 3});
+    AdamW ob({b}, {.lr = 0.01, .beta2 = 0.5, .seed = 4});
     check_resume(oa, ob, a, b, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"});
     CHECK(ob.options().amsgrad);
   }
 }
 
 TEST_CASE("16-bit update rules reject what they cannot do", "[optim][pure16]") {
-  Variable f(ones({2}), true, "f32 weight");
-  CHECK_THROWS_WITH(SGD16({f}), Catch::Contains("must be bf16 or f16"));
-  CHECK_THROWS_WITH(AdamW16({f}), Catch::Contains("must be bf16 or f16"));
+  // Note [Storage policy]: 16-bit parameters choose the 16-bit rule; f32 ones the plain one; a mix
+  // is refused, and so is what the 16-bit rules do not have.
+  Variable f(ones({2}), true, "f32 weight"), g16(ones({2}, DType::bf16), true, "bf16 weight");
+  CHECK(std::string(SGD({f}).name()) == "SGD");
+  CHECK(std::string(SGD({g16}).name()) == "SGD16");
+  CHECK(std::string(Adam({g16}).name()) == "AdamW16");
+  CHECK_THROWS_WITH(SGD({f, g16}), Catch::Contains("an optimizer's parameters are all 16-bit"));
+  SGD wide({f});
+  CHECK_THROWS_WITH(wide.add_param_group({g16}), Catch::Contains("cannot join an optimizer of f32 / f64 parameters"));
+  CHECK_THROWS_WITH(SGD({g16}, {.momentum = 0.9, .nesterov = true}),
+                    Catch::Contains("SGD16: the 16-bit rule") && Catch::Contains("no Nesterov momentum"));
+  CHECK_THROWS_WITH(Adam({g16}, {.weight_decay = 0.1}), Catch::Contains("Adam with L2 weight decay 0.1 has none"));
   Tensor w = ones({2}, DType::bf16), c = zeros({2}, DType::bf16), none;
   CHECK_THROWS_WITH(sgd16_update_(w, ones({2}, DType::bf16), none, none, 0.1, 0.0, 0.0, Rounding::nearest, 0, 0),
                     Catch::Contains("must be f32"));
@@ -496,11 +505,9 @@ TEST_CASE("16-bit update rules reject what they cannot do", "[optim][pure16]") {
   CHECK_THROWS_WITH(adamw16_update_(w, ones({2}), m, v, none, 0.1, 0.9, 1.0, 1e-8, 0.0, 1, Rounding::nearest, 0, 0),
                     Catch::Contains("beta2"));
   CHECK_THROWS_WITH(update_rounding_from_name("up"), Catch::Contains("unknown update rounding"));
-  CHECK_THROWS_WITH(RMSprop16({f}), Catch::Contains("RMSprop16: parameter") && Catch::Contains("must be bf16 or f16"));
-  CHECK_THROWS_WITH(Adagrad16({f}), Catch::Contains("Adagrad16: parameter"));
   Variable h(ones({2}, DType::bf16), true, "h");
-  CHECK_THROWS_WITH(RMSprop16({h}, {.alpha = 1.0}), Catch::Contains("RMSprop16: alpha must be in [0, 1), got 1"));
-  CHECK_THROWS_WITH(Adagrad16({h}, {.lr_decay = -1.0}), Catch::Contains("Adagrad16: lr_decay"));
+  CHECK_THROWS_WITH(RMSprop({h}, {.alpha = 1.0}), Catch::Contains("RMSprop16: alpha must be in [0, 1), got 1"));
+  CHECK_THROWS_WITH(Adagrad({h}, {.lr_decay = -1.0}), Catch::Contains("Adagrad16: lr_decay"));
   CHECK_THROWS_WITH(
       rmsprop16_update_(w, ones({2}), m, none, none, none, 0.1, 1.5, 1e-8, 0.0, 0.0, false, Rounding::nearest, 0, 0),
       Catch::Contains("rmsprop16_update_: invalid alpha"));
@@ -509,8 +516,8 @@ TEST_CASE("16-bit update rules reject what they cannot do", "[optim][pure16]") {
       Catch::Contains("grad_avg (centered)"));
   CHECK_THROWS_WITH(adagrad16_update_(w, ones({2}), m, none, 0.1, 0.0, 1e-10, 0.0, 0, Rounding::nearest, 0, 0),
                     Catch::Contains("adagrad16_update_: step counts updates from 1"));
-  // An RMSprop16 with alpha 0.999 in bf16 runs with 0.99609375 and says so.
-  RMSprop16 rms({h}, {.alpha = 0.999});
+  // An RMSprop with alpha 0.999 in bf16 runs with 0.99609375 and says so.
+  RMSprop rms({h}, {.alpha = 0.999});
   REQUIRE(rms.warnings().size() == 1);
   CHECK_THAT(rms.warnings()[0], Catch::Contains("alpha") && Catch::Contains("0.99609375"));
 }
@@ -520,8 +527,8 @@ TEST_CASE("scaled_step drives a pure 16-bit optimizer under loss scaling", "[opt
   // the 16-bit rule, and an overflow skips the step without touching weights or state.
   Variable a(from_vector(std::vector<double>{1.0, -0.5}, {2}, DType::f16), true, "a");
   Variable b(from_vector(std::vector<double>{1.0, -0.5}, {2}, DType::f16), true, "b");
-  SGD16 oa({a}, {.lr = 0.125, .momentum = 0.5, .rounding = UpdateRounding::nearest});
-  SGD16 ob({b}, {.lr = 0.125, .momentum = 0.5, .rounding = UpdateRounding::nearest});
+  SGD oa({a}, {.lr = 0.125, .momentum = 0.5, .rounding = UpdateRounding::nearest});
+  SGD ob({b}, {.lr = 0.125, .momentum = 0.5, .rounding = UpdateRounding::nearest});
   BackoffLossScaler scaler({.init_scale = 1024.0f});
   a.set_grad(ScaledGrad{from_vector(std::vector<double>{0.25 * 1024, 0.5 * 1024}, {2}, DType::f16), 1024.0f});
   b.set_grad(ScaledGrad{from_vector(std::vector<double>{0.25, 0.5}, {2}, DType::f16), 1.0f});
@@ -749,7 +756,7 @@ TEST_CASE("stochastic 16-bit updates draw each element's word alike on every con
 }
 
 TEST_CASE("adamw16_update_ gives the same bits on every conversion path", "[optim][pure16]") {
-  // Note [Vector AdamW16]: the AVX-512 chunks (widen, fp32 lanes, round on store) against the
+  // Note [Vector AdamW]: the AVX-512 chunks (widen, fp32 lanes, round on store) against the
   // scalar formulas, under each rounding rule, in bf16 and f16, on a contiguous tensor with a
   // ragged tail and a row longer than one chunk (3 x 300), and on a transposed one (the scalar
   // loop inside the same row walk). Gradients of every magnitude, four steps, a nonzero offset

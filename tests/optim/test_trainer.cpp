@@ -642,11 +642,12 @@ TEST_CASE("pure policies refuse Nesterov SGD and Adam with L2 weight decay", "[p
     CHECK_THROWS_WITH(
         (PrecisionTrainer(*model, {.kind = OptimizerKind::sgd, .lr = 0.1, .momentum = 0.9, .nesterov = true},
                           policy(pure))),
-        Catch::Contains("PrecisionTrainer: " + name + " has no Nesterov momentum"));
+        Catch::Contains("PrecisionTrainer: " + name + ": SGD16: the 16-bit rule") &&
+            Catch::Contains("has no dampening and no Nesterov momentum"));
     CHECK_THROWS_WITH(
         (PrecisionTrainer(*model, {.kind = OptimizerKind::adam, .lr = 1e-3, .weight_decay = 0.01}, policy(pure))),
-        Catch::Contains("PrecisionTrainer: " + name + " has no Adam with L2 weight decay") &&
-            Catch::Contains("use AdamW"));
+        Catch::Contains("PrecisionTrainer: " + name + ": AdamW16: the 16-bit rule is AdamW's") &&
+            Catch::Contains("Adam with L2 weight decay 0.01 has none: use AdamW"));
     CHECK_THROWS_WITH((PrecisionTrainer(*model, {.kind = OptimizerKind::adamw, .lr = -1.0}, policy(pure))),
                       Catch::Contains("learning rate must be finite and >= 0"));
     // A refused trainer leaves the model as it was, f32 and bit for bit.

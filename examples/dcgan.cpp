@@ -486,7 +486,6 @@ int main(int argc, char** argv) {
     Gan gan(o, images.size(1), flags, precision, device, dp);
     data::DataLoader loader(data::TensorDataset({images}),
                             {.batch_size = flags.batch_size, .shuffle = true, .drop_last = true, .seed = flags.seed});
-    const int64_t batches = loader.batches_per_epoch();
     const train::RunIdentity id = run_identity(gan, flags, images.size(0));
     train::Metrics metrics(dp->is_root() ? flags.metrics : std::string(), checkpoint.resuming());
 

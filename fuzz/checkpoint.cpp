@@ -32,6 +32,7 @@ void restore(const std::string& path, const fuzz::CheckpointSetup& s) {
   const mixtape::train::Checkpointer checkpointer = mixtape::train::Checkpointer(path, 0, true);
   const std::optional<mixtape::TensorDict> ckpt = checkpointer.resume_state(run.identity);
   fuzz::check(ckpt.has_value(), "resume_state found no file at " + path);
+  mixtape::train::check_all_read(*ckpt, mixtape::train::training_state_prefixes("", true), {}, path);
   mixtape::train::load_training_state(*ckpt, "", *run.model, *run.trainer, run.sched.get());
   const int64_t step = mixtape::train::progress_int(*ckpt, "step");
 

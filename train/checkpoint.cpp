@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -38,6 +39,27 @@ void load_training_state(const TensorDict& ckpt, const std::string& prefix, nn::
     if (prefix.empty()) throw;
     // which of the checkpoint's networks (dcgan: "generator.", "discriminator.") the entry belongs to
     throw Error(detail::cat("checkpoint entries '", prefix, "*': ", e.what()));
+  }
+}
+
+std::vector<std::string> training_state_prefixes(const std::string& prefix, bool sched) {
+  std::vector<std::string> p = {prefix + "model.", prefix + "rng.", prefix + "trainer."};
+  if (sched) p.push_back(prefix + "sched.");
+  return p;
+}
+
+void check_all_read(const TensorDict& ckpt, const std::vector<std::string>& prefixes,
+                    const std::vector<std::string>& names, const std::string& path) {
+  for (const auto& [name, t] : ckpt) {
+    bool read = std::find(names.begin(), names.end(), name) != names.end();
+    for (const std::string& p : prefixes) read = read || name.starts_with(p);
+    if (read) continue;
+    std::string parts;
+    for (const std::string& p : prefixes) parts += (parts.empty() ? "" : ", ") + p + "*";
+    for (const std::string& n : names) parts += (parts.empty() ? "" : ", ") + n;
+    throw Error(detail::cat("--resume: ", path, " holds the tensor '", name, "' ", t.meta(),
+                            ", which no part of this run reads (it reads ", parts,
+                            "): the file is not a checkpoint of this program, or it was changed"));
   }
 }
 

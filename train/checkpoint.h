@@ -53,6 +53,16 @@ void add_training_state(TensorDict& ckpt, const std::string& prefix, const nn::M
 void load_training_state(const TensorDict& ckpt, const std::string& prefix, nn::Module& model,
                          PrecisionTrainer& trainer, LRScheduler* sched);
 
+// The prefixes add_training_state writes under `prefix` ("model.", "rng.", "trainer.", and
+// "sched." when there is a schedule).
+std::vector<std::string> training_state_prefixes(const std::string& prefix, bool sched);
+// Refuses a checkpoint that holds a tensor no part of the run reads: each tensor's name must
+// start with one of `prefixes` or be one of `names`. Each part refuses what it does not expect
+// under its own prefix; this is the check above them, so that nothing in a file is dropped
+// without a word (a tensor under a misspelled prefix is a file that is not what it seems).
+void check_all_read(const TensorDict& ckpt, const std::vector<std::string>& prefixes,
+                    const std::vector<std::string>& names, const std::string& path);
+
 // A generator's position as progress metadata "<key>.seed" and "<key>.offset".
 void add_generator(TensorDict& ckpt, const std::string& key, const Generator& g);
 void load_generator(const TensorDict& ckpt, const std::string& key, Generator& g);

@@ -80,6 +80,16 @@ bool TrainLoop::resume(const Checkpointer* checkpoint, const RunIdentity& identi
   if (!checkpoint) return false;
   const std::optional<TensorDict> saved = checkpoint->resume_state(identity);
   if (saved) {
+    std::vector<std::string> prefixes, names;
+    for (const Learner& l : learners_)
+      for (std::string& p : training_state_prefixes(l.checkpoint_prefix, l.sched != nullptr))
+        prefixes.push_back(std::move(p));
+    if (save_state) {  // the program's own tensors (char_lstm's vocabulary)
+      TensorDict own;
+      save_state(own, false);
+      names = own.names();
+    }
+    check_all_read(*saved, prefixes, names, checkpoint->path());
     for (const Learner& l : learners_) load_training_state(*saved, l.checkpoint_prefix, *l.model, *l.trainer, l.sched);
     const int64_t step = progress_int(*saved, "step");
     MT_CHECK(step >= 0, "--resume: the checkpoint's step ", step, " is negative");

@@ -79,8 +79,6 @@ std::string precision_summary(const PrecisionTrainer& t) {
   return s;
 }
 
-// The end of a "training diverged" message (after "(try a smaller --lr"): a 16-bit run without a
-// loss scale is pointed to a dynamic one.
 const char* diverged_hint(const PrecisionTrainer& t) {
   return nn::is_16bit(t.precision()) && t.options().loss_scale.kind == LossScaleSpec::Kind::none
              ? ", or a dynamic --loss-scale such as backoff)"

@@ -97,8 +97,8 @@ TEST_CASE("optimizer state saved before one class per algorithm loads and trains
     const std::vector<double> before = model.state_dict().at("head.weight").to(DType::f64).to_vector();
     Tape tape;
     trainer.begin_step(tape);
-    trainer.backward(tape, examples::sequence_loss(model.forward(input, std::nullopt, trainer.compute_dtype()).logits,
-                                                   target));
+    trainer.backward(
+        tape, examples::sequence_loss(model.forward(input, std::nullopt, trainer.compute_dtype()).logits, target));
     const bool applied = trainer.step();
     CHECK((applied || p.precision == nn::Precision::fp16_pure));
     const std::vector<double> after = model.state_dict().at("head.weight").to(DType::f64).to_vector();

@@ -231,6 +231,26 @@ TEST_CASE("train: a checkpoint whose position does not fit the run is refused", 
   std::filesystem::remove(path);
 }
 
+TEST_CASE("train: a checkpoint holding a tensor no part of the run reads is refused, naming it", "[train]") {
+  const std::string path = temp_path("unread.safetensors");
+  const train::RunIdentity id = {{"program", "test_loop"}};
+  Setup s;
+  Seen seen;
+  train::TrainLoop loop = make_loop(s, seen, 0);
+  loop.save_state = [](TensorDict& ckpt, bool) { ckpt.add("vocab", zeros({3}, DType::i64)); };  // the program's own
+  const TensorDict good = loop.checkpoint(false);
+  TensorDict bad = good;
+  bad.add("traeirn.fp8.site0.grad", zeros({4}));  // a misspelled prefix: nobody would read it
+  const train::Checkpointer checkpoint(path, 0, true);
+  checkpoint.save(bad, id);
+  CHECK_THROWS_WITH(loop.resume(&checkpoint, id),
+                    Catch::Contains("holds the tensor 'traeirn.fp8.site0.grad' f32[4], which no part of this run "
+                                    "reads (it reads model.*, rng.*, trainer.*, sched.*, vocab)"));
+  checkpoint.save(good, id);
+  CHECK(loop.resume(&checkpoint, id));
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("train: a non-finite loss that no loss scaler skipped stops the run, naming the step", "[train]") {
   Setup s("fp32", "none");
   Seen seen;

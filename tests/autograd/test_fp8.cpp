@@ -2,7 +2,7 @@
 // (checked against the 16-bit GEMMs of the values the codes stand for), per-operator gradient
 // scaling with E5M2's range, delayed scaling's history and its state dict, the telemetry records,
 // and a small model that trains under every recipe.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 

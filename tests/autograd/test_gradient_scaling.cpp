@@ -1,6 +1,6 @@
 // Zhao et al.'s gradient scaling (autograd/gradient_scaling.h): the statistical model against numbers worked
 // out by hand, the rule's choices on real tensors, its cache, and its effect on a small f16 MLP.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <limits>
@@ -8,7 +8,7 @@
 #include "mixtape.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

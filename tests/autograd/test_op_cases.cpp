@@ -1,6 +1,6 @@
 // The three CPU suites over every registered op case (tests/support/op_cases.h); the device
 // suite is tests/cuda/test_op_cases.cpp.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,10 +1,10 @@
 // The tape itself: what records, how gradients reach leaves, and how scales travel.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include "mixtape.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 Variable leaf(std::vector<double> v, Shape s) { return Variable(from_vector(v, s), true); }

@@ -1,6 +1,6 @@
 // Precision telemetry: the one-pass statistics kernel (tensor/ops/grad_telemetry.h) against
 // hand-computed counts, and the Telemetry observer on a tape (autograd/telemetry.h).
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <limits>
@@ -11,7 +11,7 @@
 #include "mixtape.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

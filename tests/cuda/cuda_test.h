@@ -6,7 +6,7 @@
 // test as skipped (tests/CMakeLists.txt), so a machine without a GPU never counts it as passed.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdint>

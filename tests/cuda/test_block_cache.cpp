@@ -1,6 +1,6 @@
 // The caching allocator's bookkeeping (tensor/core/block_cache.h) with a fake device allocator: no GPU
 // needed. test_runtime.cpp checks the same counters with real device memory.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cstdlib>
 #include <map>

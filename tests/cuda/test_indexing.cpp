@@ -1,6 +1,6 @@
 // The strided-offset arithmetic of the CUDA kernels (cuda/indexing.h), run on the host against
 // Tensor's own strides: no GPU needed.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include "cuda/indexing.h"
 #include "tensor/tensor.h"

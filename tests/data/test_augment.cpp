@@ -2,7 +2,7 @@
 // RandomCrop shifts them by exactly its chosen offsets; their choices depend only on (seed, row,
 // epoch) (Note [Reproducible augmentation]) and are spread as they should be; bad fields are
 // refused.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cstdint>
 #include <vector>

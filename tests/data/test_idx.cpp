@@ -1,6 +1,6 @@
 // IDX files (data/idx.h): round trips through zlib and plain files, every corruption the reader
 // must reject with a useful message, and the (Fashion-)MNIST loader.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <zlib.h>
 

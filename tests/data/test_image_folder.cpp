@@ -1,6 +1,6 @@
 // Image folders (data/image_folder.h): decoding, resize + centre crop, value range, errors, and
 // PNG grids. Fixtures are written with stb_image_write, independently of the code under test.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <stb/stb_image.h>
 #include <stb/stb_image_write.h>

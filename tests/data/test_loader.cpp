@@ -1,6 +1,6 @@
 // DataLoader (data/loader.h): coverage and order of epochs, batch contents, drop_last, the
 // prefetch thread's bound, prompt shutdown mid-epoch, and worker errors.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,5 +1,5 @@
 // Character corpora (data/text.h): vocabulary, encode/decode, entropy, splits and batches.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <atomic>
 #include <cmath>

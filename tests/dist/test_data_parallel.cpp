@@ -1,7 +1,7 @@
 // dist/ in one process: the single-process communicator, the unchanged single-process path, the
 // vote of gradient scaling (Note [Scales agreed across processes]) against a stand-in for the
 // other ranks, and the errors. Several processes: tests/dist/mpi_data_parallel.cpp (label mpi).
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdlib>

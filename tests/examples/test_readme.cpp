@@ -1,6 +1,6 @@
 // The README's model is examples/readme_model.cpp verbatim, so the compiled file keeps the
 // README honest.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <fstream>
 #include <sstream>

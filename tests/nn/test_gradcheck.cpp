@@ -1,5 +1,5 @@
 // f64 central-difference gradient checks of whole modules: every parameter and the input.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <functional>

@@ -1,7 +1,7 @@
 // GRU module: forward against a hand-unrolled computation with the gru_cell op, layouts, states,
 // dropout modes, 16 bits and validation; bidirectional GRU and LSTM against their directions run
 // as one-directional modules. (Values and gradients against PyTorch: test_torch_reference.cpp.)
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 
@@ -9,7 +9,7 @@
 #include "nn/nn.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Initializers: gains, fans, bounds and moments on large tensors, default layer inits, DCGAN.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 
@@ -8,7 +8,7 @@
 
 using namespace mixtape;
 namespace init = mixtape::nn::init;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Layers: shapes, hand-computed values, train/eval behaviour, mixed-precision casts, losses,
 // argument validation.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdio>
@@ -12,7 +12,7 @@
 #include "support/test_util.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using mixtape::test::error_of;
 
 namespace {

@@ -1,6 +1,6 @@
 // LSTM module: forward against a hand-unrolled computation with the lstm_cell op, layouts,
 // states, dropout modes and validation.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 
@@ -8,7 +8,7 @@
 #include "nn/nn.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Module: registration, dotted names, modes, state dicts, conversion, printing, Sequential.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <functional>
 #include <sstream>
@@ -9,7 +9,7 @@
 #include "support/test_util.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 using mixtape::test::error_of;
 using mixtape::test::TempDir;

@@ -8,7 +8,7 @@
 //   the exact 2^p + 3 rounded once: a tie between 2^p + 2 and 2^p + 4, rounds to 2^p + 4.
 // Every product and partial sum of these inputs is exact in fp32, so an fp32 accumulator gives
 // the exact value and the op must match the exact result rounded once bit for bit.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdint>

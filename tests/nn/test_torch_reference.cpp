@@ -2,7 +2,7 @@
 // forward values and gradients of every parameter and input, from tests/nn/rnn_torch_reference.py
 // (run with torch 1.13, f64 CPU). The inputs are closed formulas of the element index, so the
 // numbers below are all the test needs.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <functional>

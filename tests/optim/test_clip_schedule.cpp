@@ -2,7 +2,7 @@
 // learning-rate schedules against their formulas. The sequences of ExponentialLR, MultiStepLR,
 // OneCycleLR and ReduceLROnPlateau are torch.optim.lr_scheduler's own (torch 2, an SGD over one
 // parameter, the lr read after each scheduler step, printed with repr).
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <limits>

@@ -1,6 +1,6 @@
 // Loss scalers (optim/loss_scaler.h) against hand-computed sequences, and the gradient check
 // (check_grads, grad_stats) they read.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cfloat>
 #include <cmath>

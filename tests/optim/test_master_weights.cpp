@@ -1,7 +1,7 @@
 // MasterWeights (optim/master_weights.h): fp32 masters of 16-bit parameters, per-parameter
 // unscaling, skipped steps that change nothing, clipping after unscaling, weight decay on the
 // fp32 copy, and an fp16 MLP that tracks its fp32 twin.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdio>

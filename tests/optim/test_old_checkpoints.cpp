@@ -7,7 +7,7 @@
 //             --optimizer OPT --precision PRECISION --update-rounding ROUNDING
 // Each is restored into the same model and trainer built by today's code, which must take every
 // entry and give the same state back, byte for byte, and then train on.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <cmath>

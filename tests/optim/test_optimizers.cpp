@@ -9,7 +9,7 @@
 //          p -= lr d
 //   Adam:  g += wd p (Adam) | p *= 1 - lr wd (AdamW);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //          p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdio>

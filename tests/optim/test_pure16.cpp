@@ -3,7 +3,7 @@
 // Kahan summation against an f64 sum, the bf16 beta2 rule, the paper's halting effect of
 // nearest rounding on a quadratic, and the stochastic rounding words of the CPU kernels against
 // a direct evaluation of the formulas on every conversion path and thread count.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // PrecisionTrainer (optim/trainer.h): loss-scale specs, the five policies on one MLP, skipped
 // steps, Zhao's per-operator scaling through the trainer, telemetry with the rounding census,
 // state dicts, and the combinations the pure policies refuse.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <unistd.h>
 
 #include <algorithm>

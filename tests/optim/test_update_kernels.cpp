@@ -1,6 +1,6 @@
 // The fused update kernels (tensor/ops/optim.h) on plain tensors: strided operands, f32 against
 // the f64 reference, and argument checks.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <vector>

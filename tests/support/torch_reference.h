@@ -4,7 +4,7 @@
 // the printed f64 values, so the tests themselves need no torch.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <cmath>

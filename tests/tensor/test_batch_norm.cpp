@@ -1,6 +1,6 @@
 // Batch norm on plain tensors: hand-computed values, running statistics, gradients, error
 // messages.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <bit>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "tensor/cpu/convert.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 using mixtape::test::error_of;
 

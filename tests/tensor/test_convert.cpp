@@ -2,7 +2,7 @@
 // supports against the scalar reference, bit for bit, on every 16-bit pattern and on about 12
 // million floats (ties, subnormals, overflow, NaN), for round-to-nearest-even and stochastic
 // rounding. A path the CPU lacks is not run (the test says which ran).
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <bit>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Dropout on plain tensors: statistics of the mask, reproducibility from the seed, eval mode,
 // backward.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <string>
@@ -9,7 +9,7 @@
 #include "support/test_util.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 using mixtape::test::error_of;
 

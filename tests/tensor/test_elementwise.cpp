@@ -1,6 +1,6 @@
 // Elementwise kernels on plain tensors: hand-computed values at the edges (signed zero, inf, NaN)
 // for the formulas whose code is not the textbook branch (Note [Branch-free leaky ReLU]).
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <bit>
 #include <cmath>

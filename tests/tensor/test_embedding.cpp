@@ -1,5 +1,5 @@
 // Embedding on plain tensors: gathered rows, scatter-added gradients, error messages.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <string>
@@ -8,7 +8,7 @@
 #include "support/test_util.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 using mixtape::test::error_of;
 

@@ -4,7 +4,7 @@
 //   stochastic rounding: a rounder written here in double from the rule (Note [Stochastic
 //        rounding] in half.h) on a grid of values built from the format definitions.
 // Without the CUDA headers the reference comparisons cannot run, and one test case fails to say so.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <bit>

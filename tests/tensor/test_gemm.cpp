@@ -2,7 +2,7 @@
 // scalar reference, bit for bit, for both arithmetics, every operand dtype and layout, ragged
 // tiles, chunked and split K, accumulation, and ties, subnormals, infinities and NaN; the result
 // does not depend on the thread count; and the reference itself against a double-precision GEMM.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <omp.h>
 
 #include <algorithm>

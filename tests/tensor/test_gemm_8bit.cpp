@@ -4,7 +4,7 @@
 // bits8::to_float. Over format pairings, operand layouts, block-scale layouts (and a view into a
 // larger scaled matrix), ragged tiles, chunked and split K, threads' blocks, a packed B,
 // accumulation, the edges of the range, and NaN and inf codes and scales.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <bit>

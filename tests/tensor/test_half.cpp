@@ -4,7 +4,7 @@
 //   bf16: a rounder that compares the distances to the two neighbours in double.
 // Plus stochastic rounding (Note [Stochastic rounding] in half.h), through the scalar functions
 // and through Tensor::to(dtype, Rounding::stochastic, &gen).
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <immintrin.h>
 
 #include <bit>

@@ -2,7 +2,7 @@
 // a direct loop on every layout and dtype, conv2d as the GEMM of the columns, col2im as im2col's
 // adjoint and as conv2d's input gradient, its summation order and rounding, its independence of
 // the thread count, and the error messages.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <optional>

@@ -1,7 +1,7 @@
 // gather, index_select, where and masked_fill on plain tensors: values against loops written out
 // in f64 on strided inputs, scatter-add gradients of repeated indices with one rounding, masks of
 // every dtype, error messages, and the same bits for any thread count.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstring>
@@ -13,7 +13,7 @@
 #include "support/test_util.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using mixtape::test::error_of;
 
 namespace {

@@ -1,7 +1,7 @@
 // matmul / bmm / linear, conv2d / conv_transpose2d and pooling on plain tensors: forward values
 // against naive loops, adjointness, the 16-bit rounding contract, error messages, and the
 // gradient-scaling plumbing of the GEMM-like autograd nodes.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <limits>

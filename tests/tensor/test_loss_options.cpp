@@ -1,7 +1,7 @@
 // cross_entropy's class weights, ignore_index and label smoothing, nll_loss, binary_cross_entropy
 // on probabilities, l1_loss and smooth_l1_loss on plain tensors: values and gradients against
 // PyTorch's definitions written out in f64, the clamps, NaN, and error messages.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <limits>
@@ -12,7 +12,7 @@
 #include "support/test_util.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 using mixtape::test::error_of;
 

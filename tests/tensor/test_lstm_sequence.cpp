@@ -2,7 +2,7 @@
 // recurrence] in tensor/cpu/lstm.cpp): the CPU kernel against the same recurrence written with
 // the step ops on the scalar paths, bit for bit, in f32, f16 and bf16, both time layouts, strided
 // operands, on every GEMM and conversion path and with 1 and 2 threads; its messages on bad input.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <omp.h>
 
 #include <bit>
@@ -16,7 +16,7 @@
 #include "support/test_util.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Layer norm and group norm on plain tensors: values and gradients against loops written out in
 // f64, one rounding of 16-bit outputs, 1 vs 2 threads, error messages.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <string>
@@ -10,7 +10,7 @@
 #include "support/test_util.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 using mixtape::test::error_of;
 

@@ -3,7 +3,7 @@
 // count_include_pad = false. The reference values were printed by
 // tests/tensor/pool_variants_reference.py (torch 1.13, f64) for inputs exact in every dtype, so
 // the test needs no torch: forward outputs and the gradients of every input for a fixed dy.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,7 +1,7 @@
 // Scaled 8-bit operands (tensor/ops/quantize.h): each scaling rule's scales against its formula,
 // the codes against fp8.h's conversion of x * s, the telemetry counts, the 8-bit GEMM against the
 // same GEMM on the values the codes stand for, and the unscaled casts to and from 8-bit dtypes.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <bit>

@@ -1,7 +1,7 @@
 // Sum and mean over leading or trailing dims of contiguous tensors take the loops of
 // Note [Reduce fast paths]; a non-contiguous view of the same values takes the general loop.
 // min, argmax / argmin and var / std against loops written out, their edge values and messages.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,5 +1,5 @@
 // Philox4x32-10 (tensor/core/rng.h) and the random tensor factories built on it.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <algorithm>
 #include <array>

@@ -4,7 +4,7 @@
 //         |v| <= 2^-25 rounds to 0, |v| >= 65520 rounds to inf.
 //   bf16  smallest subnormal 2^-133 (9.18e-41), smallest normal 2^-126 (1.18e-38), largest
 //         (2 - 2^-7) 2^127 (3.3895e38); |v| <= 2^-134 rounds to 0, |v| >= (2 - 2^-8) 2^127 to inf.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // safetensors: round trips, byte-exact agreement with the reference implementation's files,
 // validation of corrupt files, and atomic saves.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>

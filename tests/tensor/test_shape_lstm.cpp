@@ -1,7 +1,7 @@
 // concat / split / stack values and messages, the differentiable cast and its scaling rule,
 // the branch/split common-scale rule (Zhao et al., Algorithm 1, lines 18-22), and the fused
 // LSTM cell against a hand-written formula.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <bit>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "tensor/cpu/math.h"
 
 using namespace mixtape;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

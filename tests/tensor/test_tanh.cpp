@@ -1,5 +1,5 @@
 // Note [Float tanh]: f32 tanh (the elementwise op and the LSTM cell) is correctly rounded.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 #include <cmath>
 #include <limits>
 

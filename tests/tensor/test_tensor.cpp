@@ -1,6 +1,6 @@
 // Tensor handles (tensor/tensor.h): views, copies, factories, casts, printing, error messages,
 // devices.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <bit>
 #include <cmath>

@@ -4,7 +4,7 @@
 // and the conversions (Note [Own GEMM], Note [Vector conversions]). The model is sized so that every split
 // path runs: elementwise and batch-norm kernels above the grain, GEMMs split by columns and by K.
 // Also: the host caching allocator makes no new allocations once a step has run.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cstring>
 #include <memory>

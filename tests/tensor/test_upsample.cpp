@@ -1,7 +1,7 @@
 // upsample (nearest and bilinear) against PyTorch, and its checks. The reference values were printed
 // by tests/tensor/upsample_reference.py (torch 1.13, f64) for inputs exact in every dtype, so the
 // test needs no torch: the output and the input's gradient for a fixed dy.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <limits>

@@ -1,7 +1,7 @@
 // sigmoid_row and tanh_row (tensor/cpu/vector_math.h, Note [Vector exp]) on every conversion path
 // against the scalar functions, bit for bit: a sample of every 251st float (17 million, every
 // exponent and both signs), the edges of the special ranges, and by hand ("[slow]") all 2^32.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <bit>
 #include <cmath>

@@ -1,7 +1,7 @@
 // train/loop.h: the training loop. What it trains equals a hand-written loop, a run saved and
 // resumed equals one uninterrupted run bit for bit, the hooks see each step once and in order,
 // and divergence and bad checkpoints are refused with messages that say where.
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cmath>
 #include <filesystem>

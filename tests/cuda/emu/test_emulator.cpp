@@ -5,7 +5,7 @@
 // and compiled with the same access checks (tests/CMakeLists.txt).
 #include "tests/cuda/emu/emu.h"
 
-#include <catch2/catch.hpp>
+#include "support/catch.h"
 
 #include <cstdlib>
 #include <string>

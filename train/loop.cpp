@@ -187,36 +187,34 @@ void TrainLoop::train_epoch(int epoch, Metrics& metrics) {
 }
 
 std::vector<Tensor> TrainLoop::train_step(const Batch& batch, const StepInfo& info) {
-  std::vector<Tensor> values;
-  if (step) {
-    values = step(batch, info);
-  } else {
-    PrecisionTrainer& trainer = *learners_[0].trainer;
-    const bool timed = info.reads || !trainer.device().is_cuda();
-    auto t = Clock::now();
-    const auto lap = [&](double& slot) {
-      if (!timed) return;
-      synchronize(trainer.device());
-      const auto now = Clock::now();
-      slot += std::chrono::duration<double>(now - t).count();
-      t = now;
-    };
-    Tape tape;
-    trainer.begin_step(tape);
-    Objective o = objective(batch, info);
-    lap(times_.forward);
-    trainer.backward(tape, o.loss);
-    lap(times_.backward);
-    trainer.step();  // decided where the gradients are; read only when a step reads
-    if (learners_[0].sched) learners_[0].sched->step();
-    lap(times_.update);
-    times_.steps += timed;
-    values = o.values.empty() ? std::vector<Tensor>{o.loss.data()} : std::move(o.values);
+  if (step) {  // the program's whole step; then each learner's schedule
+    std::vector<Tensor> values = step(batch, info);
+    for (const Learner& l : learners_)
+      if (l.sched) l.sched->step();
     return values;
   }
-  for (const Learner& l : learners_)
-    if (l.sched) l.sched->step();
-  return values;
+  PrecisionTrainer& trainer = *learners_[0].trainer;
+  const bool timed = info.reads || !trainer.device().is_cuda();
+  auto t = Clock::now();
+  const auto lap = [&](double& slot) {
+    if (!timed) return;
+    synchronize(trainer.device());
+    const auto now = Clock::now();
+    slot += std::chrono::duration<double>(now - t).count();
+    t = now;
+  };
+  Tape tape;
+  trainer.begin_step(tape);
+  Objective o = objective(batch, info);
+  lap(times_.forward);
+  trainer.backward(tape, o.loss);
+  lap(times_.backward);
+  trainer.step();  // decided where the gradients are; read only when a step reads
+  if (learners_[0].sched) learners_[0].sched->step();
+  lap(times_.update);
+  times_.steps += timed;
+  if (o.values.empty()) return {o.loss.data()};
+  return std::move(o.values);
 }
 
 void TrainLoop::count() {

@@ -102,28 +102,32 @@ void Adam::load_options(const TensorDict& d) {
   options_ = o;
 }
 
+namespace {
+
+// Adam or AdamW from a spec: the same settings, each class with its own defaults.
+template <class Class, class Options>
+std::unique_ptr<Optimizer> make_adam_kind(std::vector<Variable> params, const OptimizerSpec& o, UpdateRounding rounding,
+                                          uint64_t seed) {
+  return std::make_unique<Class>(std::move(params), Options{.lr = o.lr,
+                                                            .beta1 = o.beta1,
+                                                            .beta2 = o.beta2,
+                                                            .eps = o.eps.value_or(Options{}.eps),
+                                                            .weight_decay = o.weight_decay,
+                                                            .amsgrad = o.amsgrad,
+                                                            .rounding = rounding,
+                                                            .seed = seed});
+}
+
+}  // namespace
+
 std::unique_ptr<Optimizer> make_adam(std::vector<Variable> params, const OptimizerSpec& o, UpdateRounding rounding,
                                      uint64_t seed) {
-  return std::make_unique<Adam>(std::move(params), AdamOptions{.lr = o.lr,
-                                                               .beta1 = o.beta1,
-                                                               .beta2 = o.beta2,
-                                                               .eps = o.eps.value_or(AdamOptions{}.eps),
-                                                               .weight_decay = o.weight_decay,
-                                                               .amsgrad = o.amsgrad,
-                                                               .rounding = rounding,
-                                                               .seed = seed});
+  return make_adam_kind<Adam, AdamOptions>(std::move(params), o, rounding, seed);
 }
 
 std::unique_ptr<Optimizer> make_adamw(std::vector<Variable> params, const OptimizerSpec& o, UpdateRounding rounding,
                                       uint64_t seed) {
-  return std::make_unique<AdamW>(std::move(params), AdamWOptions{.lr = o.lr,
-                                                                 .beta1 = o.beta1,
-                                                                 .beta2 = o.beta2,
-                                                                 .eps = o.eps.value_or(AdamWOptions{}.eps),
-                                                                 .weight_decay = o.weight_decay,
-                                                                 .amsgrad = o.amsgrad,
-                                                                 .rounding = rounding,
-                                                                 .seed = seed});
+  return make_adam_kind<AdamW, AdamWOptions>(std::move(params), o, rounding, seed);
 }
 
 }  // namespace mixtape

@@ -1,23 +1,17 @@
-// Shared pieces of the example programs: the flags every program has, a JSON Lines metrics
-// file (docs/design.md section 6), and a progress line with rate and ETA.
+// Shared pieces of the example programs: the flags every program has, and what they check
+// (the training loop, its metrics file, progress line and checkpoints are the library's: train/).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <unistd.h>
-#include <vector>
 
 #include "cuda/runtime.h"
 #include "mixtape.h"

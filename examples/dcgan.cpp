@@ -44,7 +44,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 
 #include "checkpoint.h"
 #include "common.h"

@@ -109,6 +109,11 @@ DType Fp8Context::format(Fp8Role role) const {
   return options_.recipe == Fp8Recipe::mx ? options_.mx_element : options_.forward_format;
 }
 
+bool Fp8Context::per_tensor(Fp8Role role) const {
+  const QuantSpec s = spec(role, false);
+  return s.layout.block_rows == 0 && s.layout.block_cols == 0;
+}
+
 QuantSpec Fp8Context::spec(Fp8Role role, bool per_operator_scaled) const {
   QuantSpec s{.format = format(role), .margin = options_.margin};
   if (per_operator_scaled) {
@@ -174,7 +179,14 @@ Quantized Fp8Context::quantize(int64_t site, OpId op, Fp8Role role, const char* 
     s.given_scale = h->scale;
   }
   if (std::optional<Quantized> hit = cached(x, s)) return *hit;  // recorded when first quantized
-  Quantized q = mixtape::quantize(x, s);
+  // The codes do not depend on the operand's memory order: a transposed view (an operand of a
+  // wgrad GEMM) is quantized from contiguous rows, the per-tensor codes in x^T's order and handed
+  // back transposed (x^T's layout is x's), any other layout's from a contiguous copy.
+  const bool per_tensor = s.layout.block_rows == 0 && s.layout.block_cols == 0;
+  const bool transposed_view = x.dim() == 2 && !x.is_contiguous() && x.t().is_contiguous();
+  Quantized q = !transposed_view ? mixtape::quantize(x, s)
+                : per_tensor     ? mixtape::quantize(x.t(), s).t()
+                                 : mixtape::quantize(x.contiguous(), s);
   cache_.push_back({x.storage(), x.offset(), x.shape(), x.strides(), x.dtype(), s, q});
   if (h) h->pending = std::max(h->pending, q.stats.amax);
   QuantStats& t = totals_[size_t(role)];

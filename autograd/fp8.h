@@ -99,6 +99,9 @@ class Fp8Context {
                      bool per_operator_scaled = false);
   // The format a role is stored in.
   DType format(Fp8Role role) const;
+  // Whether a role's operands (not per-operator scaled) get one scale per tensor (current and
+  // delayed scaling): their codes then do not depend on the operand's shape or layout.
+  bool per_tensor(Fp8Role role) const;
 
   const std::vector<Fp8Record>& records() const { return records_; }  // this step's
   // What every operand of a role quantized since the context was made (count, saturated, flushed,

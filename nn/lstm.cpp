@@ -50,10 +50,15 @@ LstmLayerResult run_direction(const LSTM::Layer& p, const Variable& in_seq, cons
   proj_shape[2] = 4 * H;
   const Variable proj = reshape(linear(reshape(in_seq, {T * B, in}), w_ih, b_ih), proj_shape);
   // The recurrence as one node (Note [LSTM layer node]): the same forward, and one GEMM for the
-  // weight gradient of all T steps.
-  if (!scaling_rule_active() && !active_fp8()) return lstm_layer(proj, w_hh, b_hh, h0, c0, tdim);
-  // Gradient scaling chooses a scale per recurrent GEMM, and 8-bit training quantizes the operands
-  // of each: the unrolled graph, a linear node per step.
+  // weight gradient of all T steps; under 8-bit training the node quantizes each step's GEMM
+  // operands (Note [8-bit LSTM layer]).
+  if (!scaling_rule_active()) {
+    if (Fp8Context* fp8 = active_fp8(); fp8 && is_16bit(dt))
+      return lstm_layer_fp8(*fp8, proj, w_hh, b_hh, h0, c0, tdim);
+    return lstm_layer(proj, w_hh, b_hh, h0, c0, tdim);
+  }
+  // Gradient scaling chooses a scale per recurrent GEMM (and, in 8 bits, the beta of each step's
+  // cast of dG to the gradient format): the unrolled graph, a linear node per step.
   const std::vector<Variable> steps = split(proj, 1, tdim);
   Variable h = h0, c = c0;
   std::vector<Variable> outs;

@@ -16,7 +16,8 @@
 // into steps and concatenated backwards) and reverses its output back the same way.
 // Without a gradient-scaling rule on the tape, the steps of a layer are recorded as one node
 // that runs the same ops and forms the recurrent weight gradient with one GEMM over all steps
-// (Note [LSTM layer node] in autograd/functions/lstm.cpp); with a rule, the unrolled graph.
+// (Note [LSTM layer node] in autograd/functions/lstm.cpp; in 8 bits Note [8-bit LSTM layer]);
+// with a rule, the unrolled graph.
 #pragma once
 
 #include <cstdint>

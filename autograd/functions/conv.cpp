@@ -1,5 +1,8 @@
 #include "autograd/functions/conv.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "autograd/fp8.h"
 #include "autograd/tape.h"
 #include "tensor/ops/elementwise.h"
@@ -24,6 +27,29 @@ namespace {
 // GEMM and rounds once. Grouped convolutions, and a transposed convolution whose output_padding
 // reaches its stride, run the 16-bit path.
 
+// Note [Codes before columns]
+// Under a per-tensor recipe (current, delayed) an element's code depends only on its value and
+// the tensor's one scale, so the column matrix of the codes is the codes of the column matrix,
+// provided the column matrix holds every pixel (its amax is then x's; the padding adds zeros,
+// whose code is 0). conv2d then quantizes x itself, C*KH*KW / (stride_h stride_w) times fewer
+// values than its columns, and builds the columns from 1-byte codes instead of 2-byte values. The
+// input operand's telemetry counts x's elements, each once (the column matrix repeats interior
+// pixels KH*KW times and adds the padding's zeros). The other recipes' blocks lie along the
+// columns' K, so they quantize the columns.
+std::optional<Quantized> columns_of_codes(Fp8Context& fp8, int64_t site, const Tensor& x, Size2 kernel, Size2 stride,
+                                          Size2 padding, Size2 padding_end, Size2 dilation) {
+  if (!fp8.per_tensor(Fp8Role::input) ||
+      !im2col_reads_every_pixel(x.shape(), kernel, stride, padding, dilation, padding_end))
+    return std::nullopt;
+  const Shape& xs = x.shape();
+  Quantized q = fp8.quantize(site, OpId::conv2d, Fp8Role::input, "fprop", x.reshape({xs[0] * xs[1] * xs[2], xs[3]}));
+  q.codes = im2col(q.codes.view(xs), kernel, stride, padding, dilation, padding_end);
+  q.block_rows = std::max<int64_t>(q.codes.size(0), 1);  // still one block: the whole operand
+  q.block_cols = std::max<int64_t>(q.codes.size(1), 1);
+  q.prepared = std::make_shared<PreparedOperand>();  // nothing packed from x's codes applies
+  return q;
+}
+
 // An NCHW tensor as pixel-major rows [N*H*W, C], and back.
 Tensor pixel_rows(const Tensor& t) {
   return t.permute({0, 2, 3, 1}).reshape({t.size(0) * t.size(2) * t.size(3), t.size(1)});
@@ -40,17 +66,22 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
   MT_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == ws[0]), "conv2d: bias ", b.data().meta(), " must be [", ws[0],
            "]");
   const Size2 kernel{ws[2], ws[3]};
-  const Tensor cols = im2col(x.data(), kernel, stride, padding, dilation, padding_end);  // [P, C*KK]
-  const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});                    // [OC, C*KK]
+  const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});  // [OC, C*KK]
   const int64_t site = fp8.next_site();
-  const Tensor ym = scaled_matmul_nt(fp8.quantize(site, OpId::conv2d, Fp8Role::input, "fprop", cols),
-                                     fp8.quantize(site, OpId::conv2d, Fp8Role::weight, "fprop", wm),
-                                     b.defined() ? b.data() : Tensor(), x.dtype());
+  // The columns [P, C*KK]: as codes (Note [Codes before columns]), or as values, quantized here
+  // for fprop and again for wgrad (only per-tensor codes serve both orientations).
+  const std::optional<Quantized> col_codes =
+      columns_of_codes(fp8, site, x.data(), kernel, stride, padding, padding_end, dilation);
+  const Tensor cols = col_codes ? Tensor() : im2col(x.data(), kernel, stride, padding, dilation, padding_end);
+  const Tensor ym = scaled_matmul_nt(
+      col_codes ? *col_codes : fp8.quantize(site, OpId::conv2d, Fp8Role::input, "fprop", cols),
+      fp8.quantize(site, OpId::conv2d, Fp8Role::weight, "fprop", wm), b.defined() ? b.data() : Tensor(), x.dtype());
   // OH, OW with the padding before and after the image (they differ under padding "same").
   const int64_t oh = (xs[2] + padding.h + padding_end.h - dilation.h * (kernel.h - 1) - 1) / stride.h + 1;
   const int64_t ow = (xs[3] + padding.w + padding_end.w - dilation.w * (kernel.w - 1) - 1) / stride.w + 1;
   Tensor y = from_pixel_rows(ym, {xs[0], ws[0], oh, ow});
   const Tensor sc = w.requires_grad() ? cols : Tensor();
+  const std::optional<Quantized> scq = w.requires_grad() ? col_codes : std::nullopt;
   const Tensor sw = x.requires_grad() ? wm : Tensor();
   Fp8Context* ctx = &fp8;
   return record_scaled(OpId::conv2d, {x, w, b}, std::move(y),
@@ -68,9 +99,10 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
     }
     if (needs[1])  // wgrad: dW = dY^T cols (OC, C*KK) = (OC, P) (C*KK, P)^T
       g[1] = param_grad(OpId::conv2d, 1, dy, [&](DType t) {
-        return scaled_matmul_nt(ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "wgrad", dym.transpose(0, 1), per_op),
-                                ctx->quantize(site, OpId::conv2d, Fp8Role::input, "wgrad", sc.transpose(0, 1)),
-                                Tensor(), t)
+        return scaled_matmul_nt(
+                   ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "wgrad", dym.transpose(0, 1), per_op),
+                   scq ? scq->t() : ctx->quantize(site, OpId::conv2d, Fp8Role::input, "wgrad", sc.transpose(0, 1)),
+                   Tensor(), t)
             .view(ws);
       });
     if (needs[2]) g[2] = param_grad(OpId::conv2d, 2, dy, [&](DType t) { return conv2d_backward_bias(dy.g.to(t)); });

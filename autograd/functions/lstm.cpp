@@ -1,7 +1,12 @@
 #include "autograd/functions/lstm.h"
 
+#include "autograd/fp8.h"
+#include "autograd/scaling.h"
 #include "autograd/tape.h"
+#include "tensor/ops/elementwise.h"
 #include "tensor/ops/linalg.h"
+#include "tensor/ops/quantize.h"
+#include "tensor/ops/shape.h"
 #include "tensor/ops/lstm.h"
 
 namespace mixtape {
@@ -32,6 +37,43 @@ Variable gru_cell(const Variable& gx, const Variable& gh, const Variable& h_prev
   });
 }
 
+namespace {
+
+struct LayerDims {
+  int64_t T, B, H;
+};
+
+// The checks of lstm_layer and lstm_layer_fp8; the sequence's steps, batch and hidden size.
+LayerDims check_layer(const Variable& proj, const Variable& w_hh, const Variable& b_hh, const Variable& h0,
+                      const Variable& c0, int64_t time_dim) {
+  MT_CHECK(proj.defined() && w_hh.defined() && h0.defined() && c0.defined(), "lstm_layer: got an undefined Variable");
+  MT_CHECK(time_dim == 0 || time_dim == 1, "lstm_layer: time_dim must be 0 or 1, got ", time_dim);
+  MT_CHECK(proj.dim() == 3 && w_hh.dim() == 2 && w_hh.size(0) == proj.size(2) && w_hh.size(0) == 4 * w_hh.size(1),
+           "lstm_layer: expected proj [., ., 4H] and w_hh [4H, H], got ", proj.data().meta(), " and ",
+           w_hh.data().meta());
+  const int64_t T = proj.size(time_dim), B = proj.size(1 - time_dim), H = w_hh.size(1);
+  for (const Variable* s : {&h0, &c0})
+    MT_CHECK(s->shape() == Shape({B, H}), "lstm_layer: the initial states must be [", B, ", ", H, "], got ",
+             s->data().meta());
+  MT_CHECK(!b_hh.defined() || b_hh.shape() == Shape({4 * H}), "lstm_layer: b_hh must be [", 4 * H, "], got ",
+           b_hh.data().meta());
+  MT_CHECK(T > 0, "lstm_layer: the sequence ", proj.data().meta(), " has no steps");
+  return {T, B, H};
+}
+
+// Steps [T, B, X] in proj's layout: as they are for time_dim 0, [B, T, X] (contiguous) for 1.
+Tensor in_proj_layout(const Tensor& steps, int64_t time_dim) {
+  return time_dim == 0 ? steps : steps.transpose(0, 1).contiguous();
+}
+
+void refuse_rule_in_backward() {
+  MT_CHECK(!scaling_rule_active(),
+           "lstm_layer: recorded without a gradient-scaling rule but run backward with one; set the rule on the "
+           "tape before the forward pass (nn::LSTM then records the unrolled graph)");
+}
+
+}  // namespace
+
 // Note [LSTM layer node]
 // The unrolled graph (nn/lstm.h, Note [LSTM layer schedule]) records T recurrent linear nodes,
 // T cells and a split; its backward forms T weight gradients dW_t = dG_t^T h_{t-1} (each a GEMM
@@ -60,36 +102,21 @@ Variable gru_cell(const Variable& gx, const Variable& gh, const Variable& h_prev
 // different scales: nn::LSTM records the unrolled graph then, and this node refuses a rule.
 LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Variable& b_hh, const Variable& h0,
                            const Variable& c0, int64_t time_dim) {
-  MT_CHECK(proj.defined() && w_hh.defined() && h0.defined() && c0.defined(), "lstm_layer: got an undefined Variable");
-  MT_CHECK(time_dim == 0 || time_dim == 1, "lstm_layer: time_dim must be 0 or 1, got ", time_dim);
-  MT_CHECK(proj.dim() == 3 && w_hh.dim() == 2 && w_hh.size(0) == proj.size(2) && w_hh.size(0) == 4 * w_hh.size(1),
-           "lstm_layer: expected proj [., ., 4H] and w_hh [4H, H], got ", proj.data().meta(), " and ",
-           w_hh.data().meta());
-  const int64_t T = proj.size(time_dim), B = proj.size(1 - time_dim), H = w_hh.size(1);
-  for (const Variable* s : {&h0, &c0})
-    MT_CHECK(s->shape() == Shape({B, H}), "lstm_layer: the initial states must be [", B, ", ", H, "], got ",
-             s->data().meta());
-  MT_CHECK(!b_hh.defined() || b_hh.shape() == Shape({4 * H}), "lstm_layer: b_hh must be [", 4 * H, "], got ",
-           b_hh.data().meta());
-  MT_CHECK(T > 0, "lstm_layer: the sequence ", proj.data().meta(), " has no steps");
-
+  const LayerDims d = check_layer(proj, w_hh, b_hh, h0, c0, time_dim);
+  const int64_t T = d.T, B = d.B, H = d.H;
   const Tensor w = w_hh.data();
   const bool recording = should_record({&proj, &w_hh, &b_hh, &h0, &c0});  // else no activations are kept
   LstmSequence seq =
       lstm_sequence(proj.data(), time_dim, w, b_hh.defined() ? b_hh.data() : Tensor(), h0.data(), c0.data(), recording);
   // hs[t] in proj's layout: steps 1 .. T are the output, steps 0 .. T-1 the weight gradient's rows.
-  auto in_layout = [time_dim](const Tensor& steps) {
-    return time_dim == 0 ? steps : steps.transpose(0, 1).contiguous();
-  };
+  const auto in_layout = [time_dim](const Tensor& steps) { return in_proj_layout(steps, time_dim); };
   Tensor out = in_layout(seq.hs.narrow(0, 1, T));
   Tensor h_n = seq.hs.select(0, T), c_n = seq.cs.select(0, T);
 
   std::vector<Variable> vs = record_multi(OpId::lstm_layer, {proj, w_hh, b_hh, h0, c0}, {out, h_n, c_n},
                                           [seq = std::move(seq), w, time_dim, in_layout, T, B, H](
                                               const std::vector<Tensor>& dys, const std::vector<bool>& needs) {
-    MT_CHECK(!scaling_rule_active(),
-             "lstm_layer: recorded without a gradient-scaling rule but run backward with one; set the rule on the "
-             "tape before the forward pass (nn::LSTM then records the unrolled graph)");
+    refuse_rule_in_backward();
     LstmSequenceGrads g = lstm_sequence_backward(seq, w, dys[0], time_dim, dys[1], dys[2], needs[3]);
     std::vector<Tensor> dx(5);
     const Tensor& dG = g.dg;  // proj's layout
@@ -102,6 +129,84 @@ LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Var
     if (needs[4]) dx[4] = g.dc;
     return dx;
   });
+  return {vs[0], vs[1], vs[2]};
+}
+
+// Note [8-bit LSTM layer]
+// Under 8-bit training (Note [8-bit training] in autograd/fp8.h) the recurrence runs the step ops
+// of the unrolled graph, each step's recurrent GEMM an 8-bit GEMM site of its own (as the
+// unrolled graph's linear node would be: delayed scaling keeps a history per step):
+//
+//   forward,  t = 0 .. T-1:  gates_t = proj_t + (q(h_t) q(W)^T + b),  (c, h) = lstm_cell(gates_t, c)
+//   backward, t = T-1 .. 0:  (dG_t, dc) = the cell backward of step t,  dh = q(dG_t) q(W^T)
+//   dW = q(dG^T) q(Hprev^T):  (4H, H) = (4H, T*B) (H, T*B)^T, one GEMM, reduction T*B
+//
+// q() quantizes an operand with its recipe (fprop and dgrad as the unrolled graph does, so the
+// forward values and the activation gradients are the unrolled graph's, bit for bit). The weight
+// gradient's operands are the whole sequence's dG and h_0 .. h_{T-1}, quantized once each at a
+// site of their own (one per-tensor scale for all T steps, or the recipe's blocks along T*B),
+// where the unrolled graph forms T products with a reduction of only B and sums them, rounding
+// the sum to 16 bits after each one. The dgrad's weight operand is W^T, quantized once per step
+// site (per-tensor recipes share W's codes).
+LstmLayerResult lstm_layer_fp8(Fp8Context& fp8, const Variable& proj, const Variable& w_hh, const Variable& b_hh,
+                               const Variable& h0, const Variable& c0, int64_t time_dim) {
+  const LayerDims d = check_layer(proj, w_hh, b_hh, h0, c0, time_dim);
+  const int64_t T = d.T, B = d.B, H = d.H;
+  MT_CHECK(is_16bit(proj.dtype()) && w_hh.dtype() == proj.dtype() && h0.dtype() == proj.dtype() &&
+               c0.dtype() == proj.dtype() && (!b_hh.defined() || b_hh.dtype() == proj.dtype()),
+           "lstm_layer_fp8: expected proj, w_hh, b_hh, h0 and c0 in one 16-bit dtype, got ", proj.data().meta(), ", ",
+           w_hh.data().meta(), ", ", h0.data().meta(), " and ", c0.data().meta());
+  const Tensor w = w_hh.data(), b = b_hh.defined() ? b_hh.data() : Tensor();
+  const DType dt = proj.dtype();
+  std::vector<int64_t> sites(static_cast<size_t>(T));
+  std::vector<Tensor> hs{h0.data()}, cs{c0.data()}, acts;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t site = sites[size_t(t)] = fp8.next_site();
+    const Tensor lin = scaled_matmul_nt(fp8.quantize(site, OpId::lstm_layer, Fp8Role::input, "fprop", hs.back()),
+                                        fp8.quantize(site, OpId::lstm_layer, Fp8Role::weight, "fprop", w), b, dt);
+    LstmCellSaved step = lstm_cell_saving(add(proj.data().select(time_dim, t), lin), cs.back());
+    acts.push_back(std::move(step.acts));
+    cs.push_back(std::move(step.c));
+    hs.push_back(std::move(step.h));
+  }
+  const int64_t wgrad_site = fp8.next_site();
+  Tensor out = in_proj_layout(stack(std::vector<Tensor>(hs.begin() + 1, hs.end()), 0), time_dim);
+  Tensor h_n = hs.back(), c_n = cs.back();
+  hs.pop_back();  // h_0 .. h_{T-1}: the recurrent GEMMs' inputs
+  cs.pop_back();  // c_0 .. c_{T-1}: the cells' inputs
+  Fp8Context* ctx = &fp8;
+  std::vector<Variable> vs = record_multi(
+      OpId::lstm_layer, {proj, w_hh, b_hh, h0, c0}, {out, h_n, c_n},
+      [ctx, sites = std::move(sites), wgrad_site, hs = std::move(hs), cs = std::move(cs), acts = std::move(acts), w,
+       time_dim, T, B, H](const std::vector<Tensor>& dys, const std::vector<bool>& needs) {
+    refuse_rule_in_backward();
+    Tensor gh = dys[1], gc = dys[2];
+    std::vector<Tensor> dgs(static_cast<size_t>(T));
+    for (int64_t t = T - 1; t >= 0; --t) {
+      const size_t i = size_t(t);
+      LstmCellGrads step = lstm_cell_backward_saved(acts[i], cs[i], gc, add(dys[0].select(time_dim, t), gh));
+      gc = std::move(step.d_c_prev);
+      if (t > 0 || needs[3])  // dh = dG_t W: (B, H) = (B, 4H) (H, 4H)^T
+        gh = scaled_matmul_nt(ctx->quantize(sites[i], OpId::lstm_layer, Fp8Role::grad, "dgrad", step.d_gates),
+                              ctx->quantize(sites[i], OpId::lstm_layer, Fp8Role::weight, "dgrad", w.t()), Tensor(),
+                              step.d_gates.dtype());
+      dgs[i] = std::move(step.d_gates);
+    }
+    const Tensor dG_rows = stack(dgs, 0).reshape({T * B, 4 * H});  // rows in (t, b) order
+    std::vector<Tensor> dx(5);
+    if (needs[0]) dx[0] = in_proj_layout(dG_rows.view({T, B, 4 * H}), time_dim);
+    if (needs[1]) {  // (4H, H) = (4H, T*B) (H, T*B)^T
+      const Tensor h_rows = stack(hs, 0).reshape({T * B, H});
+      dx[1] =
+          scaled_matmul_nt(ctx->quantize(wgrad_site, OpId::lstm_layer, Fp8Role::grad, "wgrad", dG_rows.transpose(0, 1)),
+                           ctx->quantize(wgrad_site, OpId::lstm_layer, Fp8Role::input, "wgrad", h_rows.transpose(0, 1)),
+                           Tensor(), dG_rows.dtype());
+    }
+    if (needs[2]) dx[2] = linear_backward_bias(dG_rows);
+    if (needs[3]) dx[3] = gh;
+    if (needs[4]) dx[4] = gc;
+    return dx;
+      });
   return {vs[0], vs[1], vs[2]};
 }
 

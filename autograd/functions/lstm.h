@@ -35,6 +35,13 @@ struct LstmLayerResult {
 LstmLayerResult lstm_layer(const Variable& proj, const Variable& w_hh, const Variable& b_hh, const Variable& h0,
                            const Variable& c0, int64_t time_dim);
 
+class Fp8Context;
+// The same node under 8-bit training (Note [8-bit LSTM layer] in lstm.cpp): each step's recurrent
+// GEMM reads h_{t-1} and W_hh in 8 bits, as the unrolled graph's linear nodes would, and the
+// weight gradient of all T steps is one 8-bit GEMM. Refuses a gradient-scaling rule.
+LstmLayerResult lstm_layer_fp8(Fp8Context& fp8, const Variable& proj, const Variable& w_hh, const Variable& b_hh,
+                               const Variable& h0, const Variable& c0, int64_t time_dim);
+
 Variable gru_cell(const Variable& gx, const Variable& gh, const Variable& h_prev);
 
 }  // namespace mixtape

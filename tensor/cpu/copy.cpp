@@ -1,5 +1,7 @@
 #include "tensor/cpu/copy.h"
 
+#include <algorithm>
+
 #include "tensor/core/rng.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
@@ -27,6 +29,53 @@ D convert_stochastic(float v, uint32_t r) {
 template <class T>
 constexpr bool kFloatFamily = std::is_same_v<compute_t<T>, float> && !std::is_same_v<T, double>;
 
+// Note [Transposing copies]
+// A same-dtype copy from a transposed or permuted view into contiguous memory (pixel-major rows
+// [N*H*W, C] to NCHW and back, a sequence's [T, B, X] to [B, T, X]): walking the destination in
+// order reads the source one element per cache line. When, after merging, the source is
+// contiguous along a dim other than the destination's innermost, the copy runs in tiles of
+// kTile x kTile elements over those two dims, so that a tile reads each source line once. The
+// bits are copied either way. (8-bit codes are copied as char8_t, a byte type that does not alias
+// the loop's other variables as unsigned char would.)
+template <class T>
+bool copy_transposed(const Strided& src, const Strided& dst, const std::array<Shape, 2>& strides) {
+  const MergedDims<2> m = merge_dims<2>(dst.shape(), strides);
+  const size_t r = m.size.size();
+  if (r < 2 || m.stride[0][r - 1] != 1 || m.stride[1][r - 1] == 1) return false;
+  size_t k = r;  // the source's contiguous dim
+  for (size_t i = 0; i + 1 < r; ++i)
+    if (m.stride[1][i] == 1) k = i;
+  constexpr int64_t kTile = 32;
+  const int64_t A = k < r ? m.size[k] : 0, L = m.size[r - 1];
+  if (A < kTile / 4 || L < kTile / 4) return false;
+  const int64_t dsa = m.stride[0][k], ssl = m.stride[1][r - 1], tiles = (A + kTile - 1) / kTile;
+  const int64_t batches = m.numel / (A * L);
+  T* d = static_cast<T*>(dst.raw_data());
+  const T* s = static_cast<const T*>(src.raw_data());
+  parallel_for(batches * tiles, grain_for(kTile * L), [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      int64_t od = 0, os = 0, rest = u / tiles;  // the batch index over the other dims
+      for (size_t i = r - 1; i-- > 0;) {
+        if (i == k) continue;
+        const int64_t at = rest % m.size[i];
+        rest /= m.size[i];
+        od += at * m.stride[0][i];
+        os += at * m.stride[1][i];
+      }
+      const int64_t a0 = u % tiles * kTile, a1 = std::min(A, a0 + kTile);
+      for (int64_t l0 = 0; l0 < L; l0 += kTile) {
+        const int64_t l1 = std::min(L, l0 + kTile);
+        for (int64_t a = a0; a < a1; ++a) {
+          T* out = d + od + a * dsa;
+          const T* in = s + os + a;
+          for (int64_t l = l0; l < l1; ++l) out[l] = in[l * ssl];
+        }
+      }
+    }
+  });
+  return true;
+}
+
 // A cast to or from an 8-bit dtype, unscaled (as torch's .to(torch.float8_e4m3fn)): codes are
 // copied as they are, decoded exactly to a floating dtype, or rounded to nearest even from the
 // float value (from double rounded to odd in float first: Note [Rounding f64 and i64 to 16 bits]
@@ -35,6 +84,7 @@ constexpr bool kFloatFamily = std::is_same_v<compute_t<T>, float> && !std::is_sa
 // Scaled 8-bit operands are tensor/ops/quantize.h's.
 void copy_8bit(const Strided& src, const Strided& dst, const std::array<Shape, 2>& strides) {
   if (src.dtype() == dst.dtype()) {
+    if (copy_transposed<char8_t>(src, dst, strides)) return;  // (char8_t: Note [Transposing copies])
     uint8_t* d = static_cast<uint8_t*>(dst.raw_data());
     const uint8_t* s = static_cast<const uint8_t*>(src.raw_data());
     parallel_for_each_offset<2>(dst.shape(), strides, [&](const std::array<int64_t, 2>& o) { d[o[0]] = s[o[1]]; });
@@ -81,6 +131,7 @@ void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64
       const bool stochastic = rounding == Rounding::stochastic && is_16bit(dst.dtype());
       if constexpr (std::is_same_v<D, S>) {
         if (!stochastic) {  // the same type: the bits are copied (NaN payloads included)
+          if (copy_transposed<D>(src, dst, strides)) return;
           parallel_for_each_offset<2>(dst.shape(), strides,
                                       [&](const std::array<int64_t, 2>& o) { d[o[0]] = s[o[1]]; });
           return;

@@ -42,6 +42,19 @@ inline void inside(int64_t i0, int64_t step, int64_t size, int64_t count, int64_
   hi = std::clamp(hi, lo, count);
 }
 
+// The taps of one pixel whose window lies inside the image, for a kernel row of kKW taps one
+// element apart (dilation 1 along a contiguous W): the row's copies unrolled.
+template <int kKW, class T>
+T* copy_window(T* d, const T* src, int64_t C, int64_t KH, int64_t step_c, int64_t step_h) {
+  for (int64_t c = 0; c < C; ++c, src += step_c)
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      const T* s = src + kh * step_h;
+      for (int kw = 0; kw < kKW; ++kw) d[kw] = s[kw];
+      d += kKW;
+    }
+  return d;
+}
+
 // cols[p, :] for the pixels p of [p_begin, p_end). Plain loops, no library calls: a row's pieces
 // are KW values long (one for a 1x1 kernel), and a memset or memmove call for each made the 1x1
 // columns cost 4 ns a value.
@@ -62,11 +75,15 @@ void im2col_rows(const Strided& xt, const ColumnGeometry& g, T* cols) {
       T* d = cols + p * K;
       if (kh0 == 0 && kh1 == KH && kw0 == 0 && kw1 == KW) {  // every tap inside: no padding to write
         const T* src = x + (n * xs[0] + ih0 * xs[2] + iw0 * xs[3]);
-        for (int64_t c = 0; c < C; ++c, src += xs[1])
-          for (int64_t kh = 0; kh < KH; ++kh) {
-            const T* s = src + kh * step_h;
-            for (int64_t kw = 0; kw < KW; ++kw) *d++ = s[kw * step_w];
-          }
+        if (step_w == 1 && (KW == 3 || KW == 4)) {
+          if (KW == 3) copy_window<3>(d, src, C, KH, xs[1], step_h);
+          else copy_window<4>(d, src, C, KH, xs[1], step_h);
+        } else
+          for (int64_t c = 0; c < C; ++c, src += xs[1])
+            for (int64_t kh = 0; kh < KH; ++kh) {
+              const T* s = src + kh * step_h;
+              for (int64_t kw = 0; kw < KW; ++kw) *d++ = s[kw * step_w];
+            }
       } else if (kh0 == kh1 || kw0 == kw1) {  // every tap in the padding
         for (int64_t k = 0; k < K; ++k) d[k] = T{};
       } else {
@@ -191,6 +208,9 @@ void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt
 void im2col(const Strided& x, const ColumnGeometry& g, const Strided& cols) {
   MT_ASSERT(cols.is_contiguous() && x.dim() == 4 && cols.dim() == 2);
   if (cols.numel() == 0) return;
+  // 8-bit codes are copied as char8_t: a byte type that, unlike unsigned char, aliases nothing
+  // else, so the compiler keeps the loop's pointers in registers across the byte stores.
+  if (is_8bit(cols.dtype())) return im2col_rows<char8_t>(x, g, static_cast<char8_t*>(cols.raw_data()));
   dispatch_floating(cols.dtype(), "im2col", [&]<class T>() { im2col_rows<T>(x, g, static_cast<T*>(cols.raw_data())); });
 }
 

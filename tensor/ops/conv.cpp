@@ -1,6 +1,7 @@
 #include "tensor/ops/conv.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "cuda/backend.h"
 #include "tensor/cpu/conv.h"
@@ -302,7 +303,7 @@ Tensor im2col(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding, Size2 
               std::optional<Size2> padding_end) {
   const char* op = "im2col";
   ops::check_same(op, {&x});
-  ops::check_floating(op, x);
+  if (!is_8bit(x.dtype())) ops::check_floating(op, x);
   ops::check_dim(op, x, 4, "an input [N, C, H, W]");
   const Size2 pe = padding_end.value_or(padding);
   const std::string ctx = column_ctx("input " + x.meta(), kernel, stride, padding, pe, dilation);
@@ -317,6 +318,25 @@ Tensor im2col(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding, Size2 
       [&]() -> Tensor {
         throw Error(detail::cat(op, ": not available on the CUDA backend yet (input ", x.meta(), ")"));
       });
+}
+
+bool im2col_reads_every_pixel(const Shape& x_shape, Size2 kernel, Size2 stride, Size2 padding, Size2 dilation,
+                              std::optional<Size2> padding_end) {
+  const Size2 pe = padding_end.value_or(padding);
+  const std::string ctx = column_ctx("input " + shape_str(x_shape), kernel, stride, padding, pe, dilation);
+  MT_CHECK(x_shape.size() == 4, "im2col_reads_every_pixel: expected an input shape [N, C, H, W], got ",
+           shape_str(x_shape));
+  const cpu::ColumnGeometry g = column_geometry("im2col", x_shape, kernel, stride, padding, pe, dilation, ctx);
+  // Along one dim: pixel i is read when i = o s - p + k d for some window o < out and tap k < taps.
+  const auto every = [](int64_t size, int64_t out, int64_t taps, int64_t s, int64_t p, int64_t d) {
+    std::vector<bool> read(size_t(size), false);
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t k = 0; k < taps; ++k)
+        if (const int64_t i = o * s - p + k * d; i >= 0 && i < size) read[size_t(i)] = true;
+    return std::all_of(read.begin(), read.end(), [](bool r) { return r; });
+  };
+  return every(x_shape[2], g.out.h, kernel.h, stride.h, padding.h, dilation.h) &&
+         every(x_shape[3], g.out.w, kernel.w, stride.w, padding.w, dilation.w);
 }
 
 Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stride, Size2 padding, Size2 dilation,

@@ -66,10 +66,15 @@ inline Tensor conv_transpose2d_backward_bias(const Tensor& dy) { return conv2d_b
 // cols [N*OH*OW, C*KH*KW]: row (n, oh, ow) and column (c, kh, kw) (each triple in row-major order)
 // hold x[n, c, oh*stride_h - pad_top + kh*dil_h, ow*stride_w - pad_left + kw*dil_w], 0 outside
 // the image. OH, OW as conv2d's, with padding_end the bottom / right padding when it differs from
-// `padding` (padding "same"). x [N, C, H, W] any strides, f32, f64, f16 or bf16; cols has x's
-// dtype (copies: exact) and is contiguous.
+// `padding` (padding "same"). x [N, C, H, W] any strides, f32, f64, f16 or bf16, or the codes of
+// an 8-bit dtype (the padding is code 0, +0 in every 8-bit format); cols has x's dtype (copies:
+// exact) and is contiguous.
 Tensor im2col(const Tensor& x, Size2 kernel, Size2 stride = 1, Size2 padding = 0, Size2 dilation = 1,
               std::optional<Size2> padding_end = std::nullopt);
+// Whether im2col of an input [., ., H, W] reads every pixel into some column (a stride larger than
+// the dilated kernel, or a remainder the last window does not reach, leaves pixels out).
+bool im2col_reads_every_pixel(const Shape& x_shape, Size2 kernel, Size2 stride = 1, Size2 padding = 0,
+                              Size2 dilation = 1, std::optional<Size2> padding_end = std::nullopt);
 // The adjoint of im2col: x [x_shape = N, C, H, W], each element the sum of every entry of cols
 // [N*OH*OW, C*KH*KW] that im2col reads it into. The sum runs in fp32 (f64 for f64) from 0 over the
 // element's taps (kh, kw) ascending (one entry at most per tap), the same order whatever the

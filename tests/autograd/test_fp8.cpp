@@ -325,3 +325,124 @@ TEST_CASE("fp8 convolutions: the GEMMs over the column matrix give the convoluti
     CHECK(fp8.records().size() == 3);
   }
 }
+
+TEST_CASE("fp8 conv2d: per-tensor codes before columns are the columns' codes, with x's telemetry",
+          "[fp8][autograd][conv]") {
+  // Note [Codes before columns]: under current and delayed scaling conv2d quantizes x and builds
+  // the columns from its codes; y, dx and dW are the bits of the GEMMs over the quantized column
+  // matrix. A 1x1 kernel with stride 2 skips pixels: the columns are quantized then.
+  Generator gen(21);
+  struct Geometry {
+    int64_t k, stride, pad;
+    bool codes_first;
+  };
+  for (Fp8Recipe recipe : {Fp8Recipe::current, Fp8Recipe::delayed})
+    for (Geometry geo : {Geometry{3, 1, 1, true}, Geometry{3, 2, 1, true}, Geometry{1, 2, 0, false}}) {
+      INFO(fp8_recipe_name(recipe) << " kernel " << geo.k << " stride " << geo.stride);
+      const Tensor x16 = normal({2, 3, 7, 7}, 0.0, 1.0, gen, DType::bf16);
+      // One pixel that only the full column matrix holds large: with a stride-2 1x1 kernel (1, 1)
+      // is skipped, so x's amax and the columns' differ.
+      x16.narrow(2, 1, 1).narrow(3, 1, 1).copy_(full({2, 3, 1, 1}, 30.0, DType::bf16));
+      Variable x(x16, true);
+      Variable w(normal({4, 3, geo.k, geo.k}, 0.0, 0.2, gen, DType::bf16), true);
+      Variable b(normal({4}, 0.0, 0.1, gen, DType::bf16), true);
+      Fp8Context fp8({.recipe = recipe});
+      Variable y;
+      Tensor dy;
+      {
+        Tape tape;
+        tape.set_fp8(&fp8);
+        fp8.begin_step();
+        y = conv2d(x, w, b, geo.stride, geo.pad);
+        dy = normal(y.shape(), 0.0, 1e-2, gen, DType::bf16);
+        tape.backward(y, ScaledGrad{dy, 1.0f});
+      }
+      QuantStats in;
+      for (const Fp8Record& r : fp8.records())
+        if (r.role == Fp8Role::input && std::string(r.gemm) == "fprop") in = r.stats;
+      const Tensor cols = im2col(x16, geo.k, geo.stride, geo.pad);
+      CHECK(in.count == (geo.codes_first ? x16.numel() : cols.numel()));
+      // (delayed scaling's first step quantizes with the history's initial scale, 1)
+      const float given = recipe == Fp8Recipe::delayed ? 1.0f : 0.0f;
+      const QuantSpec s{.format = DType::e4m3, .given_scale = given}, sg{.format = DType::e5m2, .given_scale = given};
+      const Quantized cq = quantize(cols, s), wq = quantize(w.data().reshape({4, 3 * geo.k * geo.k}), s);
+      CHECK(in.amax == cq.stats.amax);
+      const int64_t oh = y.size(2), ow = y.size(3), P = 2 * oh * ow;
+      const Tensor ym = scaled_matmul_nt(cq, wq, b.data(), DType::bf16);
+      CHECK(same_bits(y.data(), ym.view({2, oh, ow, 4}).permute({0, 3, 1, 2}).contiguous()));
+      const Quantized dq = quantize(dy.permute({0, 2, 3, 1}).reshape({P, 4}), sg);
+      const Tensor dw = scaled_matmul_nt(dq.t(), cq.t(), Tensor(), DType::bf16);
+      CHECK(same_bits(w.grad()->g, dw.view(w.shape())));  // (scale 1)
+      const Tensor dcols = scaled_matmul_nt(dq, wq.t(), Tensor(), DType::f32);
+      CHECK(same_bits(x.grad()->g, col2im(dcols, x.shape(), geo.k, geo.stride, geo.pad).to(DType::bf16)));
+    }
+}
+
+TEST_CASE("fp8 LSTM layer: the node's forward and activation gradients are the unrolled graph's bits",
+          "[fp8][autograd][lstm]") {
+  // Note [8-bit LSTM layer]: the same step ops and quantizations as the unrolled graph (a linear
+  // node per step), so out, h_n, c_n and the gradients of proj, h0 and c0 are equal bit for bit;
+  // the recurrent weight's gradient is one GEMM over all steps (its own per-tensor scales), close
+  // to the unrolled sum of T separately quantized and rounded pieces.
+  constexpr int64_t T = 6, B = 5, H = 8;
+  for (Fp8Recipe recipe : {Fp8Recipe::current, Fp8Recipe::rowwise, Fp8Recipe::mx}) {
+    for (int64_t tdim : {0, 1}) {
+      INFO(fp8_recipe_name(recipe) << " time_dim " << tdim);
+      Generator gen(31);
+      const Tensor proj0 = normal(tdim == 0 ? Shape{T, B, 4 * H} : Shape{B, T, 4 * H}, 0.0, 1.0, gen, DType::bf16);
+      const Tensor w0 = normal({4 * H, H}, 0.0, 0.3, gen, DType::bf16),
+                   b0 = normal({4 * H}, 0.0, 0.1, gen, DType::bf16);
+      const Tensor h00 = normal({B, H}, 0.0, 0.5, gen, DType::bf16), c00 = normal({B, H}, 0.0, 0.5, gen, DType::bf16);
+      const Tensor dout = normal(tdim == 0 ? Shape{T, B, H} : Shape{B, T, H}, 0.0, 1e-2, gen, DType::bf16);
+      struct Run {
+        Tensor out, h, c, dproj, dh0, dc0, dw, db;
+      };
+      auto run = [&](bool fused) {
+        Variable proj(proj0, true), w(w0, true), b(b0, true), h0(h00, true), c0(c00, true);
+        Fp8Context fp8({.recipe = recipe});
+        Run r;
+        {
+          Tape tape;
+          tape.set_fp8(&fp8);
+          fp8.begin_step();
+          Variable out, h = h0, c = c0;
+          if (fused) {
+            LstmLayerResult l = lstm_layer_fp8(fp8, proj, w, b, h0, c0, tdim);
+            out = l.out;
+            h = l.h;
+            c = l.c;
+          } else {  // nn::LSTM's unrolled graph
+            const std::vector<Variable> steps = split(proj, 1, tdim);
+            std::vector<Variable> outs;
+            for (int64_t t = 0; t < T; ++t) {
+              auto [c_next, h_next] = lstm_cell(squeeze(steps[size_t(t)], tdim) + linear(h, w, b), c);
+              c = c_next;
+              h = h_next;
+              outs.push_back(h);
+            }
+            out = stack(outs, tdim);
+          }
+          r.out = out.data();
+          r.h = h.data();
+          r.c = c.data();
+          tape.backward(out, ScaledGrad{dout, 1.0f});
+        }
+        r.dproj = proj.grad()->g;  // (scale 1)
+        r.dh0 = h0.grad()->g;
+        r.dc0 = c0.grad()->g;
+        r.dw = w.grad()->g;
+        r.db = b.grad()->g;
+        return r;
+      };
+      const Run f = run(true), u = run(false);
+      CHECK(same_bits(f.out, u.out));
+      CHECK(same_bits(f.h, u.h));
+      CHECK(same_bits(f.c, u.c));
+      CHECK(same_bits(f.dproj, u.dproj));
+      CHECK(same_bits(f.dh0, u.dh0));
+      CHECK(same_bits(f.dc0, u.dc0));
+      CHECK(max_rel(f.dw, u.dw) < 0.1);
+      CHECK(max_rel(f.db, u.db) < 2e-2);
+    }
+  }
+}

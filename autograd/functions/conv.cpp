@@ -28,34 +28,54 @@ namespace {
 // reaches its stride, run the 16-bit path.
 
 // Note [Codes before columns]
-// Under a per-tensor recipe (current, delayed) an element's code depends only on its value and
-// the tensor's one scale, so the column matrix of the codes is the codes of the column matrix,
-// provided the column matrix holds every pixel (its amax is then x's; the padding adds zeros,
-// whose code is 0). conv2d then quantizes x itself, C*KH*KW / (stride_h stride_w) times fewer
-// values than its columns, and builds the columns from 1-byte codes instead of 2-byte values. The
-// input operand's telemetry counts x's elements, each once (the column matrix repeats interior
-// pixels KH*KW times and adds the padding's zeros). The other recipes' blocks lie along the
-// columns' K, so they quantize the columns.
-std::optional<Quantized> columns_of_codes(Fp8Context& fp8, int64_t site, const Tensor& x, Size2 kernel, Size2 stride,
-                                          Size2 padding, Size2 padding_end, Size2 dilation) {
-  if (!fp8.per_tensor(Fp8Role::input) ||
-      !im2col_reads_every_pixel(x.shape(), kernel, stride, padding, dilation, padding_end))
-    return std::nullopt;
-  const Shape& xs = x.shape();
-  Quantized q = fp8.quantize(site, OpId::conv2d, Fp8Role::input, "fprop", x.reshape({xs[0] * xs[1] * xs[2], xs[3]}));
-  q.codes = im2col(q.codes.view(xs), kernel, stride, padding, dilation, padding_end);
-  q.block_rows = std::max<int64_t>(q.codes.size(0), 1);  // still one block: the whole operand
-  q.block_cols = std::max<int64_t>(q.codes.size(1), 1);
-  q.prepared = std::make_shared<PreparedOperand>();  // nothing packed from x's codes applies
-  return q;
-}
+// Under a per-tensor scale (current and delayed scaling, and a gradient under per-operator
+// scaling) an element's code depends only on its value and the tensor's one scale, so the codes
+// of a rearrangement of a tensor are the same rearrangement of its codes. A convolution's
+// operands are rearrangements of NCHW tensors (pixel-major rows, column matrices), so it
+// quantizes the NCHW tensor as it lies and rearranges its 1-byte codes instead of 2-byte values:
+// the columns of a 3x3 kernel quantize 9 / (stride_h stride_w) times fewer values, and the
+// transposing copies move half the bytes. The column matrix must hold every pixel (its amax is
+// then the tensor's; the padding adds zeros, whose code is 0), else it is built and quantized.
+// The operand's telemetry counts the tensor's elements, each once (the column matrix repeats
+// interior pixels KH*KW times and adds the padding's zeros). The other recipes' blocks lie along
+// a GEMM's K, so they quantize each rearranged operand.
 
-// An NCHW tensor as pixel-major rows [N*H*W, C], and back.
+// The conv's geometry, for its column matrices.
+struct Columns {
+  Size2 kernel, stride, padding, padding_end, dilation;
+  bool reads_every_pixel(const Shape& s) const {
+    return im2col_reads_every_pixel(s, kernel, stride, padding, dilation, padding_end);
+  }
+  Tensor of(const Tensor& t) const { return im2col(t, kernel, stride, padding, dilation, padding_end); }
+};
+
+// An NCHW tensor as pixel-major rows [N*H*W, C] (the products over such rows come back as NCHW:
+// Note [Image rows] in tensor/ops/quantize.h).
 Tensor pixel_rows(const Tensor& t) {
   return t.permute({0, 2, 3, 1}).reshape({t.size(0) * t.size(2) * t.size(3), t.size(1)});
 }
-Tensor from_pixel_rows(const Tensor& rows, const Shape& nchw) {
-  return rows.view({nchw[0], nchw[2], nchw[3], nchw[1]}).permute({0, 3, 1, 2}).contiguous();
+
+// The operand arrange(t) of an NCHW tensor t, quantized for `role` (Note [Codes before columns]):
+// from t's codes when its scale is per tensor (and, with `cols`, the columns hold every pixel),
+// else from arrange(t)'s values. One operand serves both orientations when per tensor (q.t()).
+template <class Arrange>
+Quantized arranged_operand(Fp8Context& fp8, int64_t site, OpId op, Fp8Role role, const char* gemm, const Tensor& t,
+                           bool per_op, const Columns* cols, Arrange&& arrange) {
+  const Shape& s = t.shape();
+  if (!(per_op || fp8.per_tensor(role)) || (cols && !cols->reads_every_pixel(s)))
+    return fp8.quantize(site, op, role, gemm, arrange(t), per_op);
+  Quantized q = fp8.quantize(site, op, role, gemm, t.reshape({s[0] * s[1] * s[2], s[3]}), per_op);
+  q.codes = arrange(q.codes.view(s));
+  q.block_rows = std::max<int64_t>(q.codes.size(0), 1);  // still one block: the whole operand
+  q.block_cols = std::max<int64_t>(q.codes.size(1), 1);
+  q.prepared = std::make_shared<PreparedOperand>();  // nothing packed from t's codes applies
+  return q;
+}
+
+// Whether arranged_operand gives one operand for both orientations (else each GEMM quantizes its
+// own from the values).
+bool one_operand(const Fp8Context& fp8, Fp8Role role, bool per_op, const Columns* cols, const Shape& s) {
+  return (per_op || fp8.per_tensor(role)) && (!cols || cols->reads_every_pixel(s));
 }
 
 Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const Variable& b, Size2 stride,
@@ -65,23 +85,22 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
            ws[1]);
   MT_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == ws[0]), "conv2d: bias ", b.data().meta(), " must be [", ws[0],
            "]");
-  const Size2 kernel{ws[2], ws[3]};
+  const Columns geo{{ws[2], ws[3]}, stride, padding, padding_end, dilation};
   const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});  // [OC, C*KK]
   const int64_t site = fp8.next_site();
-  // The columns [P, C*KK]: as codes (Note [Codes before columns]), or as values, quantized here
-  // for fprop and again for wgrad (only per-tensor codes serve both orientations).
-  const std::optional<Quantized> col_codes =
-      columns_of_codes(fp8, site, x.data(), kernel, stride, padding, padding_end, dilation);
-  const Tensor cols = col_codes ? Tensor() : im2col(x.data(), kernel, stride, padding, dilation, padding_end);
-  const Tensor ym = scaled_matmul_nt(
-      col_codes ? *col_codes : fp8.quantize(site, OpId::conv2d, Fp8Role::input, "fprop", cols),
-      fp8.quantize(site, OpId::conv2d, Fp8Role::weight, "fprop", wm), b.defined() ? b.data() : Tensor(), x.dtype());
+  const auto columns = [&geo](const Tensor& t) { return geo.of(t); };  // [P, C*KK]
+  const Quantized xq =
+      arranged_operand(fp8, site, OpId::conv2d, Fp8Role::input, "fprop", x.data(), false, &geo, columns);
   // OH, OW with the padding before and after the image (they differ under padding "same").
-  const int64_t oh = (xs[2] + padding.h + padding_end.h - dilation.h * (kernel.h - 1) - 1) / stride.h + 1;
-  const int64_t ow = (xs[3] + padding.w + padding_end.w - dilation.w * (kernel.w - 1) - 1) / stride.w + 1;
-  Tensor y = from_pixel_rows(ym, {xs[0], ws[0], oh, ow});
-  const Tensor sc = w.requires_grad() ? cols : Tensor();
-  const std::optional<Quantized> scq = w.requires_grad() ? col_codes : std::nullopt;
+  const int64_t oh = (xs[2] + padding.h + padding_end.h - dilation.h * (geo.kernel.h - 1) - 1) / stride.h + 1;
+  const int64_t ow = (xs[3] + padding.w + padding_end.w - dilation.w * (geo.kernel.w - 1) - 1) / stride.w + 1;
+  Tensor y = scaled_matmul_nt_images(xq, fp8.quantize(site, OpId::conv2d, Fp8Role::weight, "fprop", wm),
+                                     b.defined() ? b.data() : Tensor(), x.dtype(), xs[0])
+                 .view({xs[0], ws[0], oh, ow});
+  // wgrad reads the columns again: per tensor the same codes, else quantized from their values.
+  const bool same_cols = one_operand(fp8, Fp8Role::input, false, &geo, xs);
+  const std::optional<Quantized> sq = w.requires_grad() && same_cols ? std::optional(xq) : std::nullopt;
+  const Tensor sx = w.requires_grad() && !same_cols ? x.data() : Tensor();
   const Tensor sw = x.requires_grad() ? wm : Tensor();
   Fp8Context* ctx = &fp8;
   return record_scaled(OpId::conv2d, {x, w, b}, std::move(y),
@@ -89,19 +108,28 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
     const Fp8Grad fg = fp8_grad(*ctx, dys[0]);
     const ScaledGrad& dy = fg.dy;
     const bool per_op = fg.per_operator;
-    const Tensor dym = pixel_rows(dy.g);  // [P, OC]
+    // dY as pixel-major rows [P, OC]: one operand for both GEMMs when per tensor.
+    const bool one = one_operand(*ctx, Fp8Role::grad, per_op, nullptr, dy.g.shape());
+    const auto rows = [](const Tensor& t) { return pixel_rows(t); };
+    const std::optional<Quantized> dq =
+        one ? std::optional(arranged_operand(*ctx, site, OpId::conv2d, Fp8Role::grad, needs[0] ? "dgrad" : "wgrad",
+                                             dy.g, per_op, nullptr, rows))
+            : std::nullopt;
+    const Tensor dym = one ? Tensor() : pixel_rows(dy.g);
     std::vector<ScaledGrad> g(3);
     if (needs[0]) {  // dgrad: dcols = dY W (P, C*KK) = (P, OC) (C*KK, OC)^T, in fp32 for col2im
       const Tensor dcols = scaled_matmul_nt(
-          ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "dgrad", dym, per_op),
+          dq ? *dq : ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "dgrad", dym, per_op),
           ctx->quantize(site, OpId::conv2d, Fp8Role::weight, "dgrad", sw.transpose(0, 1)), Tensor(), DType::f32);
-      g[0] = {col2im(dcols, xs, kernel, stride, padding, dilation, padding_end).to(dy.g.dtype()), dy.scale};
+      g[0] = {col2im(dcols, xs, geo.kernel, stride, padding, dilation, padding_end).to(dy.g.dtype()), dy.scale};
     }
     if (needs[1])  // wgrad: dW = dY^T cols (OC, C*KK) = (OC, P) (C*KK, P)^T
       g[1] = param_grad(OpId::conv2d, 1, dy, [&](DType t) {
         return scaled_matmul_nt(
-                   ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "wgrad", dym.transpose(0, 1), per_op),
-                   scq ? scq->t() : ctx->quantize(site, OpId::conv2d, Fp8Role::input, "wgrad", sc.transpose(0, 1)),
+                   dq ? dq->t()
+                      : ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "wgrad", dym.transpose(0, 1), per_op),
+                   sq ? sq->t()
+                      : ctx->quantize(site, OpId::conv2d, Fp8Role::input, "wgrad", geo.of(sx).transpose(0, 1)),
                    Tensor(), t)
             .view(ws);
       });
@@ -117,22 +145,27 @@ Variable conv_transpose2d_fp8(Fp8Context& fp8, const Variable& x, const Variable
            " expects ", ws[0]);
   MT_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == ws[1]), "conv_transpose2d: bias ", b.data().meta(),
            " must be [", ws[1], "]");
-  const Size2 kernel{ws[2], ws[3]};
-  const int64_t oh = conv_transpose_out_size(xs[2], kernel.h, stride.h, padding.h, output_padding.h, dilation.h);
-  const int64_t ow = conv_transpose_out_size(xs[3], kernel.w, stride.w, padding.w, output_padding.w, dilation.w);
+  const Columns geo{{ws[2], ws[3]}, stride, padding, padding, dilation};
+  const int64_t oh = conv_transpose_out_size(xs[2], geo.kernel.h, stride.h, padding.h, output_padding.h, dilation.h);
+  const int64_t ow = conv_transpose_out_size(xs[3], geo.kernel.w, stride.w, padding.w, output_padding.w, dilation.w);
   const Shape ys{xs[0], ws[1], oh, ow};
-  const Tensor xm = pixel_rows(x.data());                              // [N*H*W, IC]
   const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});  // [IC, OC*KK]
   const int64_t site = fp8.next_site();
+  const auto rows = [](const Tensor& t) { return pixel_rows(t); };
+  // X as pixel-major rows [N*H*W, IC]; one operand for fprop and wgrad when per tensor.
+  const Quantized xq =
+      arranged_operand(fp8, site, OpId::conv_transpose2d, Fp8Role::input, "fprop", x.data(), false, nullptr, rows);
   // ycols = X W: (N*H*W, OC*KK) = (N*H*W, IC) (OC*KK, IC)^T, in fp32; col2im sums it, the bias is
   // added in fp32 and y rounded once.
-  const Tensor ycols = scaled_matmul_nt(
-      fp8.quantize(site, OpId::conv_transpose2d, Fp8Role::input, "fprop", xm),
-      fp8.quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "fprop", wm.transpose(0, 1)), Tensor(), DType::f32);
-  Tensor y32 = col2im(ycols, ys, kernel, stride, padding, dilation);
+  const Tensor ycols =
+      scaled_matmul_nt(xq, fp8.quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "fprop", wm.transpose(0, 1)),
+                       Tensor(), DType::f32);
+  Tensor y32 = col2im(ycols, ys, geo.kernel, stride, padding, dilation);
   if (b.defined()) y32 = add(y32, b.data().to(DType::f32).view({1, ws[1], 1, 1}));
   Tensor y = y32.to(x.dtype());
-  const Tensor sx = w.requires_grad() ? xm : Tensor();
+  const bool same_x = one_operand(fp8, Fp8Role::input, false, nullptr, xs);
+  const std::optional<Quantized> sq = w.requires_grad() && same_x ? std::optional(xq) : std::nullopt;
+  const Tensor sx = w.requires_grad() && !same_x ? x.data() : Tensor();
   const Tensor sw = x.requires_grad() ? wm : Tensor();
   Fp8Context* ctx = &fp8;
   return record_scaled(OpId::conv_transpose2d, {x, w, b}, std::move(y),
@@ -140,21 +173,31 @@ Variable conv_transpose2d_fp8(Fp8Context& fp8, const Variable& x, const Variable
     const Fp8Grad fg = fp8_grad(*ctx, dys[0]);
     const ScaledGrad& dy = fg.dy;
     const bool per_op = fg.per_operator;
-    const Tensor dcols = im2col(dy.g, kernel, stride, padding, dilation);  // [N*H*W, OC*KK]
+    // cols(dY) [N*H*W, OC*KK]: one operand for both GEMMs when per tensor and every pixel is read.
+    const bool one = one_operand(*ctx, Fp8Role::grad, per_op, &geo, dy.g.shape());
+    const auto columns = [&geo](const Tensor& t) { return geo.of(t); };
+    const std::optional<Quantized> dq =
+        one ? std::optional(arranged_operand(*ctx, site, OpId::conv_transpose2d, Fp8Role::grad,
+                                             needs[0] ? "dgrad" : "wgrad", dy.g, per_op, &geo, columns))
+            : std::nullopt;
+    const Tensor dcols = one ? Tensor() : geo.of(dy.g);
     std::vector<ScaledGrad> g(3);
     if (needs[0])  // dgrad: dX = cols(dY) W^T (N*H*W, IC) = (N*H*W, OC*KK) (IC, OC*KK)^T
-      g[0] = {from_pixel_rows(
-                  scaled_matmul_nt(ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::grad, "dgrad", dcols, per_op),
-                                   ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "dgrad", sw), Tensor(),
-                                   dy.g.dtype()),
-                  xs),
-              dy.scale};
+      g[0] = {
+          scaled_matmul_nt_images(
+              dq ? *dq : ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::grad, "dgrad", dcols, per_op),
+              ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "dgrad", sw), Tensor(), dy.g.dtype(), xs[0])
+              .view(xs),
+          dy.scale};
     if (needs[1])  // wgrad: dW = X^T cols(dY) (IC, OC*KK) = (IC, N*H*W) (OC*KK, N*H*W)^T
       g[1] = param_grad(OpId::conv_transpose2d, 1, dy, [&](DType t) {
-        return scaled_matmul_nt(
-                   ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::input, "wgrad", sx.transpose(0, 1)),
-                   ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::grad, "wgrad", dcols.transpose(0, 1), per_op),
-                   Tensor(), t)
+        return scaled_matmul_nt(sq ? sq->t()
+                                   : ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::input, "wgrad",
+                                                   pixel_rows(sx).transpose(0, 1)),
+                                dq ? dq->t()
+                                   : ctx->quantize(site, OpId::conv_transpose2d, Fp8Role::grad, "wgrad",
+                                                   dcols.transpose(0, 1), per_op),
+                                Tensor(), t)
             .view(ws);
       });
     if (needs[2])

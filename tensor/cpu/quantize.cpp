@@ -372,14 +372,15 @@ void gemm_reusing(ReusedB& r, int64_t M, int64_t N, int64_t K, const GemmOperand
 
 void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc, const Strided& b,
                       const Strided& b_scale_inv, int64_t b_br, int64_t b_bc, const Strided& bias, const Strided& y,
-                      ReusedB* reuse) {
+                      ReusedB* reuse, int64_t images) {
   const int64_t M = a.shape()[0], N = b.shape()[0], K = a.shape()[1];
   std::vector<float> oa, ob;
   const GemmOperand A = gemm_operand(a, a_scale_inv, a_br, a_bc, false, oa);
   const GemmOperand B = gemm_operand(b, b_scale_inv, b_br, b_bc, true, ob);
-  // The fp32 sums: in y itself when it is f32 (the epilogue then runs in place), else in the
-  // thread's workspace (Note [Workspaces]); the GEMM writes every element before it is read.
-  const bool in_y = y.dtype() == DType::f32;
+  // The fp32 sums: in y itself when it is f32 in their layout (the epilogue then runs in place),
+  // else in the thread's workspace (Note [Workspaces]); the GEMM writes every element before it
+  // is read.
+  const bool in_y = y.dtype() == DType::f32 && images == 0;
   float* const c = in_y ? static_cast<float*>(y.raw_data()) : workspace<float>(Workspace::matmul_output, M * N);
   if (reuse && !B.scales.s && M > 0 && N > 0 && K > 0 && !gemm_splits_k(M, N, K))
     gemm_reusing(*reuse, M, N, K, A, B, c);
@@ -390,19 +391,45 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
       const B* bp = static_cast<const B*>(bias.raw_data());
       for (int64_t j = 0; j < N; ++j) bv[size_t(j)] = float(load(bp[j * bias.strides()[0]]));
     });
-  // The epilogue in place in c, then each row rounded once (store_n: the conversion path's rows).
+  // The epilogue in place in c, row by row.
+  const auto epilogue = [&](int64_t i) {
+    float* row = c + i * N;
+    const float fa = oa.empty() ? 1.0f : oa[size_t(i)];
+    for (int64_t j = 0; j < N; ++j) row[j] = row[j] * (ob.empty() ? fa : fa * ob[size_t(j)]) + bv[size_t(j)];
+  };
   dispatch_floating(y.dtype(), "scaled_matmul_nt", [&]<class T>() {
     T* out = static_cast<T*>(y.raw_data());
-    parallel_for(M, grain_for(N), [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        float* row = c + i * N;
-        const float fa = oa.empty() ? 1.0f : oa[size_t(i)];
-        for (int64_t j = 0; j < N; ++j) row[j] = row[j] * (ob.empty() ? fa : fa * ob[size_t(j)]) + bv[size_t(j)];
-        if constexpr (std::is_same_v<T, double>) {
-          for (int64_t j = 0; j < N; ++j) out[i * N + j] = row[j];
-        } else if constexpr (!std::is_same_v<T, float>) {
-          store_n(row, out + i * N, N);
-        }  // f32: the row is y's
+    // n values of c's floats into out, each rounded once (store_n: the conversion path's rows).
+    const auto store = [](const float* v, T* dst, int64_t n) {
+      if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) std::copy(v, v + n, dst);
+      else store_n(v, dst, n);
+    };
+    if (images == 0) {
+      parallel_for(M, grain_for(N), [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          epilogue(i);
+          if constexpr (!std::is_same_v<T, float>) store(c + i * N, out + i * N, N);  // f32: the row is y's
+        }
+      });
+      return;
+    }
+    // Rows of images (Note [Image rows]): tiles of kTile rows, each column of a tile's piece of
+    // one image stored as a run of that image's channel-j plane.
+    constexpr int64_t kTile = 32;
+    const int64_t HW = M / images;
+    parallel_for((M + kTile - 1) / kTile, grain_for(kTile * N), [&](int64_t t0, int64_t t1) {
+      float col[kTile];
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t i0 = t * kTile, i1 = std::min(M, i0 + kTile);
+        for (int64_t i = i0; i < i1; ++i) epilogue(i);
+        for (int64_t i = i0; i < i1;) {
+          const int64_t n = i / HW, hw = i % HW, len = std::min(i1 - i, HW - hw);
+          for (int64_t j = 0; j < N; ++j) {
+            for (int64_t r = 0; r < len; ++r) col[r] = c[(i + r) * N + j];
+            store(col, out + (n * N + j) * HW + hw, len);
+          }
+          i += len;
+        }
       }
     });
   });

@@ -32,9 +32,11 @@ struct ReusedB {
 // codes (any strides) with scale_inv (contiguous) over blocks of *_br x *_bc. Scales that change along K (blocks
 // shorter than K: powers of two) are applied by the GEMM as it widens the codes, scales constant
 // along K multiply the fp32 sums: y = sum * (sa[i] * sb[j]) + bias[j], rounded once. `reuse`
-// (optional): b's entry, which keeps b packed from its second GEMM on (the same bits).
+// (optional): b's entry, which keeps b packed from its second GEMM on (the same bits). With
+// `images` > 0 the M rows are the pixels of that many images and y (contiguous, M N elements) is
+// laid out [images, N, M / images]: row n HW + p, column j at y[n][j][p] (Note [Image rows]).
 void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc, const Strided& b,
                       const Strided& b_scale_inv, int64_t b_br, int64_t b_bc, const Strided& bias, const Strided& y,
-                      ReusedB* reuse = nullptr);
+                      ReusedB* reuse = nullptr, int64_t images = 0);
 
 }  // namespace mixtape::cpu

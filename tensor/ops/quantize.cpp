@@ -42,6 +42,9 @@ void check_operand(const char* op, const Quantized& q, const char* which) {
            " does not match its codes ", q.codes.meta(), " in blocks of ", q.block_rows, " x ", q.block_cols);
 }
 
+// Whether the product of operands on a's device is computed by the CPU kernels.
+bool y_on_cpu(const Quantized& a) { return a.codes.device().is_cpu(); }
+
 }  // namespace
 
 Quantized Quantized::t() const {
@@ -100,8 +103,11 @@ Tensor dequantize(const Quantized& q, DType dtype) {
   return mul(q.codes.to(DType::f32), inv).to(dtype);
 }
 
-Tensor scaled_matmul_nt(const Quantized& a, const Quantized& b, const Tensor& bias, DType out_dtype) {
-  const char* op = "scaled_matmul_nt";
+namespace {
+
+// scaled_matmul_nt, its rows the pixels of `images` images when images > 0 (Note [Image rows]).
+Tensor scaled_product(const char* op, const Quantized& a, const Quantized& b, const Tensor& bias, DType out_dtype,
+                      int64_t images) {
   check_operand(op, a, "a");
   check_operand(op, b, "b");
   MT_CHECK(a.codes.device() == b.codes.device(), op, ": operands on ", a.codes.device(), " and ", b.codes.device());
@@ -116,7 +122,10 @@ Tensor scaled_matmul_nt(const Quantized& a, const Quantized& b, const Tensor& bi
     MT_CHECK(q->block_cols >= K || q->rule != ScaleRule::amax, op,
              ": scales that change along K must be powers of two (rules pow2-floor, pow2-up), got blocks of ",
              q->block_rows, " x ", q->block_cols, " over K = ", K, " with rule ", scale_rule_name(q->rule));
-  Tensor y = empty({M, N}, out_dtype, a.codes.device());
+  MT_CHECK(images >= 0 && (images == 0 || M % images == 0), op, ": ", M, " rows are not the pixels of ", images,
+           " images");
+  const bool nchw = images > 0 && y_on_cpu(a);
+  Tensor y = empty(nchw ? Shape{images, N, M / images} : Shape{M, N}, out_dtype, a.codes.device());
   on_device(
       y.device(),
       [&] {
@@ -127,13 +136,26 @@ Tensor scaled_matmul_nt(const Quantized& a, const Quantized& b, const Tensor& bi
       reuse = slot.get();
     }
     cpu::scaled_matmul_nt(a.codes, a.scale_inv, a.block_rows, a.block_cols, b.codes, b.scale_inv, b.block_rows,
-                          b.block_cols, bias, y, reuse);
+                          b.block_cols, bias, y, reuse, images);
       },
       [&] {
     cuda::scaled_matmul_nt(a.codes, a.scale_inv, a.block_rows, a.block_cols, b.codes, b.scale_inv, b.block_rows,
                            b.block_cols, bias, y);
   });
+  if (images > 0 && !nchw) y = y.view({images, M / images, N}).permute({0, 2, 1}).contiguous();  // elsewhere: a copy
   return y;
+}
+
+}  // namespace
+
+Tensor scaled_matmul_nt(const Quantized& a, const Quantized& b, const Tensor& bias, DType out_dtype) {
+  return scaled_product("scaled_matmul_nt", a, b, bias, out_dtype, 0);
+}
+
+Tensor scaled_matmul_nt_images(const Quantized& a, const Quantized& b, const Tensor& bias, DType out_dtype,
+                               int64_t images) {
+  MT_CHECK(images > 0, "scaled_matmul_nt_images: images must be > 0, got ", images);
+  return scaled_product("scaled_matmul_nt_images", a, b, bias, out_dtype, images);
 }
 
 }  // namespace mixtape

@@ -96,4 +96,14 @@ Tensor dequantize(const Quantized& q, DType dtype = DType::f32);
 // scale that changes along K must be a power of two (rules pow2_floor and pow2_up).
 Tensor scaled_matmul_nt(const Quantized& a, const Quantized& b, const Tensor& bias, DType out_dtype);
 
+// Note [Image rows]
+// A convolution over pixel-major columns (autograd/functions/conv.cpp) multiplies rows that are
+// the pixels of N images, and wants its output as NCHW. This product returns it so: y [images,
+// N, M / images], element (n, j, p) the product's row n M/images + p, column j. The CPU kernel
+// stores each tile of 32 rows column by column as it leaves the epilogue, so no transposing copy
+// of the [M, N] result is made; elsewhere the result is copied. The values are
+// scaled_matmul_nt's, bit for bit.
+Tensor scaled_matmul_nt_images(const Quantized& a, const Quantized& b, const Tensor& bias, DType out_dtype,
+                               int64_t images);
+
 }  // namespace mixtape

@@ -274,6 +274,25 @@ TEST_CASE("cuda scaled_matmul_nt matches the CPU for every recipe's layout, ragg
     }
 }
 
+TEST_CASE("cuda scaled_matmul_nt_images: the device's product, laid out as NCHW images", "[cuda][fp8]") {
+  MT_REQUIRE_GPU();
+  // Note [Image rows]: on the device the product is copied into the images' layout; the values are
+  // the device's scaled_matmul_nt, bit for bit, and match the CPU's as every product does.
+  uint64_t seed = 900;
+  for (const auto& [images, HW, N, K] : std::vector<std::array<int64_t, 4>>{{2, 49, 5, 9}, {3, 20, 33, 70}}) {
+    const Quantized a = quantize(spread(images * HW, K, DType::bf16, seed++, 5.0), {.format = DType::e4m3});
+    const Quantized b = quantize(spread(N, K, DType::bf16, seed++, 5.0), {.format = DType::e4m3});
+    const Tensor bias = random({N}, DType::f32, seed++);
+    const Tensor got =
+        scaled_matmul_nt_images(quantized_on_gpu(a), quantized_on_gpu(b), on_gpu(bias), DType::bf16, images);
+    REQUIRE(got.device() == gpu());
+    REQUIRE(got.shape() == Shape({images, N, HW}));
+    const Tensor flat = scaled_matmul_nt(quantized_on_gpu(a), quantized_on_gpu(b), on_gpu(bias), DType::bf16);
+    CHECK(on_cpu(got).to_vector() == on_cpu(flat.view({images, HW, N}).permute({0, 2, 1})).to_vector());
+    check_scaled_mm(a, b, bias, DType::bf16, detail::cat(images, " images of ", HW, " pixels"));
+  }
+}
+
 TEST_CASE("cuda scaled_matmul_nt reads transposed codes (Quantized::t())", "[cuda][fp8]") {
   MT_REQUIRE_GPU();
   // An operand quantized as x [K, rows] serves x^T through t(): codes a transposed view (the GEMM

@@ -350,6 +350,32 @@ TEST_CASE("Quantized::t(): a per-tensor operand transposed is the operand of the
       values(scaled_matmul_nt(quantize(y.transpose(0, 1), {}), quantize(z.transpose(0, 1), {}), Tensor(), DType::f32)));
 }
 
+TEST_CASE("scaled_matmul_nt_images: the product's rows as the pixels of NCHW images, bit for bit", "[quantize][fp8]") {
+  // Note [Image rows]: y [images, N, M / images] holds scaled_matmul_nt's (n HW + p, j) at (n, j, p),
+  // for images whose pixels do and do not fill the epilogue's tiles of 32 rows, with and without
+  // a bias, into bf16, f16 and f32.
+  uint32_t seed = 40;
+  for (const auto& [images, HW, N, K] :
+       std::vector<std::array<int64_t, 4>>{{2, 49, 5, 9}, {3, 64, 33, 20}, {1, 7, 3, 4}, {4, 100, 16, 1}})
+    for (DType out : {DType::bf16, DType::f16, DType::f32})
+      for (bool with_bias : {false, true}) {
+        INFO(images << " images of " << HW << " pixels, N " << N << ", K " << K << ", " << dtype_name(out)
+                    << (with_bias ? ", bias" : ""));
+        const int64_t M = images * HW;
+        const Quantized a = quantize(random_matrix(M, K, seed++, 4.0f, DType::bf16), {});
+        const Quantized b = quantize(random_matrix(N, K, seed++, 4.0f, DType::bf16), {.layout = {1, 0}});
+        const Tensor bias = with_bias ? random_matrix(1, N, seed++).reshape({N}) : Tensor();
+        const Tensor y = scaled_matmul_nt_images(a, b, bias, out, images);
+        REQUIRE(y.shape() == Shape({images, N, HW}));
+        const Tensor want = scaled_matmul_nt(a, b, bias, out).view({images, HW, N}).permute({0, 2, 1});
+        CHECK(values(y) == values(want));
+      }
+  const Quantized a = quantize(random_matrix(10, 4, 1), {}), b = quantize(random_matrix(3, 4, 2), {});
+  CHECK_THROWS_WITH(scaled_matmul_nt_images(a, b, Tensor(), DType::f32, 3),
+                    Catch::Contains("10 rows are not the pixels of 3 images"));
+  CHECK_THROWS_WITH(scaled_matmul_nt_images(a, b, Tensor(), DType::f32, 0), Catch::Contains("images must be > 0"));
+}
+
 TEST_CASE("quantize: every conversion path gives the reference's codes and counts", "[quantize][fp8][convert]") {
   // Values across every format's range and beyond, with zeros, f32 subnormals, ties, inf and NaN.
   std::mt19937 rng(13);

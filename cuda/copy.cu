@@ -119,10 +119,11 @@ void dispatch_all_types(DType dtype, F&& f) {
   dispatch_floating(dtype, "copy", f);
 }
 
-// The unsigned integer of a dtype's size, for bit copies.
+// The unsigned integer of a dtype's size, for bit copies (1: the codes of an 8-bit dtype).
 template <class F>
 void dispatch_bits(DType dtype, F&& f) {
   switch (dtype_size(dtype)) {
+    case 1: f(uint8_t{}); return;
     case 2: f(uint16_t{}); return;
     case 4: f(uint32_t{}); return;
     case 8: f(uint64_t{}); return;

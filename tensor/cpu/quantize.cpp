@@ -192,6 +192,9 @@ void quantize_row_avx512(const In* v, int64_t n, float s, bits8::Overflow o, uin
   const __m512i nan_code = _mm512_set1_epi32(bits8::nan_code(F)), zero = _mm512_setzero_si512();
   const __m512 sv = _mm512_set1_ps(s);
   __m512 amax = _mm512_setzero_ps();
+  // The counts per lane (a lane counts at most n / 16 elements), summed after the loop.
+  const __m512i minus_one = _mm512_set1_epi32(-1);
+  __m512i nonfinite = zero, saturated = zero, flushed = zero, subnormal = zero;
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 lanes = __mmask16(first_lanes(n - i, 16));
     __m512 x;
@@ -215,15 +218,21 @@ void quantize_row_avx512(const In* v, int64_t n, float s, bits8::Overflow o, uin
     // The counts over the finite x of the row.
     const __m512i xb = _mm512_and_si512(_mm512_castps_si512(x), abs_mask);
     const __mmask16 finite = _mm512_cmplt_epu32_mask(xb, inf_bits) & lanes;
-    c.nonfinite += __builtin_popcount(lanes & ~finite);
+    nonfinite = _mm512_mask_sub_epi32(nonfinite, lanes & ~finite, nonfinite, minus_one);
     amax = _mm512_mask_max_ps(amax, finite, amax, _mm512_castsi512_ps(xb));
-    c.saturated += __builtin_popcount(past & finite);
+    saturated = _mm512_mask_sub_epi32(saturated, past & finite, saturated, minus_one);
     const __m512i mag = _mm512_and_si512(code, _mm512_set1_epi32(int(mag_mask)));
     const __mmask16 mag_zero = _mm512_cmpeq_epi32_mask(mag, zero);
-    c.flushed += __builtin_popcount(mag_zero & _mm512_cmpneq_epi32_mask(xb, zero) & finite);
-    c.subnormal += __builtin_popcount(
-        ~mag_zero & _mm512_cmpeq_epi32_mask(_mm512_and_si512(code, _mm512_set1_epi32(int(exp_mask))), zero) & finite);
+    flushed =
+        _mm512_mask_sub_epi32(flushed, mag_zero & _mm512_cmpneq_epi32_mask(xb, zero) & finite, flushed, minus_one);
+    const __mmask16 tiny =
+        ~mag_zero & _mm512_cmpeq_epi32_mask(_mm512_and_si512(code, _mm512_set1_epi32(int(exp_mask))), zero) & finite;
+    subnormal = _mm512_mask_sub_epi32(subnormal, tiny, subnormal, minus_one);
   }
+  c.nonfinite += _mm512_reduce_add_epi32(nonfinite);
+  c.saturated += _mm512_reduce_add_epi32(saturated);
+  c.flushed += _mm512_reduce_add_epi32(flushed);
+  c.subnormal += _mm512_reduce_add_epi32(subnormal);
   c.amax = std::max(c.amax, _mm512_reduce_max_ps(amax));
 }
 

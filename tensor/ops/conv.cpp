@@ -315,9 +315,12 @@ Tensor im2col(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding, Size2 
     cpu::im2col(x, g, cols);
     return cols;
       },
-      [&]() -> Tensor {
-        throw Error(detail::cat(op, ": not available on the CUDA backend yet (input ", x.meta(), ")"));
-      });
+      [&] {
+    Tensor cols = empty({x.size(0) * g.out.h * g.out.w, x.size(1) * kernel.h * kernel.w}, x.dtype(), x.device());
+    cuda::im2col(x, kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, g.out.h,
+                 g.out.w, cols);
+    return cols;
+  });
 }
 
 bool im2col_reads_every_pixel(const Shape& x_shape, Size2 kernel, Size2 stride, Size2 padding, Size2 dilation,
@@ -362,9 +365,12 @@ Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stri
     cpu::col2im(cols, g, x);
     return x;
       },
-      [&]() -> Tensor {
-        throw Error(detail::cat(op, ": not available on the CUDA backend yet (columns ", cols.meta(), ")"));
-      });
+      [&] {
+    Tensor x = empty(x_shape, cols.dtype(), cols.device());
+    cuda::col2im(cols, kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, g.out.h,
+                 g.out.w, x);
+    return x;
+  });
 }
 
 }  // namespace mixtape

@@ -62,7 +62,7 @@ inline Tensor conv_transpose2d_backward_bias(const Tensor& dy) { return conv2d_b
 // The column matrix of a 2-D convolution (groups 1), so that conv2d(x, w) is one GEMM
 // y = im2col(x) W^T: (N*OH*OW, OC) = (N*OH*OW, C*KH*KW) (OC, C*KH*KW)^T, then permuted to
 // [N, OC, OH, OW], with the reduction dim K = C*KH*KW along the rows of both operands (Note
-// [Pixel-major columns] in tensor/cpu/im2col.cpp). CPU only for now.
+// [Pixel-major columns] in tensor/cpu/im2col.cpp; on the GPU cuda/columns.cu).
 // cols [N*OH*OW, C*KH*KW]: row (n, oh, ow) and column (c, kh, kw) (each triple in row-major order)
 // hold x[n, c, oh*stride_h - pad_top + kh*dil_h, ow*stride_w - pad_left + kw*dil_w], 0 outside
 // the image. OH, OW as conv2d's, with padding_end the bottom / right padding when it differs from

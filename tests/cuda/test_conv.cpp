@@ -4,6 +4,7 @@
 // several workspace chunks, conv_transpose2d through its public ops, and the examples' shapes with
 // the GEMM's load path. f32 / f16 / bf16.
 // Tolerances: Note [GEMM tolerance] in gemm_check.h, with K the number of products per output.
+#include <cstring>
 #include <vector>
 
 #include "cuda/gemm.h"
@@ -225,4 +226,43 @@ TEST_CASE("cuda grouped, depthwise and padding-same conv2d match the CPU", "[cud
       require_gpu_fp32_accumulated(weight_grad, {x, dy}, pixels, "conv2d backward weight " + name);
       require_gpu_fp32_accumulated(weight_grad, {xs, dys}, pixels, "conv2d backward weight, strided " + name);
     }
+}
+
+TEST_CASE("cuda im2col and col2im equal the CPU's bit for bit, 8-bit codes included", "[cuda][fp8]") {
+  MT_REQUIRE_GPU();
+  // im2col copies (so every dtype, and 8-bit codes, must give the CPU's bits); col2im sums each
+  // pixel's taps in (kh, kw) order from 0 in fp32 and rounds once, as the CPU does. The cases
+  // include padding "same" with an even kernel (padding after the image differs) and a stride
+  // that leaves pixels no tap reaches (col2im gives them 0).
+  uint64_t seed = 70;
+  for (const ConvCase& c : kCases) {
+    for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::e4m3}) {
+      INFO(case_name(c, dt));
+      const Tensor x =
+          dt == DType::e4m3
+              ? quantize(random({c.N * c.C * c.H, c.W}, DType::f32, seed++), {}).codes.view({c.N, c.C, c.H, c.W})
+              : random({c.N, c.C, c.H, c.W}, dt, seed++);
+      const Size2 k{c.KH, c.KW};
+      const Tensor cols = im2col(x, k, c.stride, c.padding, c.dilation);
+      const Tensor gcols = im2col(on_gpu(x), k, c.stride, c.padding, c.dilation);
+      REQUIRE(gcols.device() == gpu());
+      const Tensor host = on_cpu(gcols);
+      CHECK(std::memcmp(host.raw_data(), cols.raw_data(), size_t(cols.numel()) * dtype_size(dt)) == 0);
+      if (dt == DType::e4m3) continue;
+      const Tensor d = random(cols.shape(), dt, seed++);
+      const Tensor back = col2im(d, x.shape(), k, c.stride, c.padding, c.dilation);
+      const Tensor gback = on_cpu(col2im(on_gpu(d), x.shape(), k, c.stride, c.padding, c.dilation));
+      CHECK(std::memcmp(gback.raw_data(), back.raw_data(), size_t(back.numel()) * dtype_size(dt)) == 0);
+      // columns read through a transposed view
+      const Tensor dt_view = on_gpu(d.t().contiguous()).t();
+      CHECK(on_cpu(col2im(dt_view, x.shape(), k, c.stride, c.padding, c.dilation)).to_vector() == back.to_vector());
+    }
+  }
+  // padding "same" with a 4 x 4 kernel: one row and column more after the image than before
+  const Tensor x = random({2, 3, 6, 7}, DType::bf16, seed++);
+  const SamePadding same = same_padding({4, 4});
+  const Tensor cols = im2col(x, {4, 4}, 1, same.begin, 1, same.end);
+  CHECK(on_cpu(im2col(on_gpu(x), {4, 4}, 1, same.begin, 1, same.end)).to_vector() == cols.to_vector());
+  CHECK(on_cpu(col2im(on_gpu(cols), x.shape(), {4, 4}, 1, same.begin, 1, same.end)).to_vector() ==
+        col2im(cols, x.shape(), {4, 4}, 1, same.begin, 1, same.end).to_vector());
 }

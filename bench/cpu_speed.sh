@@ -9,13 +9,14 @@
 # see the same machine), and prints for each model and precision the median ms/step of each and
 # the ratios the README's Performance section quotes (each the median of the rounds' ratios):
 #   mixtape / PyTorch at the same precision (fp32 and bf16; PyTorch's bf16 is CPU autocast),
-#   each 16-bit policy / mixtape's own fp32, and each pure policy / the mixed one of its dtype.
+#   each 16- and 8-bit policy / mixtape's own fp32, each pure policy / the mixed one of its dtype,
+#   and the 8-bit policy (fp8: current scaling, E4M3 / E5M2 GEMM operands over bf16) / bf16.
 # Check `uptime` first: the figures mean something only on a quiet machine. Results (JSON Lines,
 # every round) go to build/bench/cpu_speed.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models=cnn,char_lstm,dcgan
-precisions=fp32,bf16,fp16,bf16-pure-sr,bf16-pure-kahan
+precisions=fp32,bf16,fp16,bf16-pure-sr,bf16-pure-kahan,fp8
 rounds=3
 threads=2
 steps=20
@@ -81,14 +82,15 @@ print(f"\nmedian ms/step over {max(r['round'] for r in rows)} rounds, batch {row
       " ratios: the median of the rounds' ratios")
 print(f"{'model':10} {'precision':16} {'mixtape':>9} {'PyTorch':>9} {'vs PyTorch':>11} {'vs own fp32':>12} {'vs mixed':>9}")
 for m in models:
-    for p in ["fp32", "bf16", "fp16", "bf16-pure-sr", "bf16-pure-kahan"]:
+    for p in ["fp32", "bf16", "fp16", "bf16-pure-sr", "bf16-pure-kahan", "fp8"]:
         mt = med.get(("mixtape", m, p))
         if mt is None:
             continue
         pt = med.get(("pytorch", m, p))
         vs_torch = ratio(("mixtape", m, p), ("pytorch", m, p))
         vs_own = ratio(("mixtape", m, p), ("mixtape", m, "fp32")) if p != "fp32" else None
-        vs_mixed = ratio(("mixtape", m, p), ("mixtape", m, p.split("-")[0])) if "pure" in p else None
+        mixed = "bf16" if p == "fp8" else p.split("-")[0]  # fp8 runs the bf16 policy underneath
+        vs_mixed = ratio(("mixtape", m, p), ("mixtape", m, mixed)) if "pure" in p or p == "fp8" else None
         cell = lambda x: f"{x:.2f}x" if x else "-"
         print(f"{m:10} {p:16} {mt:9.2f} {f'{pt:.2f}' if pt else '-':>9} {cell(vs_torch):>11} "
               f"{cell(vs_own):>12} {cell(vs_mixed):>9}")

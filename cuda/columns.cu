@@ -62,14 +62,15 @@ __global__ void col2im_kernel(const T* cols, int64_t rs, int64_t cs, ColGeom g, 
 
 void im2col(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
             int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t out_h, int64_t out_w, const Strided& cols) {
-  const ColGeom g = col_geom(x.shape(), kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, out_h, out_w);
+  const ColGeom g =
+      col_geom(x.shape(), kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, out_h, out_w);
   const int64_t n = cols.numel();
   if (n == 0) return;
   DeviceGuard guard(x.device().index);
   const Shape& s = x.strides();
   const auto launch = [&]<class E>() {
     im2col_kernel<E><<<grid_for(n), kBlock, 0, stream_of(x)>>>(static_cast<const E*>(x.raw_data()), s[0], s[1], s[2],
-                                                                s[3], g, static_cast<E*>(cols.raw_data()));
+                                                               s[3], g, static_cast<E*>(cols.raw_data()));
     MT_CUDA_CHECK_LAUNCH("im2col_kernel");
   };
   switch (dtype_size(x.dtype())) {
@@ -82,15 +83,15 @@ void im2col(const Strided& x, int64_t kernel_h, int64_t kernel_w, int64_t stride
 
 void col2im(const Strided& cols, int64_t kernel_h, int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
             int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t out_h, int64_t out_w, const Strided& x) {
-  const ColGeom g = col_geom(x.shape(), kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, out_h, out_w);
+  const ColGeom g =
+      col_geom(x.shape(), kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, out_h, out_w);
   const int64_t n = x.numel();
   if (n == 0) return;
   DeviceGuard guard(x.device().index);
   dispatch_floating(x.dtype(), "col2im", [&](auto t) {
     using T = decltype(t);
-    col2im_kernel<T><<<grid_for(n), kBlock, 0, stream_of(x)>>>(static_cast<const T*>(cols.raw_data()),
-                                                                cols.strides()[0], cols.strides()[1], g,
-                                                                static_cast<T*>(x.raw_data()));
+    col2im_kernel<T><<<grid_for(n), kBlock, 0, stream_of(x)>>>(
+        static_cast<const T*>(cols.raw_data()), cols.strides()[0], cols.strides()[1], g, static_cast<T*>(x.raw_data()));
     MT_CUDA_CHECK_LAUNCH("col2im_kernel");
   });
 }

@@ -65,13 +65,20 @@ void im2col_rows(const Strided& xt, const ColumnGeometry& g, T* cols) {
   const int64_t N = xt.size(0), C = xt.size(1), H = xt.size(2), W = xt.size(3);
   const int64_t KH = g.kernel.h, KW = g.kernel.w, OH = g.out.h, OW = g.out.w, KK = KH * KW, K = C * KK;
   const int64_t step_h = g.dilation.h * xs[2], step_w = g.dilation.w * xs[3];  // between taps, in x
+  // The taps inside the image for each window row and column, found once (a division each)
+  // rather than for every pixel.
+  std::vector<int64_t> rows(size_t(2 * OH)), cols_in(size_t(2 * OW));
+  for (int64_t oh = 0; oh < OH; ++oh)
+    inside(oh * g.stride.h - g.padding.h, g.dilation.h, H, KH, rows[size_t(2 * oh)], rows[size_t(2 * oh + 1)]);
+  for (int64_t ow = 0; ow < OW; ++ow)
+    inside(ow * g.stride.w - g.padding.w, g.dilation.w, W, KW, cols_in[size_t(2 * ow)], cols_in[size_t(2 * ow + 1)]);
   parallel_for(N * OH * OW, grain_for(K), [&](int64_t p_begin, int64_t p_end) {
     int64_t n = p_begin / (OH * OW), oh = p_begin / OW % OH, ow = p_begin % OW;
     for (int64_t p = p_begin; p < p_end; ++p) {
       const int64_t ih0 = oh * g.stride.h - g.padding.h, iw0 = ow * g.stride.w - g.padding.w;
-      int64_t kh0, kh1, kw0, kw1;  // the taps inside the image
-      inside(ih0, g.dilation.h, H, KH, kh0, kh1);
-      inside(iw0, g.dilation.w, W, KW, kw0, kw1);
+      // the taps inside the image
+      const int64_t kh0 = rows[size_t(2 * oh)], kh1 = rows[size_t(2 * oh + 1)];
+      const int64_t kw0 = cols_in[size_t(2 * ow)], kw1 = cols_in[size_t(2 * ow + 1)];
       T* d = cols + p * K;
       if (kh0 == 0 && kh1 == KH && kw0 == 0 && kw1 == KW) {  // every tap inside: no padding to write
         const T* src = x + (n * xs[0] + ih0 * xs[2] + iw0 * xs[3]);

@@ -255,8 +255,11 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
   const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
   const int64_t nbc = scales::blocks_of(C, q.block_cols), br = q.block_rows, bc = q.block_cols;
   const bits8::Format& f = format_of(q.format);
-  std::vector<float> s = block_amax(x, br, bc);
-  for (float& v : s) v = scales::block_scale(q, f, v);  // amax -> s in place
+  // Each block's amax, then s in place; a given scale (delayed scaling) needs no amax pass.
+  std::vector<float> s = q.given_scale > 0.0f
+                             ? std::vector<float>(size_t(scales::blocks_of(R, br) * nbc), q.given_scale)
+                             : block_amax(x, br, bc);
+  for (float& v : s) v = scales::block_scale(q, f, v);
   float* inv = static_cast<float*>(scale_inv.raw_data());
   for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];  // exact for a power of two
   uint8_t* out = static_cast<uint8_t*>(codes.raw_data());

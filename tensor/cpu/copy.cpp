@@ -76,6 +76,32 @@ bool copy_transposed(const Strided& src, const Strided& dst, const std::array<Sh
   return true;
 }
 
+// A same-dtype copy whose innermost (merged) dim is contiguous on both sides but which is not one
+// block (a [T, B, X] sequence to [B, T, X]): each run of that dim copied as a block, the runs split
+// over the threads.
+template <class T>
+bool copy_runs(const Strided& dst, const Strided& src, const std::array<Shape, 2>& strides) {
+  const MergedDims<2> m = merge_dims<2>(dst.shape(), strides);
+  const size_t r = m.size.size();
+  if (r < 2 || m.stride[0][r - 1] != 1 || m.stride[1][r - 1] != 1) return false;
+  const int64_t L = m.size[r - 1], runs = m.numel / L;
+  T* d = static_cast<T*>(dst.raw_data());
+  const T* s = static_cast<const T*>(src.raw_data());
+  parallel_for(runs, grain_for(L), [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      int64_t od = 0, os = 0, rest = u;
+      for (size_t i = r - 1; i-- > 0;) {
+        const int64_t at = rest % m.size[i];
+        rest /= m.size[i];
+        od += at * m.stride[0][i];
+        os += at * m.stride[1][i];
+      }
+      std::copy(s + os, s + os + L, d + od);
+    }
+  });
+  return true;
+}
+
 // A cast to or from an 8-bit dtype, unscaled (as torch's .to(torch.float8_e4m3fn)): codes are
 // copied as they are, decoded exactly to a floating dtype, or rounded to nearest even from the
 // float value (from double rounded to odd in float first: Note [Rounding f64 and i64 to 16 bits]
@@ -131,7 +157,7 @@ void copy_cast(const Strided& src, const Strided& dst, Rounding rounding, uint64
       const bool stochastic = rounding == Rounding::stochastic && is_16bit(dst.dtype());
       if constexpr (std::is_same_v<D, S>) {
         if (!stochastic) {  // the same type: the bits are copied (NaN payloads included)
-          if (copy_transposed<D>(src, dst, strides)) return;
+          if (copy_transposed<D>(src, dst, strides) || copy_runs<D>(dst, src, strides)) return;
           parallel_for_each_offset<2>(dst.shape(), strides,
                                       [&](const std::array<int64_t, 2>& o) { d[o[0]] = s[o[1]]; });
           return;

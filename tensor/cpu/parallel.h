@@ -37,6 +37,33 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
   }
 }
 
+// Two passes over the same pieces in one parallel region: first(begin, end) over the pieces of
+// parallel_for, then between() on one thread once every piece is done, then second(begin, end)
+// over the same pieces (a per-tensor quantization: the amax of every piece, the scale, then the
+// codes). One fork and one barrier instead of two regions; each piece is computed as parallel_for
+// would compute it.
+template <class F1, class B, class F2>
+void parallel_two_passes(int64_t n, int64_t grain, F1&& first, B&& between, F2&& second) {
+  const int64_t max_pieces = std::max<int64_t>(1, n / std::max<int64_t>(1, grain));
+  const int threads = int(std::min<int64_t>(omp_get_max_threads(), max_pieces));
+  if (n <= 0 || threads <= 1 || omp_in_parallel()) {
+    if (n > 0) first(int64_t(0), n);
+    between();
+    if (n > 0) second(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    if (begin < end) first(begin, end);
+#pragma omp barrier
+#pragma omp single
+    between();  // (the end of single waits for it)
+    if (begin < end) second(begin, end);
+  }
+}
+
 // Waiting threads: GNU OpenMP spins for a while at the end of each parallel region before it
 // sleeps, which is the fastest choice on a quiet machine and the slowest on a busy one (a spinning
 // thread takes the core from the one it waits for). The tests run two processes at a time on two

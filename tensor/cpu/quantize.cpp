@@ -90,43 +90,55 @@ bool one_run(const Strided& x, int64_t br, int64_t bc) {
   return br >= R && bc >= C && x.strides()[1] == 1 && (R == 1 || x.strides()[0] == C);
 }
 
-// amax[rb][cb] over the blocks of x: each row's maximum per column block, then the maximum over
-// each block's rows (Note [One run per tensor]: one block over pieces). A maximum is the same in
-// any order, so the split over the threads and the vector path change nothing.
-std::vector<float> block_amax(const Strided& x, int64_t br, int64_t bc) {
-  const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
-  const int64_t nbr = scales::blocks_of(R, br), nbc = scales::blocks_of(C, bc);
+// The runs of a quantization: each row's column blocks, or pieces of the one run (Note [One run
+// per tensor]).
+struct Runs {
+  bool flat;
+  int64_t count, grain;
+};
+Runs runs_of(const Strided& x, int64_t br, int64_t bc) {
+  const int64_t R = x.shape()[0], C = x.shape()[1];
   const bool flat = one_run(x, br, bc);
-  // The runs: rows by column blocks, or pieces of the one run.
-  const int64_t runs = flat ? scales::blocks_of(R * C, kFlatRun) : R * nbc;
-  std::vector<float> runmax(size_t(runs), 0.0f);
-  dispatch_floating(x.dtype(), "quantize", [&]<class T>() {
-    const T* p = static_cast<const T*>(x.raw_data());
-    parallel_for(runs, flat ? 1 : grain_for(std::min(C, bc)), [&](int64_t u0, int64_t u1) {
-      float buf[kRowChunk];
-      for (int64_t u = u0; u < u1; ++u) {
-        const int64_t r = flat ? 0 : u / nbc, c0 = flat ? u * kFlatRun : u % nbc * bc;
-        const int64_t len = flat ? std::min(R * C, c0 + kFlatRun) - c0 : std::min(C, c0 + bc) - c0;
-        float m = 0.0f;
-        for_chunks(len, [&](int64_t j, int64_t k) {
-          const T* row = p + r * rs + (c0 + j) * cs;
-          if constexpr (std::is_same_v<T, double>) {
-            for (int64_t i = 0; i < k; ++i) m = nan_max(m, float(std::fabs(row[i * cs])));
+  return {flat, flat ? scales::blocks_of(R * C, kFlatRun) : R * scales::blocks_of(C, bc),
+          flat ? 1 : grain_for(std::min(C, bc))};
+}
+
+// runmax[u] for the runs u of [u0, u1): the maximum of |x| over the run (NaN wins). A maximum is
+// the same in any order, so the split over the threads and the vector path change nothing.
+template <class T>
+void run_amax(const Strided& x, const Runs& runs, int64_t bc, int64_t u0, int64_t u1, std::vector<float>& runmax) {
+  const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
+  const int64_t nbc = scales::blocks_of(C, bc);
+  const T* p = static_cast<const T*>(x.raw_data());
+  float buf[kRowChunk];
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t r = runs.flat ? 0 : u / nbc, c0 = runs.flat ? u * kFlatRun : u % nbc * bc;
+    const int64_t len = runs.flat ? std::min(R * C, c0 + kFlatRun) - c0 : std::min(C, c0 + bc) - c0;
+    float m = 0.0f;
+    for_chunks(len, [&](int64_t j, int64_t k) {
+      const T* row = p + r * rs + (c0 + j) * cs;
+      if constexpr (std::is_same_v<T, double>) {
+        for (int64_t i = 0; i < k; ++i) m = nan_max(m, float(std::fabs(row[i * cs])));
 #if defined(__x86_64__)
-          } else if (std::is_same_v<T, bfloat16> && cs == 1 && avx512_path_active()) {
-            m = amax_row_bf16_avx512(reinterpret_cast<const bfloat16*>(row), k, m);
+      } else if (std::is_same_v<T, bfloat16> && cs == 1 && avx512_path_active()) {
+        m = amax_row_bf16_avx512(reinterpret_cast<const bfloat16*>(row), k, m);
 #endif
-          } else {
-            m = amax_row(load_row(row, cs, k, buf), k, m);
-          }
-        });
-        runmax[size_t(u)] = m;
+      } else {
+        m = amax_row(load_row(row, cs, k, buf), k, m);
       }
     });
-  });
+    runmax[size_t(u)] = m;
+  }
+}
+
+// amax[rb][cb] over the blocks of x from the runs' maxima: each block the maximum over its rows'
+// runs (the one run: one block).
+std::vector<float> block_amax(const Runs& runs, const std::vector<float>& runmax, int64_t R, int64_t C, int64_t br,
+                              int64_t bc) {
+  const int64_t nbr = scales::blocks_of(R, br), nbc = scales::blocks_of(C, bc);
   std::vector<float> amax(size_t(nbr * nbc), 0.0f);
-  for (int64_t u = 0; u < runs; ++u) {
-    float& m = amax[flat ? 0 : size_t((u / nbc / br) * nbc + u % nbc)];
+  for (int64_t u = 0; u < runs.count; ++u) {
+    float& m = amax[runs.flat ? 0 : size_t((u / nbc / br) * nbc + u % nbc)];
     m = nan_max(m, runmax[size_t(u)]);
   }
   return amax;
@@ -254,32 +266,38 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
   MT_ASSERT(x.dim() == 2 && q.block_rows > 0 && q.block_cols > 0);
   const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
   const int64_t nbc = scales::blocks_of(C, q.block_cols), br = q.block_rows, bc = q.block_cols;
+  const int64_t blocks = scales::blocks_of(R, br) * nbc;
   const bits8::Format& f = format_of(q.format);
-  // Each block's amax, then s in place; a given scale (delayed scaling) needs no amax pass.
-  std::vector<float> s = q.given_scale > 0.0f
-                             ? std::vector<float>(size_t(scales::blocks_of(R, br) * nbc), q.given_scale)
-                             : block_amax(x, br, bc);
-  for (float& v : s) v = scales::block_scale(q, f, v);
+  const bool given = q.given_scale > 0.0f;  // delayed scaling: no amax pass
+  std::vector<float> s, runmax;
   float* inv = static_cast<float*>(scale_inv.raw_data());
-  for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];  // exact for a power of two
   uint8_t* out = static_cast<uint8_t*>(codes.raw_data());
-  // Each run (a row's column block, or a piece of the one run: Note [One run per tensor]) in
-  // chunks of floats (load_row widens 16-bit values and gathers strided ones), each chunk
-  // within one block; the element loop is compiled once per format, so that the rounding's
-  // shifts and masks are constants.
-  const bool flat = one_run(x, br, bc);
-  const int64_t runs = flat ? scales::blocks_of(R * C, kFlatRun) : R * nbc;
-  std::vector<Counts> per_run(static_cast<size_t>(runs));
+  // Two passes over the same runs in one parallel region: each run's amax, then each block's s
+  // and 1 / s (exact for a power of two), then the codes. Each run (a row's column block, or a
+  // piece of the one run: Note [One run per tensor]) in chunks of floats (load_row widens 16-bit
+  // values and gathers strided ones), each chunk within one block; the element loop is compiled
+  // once per format, so that the rounding's shifts and masks are constants.
+  const Runs runs = runs_of(x, br, bc);
+  if (!given) runmax.resize(size_t(runs.count));
+  std::vector<Counts> per_run(static_cast<size_t>(runs.count));
   dispatch_8bit(q.format, [&]<const bits8::Format & F>() {
     dispatch_floating(x.dtype(), "quantize", [&]<class T>() {
       const T* p = static_cast<const T*>(x.raw_data());
-      parallel_for(runs, flat ? 1 : grain_for(std::min(C, bc)), [&](int64_t u0, int64_t u1) {
+      const auto amax_pass = [&](int64_t u0, int64_t u1) {
+        if (!given) run_amax<T>(x, runs, bc, u0, u1, runmax);
+      };
+      const auto choose_scales = [&] {
+        s = given ? std::vector<float>(size_t(blocks), q.given_scale) : block_amax(runs, runmax, R, C, br, bc);
+        for (float& v : s) v = scales::block_scale(q, f, v);  // amax -> s in place
+        for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];
+      };
+      const auto codes_pass = [&](int64_t u0, int64_t u1) {
         float buf[kRowChunk];
         for (int64_t u = u0; u < u1; ++u) {
           Counts n;
-          const int64_t r = flat ? 0 : u / nbc, c0 = flat ? u * kFlatRun : u % nbc * bc;
-          const int64_t len = flat ? std::min(R * C, c0 + kFlatRun) - c0 : std::min(C, c0 + bc) - c0;
-          const float scale = s[size_t(flat ? 0 : (r / br) * nbc + u % nbc)];
+          const int64_t r = runs.flat ? 0 : u / nbc, c0 = runs.flat ? u * kFlatRun : u % nbc * bc;
+          const int64_t len = runs.flat ? std::min(R * C, c0 + kFlatRun) - c0 : std::min(C, c0 + bc) - c0;
+          const float scale = s[size_t(runs.flat ? 0 : (r / br) * nbc + u % nbc)];
           for_chunks(len, [&](int64_t j, int64_t m) {
             const T* row = p + r * rs + (c0 + j) * cs;
             uint8_t* dst = out + r * C + c0 + j;
@@ -296,7 +314,8 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
           });
           per_run[size_t(u)] = n;
         }
-      });
+      };
+      parallel_two_passes(runs.count, runs.grain, amax_pass, choose_scales, codes_pass);
     });
   });
   Counts t;

@@ -273,7 +273,7 @@ TEST_CASE("contiguous and clone", "[tensor]") {
 }
 
 TEST_CASE("permuted copies: the tiled transposing copy gives every element where it belongs", "[tensor]") {
-  // Note [Transposing copies] (tensor/cpu/copy.cpp): sizes around and past its 32 x 32 tiles, with
+  // Note [Transposing copies] (tensor/cpu/copy.cpp), and copies by runs: sizes around and past 32 x 32 tiles, with
   // and without batch dims in front, between and behind, in 1-, 2-, 4- and 8-byte dtypes; every
   // element is checked against the index arithmetic.
   struct Case {
@@ -281,7 +281,9 @@ TEST_CASE("permuted copies: the tiled transposing copy gives every element where
     std::vector<int64_t> perm;
   };
   for (const Case& c : {Case{{37, 70}, {1, 0}}, Case{{3, 50, 33}, {0, 2, 1}}, Case{{2, 9, 8, 40}, {0, 3, 1, 2}},
-                        Case{{2, 40, 9, 8}, {0, 2, 3, 1}}, Case{{33, 3, 64}, {2, 1, 0}}, Case{{8, 8}, {1, 0}}})
+                        Case{{2, 40, 9, 8}, {0, 2, 3, 1}}, Case{{33, 3, 64}, {2, 1, 0}}, Case{{8, 8}, {1, 0}},
+                        // the innermost dim contiguous on both sides: runs copied as blocks
+                        Case{{5, 6, 40}, {1, 0, 2}}, Case{{4, 3, 2, 50}, {2, 0, 1, 3}}})
     for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::e4m3}) {
       INFO(shape_str(c.shape) << " " << dtype_name(dt));
       const int64_t n = numel_of(c.shape);

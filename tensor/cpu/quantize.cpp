@@ -373,13 +373,21 @@ GemmOperand gemm_operand(const Strided& codes, const Strided& scale_inv, int64_t
 // (those keep calling gemm()), so the bits are the same. Only operands without block scales are
 // kept (their scales are factors of the output; the panels then depend on the codes alone, which
 // no one changes after quantize); the first use packs as usual, so an operand multiplied once
-// (most weights: once per orientation per step) costs nothing more.
-void gemm_reusing(ReusedB& r, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, float* c) {
+// (most weights: once per orientation per step) costs nothing more. rows_done(i0, i1) runs the
+// epilogue of rows [i0, i1) once they are summed, on the thread that summed them (one parallel
+// region for the product and its epilogue: the unrolled LSTM's steps are small, and a region
+// costs a thread's wake-up under OMP_WAIT_POLICY=passive).
+template <class Done>
+void gemm_reusing(ReusedB& r, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, float* c,
+                  Done&& rows_done) {
   if (r.packed && (r.codes != B.p || r.rs != B.rs || r.cs != B.cs || r.n != N || r.k != K)) {
     r.packed.reset();  // packed from other codes: start over
     r.uses = 0;
   }
-  if (!r.packed && ++r.uses < 2) return gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N);
+  if (!r.packed && ++r.uses < 2) {
+    gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N);
+    return parallel_for(M, grain_for(N), rows_done);
+  }
   if (!r.packed) {
     r.packed = std::make_unique<PackedB>(GemmArith::dot_bf16, N, K, B);
     r.codes = B.p;
@@ -388,7 +396,10 @@ void gemm_reusing(ReusedB& r, int64_t M, int64_t N, int64_t K, const GemmOperand
     r.n = N;
     r.k = K;
   }
-  if (M * N * K < kGemmSerialFlops) return gemm_on_thread(M, A, *r.packed, false, c, N);
+  if (M * N * K < kGemmSerialFlops) {
+    gemm_on_thread(M, A, *r.packed, false, c, N);
+    return rows_done(int64_t(0), M);
+  }
   constexpr int64_t kRows = 8;  // rows of C per piece (a tile's)
   parallel_for((M + kRows - 1) / kRows, 1, [&](int64_t p0, int64_t p1) {
     const int64_t i0 = p0 * kRows, i1 = std::min(M, p1 * kRows);
@@ -396,6 +407,7 @@ void gemm_reusing(ReusedB& r, int64_t M, int64_t N, int64_t K, const GemmOperand
     part.p = static_cast<const uint8_t*>(A.p) + i0 * A.rs;
     part.scales.r0 += i0;
     gemm_on_thread(i1 - i0, part, *r.packed, false, c + i0 * N, N);
+    rows_done(i0, i1);  // the thread's own rows: the epilogue without a region of its own
   });
 }
 
@@ -413,9 +425,6 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
   // is read.
   const bool in_y = y.dtype() == DType::f32 && images == 0;
   float* const c = in_y ? static_cast<float*>(y.raw_data()) : workspace<float>(Workspace::matmul_output, M * N);
-  if (reuse && !B.scales.s && M > 0 && N > 0 && K > 0 && !gemm_splits_k(M, N, K))
-    gemm_reusing(*reuse, M, N, K, A, B, c);
-  else gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N);
   std::vector<float> bv(size_t(N), 0.0f);
   if (bias.defined())
     dispatch_floating(bias.dtype(), "scaled_matmul_nt (bias)", [&]<class B>() {
@@ -435,15 +444,17 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
       if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) std::copy(v, v + n, dst);
       else store_n(v, dst, n);
     };
-    if (images == 0) {
-      parallel_for(M, grain_for(N), [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          epilogue(i);
-          if constexpr (!std::is_same_v<T, float>) store(c + i * N, out + i * N, N);  // f32: the row is y's
-        }
-      });
-      return;
-    }
+    const auto rows_out = [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        epilogue(i);
+        if constexpr (!std::is_same_v<T, float>) store(c + i * N, out + i * N, N);  // f32: the row is y's
+      }
+    };
+    const bool reusing = reuse && !B.scales.s && M > 0 && N > 0 && K > 0 && !gemm_splits_k(M, N, K);
+    if (reusing && images == 0) return gemm_reusing(*reuse, M, N, K, A, B, c, rows_out);  // rows done as computed
+    if (reusing) gemm_reusing(*reuse, M, N, K, A, B, c, [](int64_t, int64_t) {});
+    else gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N);
+    if (images == 0) return parallel_for(M, grain_for(N), rows_out);
     // Rows of images (Note [Image rows]): tiles of kTile rows, each column of a tile's piece of
     // one image stored as a run of that image's channel-j plane.
     constexpr int64_t kTile = 32;

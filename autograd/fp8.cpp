@@ -189,15 +189,19 @@ Quantized Fp8Context::quantize(int64_t site, OpId op, Fp8Role role, const char* 
                                  : mixtape::quantize(x.contiguous(), s);
   cache_.push_back({x.storage(), x.offset(), x.shape(), x.strides(), x.dtype(), s, q});
   if (h) h->pending = std::max(h->pending, q.stats.amax);
-  QuantStats& t = totals_[size_t(role)];
-  t.count += q.stats.count;
-  t.saturated += q.stats.saturated;
-  t.flushed += q.stats.flushed;
-  t.subnormal += q.stats.subnormal;
-  t.nonfinite += q.stats.nonfinite;
-  t.amax = std::max(t.amax, q.stats.amax);
-  records_.push_back(Fp8Record{site, op, role, gemm, s.format, q.stats});
+  record(site, op, role, gemm, s.format, q.stats);
   return q;
+}
+
+void Fp8Context::record(int64_t site, OpId op, Fp8Role role, const char* gemm, DType format, const QuantStats& stats) {
+  QuantStats& t = totals_[size_t(role)];
+  t.count += stats.count;
+  t.saturated += stats.saturated;
+  t.flushed += stats.flushed;
+  t.subnormal += stats.subnormal;
+  t.nonfinite += stats.nonfinite;
+  t.amax = std::max(t.amax, stats.amax);
+  records_.push_back(Fp8Record{site, op, role, gemm, format, stats});
 }
 
 std::vector<std::string> Fp8Context::json_lines(int64_t step, const std::string& network) const {

@@ -102,6 +102,10 @@ class Fp8Context {
   // Whether a role's operands (not per-operator scaled) get one scale per tensor (current and
   // delayed scaling): their codes then do not depend on the operand's shape or layout.
   bool per_tensor(Fp8Role role) const;
+  // The QuantSpec of a role's operands (without delayed scaling's given scale), for a kernel that
+  // quantizes them itself; record() then counts and records what it did, as quantize() would.
+  QuantSpec operand_spec(Fp8Role role) const { return spec(role, false); }
+  void record(int64_t site, OpId op, Fp8Role role, const char* gemm, DType format, const QuantStats& stats);
 
   const std::vector<Fp8Record>& records() const { return records_; }  // this step's
   // What every operand of a role quantized since the context was made (count, saturated, flushed,

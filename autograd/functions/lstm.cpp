@@ -1,5 +1,7 @@
 #include "autograd/functions/lstm.h"
 
+#include <optional>
+
 #include "autograd/fp8.h"
 #include "autograd/scaling.h"
 #include "autograd/tape.h"
@@ -159,44 +161,74 @@ LstmLayerResult lstm_layer_fp8(Fp8Context& fp8, const Variable& proj, const Vari
   const Tensor w = w_hh.data(), b = b_hh.defined() ? b_hh.data() : Tensor();
   const DType dt = proj.dtype();
   std::vector<int64_t> sites(static_cast<size_t>(T));
-  std::vector<Tensor> hs{h0.data()}, cs{c0.data()}, acts;
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t site = sites[size_t(t)] = fp8.next_site();
-    const Tensor lin = scaled_matmul_nt(fp8.quantize(site, OpId::lstm_layer, Fp8Role::input, "fprop", hs.back()),
-                                        fp8.quantize(site, OpId::lstm_layer, Fp8Role::weight, "fprop", w), b, dt);
-    LstmCellSaved step = lstm_cell_saving(add(proj.data().select(time_dim, t), lin), cs.back());
-    acts.push_back(std::move(step.acts));
-    cs.push_back(std::move(step.c));
-    hs.push_back(std::move(step.h));
-  }
+  for (int64_t& site : sites) site = fp8.next_site();
   const int64_t wgrad_site = fp8.next_site();
-  Tensor out = in_proj_layout(stack(std::vector<Tensor>(hs.begin() + 1, hs.end()), 0), time_dim);
-  Tensor h_n = hs.back(), c_n = cs.back();
-  hs.pop_back();  // h_0 .. h_{T-1}: the recurrent GEMMs' inputs
-  cs.pop_back();  // c_0 .. c_{T-1}: the cells' inputs
-  Fp8Context* ctx = &fp8;
-  std::vector<Variable> vs = record_multi(
-      OpId::lstm_layer, {proj, w_hh, b_hh, h0, c0}, {out, h_n, c_n},
-      [ctx, sites = std::move(sites), wgrad_site, hs = std::move(hs), cs = std::move(cs), acts = std::move(acts), w,
-       time_dim, T, B, H](const std::vector<Tensor>& dys, const std::vector<bool>& needs) {
-    refuse_rule_in_backward();
-    Tensor gh = dys[1], gc = dys[2];
-    std::vector<Tensor> dgs(static_cast<size_t>(T));
-    for (int64_t t = T - 1; t >= 0; --t) {
-      const size_t i = size_t(t);
-      LstmCellGrads step = lstm_cell_backward_saved(acts[i], cs[i], gc, add(dys[0].select(time_dim, t), gh));
-      gc = std::move(step.d_c_prev);
-      if (t > 0 || needs[3])  // dh = dG_t W: (B, H) = (B, 4H) (H, 4H)^T
-        gh = scaled_matmul_nt(ctx->quantize(sites[i], OpId::lstm_layer, Fp8Role::grad, "dgrad", step.d_gates),
-                              ctx->quantize(sites[i], OpId::lstm_layer, Fp8Role::weight, "dgrad", w.t()), Tensor(),
-                              step.d_gates.dtype());
-      dgs[i] = std::move(step.d_gates);
+  // Current scaling on the CPU: the recurrence kernel (Note [8-bit LSTM recurrence] in
+  // tensor/cpu/lstm.cpp); the other recipes, and other devices, the step ops. The same values.
+  const bool kernel = proj.data().device().is_cpu() && fp8.options().recipe == Fp8Recipe::current;
+  LstmSequence seq;
+  std::optional<Quantized> wq;
+  if (kernel) {
+    wq = fp8.quantize(sites[0], OpId::lstm_layer, Fp8Role::weight, "fprop", w);
+    std::vector<QuantStats> st;
+    const QuantSpec spec = fp8.operand_spec(Fp8Role::input);
+    seq = lstm_sequence_fp8(proj.data(), time_dim, *wq, b, h0.data(), c0.data(), spec, st);
+    for (int64_t t = 0; t < T; ++t)
+      fp8.record(sites[size_t(t)], OpId::lstm_layer, Fp8Role::input, "fprop", spec.format, st[size_t(t)]);
+  } else {
+    std::vector<Tensor> hs{h0.data()}, cs{c0.data()}, acts;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t site = sites[size_t(t)];
+      const Tensor lin = scaled_matmul_nt(fp8.quantize(site, OpId::lstm_layer, Fp8Role::input, "fprop", hs.back()),
+                                          fp8.quantize(site, OpId::lstm_layer, Fp8Role::weight, "fprop", w), b, dt);
+      LstmCellSaved step = lstm_cell_saving(add(proj.data().select(time_dim, t), lin), cs.back());
+      acts.push_back(std::move(step.acts));
+      cs.push_back(std::move(step.c));
+      hs.push_back(std::move(step.h));
     }
-    const Tensor dG_rows = stack(dgs, 0).reshape({T * B, 4 * H});  // rows in (t, b) order
+    seq = {stack(hs, 0), stack(cs, 0), stack(acts, 0)};
+  }
+  Tensor out = in_proj_layout(seq.hs.narrow(0, 1, T), time_dim);
+  Tensor h_n = seq.hs.select(0, T), c_n = seq.cs.select(0, T);
+  Fp8Context* ctx = &fp8;
+  std::vector<Variable> vs =
+      record_multi(OpId::lstm_layer, {proj, w_hh, b_hh, h0, c0}, {out, h_n, c_n},
+                   [ctx, sites = std::move(sites), wgrad_site, seq = std::move(seq), wq, w, time_dim, T, B, H](
+                       const std::vector<Tensor>& dys, const std::vector<bool>& needs) {
+    refuse_rule_in_backward();
+    Tensor dG, gh, gc;  // dG laid out as proj
+    if (wq) {
+      std::vector<QuantStats> st;
+      const QuantSpec spec = ctx->operand_spec(Fp8Role::grad);
+      LstmSequenceGrads g = lstm_sequence_fp8_backward(seq, *wq, dys[0], time_dim, dys[1], dys[2], needs[3], spec, st);
+      for (int64_t t = T - 1; t >= 0; --t)
+        if (t > 0 || needs[3])
+          ctx->record(sites[size_t(t)], OpId::lstm_layer, Fp8Role::grad, "dgrad", spec.format, st[size_t(t)]);
+      dG = g.dg;
+      gh = g.dh;
+      gc = g.dc;
+    } else {
+      gh = dys[1];
+      gc = dys[2];
+      std::vector<Tensor> dgs(static_cast<size_t>(T));
+      for (int64_t t = T - 1; t >= 0; --t) {
+        const size_t i = size_t(t);
+        LstmCellGrads step = lstm_cell_backward_saved(seq.acts.select(0, t), seq.cs.select(0, t), gc,
+                                                      add(dys[0].select(time_dim, t), gh));
+        gc = std::move(step.d_c_prev);
+        if (t > 0 || needs[3])  // dh = dG_t W: (B, H) = (B, 4H) (H, 4H)^T
+          gh = scaled_matmul_nt(ctx->quantize(sites[i], OpId::lstm_layer, Fp8Role::grad, "dgrad", step.d_gates),
+                                ctx->quantize(sites[i], OpId::lstm_layer, Fp8Role::weight, "dgrad", w.t()), Tensor(),
+                                step.d_gates.dtype());
+        dgs[i] = std::move(step.d_gates);
+      }
+      dG = stack(dgs, time_dim);
+    }
+    const Tensor dG_rows = dG.reshape({T * B, 4 * H});  // rows in proj's (t, b) or (b, t) order
     std::vector<Tensor> dx(5);
-    if (needs[0]) dx[0] = in_proj_layout(dG_rows.view({T, B, 4 * H}), time_dim);
+    if (needs[0]) dx[0] = dG;
     if (needs[1]) {  // (4H, H) = (4H, T*B) (H, T*B)^T
-      const Tensor h_rows = stack(hs, 0).reshape({T * B, H});
+      const Tensor h_rows = in_proj_layout(seq.hs.narrow(0, 0, T), time_dim).reshape({T * B, H});
       dx[1] =
           scaled_matmul_nt(ctx->quantize(wgrad_site, OpId::lstm_layer, Fp8Role::grad, "wgrad", dG_rows.transpose(0, 1)),
                            ctx->quantize(wgrad_site, OpId::lstm_layer, Fp8Role::input, "wgrad", h_rows.transpose(0, 1)),

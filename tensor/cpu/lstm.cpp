@@ -39,6 +39,7 @@
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/math.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/quantize.h"
 #include "tensor/cpu/vector_math.h"
 
 namespace mixtape::cpu {
@@ -326,6 +327,193 @@ void lstm_layer_backward(const Strided& acts, const Strided& cs, const Strided& 
           }
         }
       });
+    }
+  });
+}
+
+// Note [8-bit LSTM recurrence]
+// Under 8-bit training with current scaling (Note [8-bit LSTM layer] in
+// autograd/functions/lstm.cpp) each step's recurrent GEMM reads h_t (forward) or dG_t (backward)
+// quantized with one scale for the whole [B, H] (or [B, 4H]) matrix, from its amax: the rows are
+// no longer independent, since every row's codes need every row's maximum. So the threads keep
+// their blocks of batch rows through all T steps, as in Note [LSTM layer recurrence], and meet
+// once per step: each writes the amax of its rows into a slot (two sets, by the step's parity),
+// waits at a barrier, and folds the slots into the same scale as every other thread. Then it
+// quantizes its rows (quantize()'s row functions: the same codes and counts), multiplies them with
+// the weight's codes packed once (PackedB: the sums of scaled_matmul_nt, Note [Reused 8-bit B
+// operands] in quantize.cpp), and applies scaled_matmul_nt's epilogue (scaled_sum) and the step
+// ops' roundings. One barrier a step instead of the step ops' four parallel regions, each of which
+// woke the other thread. The values are the step ops' (tests/autograd/test_fp8.cpp compares them
+// with the unrolled graph, bit for bit).
+
+namespace {
+
+// Runs body(tid, nt, barrier) on the threads that share B rows (at least kLayerRowGrain each);
+// barrier() waits for all of them. On one thread, or inside a parallel region, the barrier is a
+// no-op.
+template <class Body>
+void on_row_threads(int64_t B, Body&& body) {
+  const int threads = int(std::min<int64_t>(omp_get_max_threads(), std::max<int64_t>(1, B / kLayerRowGrain)));
+  if (threads <= 1 || omp_in_parallel()) return body(0, 1, [] {});
+#pragma omp parallel num_threads(threads)
+  body(omp_get_thread_num(), omp_get_num_threads(), [] {
+#pragma omp barrier
+  });
+}
+
+// The per-tensor scale of a step from the threads' slots, the same on every thread.
+float step_scale(const float* slots, int nt, const BlockQuant& q) {
+  float amax = 0.0f;
+  for (int i = 0; i < nt; ++i) amax = amax_join(amax, slots[i]);
+  return scales::block_scale(q, format_of(q.format), amax);
+}
+
+void add_counts(RowCounts& to, const RowCounts& c) {
+  to.saturated += c.saturated;
+  to.flushed += c.flushed;
+  to.subnormal += c.subnormal;
+  to.nonfinite += c.nonfinite;
+  to.amax = std::max(to.amax, c.amax);
+}
+
+}  // namespace
+
+void lstm_layer_forward_fp8(const Strided& proj, int64_t time_dim, const Strided& w_codes, float w_inv,
+                            const Strided& b, const BlockQuant& q, const Strided& hs, const Strided& cs,
+                            const Strided& acts, std::vector<Fp8StepStats>& stats) {
+  dispatch_floating(hs.dtype(), "lstm_layer (8-bit)", [&]<class T>() {
+    if constexpr (std::is_same_v<T, double>) {
+      MT_ASSERT(false, "lstm_layer_forward_fp8: f64 runs the step ops");
+    } else {
+      using C = compute_t<T>;
+      const int64_t steps = hs.size(0) - 1, B = hs.size(1), H = hs.size(2), G = 4 * H;
+      // The GEMM's B is W^T: element (k, j) is the code w[j][k].
+      const PackedB wt(GemmArith::dot_bf16, G, H,
+                       GemmOperand{w_codes.dtype(), w_codes.raw_data(), w_codes.strides()[1], w_codes.strides()[0]});
+      const T* const px = proj.data<T>();
+      const int64_t x_t = proj.strides()[size_t(time_dim)], x_b = proj.strides()[size_t(1 - time_dim)];
+      const int64_t x_j = proj.strides()[2];
+      T* const ph = hs.data<T>();
+      T* const pc = cs.data<T>();
+      C* const pa = acts.defined() ? acts.data<C>() : nullptr;
+      std::vector<float> bias(static_cast<size_t>(G), 0.0f);  // scaled_matmul_nt adds 0 without one
+      if (b.defined()) load_row_to(b.data<T>(), b.strides()[0], G, bias.data());
+      const int max_threads = omp_get_max_threads();
+      std::vector<float> slots(size_t(2 * max_threads));
+      std::vector<RowCounts> counts(size_t(steps * max_threads));
+      std::vector<float> inv(static_cast<size_t>(steps), 0.0f);
+      int used = 1;
+      on_row_threads(B, [&](int tid, int nt, auto&& barrier) {
+        if (tid == 0) used = nt;
+        const int64_t b0 = B * tid / nt, b1 = B * (tid + 1) / nt, m = b1 - b0;
+        std::vector<float> lin(static_cast<size_t>(m * G)), buf(static_cast<size_t>(G + 8 * H));
+        C *x = buf.data(), *cp = x + G, *cv = cp + H, *hv = cv + H, *act = hv + H;  // act: when not saved
+        std::vector<T> tmp(static_cast<size_t>(G));
+        std::vector<uint8_t> codes(static_cast<size_t>(m * H));
+        for (int64_t t = 0; t < steps; ++t) {
+          const T* h_rows = ph + (t * B + b0) * H;
+          float a = 0.0f;
+          for (int64_t r = 0; r < m; ++r) a = row_amax(h_rows + r * H, H, a);
+          float* slot = slots.data() + (t % 2) * nt;
+          slot[tid] = a;
+          barrier();
+          const float s = step_scale(slot, nt, q), fa = 1.0f / s;  // fa: the codes' scale_inv
+          if (tid == 0) inv[size_t(t)] = fa;
+          RowCounts& n = counts[size_t(t * nt + tid)];
+          for (int64_t r = 0; r < m; ++r) quantize_row(q, h_rows + r * H, H, s, codes.data() + r * H, n);
+          gemm_on_thread(m, GemmOperand{q.format, codes.data(), H, 1}, wt, false, lin.data(), G);
+          for (int64_t r = 0; r < m; ++r) {
+            const int64_t row = t * B + b0 + r;  // of hs, cs and acts at step t
+            C* const g = lin.data() + r * G;
+            for (int64_t j = 0; j < G; ++j) g[j] = scaled_sum(g[j], fa, w_inv, bias[size_t(j)]);
+            round_through(g, G, tmp.data());  // scaled_matmul_nt's output
+            load_row_to(px + t * x_t + (b0 + r) * x_b, x_j, G, x);
+            for (int64_t j = 0; j < G; ++j) g[j] = x[j] + g[j];
+            round_through(g, G, tmp.data());  // add's output
+            load_row_to(pc + row * H, 1, H, cp);
+            cell_row(g, cp, cv, hv, pa ? pa + row * 5 * H : act, H);
+            store_row(cv, pc + (row + B) * H, 1, H);
+            store_row(hv, ph + (row + B) * H, 1, H);
+          }
+        }
+      });
+      stats.assign(size_t(steps), {});
+      for (int64_t t = 0; t < steps; ++t) {
+        for (int i = 0; i < used; ++i) add_counts(stats[size_t(t)].counts, counts[size_t(t * used + i)]);
+        stats[size_t(t)].scale_inv = inv[size_t(t)];
+      }
+    }
+  });
+}
+
+void lstm_layer_backward_fp8(const Strided& acts, const Strided& cs, const Strided& w_codes, float w_inv,
+                             const Strided& dout, int64_t time_dim, const Strided& dh, const Strided& dc,
+                             const Strided& dg, bool need_dh0, const BlockQuant& q, std::vector<Fp8StepStats>& stats) {
+  dispatch_floating(dg.dtype(), "lstm_layer backward (8-bit)", [&]<class T>() {
+    if constexpr (std::is_same_v<T, double>) {
+      MT_ASSERT(false, "lstm_layer_backward_fp8: f64 runs the step ops");
+    } else {
+      using C = compute_t<T>;
+      const int64_t steps = acts.size(0), B = acts.size(1), H = dh.size(1), G = 4 * H;
+      // The GEMM's B is W itself: element (k, j) of the (4H, H) operand is the code w[k][j].
+      const PackedB wk(GemmArith::dot_bf16, H, G,
+                       GemmOperand{w_codes.dtype(), w_codes.raw_data(), w_codes.strides()[0], w_codes.strides()[1]});
+      const C* const pa = acts.data<C>();
+      const T* const pc = cs.data<T>();
+      const T* const po = dout.data<T>();
+      const int64_t o_t = dout.strides()[size_t(time_dim)], o_b = dout.strides()[size_t(1 - time_dim)];
+      const int64_t o_j = dout.strides()[2];
+      T* const pdh = dh.data<T>();
+      T* const pdc = dc.data<T>();
+      T* const pdg = dg.data<T>();
+      const int64_t g_t = dg.strides()[size_t(time_dim)], g_b = dg.strides()[size_t(1 - time_dim)];
+      const int max_threads = omp_get_max_threads();
+      std::vector<float> slots(size_t(2 * max_threads));
+      std::vector<RowCounts> counts(size_t(steps * max_threads));
+      std::vector<float> inv(size_t(steps), 0.0f);
+      int used = 1;
+      on_row_threads(B, [&](int tid, int nt, auto&& barrier) {
+        if (tid == 0) used = nt;
+        const int64_t b0 = B * tid / nt, b1 = B * (tid + 1) / nt, m = b1 - b0;
+        std::vector<C> dh_rows(static_cast<size_t>(m * H)), buf(static_cast<size_t>(G + 5 * H));
+        C *dgv = buf.data(), *x = dgv + G, *gh = x + H, *cp = gh + H, *gc = cp + H, *dcp = gc + H;
+        std::vector<T> tmp(static_cast<size_t>(H));
+        std::vector<uint8_t> codes(static_cast<size_t>(m * G));
+        for (int64_t t = steps - 1; t >= 0; --t) {
+          for (int64_t r = 0; r < m; ++r) {
+            const int64_t bb = b0 + r, row = t * B + bb;
+            load_row_to(po + t * o_t + bb * o_b, o_j, H, x);
+            load_row_to(pdh + bb * H, 1, H, gh);
+            for (int64_t j = 0; j < H; ++j) gh[j] = x[j] + gh[j];
+            round_through(gh, H, tmp.data());  // add's output
+            load_row_to(pc + row * H, 1, H, cp);
+            load_row_to(pdc + bb * H, 1, H, gc);
+            saved_cell_grads_row(pa + row * 5 * H, cp, gc, gh, dgv, dcp, H);
+            store_row(dgv, pdg + t * g_t + bb * g_b, 1, G);
+            store_row(dcp, pdc + bb * H, 1, H);
+          }
+          if (t > 0 || need_dh0) {  // dh = q(dG_t) q(W): (B, H) = (B, 4H) (H, 4H)^T
+            const T* g_rows = pdg + t * g_t + b0 * g_b;
+            float a = 0.0f;
+            for (int64_t r = 0; r < m; ++r) a = row_amax(g_rows + r * g_b, G, a);
+            float* slot = slots.data() + (t % 2) * nt;
+            slot[tid] = a;
+            barrier();
+            const float s = step_scale(slot, nt, q), fa = 1.0f / s;
+            if (tid == 0) inv[size_t(t)] = fa;
+            RowCounts& n = counts[size_t(t * nt + tid)];
+            for (int64_t r = 0; r < m; ++r) quantize_row(q, g_rows + r * g_b, G, s, codes.data() + r * G, n);
+            gemm_on_thread(m, GemmOperand{q.format, codes.data(), G, 1}, wk, false, dh_rows.data(), H);
+            for (int64_t i = 0; i < m * H; ++i) dh_rows[size_t(i)] = scaled_sum(dh_rows[size_t(i)], fa, w_inv, 0.0f);
+            store_row(dh_rows.data(), pdh + b0 * H, 1, m * H);
+          }
+        }
+      });
+      stats.assign(size_t(steps), {});
+      for (int64_t t = 0; t < steps; ++t) {
+        for (int i = 0; i < used; ++i) add_counts(stats[size_t(t)].counts, counts[size_t(t * used + i)]);
+        stats[size_t(t)].scale_inv = inv[size_t(t)];
+      }
     }
   });
 }

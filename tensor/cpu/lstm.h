@@ -3,7 +3,10 @@
 // gx and gh [B, 3H], the rest [B, H].
 #pragma once
 
+#include <vector>
+
 #include "tensor/core/strided.h"
+#include "tensor/cpu/quantize.h"
 
 namespace mixtape::cpu {
 
@@ -31,6 +34,22 @@ void lstm_layer_forward(const Strided& proj, int64_t time_dim, const Strided& w,
 //   contiguous rows.
 void lstm_layer_backward(const Strided& acts, const Strided& cs, const Strided& w, const Strided& dout,
                          int64_t time_dim, const Strided& dh, const Strided& dc, const Strided& dg, bool need_dh0);
+
+// The same recurrence with each step's recurrent GEMM in 8 bits under one scale per tensor
+// (current scaling; Note [8-bit LSTM recurrence]): h_t, then dG_t, quantized with q (per tensor,
+// no given scale) and multiplied with the weight's codes w_codes [4H, H] (its scale_inv w_inv) in
+// fp32; each step's stats in stats[t] and its 1 / s in inv[t] (vectors of T). Backward quantizes
+// dG_t only where dh is formed (t > 0, or need_dh0); the other entries stay zero.
+struct Fp8StepStats {
+  RowCounts counts;
+  float scale_inv = 0.0f;
+};
+void lstm_layer_forward_fp8(const Strided& proj, int64_t time_dim, const Strided& w_codes, float w_inv,
+                            const Strided& b, const BlockQuant& q, const Strided& hs, const Strided& cs,
+                            const Strided& acts, std::vector<Fp8StepStats>& stats);
+void lstm_layer_backward_fp8(const Strided& acts, const Strided& cs, const Strided& w_codes, float w_inv,
+                             const Strided& dout, int64_t time_dim, const Strided& dh, const Strided& dc,
+                             const Strided& dg, bool need_dh0, const BlockQuant& q, std::vector<Fp8StepStats>& stats);
 
 // GRU (formulas in tensor/ops/lstm.h; backward: Note [GRU cell backward]).
 void gru_cell(const Strided& gx, const Strided& gh, const Strided& h_prev, const Strided& h);

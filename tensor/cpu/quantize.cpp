@@ -435,7 +435,7 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
   const auto epilogue = [&](int64_t i) {
     float* row = c + i * N;
     const float fa = oa.empty() ? 1.0f : oa[size_t(i)];
-    for (int64_t j = 0; j < N; ++j) row[j] = row[j] * (ob.empty() ? fa : fa * ob[size_t(j)]) + bv[size_t(j)];
+    for (int64_t j = 0; j < N; ++j) row[j] = scaled_sum(row[j], fa, ob.empty() ? 1.0f : ob[size_t(j)], bv[size_t(j)]);
   };
   dispatch_floating(y.dtype(), "scaled_matmul_nt", [&]<class T>() {
     T* out = static_cast<T*>(y.raw_data());
@@ -475,6 +475,61 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
       }
     });
   });
+}
+
+float amax_join(float m, float a) { return nan_max(m, a); }
+
+namespace {
+
+template <class T>
+float row_amax_of(const T* v, int64_t n, float m) {
+  float buf[kRowChunk];
+  for_chunks(n, [&](int64_t j, int64_t k) {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<T, bfloat16>)
+      if (avx512_path_active()) {
+        m = amax_row_bf16_avx512(v + j, k, m);
+        return;
+      }
+#endif
+    m = amax_row(load_row(v + j, 1, k, buf), k, m);
+  });
+  return m;
+}
+
+template <class T>
+void quantize_row_of(const BlockQuant& q, const T* v, int64_t n, float s, uint8_t* out, RowCounts& c) {
+  Counts k;
+  dispatch_8bit(q.format, [&]<const bits8::Format & F>() {
+    float buf[kRowChunk];
+    for_chunks(n, [&](int64_t j, int64_t m) {
+#if defined(__x86_64__)
+      if constexpr (std::is_same_v<T, bfloat16>)
+        if (avx512_path_active()) return quantize_row_avx512<F, bfloat16>(v + j, m, s, q.overflow, out + j, k);
+#endif
+      quantize_row<F>(load_row(v + j, 1, m, buf), m, s, q.overflow, out + j, k);
+    });
+  });
+  c.saturated += k.saturated;
+  c.flushed += k.flushed;
+  c.subnormal += k.subnormal;
+  c.nonfinite += k.nonfinite;
+  c.amax = std::max(c.amax, k.amax);
+}
+
+}  // namespace
+
+float row_amax(const bfloat16* v, int64_t n, float m) { return row_amax_of(v, n, m); }
+float row_amax(const half* v, int64_t n, float m) { return row_amax_of(v, n, m); }
+float row_amax(const float* v, int64_t n, float m) { return row_amax_of(v, n, m); }
+void quantize_row(const BlockQuant& q, const bfloat16* v, int64_t n, float s, uint8_t* out, RowCounts& c) {
+  quantize_row_of(q, v, n, s, out, c);
+}
+void quantize_row(const BlockQuant& q, const half* v, int64_t n, float s, uint8_t* out, RowCounts& c) {
+  quantize_row_of(q, v, n, s, out, c);
+}
+void quantize_row(const BlockQuant& q, const float* v, int64_t n, float s, uint8_t* out, RowCounts& c) {
+  quantize_row_of(q, v, n, s, out, c);
 }
 
 }  // namespace mixtape::cpu

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "tensor/core/half.h"
 #include "tensor/core/scale_formulas.h"
 #include "tensor/core/strided.h"
 #include "tensor/cpu/gemm.h"
@@ -38,5 +39,25 @@ struct ReusedB {
 void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc, const Strided& b,
                       const Strided& b_scale_inv, int64_t b_br, int64_t b_bc, const Strided& bias, const Strided& y,
                       ReusedB* reuse = nullptr, int64_t images = 0);
+
+// The pieces of quantize() for a kernel that quantizes rows of its own (the 8-bit LSTM recurrence,
+// tensor/cpu/lstm.cpp): the same maximum, the same codes and counts, row by row.
+struct RowCounts {
+  int64_t saturated = 0, flushed = 0, subnormal = 0, nonfinite = 0;
+  float amax = 0.0f;  // over the finite elements
+};
+// max(m, |v[i]|) over i < n, NaN when any v[i] is NaN (quantize's amax pass).
+float row_amax(const bfloat16* v, int64_t n, float m);
+float row_amax(const half* v, int64_t n, float m);
+float row_amax(const float* v, int64_t n, float m);
+// The maximum of two row_amax results, NaN winning (their order does not matter).
+float amax_join(float m, float a);
+// out[i] = the code of v[i] * s in q.format with q.overflow, and the counts (quantize's codes pass).
+void quantize_row(const BlockQuant& q, const bfloat16* v, int64_t n, float s, uint8_t* out, RowCounts& c);
+void quantize_row(const BlockQuant& q, const half* v, int64_t n, float s, uint8_t* out, RowCounts& c);
+void quantize_row(const BlockQuant& q, const float* v, int64_t n, float s, uint8_t* out, RowCounts& c);
+// The 8-bit GEMM's epilogue for one element: the fp32 sum times the factors of the two operands'
+// scales constant along K, plus the bias (scaled_matmul_nt's expression, in one place).
+inline float scaled_sum(float sum, float fa, float fb, float bias) { return sum * (fa * fb) + bias; }
 
 }  // namespace mixtape::cpu

@@ -181,6 +181,87 @@ LstmSequenceGrads lstm_sequence_backward(const LstmSequence& s, const Tensor& w,
 
 namespace {
 
+// The kernels' description of a per-tensor QuantSpec, and a step's stats as quantize() reports them.
+BlockQuant per_tensor_quant(const char* op, const QuantSpec& spec, int64_t rows, int64_t cols) {
+  MT_CHECK(spec.layout.block_rows == 0 && spec.layout.block_cols == 0 && spec.given_scale == 0.0f &&
+               spec.rule == ScaleRule::amax && is_8bit(spec.format),
+           op, ": expects a per-tensor amax spec of an 8-bit format without a given scale");
+  return {spec.format, std::max<int64_t>(rows, 1), std::max<int64_t>(cols, 1), spec.rule, spec.overflow, spec.margin,
+          0.0f,        spec.fallback_scale};
+}
+std::vector<QuantStats> step_stats(const std::vector<cpu::Fp8StepStats>& steps, int64_t count) {
+  std::vector<QuantStats> out;
+  for (const cpu::Fp8StepStats& s : steps) {
+    const cpu::RowCounts& c = s.counts;
+    out.push_back(s.scale_inv == 0.0f ? QuantStats{}
+                                      : QuantStats{count, c.saturated, c.flushed, c.subnormal, c.nonfinite, c.amax,
+                                                   s.scale_inv, s.scale_inv});
+  }
+  return out;
+}
+void check_weight_codes(const char* op, const Quantized& w, int64_t H) {
+  MT_CHECK(w.codes.defined() && w.codes.shape() == Shape({4 * H, H}) && w.scale_inv.numel() == 1 && !w.transposed &&
+               w.codes.device().is_cpu(),
+           op, ": w must be the per-tensor codes of [", 4 * H, ", ", H, "] on the CPU");
+}
+
+}  // namespace
+
+LstmSequence lstm_sequence_fp8(const Tensor& proj, int64_t time_dim, const Quantized& w, const Tensor& b,
+                               const Tensor& h0, const Tensor& c0, const QuantSpec& spec,
+                               std::vector<QuantStats>& stats) {
+  const char* op = "lstm_sequence_fp8";
+  MT_CHECK(time_dim == 0 || time_dim == 1, op, ": time_dim must be 0 or 1, got ", time_dim);
+  MT_CHECK(proj.dim() == 3 && is_16bit(proj.dtype()) && proj.device().is_cpu(), op,
+           ": expected a 16-bit proj [., ., 4H] on the CPU, got ", proj.meta());
+  const int64_t T = proj.size(time_dim), B = proj.size(1 - time_dim), H = proj.size(2) / 4;
+  check_weight_codes(op, w, H);
+  for (const Tensor* t : {&h0, &c0})
+    MT_CHECK(t->shape() == Shape({B, H}) && t->dtype() == proj.dtype(), op, ": the initial states must be ",
+             dtype_name(proj.dtype()), " [", B, ", ", H, "], got ", t->meta());
+  MT_CHECK(!b.defined() || (b.shape() == Shape({4 * H}) && b.dtype() == proj.dtype()), op, ": b must be ",
+           dtype_name(proj.dtype()), " [", 4 * H, "], got ", b.meta());
+  MT_CHECK(T > 0, op, ": the sequence ", proj.meta(), " has no steps");
+  LstmSequence s;
+  s.hs = empty({T + 1, B, H}, proj.dtype());
+  s.cs = empty({T + 1, B, H}, proj.dtype());
+  s.hs.select(0, 0).copy_(h0);
+  s.cs.select(0, 0).copy_(c0);
+  s.acts = empty({T, B, 5 * H}, DType::f32);
+  std::vector<cpu::Fp8StepStats> st;
+  cpu::lstm_layer_forward_fp8(proj, time_dim, w.codes, w.scale_inv.to_vector()[0], b, per_tensor_quant(op, spec, B, H),
+                              s.hs, s.cs, s.acts, st);
+  stats = step_stats(st, B * H);
+  return s;
+}
+
+LstmSequenceGrads lstm_sequence_fp8_backward(const LstmSequence& s, const Quantized& w, const Tensor& dout,
+                                             int64_t time_dim, const Tensor& dh, const Tensor& dc, bool need_dh0,
+                                             const QuantSpec& spec, std::vector<QuantStats>& stats) {
+  const char* op = "lstm_sequence_fp8 backward";
+  MT_CHECK(s.acts.defined() && s.acts.dtype() == DType::f32, op,
+           ": the sequence was run without saving its activations");
+  const int64_t T = s.acts.size(0), B = s.acts.size(1), H = dh.size(1);
+  check_weight_codes(op, w, H);
+  const Shape douts = time_dim == 0 ? Shape{T, B, H} : Shape{B, T, H};
+  MT_CHECK(dout.shape() == douts && dh.shape() == Shape({B, H}) && dc.shape() == Shape({B, H}) &&
+               dout.dtype() == s.hs.dtype() && dh.dtype() == s.hs.dtype() && dc.dtype() == s.hs.dtype(),
+           op, ": expected dout ", shape_str(douts), " and dh, dc [", B, ", ", H, "] in ", dtype_name(s.hs.dtype()),
+           ", got ", dout.meta(), ", ", dh.meta(), ", ", dc.meta());
+  LstmSequenceGrads g;
+  g.dg = empty(time_dim == 0 ? Shape{T, B, 4 * H} : Shape{B, T, 4 * H}, dout.dtype());
+  g.dh = dh.clone();  // the kernel's running gradients: fresh contiguous copies
+  g.dc = dc.clone();
+  std::vector<cpu::Fp8StepStats> st;
+  cpu::lstm_layer_backward_fp8(s.acts, s.cs, w.codes, w.scale_inv.to_vector()[0], dout, time_dim, g.dh, g.dc, g.dg,
+                               need_dh0, per_tensor_quant(op, spec, B, 4 * H), st);
+  if (!need_dh0) g.dh = Tensor();
+  stats = step_stats(st, B * 4 * H);
+  return g;
+}
+
+namespace {
+
 // gx and gh [B, 3H], h_prev [B, H] on one device, one floating dtype.
 void check_gru_inputs(const char* op, const Tensor& gx, const Tensor& gh, const Tensor& h_prev) {
   ops::check_same(op, {&gx, &gh, &h_prev});

@@ -20,6 +20,9 @@
 // kernel computes h in fp32 (f64 for f64 tensors) and rounds it once.
 #pragma once
 
+#include <vector>
+
+#include "tensor/ops/quantize.h"
 #include "tensor/tensor.h"
 
 namespace mixtape {
@@ -74,6 +77,19 @@ struct LstmSequenceGrads {
 };
 LstmSequenceGrads lstm_sequence_backward(const LstmSequence& s, const Tensor& w, const Tensor& dout, int64_t time_dim,
                                          const Tensor& dh, const Tensor& dc, bool need_dh0);
+
+// lstm_sequence and its backward with each step's recurrent GEMM in 8 bits under current scaling
+// (Note [8-bit LSTM recurrence] in cpu/lstm.cpp), on the CPU: h_t (forward) and dG_t (backward,
+// where dh is formed) quantized per tensor with `spec` (a per-tensor layout, no given scale) and
+// multiplied with w's codes (w quantized per tensor: [4H, H]); the values of the step ops
+// (quantize, scaled_matmul_nt, add, the cells). stats[t]: what quantizing step t's operand did
+// (zero where backward formed no dh). 16-bit proj only.
+LstmSequence lstm_sequence_fp8(const Tensor& proj, int64_t time_dim, const Quantized& w, const Tensor& b,
+                               const Tensor& h0, const Tensor& c0, const QuantSpec& spec,
+                               std::vector<QuantStats>& stats);
+LstmSequenceGrads lstm_sequence_fp8_backward(const LstmSequence& s, const Quantized& w, const Tensor& dout,
+                                             int64_t time_dim, const Tensor& dh, const Tensor& dc, bool need_dh0,
+                                             const QuantSpec& spec, std::vector<QuantStats>& stats);
 
 // The GRU step (formulas above): gx and gh [B, 3H], h_prev [B, H] -> h [B, H].
 Tensor gru_cell(const Tensor& gx, const Tensor& gh, const Tensor& h_prev);

@@ -384,65 +384,71 @@ TEST_CASE("fp8 LSTM layer: the node's forward and activation gradients are the u
   // node per step), so out, h_n, c_n and the gradients of proj, h0 and c0 are equal bit for bit;
   // the recurrent weight's gradient is one GEMM over all steps (its own per-tensor scales), close
   // to the unrolled sum of T separately quantized and rounded pieces.
-  constexpr int64_t T = 6, B = 5, H = 8;
-  for (Fp8Recipe recipe : {Fp8Recipe::current, Fp8Recipe::rowwise, Fp8Recipe::mx}) {
-    for (int64_t tdim : {0, 1}) {
-      INFO(fp8_recipe_name(recipe) << " time_dim " << tdim);
-      Generator gen(31);
-      const Tensor proj0 = normal(tdim == 0 ? Shape{T, B, 4 * H} : Shape{B, T, 4 * H}, 0.0, 1.0, gen, DType::bf16);
-      const Tensor w0 = normal({4 * H, H}, 0.0, 0.3, gen, DType::bf16),
-                   b0 = normal({4 * H}, 0.0, 0.1, gen, DType::bf16);
-      const Tensor h00 = normal({B, H}, 0.0, 0.5, gen, DType::bf16), c00 = normal({B, H}, 0.0, 0.5, gen, DType::bf16);
-      const Tensor dout = normal(tdim == 0 ? Shape{T, B, H} : Shape{B, T, H}, 0.0, 1e-2, gen, DType::bf16);
-      struct Run {
-        Tensor out, h, c, dproj, dh0, dc0, dw, db;
-      };
-      auto run = [&](bool fused) {
-        Variable proj(proj0, true), w(w0, true), b(b0, true), h0(h00, true), c0(c00, true);
-        Fp8Context fp8({.recipe = recipe});
-        Run r;
-        {
-          Tape tape;
-          tape.set_fp8(&fp8);
-          fp8.begin_step();
-          Variable out, h = h0, c = c0;
-          if (fused) {
-            LstmLayerResult l = lstm_layer_fp8(fp8, proj, w, b, h0, c0, tdim);
-            out = l.out;
-            h = l.h;
-            c = l.c;
-          } else {  // nn::LSTM's unrolled graph
-            const std::vector<Variable> steps = split(proj, 1, tdim);
-            std::vector<Variable> outs;
-            for (int64_t t = 0; t < T; ++t) {
-              auto [c_next, h_next] = lstm_cell(squeeze(steps[size_t(t)], tdim) + linear(h, w, b), c);
-              c = c_next;
-              h = h_next;
-              outs.push_back(h);
+  // Current scaling runs the recurrence kernel (Note [8-bit LSTM recurrence]): with 24 rows its
+  // two threads meet at a barrier every step; with one thread, or 5 rows, there is none.
+  constexpr int64_t T = 6, H = 8;
+  const int threads = num_threads();
+  for (const auto& [B, nt] : std::vector<std::pair<int64_t, int>>{{5, 2}, {24, 2}, {24, 1}})
+    for (Fp8Recipe recipe : {Fp8Recipe::current, Fp8Recipe::rowwise, Fp8Recipe::mx}) {
+      for (int64_t tdim : {0, 1}) {
+        INFO(fp8_recipe_name(recipe) << " time_dim " << tdim << " batch " << B << ", " << nt << " threads");
+        set_num_threads(nt);
+        Generator gen(31);
+        const Tensor proj0 = normal(tdim == 0 ? Shape{T, B, 4 * H} : Shape{B, T, 4 * H}, 0.0, 1.0, gen, DType::bf16);
+        const Tensor w0 = normal({4 * H, H}, 0.0, 0.3, gen, DType::bf16),
+                     b0 = normal({4 * H}, 0.0, 0.1, gen, DType::bf16);
+        const Tensor h00 = normal({B, H}, 0.0, 0.5, gen, DType::bf16), c00 = normal({B, H}, 0.0, 0.5, gen, DType::bf16);
+        const Tensor dout = normal(tdim == 0 ? Shape{T, B, H} : Shape{B, T, H}, 0.0, 1e-2, gen, DType::bf16);
+        struct Run {
+          Tensor out, h, c, dproj, dh0, dc0, dw, db;
+        };
+        auto run = [&](bool fused) {
+          Variable proj(proj0, true), w(w0, true), b(b0, true), h0(h00, true), c0(c00, true);
+          Fp8Context fp8({.recipe = recipe});
+          Run r;
+          {
+            Tape tape;
+            tape.set_fp8(&fp8);
+            fp8.begin_step();
+            Variable out, h = h0, c = c0;
+            if (fused) {
+              LstmLayerResult l = lstm_layer_fp8(fp8, proj, w, b, h0, c0, tdim);
+              out = l.out;
+              h = l.h;
+              c = l.c;
+            } else {  // nn::LSTM's unrolled graph
+              const std::vector<Variable> steps = split(proj, 1, tdim);
+              std::vector<Variable> outs;
+              for (int64_t t = 0; t < T; ++t) {
+                auto [c_next, h_next] = lstm_cell(squeeze(steps[size_t(t)], tdim) + linear(h, w, b), c);
+                c = c_next;
+                h = h_next;
+                outs.push_back(h);
+              }
+              out = stack(outs, tdim);
             }
-            out = stack(outs, tdim);
+            r.out = out.data();
+            r.h = h.data();
+            r.c = c.data();
+            tape.backward(out, ScaledGrad{dout, 1.0f});
           }
-          r.out = out.data();
-          r.h = h.data();
-          r.c = c.data();
-          tape.backward(out, ScaledGrad{dout, 1.0f});
-        }
-        r.dproj = proj.grad()->g;  // (scale 1)
-        r.dh0 = h0.grad()->g;
-        r.dc0 = c0.grad()->g;
-        r.dw = w.grad()->g;
-        r.db = b.grad()->g;
-        return r;
-      };
-      const Run f = run(true), u = run(false);
-      CHECK(same_bits(f.out, u.out));
-      CHECK(same_bits(f.h, u.h));
-      CHECK(same_bits(f.c, u.c));
-      CHECK(same_bits(f.dproj, u.dproj));
-      CHECK(same_bits(f.dh0, u.dh0));
-      CHECK(same_bits(f.dc0, u.dc0));
-      CHECK(max_rel(f.dw, u.dw) < 0.1);
-      CHECK(max_rel(f.db, u.db) < 2e-2);
+          r.dproj = proj.grad()->g;  // (scale 1)
+          r.dh0 = h0.grad()->g;
+          r.dc0 = c0.grad()->g;
+          r.dw = w.grad()->g;
+          r.db = b.grad()->g;
+          return r;
+        };
+        const Run f = run(true), u = run(false);
+        set_num_threads(threads);
+        CHECK(same_bits(f.out, u.out));
+        CHECK(same_bits(f.h, u.h));
+        CHECK(same_bits(f.c, u.c));
+        CHECK(same_bits(f.dproj, u.dproj));
+        CHECK(same_bits(f.dh0, u.dh0));
+        CHECK(same_bits(f.dc0, u.dc0));
+        CHECK(max_rel(f.dw, u.dw) < 0.1);
+        CHECK(max_rel(f.db, u.db) < 2e-2);
+      }
     }
-  }
 }

@@ -84,6 +84,9 @@ float amax_row(const float* v, int64_t n, float m) {
 // same in any grouping (the first NaN in row order stays first), and each element is rounded
 // with the same scale, so the codes, the scale and the stats are those of the rows.
 constexpr int64_t kFlatRun = int64_t(1) << 14;
+// Pieces of the one run a thread takes at least: a smaller tensor (a layer's weight, one step's
+// operand) is quantized on one thread, which takes less time than waking another.
+constexpr int64_t kFlatRunsPerThread = 4;
 
 bool one_run(const Strided& x, int64_t br, int64_t bc) {
   const int64_t R = x.shape()[0], C = x.shape()[1];
@@ -100,7 +103,7 @@ Runs runs_of(const Strided& x, int64_t br, int64_t bc) {
   const int64_t R = x.shape()[0], C = x.shape()[1];
   const bool flat = one_run(x, br, bc);
   return {flat, flat ? scales::blocks_of(R * C, kFlatRun) : R * scales::blocks_of(C, bc),
-          flat ? 1 : grain_for(std::min(C, bc))};
+          flat ? kFlatRunsPerThread : grain_for(std::min(C, bc))};
 }
 
 // runmax[u] for the runs u of [u0, u1): the maximum of |x| over the run (NaN wins). A maximum is

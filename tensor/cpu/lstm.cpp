@@ -237,6 +237,102 @@ GemmOperand matrix(const T* p, int64_t rs, int64_t cs) {
   return {dtype_of<T>::value, p, rs, cs};
 }
 
+// A layer's forward after each step's GEMM, for the rows of one thread: the GEMM's output rounded
+// as linear's, proj_t added and rounded as add's, the cell, c and h stored (both recurrences).
+template <class T>
+struct ForwardRows {
+  using C = compute_t<T>;
+  const T* px;  // proj, and its strides along time, batch and features
+  int64_t x_t, x_b, x_j;
+  T *ph, *pc;  // hs, cs [T + 1, B, H]
+  C* pa;       // acts [T, B, 5H], or nullptr
+  int64_t B, H;
+  std::vector<C> buf;  // x [4H], c_prev, c, h [H each], act [5H] (when acts are not saved)
+  std::vector<T> tmp;  // [4H]
+
+  ForwardRows(const Strided& proj, int64_t time_dim, const Strided& hs, const Strided& cs, const Strided& acts)
+      : px(proj.data<T>()),
+        x_t(proj.strides()[size_t(time_dim)]),
+        x_b(proj.strides()[size_t(1 - time_dim)]),
+        x_j(proj.strides()[2]),
+        ph(hs.data<T>()),
+        pc(cs.data<T>()),
+        pa(acts.defined() ? acts.data<C>() : nullptr),
+        B(hs.size(1)),
+        H(hs.size(2)),
+        buf(static_cast<size_t>(12 * H)),
+        tmp(static_cast<size_t>(4 * H)) {}
+
+  // Rows [b0, b0 + m) of step t from the GEMM's output lin [m, 4H].
+  void finish(int64_t t, int64_t b0, int64_t m, C* lin) {
+    const int64_t G = 4 * H;
+    C *x = buf.data(), *cp = x + G, *cv = cp + H, *hv = cv + H, *act = hv + H;
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t row = t * B + b0 + r;  // of hs, cs and acts at step t
+      C* const g = lin + r * G;
+      round_through(g, G, tmp.data());  // linear's (scaled_matmul_nt's) output
+      load_row_to(px + t * x_t + (b0 + r) * x_b, x_j, G, x);
+      for (int64_t j = 0; j < G; ++j) g[j] = x[j] + g[j];
+      round_through(g, G, tmp.data());  // add's output
+      load_row_to(pc + row * H, 1, H, cp);
+      cell_row(g, cp, cv, hv, pa ? pa + row * 5 * H : act, H);
+      store_row(cv, pc + (row + B) * H, 1, H);
+      store_row(hv, ph + (row + B) * H, 1, H);
+    }
+  }
+};
+
+// A layer's backward before each step's GEMM, for the rows of one thread: dh_in = dout_t + dh
+// rounded as add's, the saved cell's gradients, dG_t and dc stored (both recurrences).
+template <class T>
+struct BackwardRows {
+  using C = compute_t<T>;
+  const C* pa;  // acts
+  const T* pc;  // cs
+  const T* po;  // dout, and its strides along time, batch and features
+  int64_t o_t, o_b, o_j;
+  T *pdh, *pdc, *pdg;  // dh, dc [B, H]; dg laid out as proj
+  int64_t g_t, g_b, B, H;
+  std::vector<C> buf;  // dG [4H], dout, dh, c_prev, dc, dc_prev [H each]
+  std::vector<T> tmp;  // [H]
+
+  BackwardRows(const Strided& acts, const Strided& cs, const Strided& dout, int64_t time_dim, const Strided& dh,
+               const Strided& dc, const Strided& dg)
+      : pa(acts.data<C>()),
+        pc(cs.data<T>()),
+        po(dout.data<T>()),
+        o_t(dout.strides()[size_t(time_dim)]),
+        o_b(dout.strides()[size_t(1 - time_dim)]),
+        o_j(dout.strides()[2]),
+        pdh(dh.data<T>()),
+        pdc(dc.data<T>()),
+        pdg(dg.data<T>()),
+        g_t(dg.strides()[size_t(time_dim)]),
+        g_b(dg.strides()[size_t(1 - time_dim)]),
+        B(acts.size(1)),
+        H(dh.size(1)),
+        buf(static_cast<size_t>(9 * H)),
+        tmp(static_cast<size_t>(H)) {}
+
+  // Rows [b0, b0 + m) of step t.
+  void cell_grads(int64_t t, int64_t b0, int64_t m) {
+    C *dgv = buf.data(), *x = dgv + 4 * H, *gh = x + H, *cp = gh + H, *gc = cp + H, *dcp = gc + H;
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t bb = b0 + r, row = t * B + bb;
+      load_row_to(po + t * o_t + bb * o_b, o_j, H, x);
+      load_row_to(pdh + bb * H, 1, H, gh);
+      for (int64_t j = 0; j < H; ++j) gh[j] = x[j] + gh[j];
+      round_through(gh, H, tmp.data());  // add's output
+      load_row_to(pc + row * H, 1, H, cp);
+      load_row_to(pdc + bb * H, 1, H, gc);
+      saved_cell_grads_row(pa + row * 5 * H, cp, gc, gh, dgv, dcp, H);
+      store_row(dgv, pdg + t * g_t + bb * g_b, 1, 4 * H);
+      store_row(dcp, pdc + bb * H, 1, H);
+    }
+  }
+  const T* dg_rows(int64_t t, int64_t b0) const { return pdg + t * g_t + b0 * g_b; }
+};
+
 }  // namespace
 
 void lstm_layer_forward(const Strided& proj, int64_t time_dim, const Strided& w, const Strided& b, const Strided& hs,
@@ -249,35 +345,18 @@ void lstm_layer_forward(const Strided& proj, int64_t time_dim, const Strided& w,
       const int64_t steps = hs.size(0) - 1, B = hs.size(1), H = hs.size(2), G = 4 * H;
       // The GEMM's B is W^T: element (k, j) is w[j][k].
       const PackedB wt(gemm_arith_for(hs.dtype()), G, H, matrix(w.data<T>(), w.strides()[1], w.strides()[0]));
-      const T* const px = proj.data<T>();
-      const int64_t x_t = proj.strides()[size_t(time_dim)], x_b = proj.strides()[size_t(1 - time_dim)];
-      const int64_t x_j = proj.strides()[2];
-      T* const ph = hs.data<T>();
-      T* const pc = cs.data<T>();
-      C* const pa = acts.defined() ? acts.data<C>() : nullptr;
+      const T* const ph = hs.data<T>();
       std::vector<C> bias(static_cast<size_t>(b.defined() ? G : 0));
       if (b.defined()) load_row_to(b.data<T>(), b.strides()[0], G, bias.data());
       parallel_for(B, kLayerRowGrain, [&](int64_t b0, int64_t b1) {
         const int64_t m = b1 - b0;
-        std::vector<C> lin(static_cast<size_t>(m * G)), buf(static_cast<size_t>(G + 8 * H));
-        C *x = buf.data(), *cp = x + G, *cv = cp + H, *hv = cv + H, *act = hv + H;  // act: when not saved
-        std::vector<T> tmp(static_cast<size_t>(G));
+        std::vector<C> lin(static_cast<size_t>(m * G));
+        ForwardRows<T> rows(proj, time_dim, hs, cs, acts);
         for (int64_t t = 0; t < steps; ++t) {
           if (b.defined())
             for (int64_t r = 0; r < m; ++r) std::copy(bias.begin(), bias.end(), lin.begin() + r * G);
           gemm_on_thread(m, matrix(ph + (t * B + b0) * H, H, 1), wt, b.defined(), lin.data(), G);
-          for (int64_t r = 0; r < m; ++r) {
-            const int64_t row = t * B + b0 + r;  // of hs, cs and acts at step t
-            C* const g = lin.data() + r * G;
-            round_through(g, G, tmp.data());  // linear's output
-            load_row_to(px + t * x_t + (b0 + r) * x_b, x_j, G, x);
-            for (int64_t j = 0; j < G; ++j) g[j] = x[j] + g[j];
-            round_through(g, G, tmp.data());  // add's output
-            load_row_to(pc + row * H, 1, H, cp);
-            cell_row(g, cp, cv, hv, pa ? pa + row * 5 * H : act, H);
-            store_row(cv, pc + (row + B) * H, 1, H);
-            store_row(hv, ph + (row + B) * H, 1, H);
-          }
+          rows.finish(t, b0, m, lin.data());
         }
       });
     }
@@ -294,35 +373,16 @@ void lstm_layer_backward(const Strided& acts, const Strided& cs, const Strided& 
       const int64_t steps = acts.size(0), B = acts.size(1), H = dh.size(1), G = 4 * H;
       // The GEMM's B is W itself: (K, N) = (4H, H).
       const PackedB wk(gemm_arith_for(dg.dtype()), H, G, matrix(w.data<T>(), w.strides()[0], w.strides()[1]));
-      const C* const pa = acts.data<C>();
-      const T* const pc = cs.data<T>();
-      const T* const po = dout.data<T>();
-      const int64_t o_t = dout.strides()[size_t(time_dim)], o_b = dout.strides()[size_t(1 - time_dim)];
-      const int64_t o_j = dout.strides()[2];
       T* const pdh = dh.data<T>();
-      T* const pdc = dc.data<T>();
-      T* const pdg = dg.data<T>();
-      const int64_t g_t = dg.strides()[size_t(time_dim)], g_b = dg.strides()[size_t(1 - time_dim)];
+      const int64_t g_b = dg.strides()[size_t(1 - time_dim)];
       parallel_for(B, kLayerRowGrain, [&](int64_t b0, int64_t b1) {
         const int64_t m = b1 - b0;
-        std::vector<C> dh_rows(static_cast<size_t>(m * H)), buf(static_cast<size_t>(G + 5 * H));
-        C *dgv = buf.data(), *x = dgv + G, *gh = x + H, *cp = gh + H, *gc = cp + H, *dcp = gc + H;
-        std::vector<T> tmp(static_cast<size_t>(H));
+        std::vector<C> dh_rows(static_cast<size_t>(m * H));
+        BackwardRows<T> rows(acts, cs, dout, time_dim, dh, dc, dg);
         for (int64_t t = steps - 1; t >= 0; --t) {
-          for (int64_t r = 0; r < m; ++r) {
-            const int64_t bb = b0 + r, row = t * B + bb;
-            load_row_to(po + t * o_t + bb * o_b, o_j, H, x);
-            load_row_to(pdh + bb * H, 1, H, gh);
-            for (int64_t j = 0; j < H; ++j) gh[j] = x[j] + gh[j];
-            round_through(gh, H, tmp.data());  // add's output
-            load_row_to(pc + row * H, 1, H, cp);
-            load_row_to(pdc + bb * H, 1, H, gc);
-            saved_cell_grads_row(pa + row * 5 * H, cp, gc, gh, dgv, dcp, H);
-            store_row(dgv, pdg + t * g_t + bb * g_b, 1, G);
-            store_row(dcp, pdc + bb * H, 1, H);
-          }
+          rows.cell_grads(t, b0, m);
           if (t > 0 || need_dh0) {
-            gemm_on_thread(m, matrix(pdg + t * g_t + b0 * g_b, g_b, 1), wk, false, dh_rows.data(), H);
+            gemm_on_thread(m, matrix(rows.dg_rows(t, b0), g_b, 1), wk, false, dh_rows.data(), H);
             store_row(dh_rows.data(), pdh + b0 * H, 1, m * H);
           }
         }
@@ -368,14 +428,6 @@ float step_scale(const float* slots, int nt, const BlockQuant& q) {
   return scales::block_scale(q, format_of(q.format), amax);
 }
 
-void add_counts(RowCounts& to, const RowCounts& c) {
-  to.saturated += c.saturated;
-  to.flushed += c.flushed;
-  to.subnormal += c.subnormal;
-  to.nonfinite += c.nonfinite;
-  to.amax = std::max(to.amax, c.amax);
-}
-
 }  // namespace
 
 void lstm_layer_forward_fp8(const Strided& proj, int64_t time_dim, const Strided& w_codes, float w_inv,
@@ -390,12 +442,7 @@ void lstm_layer_forward_fp8(const Strided& proj, int64_t time_dim, const Strided
       // The GEMM's B is W^T: element (k, j) is the code w[j][k].
       const PackedB wt(GemmArith::dot_bf16, G, H,
                        GemmOperand{w_codes.dtype(), w_codes.raw_data(), w_codes.strides()[1], w_codes.strides()[0]});
-      const T* const px = proj.data<T>();
-      const int64_t x_t = proj.strides()[size_t(time_dim)], x_b = proj.strides()[size_t(1 - time_dim)];
-      const int64_t x_j = proj.strides()[2];
-      T* const ph = hs.data<T>();
-      T* const pc = cs.data<T>();
-      C* const pa = acts.defined() ? acts.data<C>() : nullptr;
+      const T* const ph = hs.data<T>();
       std::vector<float> bias(static_cast<size_t>(G), 0.0f);  // scaled_matmul_nt adds 0 without one
       if (b.defined()) load_row_to(b.data<T>(), b.strides()[0], G, bias.data());
       const int max_threads = omp_get_max_threads();
@@ -406,9 +453,8 @@ void lstm_layer_forward_fp8(const Strided& proj, int64_t time_dim, const Strided
       on_row_threads(B, [&](int tid, int nt, auto&& barrier) {
         if (tid == 0) used = nt;
         const int64_t b0 = B * tid / nt, b1 = B * (tid + 1) / nt, m = b1 - b0;
-        std::vector<float> lin(static_cast<size_t>(m * G)), buf(static_cast<size_t>(G + 8 * H));
-        C *x = buf.data(), *cp = x + G, *cv = cp + H, *hv = cv + H, *act = hv + H;  // act: when not saved
-        std::vector<T> tmp(static_cast<size_t>(G));
+        std::vector<C> lin(static_cast<size_t>(m * G));
+        ForwardRows<T> rows(proj, time_dim, hs, cs, acts);
         std::vector<uint8_t> codes(static_cast<size_t>(m * H));
         for (int64_t t = 0; t < steps; ++t) {
           const T* h_rows = ph + (t * B + b0) * H;
@@ -422,24 +468,14 @@ void lstm_layer_forward_fp8(const Strided& proj, int64_t time_dim, const Strided
           RowCounts& n = counts[size_t(t * nt + tid)];
           for (int64_t r = 0; r < m; ++r) quantize_row(q, h_rows + r * H, H, s, codes.data() + r * H, n);
           gemm_on_thread(m, GemmOperand{q.format, codes.data(), H, 1}, wt, false, lin.data(), G);
-          for (int64_t r = 0; r < m; ++r) {
-            const int64_t row = t * B + b0 + r;  // of hs, cs and acts at step t
-            C* const g = lin.data() + r * G;
-            for (int64_t j = 0; j < G; ++j) g[j] = scaled_sum(g[j], fa, w_inv, bias[size_t(j)]);
-            round_through(g, G, tmp.data());  // scaled_matmul_nt's output
-            load_row_to(px + t * x_t + (b0 + r) * x_b, x_j, G, x);
-            for (int64_t j = 0; j < G; ++j) g[j] = x[j] + g[j];
-            round_through(g, G, tmp.data());  // add's output
-            load_row_to(pc + row * H, 1, H, cp);
-            cell_row(g, cp, cv, hv, pa ? pa + row * 5 * H : act, H);
-            store_row(cv, pc + (row + B) * H, 1, H);
-            store_row(hv, ph + (row + B) * H, 1, H);
-          }
+          for (int64_t i = 0; i < m * G; ++i)
+            lin[size_t(i)] = scaled_sum(lin[size_t(i)], fa, w_inv, bias[size_t(i % G)]);
+          rows.finish(t, b0, m, lin.data());
         }
       });
       stats.assign(size_t(steps), {});
       for (int64_t t = 0; t < steps; ++t) {
-        for (int i = 0; i < used; ++i) add_counts(stats[size_t(t)].counts, counts[size_t(t * used + i)]);
+        for (int i = 0; i < used; ++i) stats[size_t(t)].counts += counts[size_t(t * used + i)];
         stats[size_t(t)].scale_inv = inv[size_t(t)];
       }
     }
@@ -458,15 +494,8 @@ void lstm_layer_backward_fp8(const Strided& acts, const Strided& cs, const Strid
       // The GEMM's B is W itself: element (k, j) of the (4H, H) operand is the code w[k][j].
       const PackedB wk(GemmArith::dot_bf16, H, G,
                        GemmOperand{w_codes.dtype(), w_codes.raw_data(), w_codes.strides()[0], w_codes.strides()[1]});
-      const C* const pa = acts.data<C>();
-      const T* const pc = cs.data<T>();
-      const T* const po = dout.data<T>();
-      const int64_t o_t = dout.strides()[size_t(time_dim)], o_b = dout.strides()[size_t(1 - time_dim)];
-      const int64_t o_j = dout.strides()[2];
       T* const pdh = dh.data<T>();
-      T* const pdc = dc.data<T>();
-      T* const pdg = dg.data<T>();
-      const int64_t g_t = dg.strides()[size_t(time_dim)], g_b = dg.strides()[size_t(1 - time_dim)];
+      const int64_t g_b = dg.strides()[size_t(1 - time_dim)];
       const int max_threads = omp_get_max_threads();
       std::vector<float> slots(size_t(2 * max_threads));
       std::vector<RowCounts> counts(size_t(steps * max_threads));
@@ -475,25 +504,13 @@ void lstm_layer_backward_fp8(const Strided& acts, const Strided& cs, const Strid
       on_row_threads(B, [&](int tid, int nt, auto&& barrier) {
         if (tid == 0) used = nt;
         const int64_t b0 = B * tid / nt, b1 = B * (tid + 1) / nt, m = b1 - b0;
-        std::vector<C> dh_rows(static_cast<size_t>(m * H)), buf(static_cast<size_t>(G + 5 * H));
-        C *dgv = buf.data(), *x = dgv + G, *gh = x + H, *cp = gh + H, *gc = cp + H, *dcp = gc + H;
-        std::vector<T> tmp(static_cast<size_t>(H));
+        std::vector<C> dh_rows(static_cast<size_t>(m * H));
+        BackwardRows<T> rows(acts, cs, dout, time_dim, dh, dc, dg);
         std::vector<uint8_t> codes(static_cast<size_t>(m * G));
         for (int64_t t = steps - 1; t >= 0; --t) {
-          for (int64_t r = 0; r < m; ++r) {
-            const int64_t bb = b0 + r, row = t * B + bb;
-            load_row_to(po + t * o_t + bb * o_b, o_j, H, x);
-            load_row_to(pdh + bb * H, 1, H, gh);
-            for (int64_t j = 0; j < H; ++j) gh[j] = x[j] + gh[j];
-            round_through(gh, H, tmp.data());  // add's output
-            load_row_to(pc + row * H, 1, H, cp);
-            load_row_to(pdc + bb * H, 1, H, gc);
-            saved_cell_grads_row(pa + row * 5 * H, cp, gc, gh, dgv, dcp, H);
-            store_row(dgv, pdg + t * g_t + bb * g_b, 1, G);
-            store_row(dcp, pdc + bb * H, 1, H);
-          }
+          rows.cell_grads(t, b0, m);
           if (t > 0 || need_dh0) {  // dh = q(dG_t) q(W): (B, H) = (B, 4H) (H, 4H)^T
-            const T* g_rows = pdg + t * g_t + b0 * g_b;
+            const T* g_rows = rows.dg_rows(t, b0);
             float a = 0.0f;
             for (int64_t r = 0; r < m; ++r) a = row_amax(g_rows + r * g_b, G, a);
             float* slot = slots.data() + (t % 2) * nt;
@@ -511,7 +528,7 @@ void lstm_layer_backward_fp8(const Strided& acts, const Strided& cs, const Strid
       });
       stats.assign(size_t(steps), {});
       for (int64_t t = 0; t < steps; ++t) {
-        for (int i = 0; i < used; ++i) add_counts(stats[size_t(t)].counts, counts[size_t(t * used + i)]);
+        for (int i = 0; i < used; ++i) stats[size_t(t)].counts += counts[size_t(t * used + i)];
         stats[size_t(t)].scale_inv = inv[size_t(t)];
       }
     }

@@ -160,10 +160,7 @@ void dispatch_8bit(DType t, Fn&& fn) {
   }
 }
 
-struct Counts {
-  int64_t saturated = 0, flushed = 0, subnormal = 0, nonfinite = 0;
-  float amax = 0.0f;  // over the finite elements
-};
+using Counts = RowCounts;  // (tensor/cpu/quantize.h)
 
 // out[i] = from_float_rn(v[i] * s) for i < n, with the counts of quantize's stats: the element
 // loop every path computes (the reference).
@@ -322,13 +319,7 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
     });
   });
   Counts t;
-  for (const Counts& n : per_run) {
-    t.saturated += n.saturated;
-    t.flushed += n.flushed;
-    t.subnormal += n.subnormal;
-    t.nonfinite += n.nonfinite;
-    t.amax = std::max(t.amax, n.amax);
-  }
+  for (const Counts& n : per_run) t += n;
   int64_t* st = static_cast<int64_t*>(stats.raw_data());
   st[kStatCount] = R * C;
   st[kStatSaturated] = t.saturated;
@@ -502,22 +493,16 @@ float row_amax_of(const T* v, int64_t n, float m) {
 
 template <class T>
 void quantize_row_of(const BlockQuant& q, const T* v, int64_t n, float s, uint8_t* out, RowCounts& c) {
-  Counts k;
   dispatch_8bit(q.format, [&]<const bits8::Format & F>() {
     float buf[kRowChunk];
     for_chunks(n, [&](int64_t j, int64_t m) {
 #if defined(__x86_64__)
       if constexpr (std::is_same_v<T, bfloat16>)
-        if (avx512_path_active()) return quantize_row_avx512<F, bfloat16>(v + j, m, s, q.overflow, out + j, k);
+        if (avx512_path_active()) return quantize_row_avx512<F, bfloat16>(v + j, m, s, q.overflow, out + j, c);
 #endif
-      quantize_row<F>(load_row(v + j, 1, m, buf), m, s, q.overflow, out + j, k);
+      quantize_row<F>(load_row(v + j, 1, m, buf), m, s, q.overflow, out + j, c);
     });
   });
-  c.saturated += k.saturated;
-  c.flushed += k.flushed;
-  c.subnormal += k.subnormal;
-  c.nonfinite += k.nonfinite;
-  c.amax = std::max(c.amax, k.amax);
 }
 
 }  // namespace

@@ -45,6 +45,14 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
 struct RowCounts {
   int64_t saturated = 0, flushed = 0, subnormal = 0, nonfinite = 0;
   float amax = 0.0f;  // over the finite elements
+  RowCounts& operator+=(const RowCounts& o) {
+    saturated += o.saturated;
+    flushed += o.flushed;
+    subnormal += o.subnormal;
+    nonfinite += o.nonfinite;
+    amax = amax > o.amax ? amax : o.amax;
+    return *this;
+  }
 };
 // max(m, |v[i]|) over i < n, NaN when any v[i] is NaN (quantize's amax pass).
 float row_amax(const bfloat16* v, int64_t n, float m);

@@ -46,13 +46,24 @@ struct Columns {
   bool reads_every_pixel(const Shape& s) const {
     return im2col_reads_every_pixel(s, kernel, stride, padding, dilation, padding_end);
   }
-  Tensor of(const Tensor& t) const { return im2col(t, kernel, stride, padding, dilation, padding_end); }
+  // Codes in the channel-major layout (Note [Channel-major columns] in tensor/cpu/im2col.h), values
+  // pixel-major: the other recipes quantize the columns along their rows.
+  Tensor of(const Tensor& t) const {
+    return im2col(t, kernel, stride, padding, dilation, padding_end,
+                  is_8bit(t.dtype()) ? ColumnLayout::channel_major : ColumnLayout::pixel_major);
+  }
 };
 
 // An NCHW tensor as pixel-major rows [N*H*W, C] (the products over such rows come back as NCHW:
 // Note [Image rows] in tensor/ops/quantize.h).
 Tensor pixel_rows(const Tensor& t) {
   return t.permute({0, 2, 3, 1}).reshape({t.size(0) * t.size(2) * t.size(3), t.size(1)});
+}
+
+// The same matrix as the transposed view of [C, N*H*W] (each image's channel planes moved as
+// runs): how conv2d arranges dY's codes (Note [Channel-major columns] in tensor/cpu/im2col.h).
+Tensor channel_rows(const Tensor& t) {
+  return t.transpose(0, 1).contiguous().view({t.size(1), t.size(0) * t.size(2) * t.size(3)}).t();
 }
 
 // The operand arrange(t) of an NCHW tensor t, quantized for `role` (Note [Codes before columns]):
@@ -110,7 +121,7 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
     const bool per_op = fg.per_operator;
     // dY as pixel-major rows [P, OC]: one operand for both GEMMs when per tensor.
     const bool one = one_operand(*ctx, Fp8Role::grad, per_op, nullptr, dy.g.shape());
-    const auto rows = [](const Tensor& t) { return pixel_rows(t); };
+    const auto rows = [](const Tensor& t) { return is_8bit(t.dtype()) ? channel_rows(t) : pixel_rows(t); };
     const std::optional<Quantized> dq =
         one ? std::optional(arranged_operand(*ctx, site, OpId::conv2d, Fp8Role::grad, needs[0] ? "dgrad" : "wgrad",
                                              dy.g, per_op, nullptr, rows))
@@ -118,9 +129,12 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
     const Tensor dym = one ? Tensor() : pixel_rows(dy.g);
     std::vector<ScaledGrad> g(3);
     if (needs[0]) {  // dgrad: dcols = dY W (P, C*KK) = (P, OC) (C*KK, OC)^T, in fp32 for col2im
-      const Tensor dcols = scaled_matmul_nt(
-          dq ? *dq : ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "dgrad", dym, per_op),
-          ctx->quantize(site, OpId::conv2d, Fp8Role::weight, "dgrad", sw.transpose(0, 1)), Tensor(), DType::f32);
+      const Quantized wq = ctx->quantize(site, OpId::conv2d, Fp8Role::weight, "dgrad", sw.transpose(0, 1));
+      // dY's codes channel-major: the product transposed, dcols^T = W^T dY^T, whose rows are the
+      // channel-major columns col2im reads in place (the same sums: only the layout changes).
+      const Tensor dcols = dq ? scaled_matmul_nt(wq, *dq, Tensor(), DType::f32).t()
+                              : scaled_matmul_nt(ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "dgrad", dym, per_op),
+                                                 wq, Tensor(), DType::f32);
       g[0] = {col2im(dcols, xs, geo.kernel, stride, padding, dilation, padding_end).to(dy.g.dtype()), dy.scale};
     }
     if (needs[1])  // wgrad: dW = dY^T cols (OC, C*KK) = (OC, P) (C*KK, P)^T

@@ -5,6 +5,7 @@
 #include "tensor/core/rng.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/transpose.h"
 
 namespace mixtape::cpu {
 
@@ -65,6 +66,12 @@ bool copy_transposed(const Strided& src, const Strided& dst, const std::array<Sh
       const int64_t a0 = u % tiles * kTile, a1 = std::min(A, a0 + kTile);
       for (int64_t l0 = 0; l0 < L; l0 += kTile) {
         const int64_t l1 = std::min(L, l0 + kTile);
+        if constexpr (std::is_same_v<T, char8_t> || std::is_same_v<T, float>) {  // Note [Transposed tiles]
+          using V = std::conditional_t<std::is_same_v<T, float>, float, uint8_t>;
+          transpose_tile(reinterpret_cast<const V*>(s + os + a0 + l0 * ssl), ssl,
+                         reinterpret_cast<V*>(d + od + a0 * dsa + l0), dsa, l1 - l0, a1 - a0);
+          continue;
+        }
         for (int64_t a = a0; a < a1; ++a) {
           T* out = d + od + a * dsa;
           const T* in = s + os + a;
@@ -110,7 +117,8 @@ bool copy_runs(const Strided& dst, const Strided& src, const std::array<Shape, 2
 // Scaled 8-bit operands are tensor/ops/quantize.h's.
 void copy_8bit(const Strided& src, const Strided& dst, const std::array<Shape, 2>& strides) {
   if (src.dtype() == dst.dtype()) {
-    if (copy_transposed<char8_t>(src, dst, strides)) return;  // (char8_t: Note [Transposing copies])
+    // (char8_t: Note [Transposing copies])
+    if (copy_transposed<char8_t>(src, dst, strides) || copy_runs<char8_t>(dst, src, strides)) return;
     uint8_t* d = static_cast<uint8_t*>(dst.raw_data());
     const uint8_t* s = static_cast<const uint8_t*>(src.raw_data());
     parallel_for_each_offset<2>(dst.shape(), strides, [&](const std::array<int64_t, 2>& o) { d[o[0]] = s[o[1]]; });

@@ -23,11 +23,7 @@
 
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/parallel.h"
-#include "tensor/cpu/target_region.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "tensor/cpu/transpose.h"
 
 namespace mixtape::cpu {
 
@@ -119,32 +115,40 @@ void im2col_rows(const Strided& xt, const ColumnGeometry& g, T* cols) {
   });
 }
 
-#if defined(__x86_64__)
-MT_TARGET_BEGIN("avx2,fma")
-// taps[e L + l] = src[l rs + e] for l < 8 and e < E (a multiple of 8): eight rows of columns
-// transposed eight values at a time (copies: the same values as the scalar loop).
-void transpose_rows8(const float* src, int64_t rs, int64_t E, float* taps, int64_t L) {
-  for (int64_t e = 0; e < E; e += 8) {
-    __m256 v[8], t[8], u[8];
-    for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(src + r * rs + e);
-    for (int r = 0; r < 8; r += 2) {
-      t[r] = _mm256_unpacklo_ps(v[r], v[r + 1]);
-      t[r + 1] = _mm256_unpackhi_ps(v[r], v[r + 1]);
+// colsT[k, p] for every k: Note [Channel-major columns] (im2col.h). Each (k, n) is one thread's:
+// OH runs of OW values, each read along a row of x.
+template <class T>
+void im2col_channel_rows(const Strided& xt, const ColumnGeometry& g, T* out) {
+  const T* x = static_cast<const T*>(xt.raw_data());
+  const Shape& xs = xt.strides();
+  const int64_t N = xt.size(0), C = xt.size(1), H = xt.size(2), W = xt.size(3);
+  const int64_t KH = g.kernel.h, KW = g.kernel.w, OH = g.out.h, OW = g.out.w, L = OH * OW, P = N * L;
+  const int64_t step = g.stride.w * xs[3];  // between the pixels of a run, in x
+  parallel_for(C * KH * KW * N, grain_for(L), [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t k = u / N, n = u % N, c = k / (KH * KW), kh = k / KW % KH, kw = k % KW;
+      const int64_t ih0 = kh * g.dilation.h - g.padding.h, iw0 = kw * g.dilation.w - g.padding.w;
+      int64_t oh0, oh1, ow0, ow1;  // the pixels whose tap (kh, kw) is inside the image
+      inside(ih0, g.stride.h, H, OH, oh0, oh1);
+      inside(iw0, g.stride.w, W, OW, ow0, ow1);
+      T* d = out + k * P + n * L;
+      if (ow0 == ow1) oh1 = oh0;  // no pixel's tap inside
+      std::fill(d, d + oh0 * OW, T{});
+      for (int64_t oh = oh0; oh < oh1; ++oh) {
+        T* row = d + oh * OW;
+        const T* src = x + (n * xs[0] + c * xs[1] + (ih0 + oh * g.stride.h) * xs[2] + (iw0 + ow0 * g.stride.w) * xs[3]);
+        for (int64_t ow = 0; ow < ow0; ++ow) row[ow] = T{};
+        if (step == 1) {
+          for (int64_t ow = ow0; ow < ow1; ++ow) row[ow] = src[ow - ow0];
+        } else {
+          for (int64_t ow = ow0; ow < ow1; ++ow) row[ow] = src[(ow - ow0) * step];
+        }
+        for (int64_t ow = ow1; ow < OW; ++ow) row[ow] = T{};
+      }
+      std::fill(d + oh1 * OW, d + L, T{});
     }
-    for (int r = 0; r < 8; r += 4) {
-      u[r] = _mm256_shuffle_ps(t[r], t[r + 2], _MM_SHUFFLE(1, 0, 1, 0));
-      u[r + 1] = _mm256_shuffle_ps(t[r], t[r + 2], _MM_SHUFFLE(3, 2, 3, 2));
-      u[r + 2] = _mm256_shuffle_ps(t[r + 1], t[r + 3], _MM_SHUFFLE(1, 0, 1, 0));
-      u[r + 3] = _mm256_shuffle_ps(t[r + 1], t[r + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 4; ++i) {
-      _mm256_storeu_ps(taps + (e + i) * L, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
-      _mm256_storeu_ps(taps + (e + i + 4) * L, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
-    }
-  }
+  });
 }
-MT_TARGET_END
-#endif
 
 template <class T>
 void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt) {
@@ -168,21 +172,27 @@ void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt
       // taps[e, l] = cols[n L + l, c0 KK + e]: the planes' columns as rows of L, eight rows of
       // cols at a time (each read along its row, each tap row written eight values at a time)
       const T* src = cols + n * L * cs[0] + c0 * KK * cs[1];
-      for (int64_t l0 = 0; l0 < L; l0 += 8) {
+      // Channel-major fp32 columns (cs[0] == 1: Note [Channel-major columns] in im2col.h) are
+      // those rows already, each cs[1] values after the last: read where they lie.
+      const Acc* rows = taps.data();
+      int64_t ld = L;
+      if constexpr (std::is_same_v<T, float>)
+        if (cs[0] == 1) {
+          rows = src;
+          ld = cs[1];
+        }
+      for (int64_t l0 = 0; l0 < L && rows == taps.data(); l0 += 8) {
         const int64_t l1 = std::min(L, l0 + 8);
-        int64_t e = 0;
-#if defined(__x86_64__)
         if constexpr (std::is_same_v<T, float>)
-          if (l1 - l0 == 8 && cs[1] == 1 && avx512_path_active()) {
-            e = E / 8 * 8;
-            transpose_rows8(src + l0 * cs[0], cs[0], e, taps.data() + l0, L);
+          if (cs[1] == 1) {  // Note [Transposed tiles]
+            transpose_tile(src + l0 * cs[0], cs[0], taps.data() + l0, L, l1 - l0, E);
+            continue;
           }
-#endif
-        for (; e < E; ++e)
+        for (int64_t e = 0; e < E; ++e)
           for (int64_t l = l0; l < l1; ++l) taps[size_t(e * L + l)] = load(src[l * cs[0] + e * cs[1]]);
       }
       for (int64_t q = q0; q < q0 + planes; ++q) {
-        const Acc* plane = taps.data() + (q - q0) * KK * L;
+        const Acc* plane = rows + (q - q0) * KK * ld;
         // img[ih, iw] += taps[(kh, kw), (oh, ow)] for ih = oh sh - ph + kh dh, iw = ow sw - pw + kw dw
         std::fill(img.begin(), img.end(), Acc(0));
         for (int64_t kh = 0; kh < KH; ++kh)
@@ -192,7 +202,7 @@ void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt
             inside(ih0, sh, H, OH, oh0, oh1);
             inside(iw0, sw, W, OW, ow0, ow1);
             if (ow0 == ow1) continue;
-            const Acc* tap = plane + (kh * KW + kw) * L;
+            const Acc* tap = plane + (kh * KW + kw) * ld;
             for (int64_t oh = oh0; oh < oh1; ++oh) {
               const Acc* t = tap + oh * OW;
               Acc* dst = img.data() + (ih0 + oh * sh) * W + iw0 + ow0 * sw;
@@ -219,6 +229,15 @@ void im2col(const Strided& x, const ColumnGeometry& g, const Strided& cols) {
   // else, so the compiler keeps the loop's pointers in registers across the byte stores.
   if (is_8bit(cols.dtype())) return im2col_rows<char8_t>(x, g, static_cast<char8_t*>(cols.raw_data()));
   dispatch_floating(cols.dtype(), "im2col", [&]<class T>() { im2col_rows<T>(x, g, static_cast<T*>(cols.raw_data())); });
+}
+
+void im2col_channel_major(const Strided& x, const ColumnGeometry& g, const Strided& cols_t) {
+  MT_ASSERT(cols_t.is_contiguous() && x.dim() == 4 && cols_t.dim() == 2);
+  if (cols_t.numel() == 0) return;
+  if (is_8bit(cols_t.dtype()))
+    return im2col_channel_rows<char8_t>(x, g, static_cast<char8_t*>(cols_t.raw_data()));
+  dispatch_floating(cols_t.dtype(), "im2col",
+                    [&]<class T>() { im2col_channel_rows<T>(x, g, static_cast<T*>(cols_t.raw_data())); });
 }
 
 void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x) {

@@ -20,6 +20,14 @@ struct ColumnGeometry {
 // cols [N*OH*OW, C*KH*KW] (contiguous, x's dtype) from x [N, C, H, W]: copies, and zeros for the
 // padding.
 void im2col(const Strided& x, const ColumnGeometry& g, const Strided& cols);
+// Note [Channel-major columns]
+// The same matrix stored transposed: cols_t [C*KH*KW, N*OH*OW] (contiguous, x's dtype), row
+// k = (c, kh, kw) holding tap (kh, kw) of channel c for every output pixel, so that
+// cols_t^T is im2col's cols element for element. A row is built from runs of OW values, each
+// read along one row of x (stride_w apart), where pixel-major rows are built from pieces of KW
+// values: an 8-bit convolution reads its columns in this layout as a transposed view
+// (autograd/functions/conv.cpp).
+void im2col_channel_major(const Strided& x, const ColumnGeometry& g, const Strided& cols_t);
 // x [N, C, H, W] (contiguous, cols' dtype): each element the sum of the entries of cols that im2col
 // reads it into, in fp32 (f64 for f64), in (kh, kw) order, rounded once.
 void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x);

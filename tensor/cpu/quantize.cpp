@@ -12,6 +12,7 @@
 #include "tensor/cpu/gemm_blocks.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/target_region.h"
+#include "tensor/cpu/transpose.h"
 #include "tensor/cpu/workspace.h"
 
 #if defined(__x86_64__)
@@ -349,7 +350,8 @@ GemmOperand gemm_operand(const Strided& codes, const Strided& scale_inv, int64_t
   if (K == 0) return op;  // no products: y is the bias, no factor is read
   if (bc >= K) {
     outer.resize(size_t(R));
-    for (int64_t r = 0; r < R; ++r) outer[size_t(r)] = inv[r / br];
+    for (int64_t r0 = 0; r0 < R; r0 += br)  // block by block: no division a row
+      std::fill(outer.begin() + r0, outer.begin() + std::min(R, r0 + br), inv[r0 / br]);
   } else {
     op.scales = as_b ? GemmScales{inv, bc, br, 1, nbc, 0, 0} : GemmScales{inv, br, bc, nbc, 1, 0, 0};
   }
@@ -453,16 +455,18 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
     // one image stored as a run of that image's channel-j plane.
     constexpr int64_t kTile = 32;
     const int64_t HW = M / images;
+    constexpr int64_t kCols = 16;  // columns transposed at a time (Note [Transposed tiles])
     parallel_for((M + kTile - 1) / kTile, grain_for(kTile * N), [&](int64_t t0, int64_t t1) {
-      float col[kTile];
+      float cols[kCols * kTile];
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t i0 = t * kTile, i1 = std::min(M, i0 + kTile);
         for (int64_t i = i0; i < i1; ++i) epilogue(i);
         for (int64_t i = i0; i < i1;) {
           const int64_t n = i / HW, hw = i % HW, len = std::min(i1 - i, HW - hw);
-          for (int64_t j = 0; j < N; ++j) {
-            for (int64_t r = 0; r < len; ++r) col[r] = c[(i + r) * N + j];
-            store(col, out + (n * N + j) * HW + hw, len);
+          for (int64_t j0 = 0; j0 < N; j0 += kCols) {
+            const int64_t w = std::min(kCols, N - j0);
+            transpose_tile(c + i * N + j0, N, cols, kTile, len, w);
+            for (int64_t j = 0; j < w; ++j) store(cols + j * kTile, out + (n * N + j0 + j) * HW + hw, len);
           }
           i += len;
         }

@@ -300,7 +300,7 @@ std::string column_ctx(const std::string& tensors, Size2 kernel, Size2 stride, S
 }  // namespace
 
 Tensor im2col(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding, Size2 dilation,
-              std::optional<Size2> padding_end) {
+              std::optional<Size2> padding_end, ColumnLayout layout) {
   const char* op = "im2col";
   ops::check_same(op, {&x});
   if (!is_8bit(x.dtype())) ops::check_floating(op, x);
@@ -311,7 +311,13 @@ Tensor im2col(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding, Size2 
   return on_device(
       x.device(),
       [&] {
-    Tensor cols = empty({x.size(0) * g.out.h * g.out.w, x.size(1) * kernel.h * kernel.w}, x.dtype(), x.device());
+    const int64_t P = x.size(0) * g.out.h * g.out.w, K = x.size(1) * kernel.h * kernel.w;
+    if (layout == ColumnLayout::channel_major) {
+      Tensor cols_t = empty({K, P}, x.dtype(), x.device());
+      cpu::im2col_channel_major(x, g, cols_t);
+      return cols_t.t();
+    }
+    Tensor cols = empty({P, K}, x.dtype(), x.device());
     cpu::im2col(x, g, cols);
     return cols;
       },

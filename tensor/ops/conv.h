@@ -69,8 +69,12 @@ inline Tensor conv_transpose2d_backward_bias(const Tensor& dy) { return conv2d_b
 // `padding` (padding "same"). x [N, C, H, W] any strides, f32, f64, f16 or bf16, or the codes of
 // an 8-bit dtype (the padding is code 0, +0 in every 8-bit format); cols has x's dtype (copies:
 // exact) and is contiguous.
+// With ColumnLayout::channel_major the same matrix comes back as the transposed view of a
+// contiguous [C*KH*KW, N*OH*OW] (Note [Channel-major columns] in tensor/cpu/im2col.h; on the CPU,
+// elsewhere the layout is pixel-major either way): equal values, strides (1, N*OH*OW).
+enum class ColumnLayout : uint8_t { pixel_major, channel_major };
 Tensor im2col(const Tensor& x, Size2 kernel, Size2 stride = 1, Size2 padding = 0, Size2 dilation = 1,
-              std::optional<Size2> padding_end = std::nullopt);
+              std::optional<Size2> padding_end = std::nullopt, ColumnLayout layout = ColumnLayout::pixel_major);
 // Whether im2col of an input [., ., H, W] reads every pixel into some column (a stride larger than
 // the dilated kernel, or a remainder the last window does not reach, leaves pixels out).
 bool im2col_reads_every_pixel(const Shape& x_shape, Size2 kernel, Size2 stride = 1, Size2 padding = 0,

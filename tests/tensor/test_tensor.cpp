@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "cuda/runtime.h"
+#include "tensor/cpu/convert.h"
+#include "tensor/cpu/transpose.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/tensor.h"
 #include "support/test_util.h"
@@ -313,6 +315,38 @@ TEST_CASE("permuted copies: the tiled transposing copy gives every element where
       }
       CHECK(ok);
     }
+}
+
+TEST_CASE("transpose_tile: every block size and ragged edge, on every conversion path", "[tensor]") {
+  // Note [Transposed tiles] (tensor/cpu/transpose.h): bytes in 16 x 16 blocks, floats in 8 x 8
+  // ("avx512") or 4 x 4 blocks, the rest one value at a time; strides wider than the tile.
+  const std::string saved = cpu::conversion_path();
+  for (const std::string& path : cpu::conversion_paths()) {
+    cpu::set_conversion_path(path);
+    for (int64_t rows : {0, 1, 4, 7, 8, 15, 16, 17, 33})
+      for (int64_t cols : {0, 1, 3, 8, 9, 16, 31, 32, 40}) {
+        INFO(path << " " << rows << " x " << cols);
+        const int64_t ss = cols + 5, ds = rows + 3;
+        std::vector<uint8_t> sb(size_t(rows * ss)), db(size_t(cols * ds), 0xEE);
+        std::vector<float> sf(size_t(rows * ss)), df(size_t(cols * ds), -1.0f);
+        for (size_t i = 0; i < sb.size(); ++i) {
+          sb[i] = uint8_t(i * 7 + 3);
+          sf[i] = std::bit_cast<float>(uint32_t(0x7FC00000u + i));  // NaN payloads: the bits move
+        }
+        cpu::transpose_tile(sb.data(), ss, db.data(), ds, rows, cols);
+        cpu::transpose_tile(sf.data(), ss, df.data(), ds, rows, cols);
+        bool ok = true;
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t r = 0; r < ds; ++r) {
+            const bool in = r < rows;
+            ok = ok && db[size_t(c * ds + r)] == (in ? sb[size_t(r * ss + c)] : 0xEE);
+            ok = ok && std::bit_cast<uint32_t>(df[size_t(c * ds + r)]) ==
+                           std::bit_cast<uint32_t>(in ? sf[size_t(r * ss + c)] : -1.0f);
+          }
+        CHECK(ok);
+      }
+  }
+  cpu::set_conversion_path(saved);
 }
 
 // ---- factories -----------------------------------------------------------------------------------

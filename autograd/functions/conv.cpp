@@ -43,15 +43,17 @@ namespace {
 // The conv's geometry, for its column matrices.
 struct Columns {
   Size2 kernel, stride, padding, padding_end, dilation;
+  bool channel_major = false;  // codes' columns (and conv2d's dY codes): Note [Channel-major columns]
   bool reads_every_pixel(const Shape& s) const {
     return im2col_reads_every_pixel(s, kernel, stride, padding, dilation, padding_end);
   }
-  // Codes in the channel-major layout (Note [Channel-major columns] in tensor/cpu/im2col.h), values
-  // pixel-major: the other recipes quantize the columns along their rows.
+  // Values pixel-major (the other recipes quantize the columns along their rows), codes in the
+  // layout chosen.
   Tensor of(const Tensor& t) const {
     return im2col(t, kernel, stride, padding, dilation, padding_end,
-                  is_8bit(t.dtype()) ? ColumnLayout::channel_major : ColumnLayout::pixel_major);
+                  codes_by_channel(t) ? ColumnLayout::channel_major : ColumnLayout::pixel_major);
   }
+  bool codes_by_channel(const Tensor& t) const { return channel_major && is_8bit(t.dtype()); }
 };
 
 // An NCHW tensor as pixel-major rows [N*H*W, C] (the products over such rows come back as NCHW:
@@ -96,15 +98,17 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
            ws[1]);
   MT_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == ws[0]), "conv2d: bias ", b.data().meta(), " must be [", ws[0],
            "]");
-  const Columns geo{{ws[2], ws[3]}, stride, padding, padding_end, dilation};
+  // OH, OW with the padding before and after the image (they differ under padding "same").
+  const int64_t oh = (xs[2] + padding.h + padding_end.h - dilation.h * (ws[2] - 1) - 1) / stride.h + 1;
+  const int64_t ow = (xs[3] + padding.w + padding_end.w - dilation.w * (ws[3] - 1) - 1) / stride.w + 1;
+  // Channel-major codes where their runs (OW values one apart) are longer than pixel-major pieces
+  // (KW values): the cnn's 3x3 stride-1 convolutions, not the dcgan's stride-2 ones.
+  const Columns geo{{ws[2], ws[3]}, stride, padding, padding_end, dilation, stride.w == 1 && ow > ws[3]};
   const Tensor wm = w.data().reshape({ws[0], ws[1] * ws[2] * ws[3]});  // [OC, C*KK]
   const int64_t site = fp8.next_site();
   const auto columns = [&geo](const Tensor& t) { return geo.of(t); };  // [P, C*KK]
   const Quantized xq =
       arranged_operand(fp8, site, OpId::conv2d, Fp8Role::input, "fprop", x.data(), false, &geo, columns);
-  // OH, OW with the padding before and after the image (they differ under padding "same").
-  const int64_t oh = (xs[2] + padding.h + padding_end.h - dilation.h * (geo.kernel.h - 1) - 1) / stride.h + 1;
-  const int64_t ow = (xs[3] + padding.w + padding_end.w - dilation.w * (geo.kernel.w - 1) - 1) / stride.w + 1;
   Tensor y = scaled_matmul_nt_images(xq, fp8.quantize(site, OpId::conv2d, Fp8Role::weight, "fprop", wm),
                                      b.defined() ? b.data() : Tensor(), x.dtype(), xs[0])
                  .view({xs[0], ws[0], oh, ow});
@@ -121,7 +125,7 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
     const bool per_op = fg.per_operator;
     // dY as pixel-major rows [P, OC]: one operand for both GEMMs when per tensor.
     const bool one = one_operand(*ctx, Fp8Role::grad, per_op, nullptr, dy.g.shape());
-    const auto rows = [](const Tensor& t) { return is_8bit(t.dtype()) ? channel_rows(t) : pixel_rows(t); };
+    const auto rows = [&geo](const Tensor& t) { return geo.codes_by_channel(t) ? channel_rows(t) : pixel_rows(t); };
     const std::optional<Quantized> dq =
         one ? std::optional(arranged_operand(*ctx, site, OpId::conv2d, Fp8Role::grad, needs[0] ? "dgrad" : "wgrad",
                                              dy.g, per_op, nullptr, rows))

@@ -115,8 +115,10 @@ void im2col_rows(const Strided& xt, const ColumnGeometry& g, T* cols) {
   });
 }
 
-// colsT[k, p] for every k: Note [Channel-major columns] (im2col.h). Each (k, n) is one thread's:
-// OH runs of OW values, each read along a row of x.
+// colsT[k, p] for every k: Note [Channel-major columns] (im2col.h). The units of work are
+// (k, n), a row's piece for one image: OH runs of OW values, each read along a row of x. A
+// thread finds the pixels inside the image once for each row k it works on (small images make
+// many units of a few values each).
 template <class T>
 void im2col_channel_rows(const Strided& xt, const ColumnGeometry& g, T* out) {
   const T* x = static_cast<const T*>(xt.raw_data());
@@ -125,27 +127,33 @@ void im2col_channel_rows(const Strided& xt, const ColumnGeometry& g, T* out) {
   const int64_t KH = g.kernel.h, KW = g.kernel.w, OH = g.out.h, OW = g.out.w, L = OH * OW, P = N * L;
   const int64_t step = g.stride.w * xs[3];  // between the pixels of a run, in x
   parallel_for(C * KH * KW * N, grain_for(L), [&](int64_t u0, int64_t u1) {
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t k = u / N, n = u % N, c = k / (KH * KW), kh = k / KW % KH, kw = k % KW;
+    for (int64_t u = u0; u < u1;) {
+      const int64_t k = u / N, n0 = u % N, n1 = std::min(N, n0 + (u1 - u));
+      const int64_t c = k / (KH * KW), kh = k / KW % KH, kw = k % KW;
       const int64_t ih0 = kh * g.dilation.h - g.padding.h, iw0 = kw * g.dilation.w - g.padding.w;
       int64_t oh0, oh1, ow0, ow1;  // the pixels whose tap (kh, kw) is inside the image
       inside(ih0, g.stride.h, H, OH, oh0, oh1);
       inside(iw0, g.stride.w, W, OW, ow0, ow1);
-      T* d = out + k * P + n * L;
       if (ow0 == ow1) oh1 = oh0;  // no pixel's tap inside
-      std::fill(d, d + oh0 * OW, T{});
-      for (int64_t oh = oh0; oh < oh1; ++oh) {
-        T* row = d + oh * OW;
-        const T* src = x + (n * xs[0] + c * xs[1] + (ih0 + oh * g.stride.h) * xs[2] + (iw0 + ow0 * g.stride.w) * xs[3]);
-        for (int64_t ow = 0; ow < ow0; ++ow) row[ow] = T{};
-        if (step == 1) {
-          for (int64_t ow = ow0; ow < ow1; ++ow) row[ow] = src[ow - ow0];
-        } else {
-          for (int64_t ow = ow0; ow < ow1; ++ow) row[ow] = src[(ow - ow0) * step];
+      // x's element for pixel (oh0, ow0) of image 0
+      const int64_t first = c * xs[1] + (ih0 + oh0 * g.stride.h) * xs[2] + (iw0 + ow0 * g.stride.w) * xs[3];
+      for (int64_t n = n0; n < n1; ++n) {
+        T* d = out + k * P + n * L;
+        for (int64_t i = 0; i < oh0 * OW; ++i) d[i] = T{};
+        for (int64_t oh = oh0; oh < oh1; ++oh) {
+          T* row = d + oh * OW;
+          const T* src = x + (first + n * xs[0] + (oh - oh0) * g.stride.h * xs[2]);
+          for (int64_t ow = 0; ow < ow0; ++ow) row[ow] = T{};
+          if (step == 1) {
+            for (int64_t ow = ow0; ow < ow1; ++ow) row[ow] = src[ow - ow0];
+          } else {
+            for (int64_t ow = ow0; ow < ow1; ++ow) row[ow] = src[(ow - ow0) * step];
+          }
+          for (int64_t ow = ow1; ow < OW; ++ow) row[ow] = T{};
         }
-        for (int64_t ow = ow1; ow < OW; ++ow) row[ow] = T{};
+        for (int64_t i = oh1 * OW; i < L; ++i) d[i] = T{};
       }
-      std::fill(d + oh1 * OW, d + L, T{});
+      u += n1 - n0;
     }
   });
 }
@@ -234,8 +242,7 @@ void im2col(const Strided& x, const ColumnGeometry& g, const Strided& cols) {
 void im2col_channel_major(const Strided& x, const ColumnGeometry& g, const Strided& cols_t) {
   MT_ASSERT(cols_t.is_contiguous() && x.dim() == 4 && cols_t.dim() == 2);
   if (cols_t.numel() == 0) return;
-  if (is_8bit(cols_t.dtype()))
-    return im2col_channel_rows<char8_t>(x, g, static_cast<char8_t*>(cols_t.raw_data()));
+  if (is_8bit(cols_t.dtype())) return im2col_channel_rows<char8_t>(x, g, static_cast<char8_t*>(cols_t.raw_data()));
   dispatch_floating(cols_t.dtype(), "im2col",
                     [&]<class T>() { im2col_channel_rows<T>(x, g, static_cast<T*>(cols_t.raw_data())); });
 }

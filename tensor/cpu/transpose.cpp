@@ -15,8 +15,7 @@ namespace {
 // The values outside the whole blocks: rows [r0, rows) of every column, and columns [c0, cols)
 // of rows [0, r0).
 template <class T>
-void transpose_edges(const T* src, int64_t ss, T* dst, int64_t ds, int64_t rows, int64_t cols, int64_t r0,
-                     int64_t c0) {
+void transpose_edges(const T* src, int64_t ss, T* dst, int64_t ds, int64_t rows, int64_t cols, int64_t r0, int64_t c0) {
   for (int64_t c = 0; c < cols; ++c)
     for (int64_t r = r0; r < rows; ++r) dst[c * ds + r] = src[r * ss + c];
   for (int64_t c = c0; c < cols; ++c)

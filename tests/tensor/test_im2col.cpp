@@ -62,6 +62,9 @@ const std::vector<Geo>& geometries() {
 // and H and takes every other column.
 Tensor input(const Shape& s, DType dt, uint64_t seed, int layout) {
   const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
+  const auto rand_input = [dt](const Shape& shape, DType, uint64_t seed) {  // 8-bit: codes of f32 values
+    return is_8bit(dt) ? test::rand_input(shape, DType::f32, seed).to(dt) : test::rand_input(shape, dt, seed);
+  };
   if (layout == 1) return rand_input({N, H, W, C}, dt, seed).permute({0, 3, 1, 2});
   if (layout == 2)
     return rand_input({N, C + 2, H + 1, 2 * W}, dt, seed).narrow(1, 1, C).narrow(2, 1, H).slice(3, 0, 2 * W, 2);
@@ -139,17 +142,23 @@ struct ThreadsScope {
 }  // namespace
 
 TEST_CASE("im2col copies x into the columns as a direct loop does", "[im2col]") {
+  // Every dtype, 8-bit codes among them (Note [Padded codes] where there is padding), and both
+  // layouts: pixel-major contiguous, channel-major the transposed view of a contiguous
+  // [C*KH*KW, N*OH*OW] (Note [Channel-major columns]).
   for (const Geo& g : geometries())
-    for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (int layout : {0, 1, 2}) {
-        INFO(describe(g) << " " << dtype_name(dt) << " " << layout_name(layout));
-        const Tensor x = input(g.x, dt, 11, layout);
-        const Tensor cols = im2col(x, g.k, g.s, g.p, g.d, g.pe);
-        REQUIRE(cols.shape() == Shape({g.P(), g.K()}));
-        CHECK(cols.dtype() == dt);
-        CHECK(cols.is_contiguous());
-        CHECK(cols.to_vector() == naive_im2col(x, g));  // copies: exact in every dtype
-      }
+    for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::e4m3, DType::e5m2})
+      for (int layout : {0, 1, 2})
+        for (ColumnLayout cl : {ColumnLayout::pixel_major, ColumnLayout::channel_major}) {
+          const bool by_channel = cl == ColumnLayout::channel_major;
+          INFO(describe(g) << " " << dtype_name(dt) << " " << layout_name(layout)
+                           << (by_channel ? " channel-major" : ""));
+          const Tensor x = input(g.x, dt, 11, layout);
+          const Tensor cols = im2col(x, g.k, g.s, g.p, g.d, g.pe, cl);
+          REQUIRE(cols.shape() == Shape({g.P(), g.K()}));
+          CHECK(cols.dtype() == dt);
+          CHECK(cols.strides() == (by_channel ? Shape{1, g.P()} : Shape{g.K(), 1}));
+          CHECK(cols.to_vector() == naive_im2col(x, g));  // copies: exact in every dtype
+        }
 }
 
 TEST_CASE("conv2d is the GEMM of im2col's columns and the weight", "[im2col]") {
@@ -199,6 +208,8 @@ TEST_CASE("col2im sums in the documented order and rounds once", "[im2col]") {
     const Tensor c32 = rand_input({g.P(), g.K()}, DType::f32, 41);
     const Tensor x32 = col2im(c32, g.x, g.k, g.s, g.p, g.d, g.pe);
     CHECK(x32.to_vector() == naive_col2im<float>(c32, g));
+    // channel-major columns (Note [Channel-major columns]), read where they lie: the same bits
+    CHECK(col2im(c32.t().contiguous().t(), g.x, g.k, g.s, g.p, g.d, g.pe).to_vector() == x32.to_vector());
     const Tensor c64 = rand_input({g.P(), g.K()}, DType::f64, 42);
     CHECK(col2im(c64, g.x, g.k, g.s, g.p, g.d, g.pe).to_vector() == naive_col2im<double>(c64, g));
     for (DType dt : {DType::f16, DType::bf16}) {

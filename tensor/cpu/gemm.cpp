@@ -551,13 +551,22 @@ bool no_products(int64_t M, int64_t N, int64_t K, bool accumulate, float* C, int
 
 void gemm(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, bool accumulate,
           float* C, int64_t ldc) {
+  gemm(arith, M, N, K, A, B, accumulate, C, ldc, [](int64_t, int64_t, int64_t, int64_t) {});
+}
+
+void gemm(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, bool accumulate,
+          float* C, int64_t ldc, const GemmBlockDone& done) {
   check_operand(arith, A, "gemm");
   check_operand(arith, B, "gemm");
-  if (no_products(M, N, K, accumulate, C, ldc)) return;
+  if (M <= 0 || N <= 0) return;
+  if (no_products(M, N, K, accumulate, C, ldc)) return done(0, M, 0, N);  // C is final: zeros, or as it was
   const BlockFn block = paths().active().block;
-  gemm_blocked(M, N, K, accumulate, C, ldc,
-               [&](int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t k0, int64_t k, bool acc, float* c,
-                   int64_t ldc_c) { block(arith, m, n, k, at(A, i0, k0), at(B, k0, j0), acc, c, ldc_c); });
+  gemm_blocked(
+      M, N, K, accumulate, C, ldc,
+      [&](int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t k0, int64_t k, bool acc, float* c, int64_t ldc_c) {
+    block(arith, m, n, k, at(A, i0, k0), at(B, k0, j0), acc, c, ldc_c);
+      },
+      done);
 }
 
 PackedB::PackedB(GemmArith arith, int64_t N, int64_t K, const GemmOperand& B)

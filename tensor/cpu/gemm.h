@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,12 @@ struct GemmOperand {
 // operands must hold bf16 values (bf16 tensors, f32 buffers loaded from them, or 8-bit codes).
 void gemm(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, bool accumulate,
           float* C, int64_t ldc);
+// The same, calling done(i0, m, j0, n) for each block of C (rows [i0, i0 + m), columns [j0, j0 + n))
+// once its values are final, on the thread that computed it (gemm_blocks.h's gemm_blocked): an
+// epilogue without a parallel region of its own.
+using GemmBlockDone = std::function<void(int64_t i0, int64_t m, int64_t j0, int64_t n)>;
+void gemm(GemmArith arith, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, bool accumulate,
+          float* C, int64_t ldc, const GemmBlockDone& done);
 
 // B[K, N] packed once for many GEMMs that share it, each on one thread (an LSTM layer's
 // recurrent weight, read at every time step by every thread's rows): the panels each gemm() call

@@ -41,13 +41,19 @@ inline bool gemm_splits_k(int64_t M, int64_t N, int64_t K) {
 // C[M, N] (leading dimension ldc) = (accumulate ? C : 0) + A B, computed by calls
 //   block(i0, m, j0, n, k0, k, accumulate, c, ldc_c)
 // each of which must compute, on the calling thread, the [m, n] block of C at rows i0, columns
-// j0 from the K range [k0, k0 + k), into c (leading dimension ldc_c).
-template <class T, class Block>
-void gemm_blocked(int64_t M, int64_t N, int64_t K, bool accumulate, T* C, int64_t ldc, Block block) {
+// j0 from the K range [k0, k0 + k), into c (leading dimension ldc_c). done(i0, m, j0, n) is called
+// for each block of C once its values are final, on the thread that computed it (an epilogue in
+// the same parallel region, on values still in cache); where K is cut, once for all of C.
+struct NoBlockDone {
+  void operator()(int64_t, int64_t, int64_t, int64_t) const {}
+};
+template <class T, class Block, class Done = NoBlockDone>
+void gemm_blocked(int64_t M, int64_t N, int64_t K, bool accumulate, T* C, int64_t ldc, Block block, Done done = {}) {
   // Splits [0, n) into `blocks` nearly equal pieces: piece t is [n t / blocks, n (t + 1) / blocks).
   auto bounds = [](int64_t n, int64_t blocks, int64_t t) { return n * t / blocks; };
   if (M * N * K < kGemmSerialFlops) {
     block(0, M, 0, N, 0, K, accumulate, C, ldc);
+    done(0, M, 0, N);
     return;
   }
   if (N >= 2 * kGemmMinBlockSide || M >= 2 * kGemmMinBlockSide) {
@@ -58,14 +64,20 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, bool accumulate, T* C, int64_
     parallel_for(blocks, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t lo = bounds(side, blocks, t), hi = bounds(side, blocks, t + 1);
-        if (by_columns) block(0, M, lo, hi - lo, 0, K, accumulate, C + lo, ldc);
-        else block(lo, hi - lo, 0, N, 0, K, accumulate, C + lo * ldc, ldc);
+        if (by_columns) {
+          block(0, M, lo, hi - lo, 0, K, accumulate, C + lo, ldc);
+          done(0, M, lo, hi - lo);
+        } else {
+          block(lo, hi - lo, 0, N, 0, K, accumulate, C + lo * ldc, ldc);
+          done(lo, hi - lo, 0, N);
+        }
       }
     });
     return;
   }
   if (!gemm_splits_k(M, N, K)) {
     block(0, M, 0, N, 0, K, accumulate, C, ldc);
+    done(0, M, 0, N);
     return;
   }
   const int64_t blocks = std::min(K / kGemmMinBlockK, kGemmMaxBlocks);
@@ -82,6 +94,7 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, bool accumulate, T* C, int64_
       for (int64_t t = 0; t < blocks; ++t) c += partial[size_t((t * M + i) * N + j)];
       C[i * ldc + j] = c;
     }
+  done(0, M, 0, N);
 }
 
 }  // namespace mixtape::cpu

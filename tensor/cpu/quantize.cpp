@@ -369,21 +369,18 @@ GemmOperand gemm_operand(const Strided& codes, const Strided& scale_inv, int64_t
 // (those keep calling gemm()), so the bits are the same. Only operands without block scales are
 // kept (their scales are factors of the output; the panels then depend on the codes alone, which
 // no one changes after quantize); the first use packs as usual, so an operand multiplied once
-// (most weights: once per orientation per step) costs nothing more. rows_done(i0, i1) runs the
-// epilogue of rows [i0, i1) once they are summed, on the thread that summed them (one parallel
-// region for the product and its epilogue: the unrolled LSTM's steps are small, and a region
-// costs a thread's wake-up under OMP_WAIT_POLICY=passive).
+// (most weights: once per orientation per step) costs nothing more. done(i0, m, j0, n) runs the
+// epilogue of a block of C once it is summed, on the thread that summed it (one parallel region
+// for the product and its epilogue: the unrolled LSTM's steps are small, and a region costs a
+// thread's wake-up under OMP_WAIT_POLICY=passive); over a PackedB the blocks are whole rows.
 template <class Done>
 void gemm_reusing(ReusedB& r, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, float* c,
-                  Done&& rows_done) {
+                  Done&& done) {
   if (r.packed && (r.codes != B.p || r.rs != B.rs || r.cs != B.cs || r.n != N || r.k != K)) {
     r.packed.reset();  // packed from other codes: start over
     r.uses = 0;
   }
-  if (!r.packed && ++r.uses < 2) {
-    gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N);
-    return parallel_for(M, grain_for(N), rows_done);
-  }
+  if (!r.packed && ++r.uses < 2) return gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N, done);
   if (!r.packed) {
     r.packed = std::make_unique<PackedB>(GemmArith::dot_bf16, N, K, B);
     r.codes = B.p;
@@ -394,7 +391,7 @@ void gemm_reusing(ReusedB& r, int64_t M, int64_t N, int64_t K, const GemmOperand
   }
   if (M * N * K < kGemmSerialFlops) {
     gemm_on_thread(M, A, *r.packed, false, c, N);
-    return rows_done(int64_t(0), M);
+    return done(int64_t(0), M, int64_t(0), N);
   }
   constexpr int64_t kRows = 8;  // rows of C per piece (a tile's)
   parallel_for((M + kRows - 1) / kRows, 1, [&](int64_t p0, int64_t p1) {
@@ -403,7 +400,7 @@ void gemm_reusing(ReusedB& r, int64_t M, int64_t N, int64_t K, const GemmOperand
     part.p = static_cast<const uint8_t*>(A.p) + i0 * A.rs;
     part.scales.r0 += i0;
     gemm_on_thread(i1 - i0, part, *r.packed, false, c + i0 * N, N);
-    rows_done(i0, i1);  // the thread's own rows: the epilogue without a region of its own
+    done(i0, i1 - i0, int64_t(0), N);  // the thread's own rows
   });
 }
 
@@ -427,11 +424,12 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
       const B* bp = static_cast<const B*>(bias.raw_data());
       for (int64_t j = 0; j < N; ++j) bv[size_t(j)] = float(load(bp[j * bias.strides()[0]]));
     });
-  // The epilogue in place in c, row by row.
-  const auto epilogue = [&](int64_t i) {
+  // The epilogue in place in c: columns [j0, j0 + n) of row i.
+  const auto epilogue = [&](int64_t i, int64_t j0, int64_t n) {
     float* row = c + i * N;
     const float fa = oa.empty() ? 1.0f : oa[size_t(i)];
-    for (int64_t j = 0; j < N; ++j) row[j] = scaled_sum(row[j], fa, ob.empty() ? 1.0f : ob[size_t(j)], bv[size_t(j)]);
+    for (int64_t j = j0; j < j0 + n; ++j)
+      row[j] = scaled_sum(row[j], fa, ob.empty() ? 1.0f : ob[size_t(j)], bv[size_t(j)]);
   };
   dispatch_floating(y.dtype(), "scaled_matmul_nt", [&]<class T>() {
     T* out = static_cast<T*>(y.raw_data());
@@ -440,38 +438,38 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
       if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) std::copy(v, v + n, dst);
       else store_n(v, dst, n);
     };
-    const auto rows_out = [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        epilogue(i);
-        if constexpr (!std::is_same_v<T, float>) store(c + i * N, out + i * N, N);  // f32: the row is y's
+    // A block of C, once summed, through the epilogue and out, on the thread that summed it.
+    const auto block_out = [&](int64_t i0, int64_t m, int64_t j0, int64_t n) {
+      for (int64_t i = i0; i < i0 + m; ++i) {
+        epilogue(i, j0, n);
+        if constexpr (!std::is_same_v<T, float>) store(c + i * N + j0, out + i * N + j0, n);  // f32: in y already
       }
     };
-    const bool reusing = reuse && !B.scales.s && M > 0 && N > 0 && K > 0 && !gemm_splits_k(M, N, K);
-    if (reusing && images == 0) return gemm_reusing(*reuse, M, N, K, A, B, c, rows_out);  // rows done as computed
-    if (reusing) gemm_reusing(*reuse, M, N, K, A, B, c, [](int64_t, int64_t) {});
-    else gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N);
-    if (images == 0) return parallel_for(M, grain_for(N), rows_out);
     // Rows of images (Note [Image rows]): tiles of kTile rows, each column of a tile's piece of
     // one image stored as a run of that image's channel-j plane.
     constexpr int64_t kTile = 32;
-    const int64_t HW = M / images;
     constexpr int64_t kCols = 16;  // columns transposed at a time (Note [Transposed tiles])
-    parallel_for((M + kTile - 1) / kTile, grain_for(kTile * N), [&](int64_t t0, int64_t t1) {
+    const int64_t HW = images > 0 ? M / images : 0;
+    const auto block_to_images = [&](int64_t i0, int64_t m, int64_t j0, int64_t n) {
       float cols[kCols * kTile];
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t i0 = t * kTile, i1 = std::min(M, i0 + kTile);
-        for (int64_t i = i0; i < i1; ++i) epilogue(i);
-        for (int64_t i = i0; i < i1;) {
-          const int64_t n = i / HW, hw = i % HW, len = std::min(i1 - i, HW - hw);
-          for (int64_t j0 = 0; j0 < N; j0 += kCols) {
-            const int64_t w = std::min(kCols, N - j0);
-            transpose_tile(c + i * N + j0, N, cols, kTile, len, w);
-            for (int64_t j = 0; j < w; ++j) store(cols + j * kTile, out + (n * N + j0 + j) * HW + hw, len);
+      for (int64_t t0 = i0; t0 < i0 + m; t0 += kTile) {
+        const int64_t t1 = std::min(i0 + m, t0 + kTile);
+        for (int64_t i = t0; i < t1; ++i) epilogue(i, j0, n);
+        for (int64_t i = t0; i < t1;) {
+          const int64_t img = i / HW, hw = i % HW, len = std::min(t1 - i, HW - hw);
+          for (int64_t jc = j0; jc < j0 + n; jc += kCols) {
+            const int64_t w = std::min(kCols, j0 + n - jc);
+            transpose_tile(c + i * N + jc, N, cols, kTile, len, w);
+            for (int64_t j = 0; j < w; ++j) store(cols + j * kTile, out + (img * N + jc + j) * HW + hw, len);
           }
           i += len;
         }
       }
-    });
+    };
+    const GemmBlockDone done = images > 0 ? GemmBlockDone(block_to_images) : GemmBlockDone(block_out);
+    const bool reusing = reuse && !B.scales.s && M > 0 && N > 0 && K > 0 && !gemm_splits_k(M, N, K);
+    if (reusing) return gemm_reusing(*reuse, M, N, K, A, B, c, done);  // blocks done as summed
+    gemm(GemmArith::dot_bf16, M, N, K, A, B, false, c, N, done);
   });
 }
 

@@ -139,7 +139,7 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
       const Tensor dcols = dq ? scaled_matmul_nt(wq, *dq, Tensor(), DType::f32).t()
                               : scaled_matmul_nt(ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "dgrad", dym, per_op),
                                                  wq, Tensor(), DType::f32);
-      g[0] = {col2im(dcols, xs, geo.kernel, stride, padding, dilation, padding_end).to(dy.g.dtype()), dy.scale};
+      g[0] = {col2im(dcols, xs, geo.kernel, stride, padding, dilation, padding_end, dy.g.dtype()), dy.scale};
     }
     if (needs[1])  // wgrad: dW = dY^T cols (OC, C*KK) = (OC, P) (C*KK, P)^T
       g[1] = param_grad(OpId::conv2d, 1, dy, [&](DType t) {
@@ -178,9 +178,10 @@ Variable conv_transpose2d_fp8(Fp8Context& fp8, const Variable& x, const Variable
   const Tensor ycols =
       scaled_matmul_nt(xq, fp8.quantize(site, OpId::conv_transpose2d, Fp8Role::weight, "fprop", wm.transpose(0, 1)),
                        Tensor(), DType::f32);
-  Tensor y32 = col2im(ycols, ys, geo.kernel, stride, padding, dilation);
-  if (b.defined()) y32 = add(y32, b.data().to(DType::f32).view({1, ws[1], 1, 1}));
-  Tensor y = y32.to(x.dtype());
+  // (without a bias, x's dtype at once: the same bits as rounding the f32 sums after)
+  Tensor y =
+      col2im(ycols, ys, geo.kernel, stride, padding, dilation, std::nullopt, b.defined() ? DType::f32 : x.dtype());
+  if (b.defined()) y = add(y, b.data().to(DType::f32).view({1, ws[1], 1, 1})).to(x.dtype());
   const bool same_x = one_operand(fp8, Fp8Role::input, false, nullptr, xs);
   const std::optional<Quantized> sq = w.requires_grad() && same_x ? std::optional(xq) : std::nullopt;
   const Tensor sx = w.requires_grad() && !same_x ? x.data() : Tensor();

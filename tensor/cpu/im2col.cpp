@@ -51,11 +51,15 @@ T* copy_window(T* d, const T* src, int64_t C, int64_t KH, int64_t step_c, int64_
   return d;
 }
 
+// parallel_for as im2col_rows' `run`.
+constexpr auto run_parallel = [](int64_t count, int64_t grain, auto&& body) { parallel_for(count, grain, body); };
+
 // cols[p, :] for the pixels p of [p_begin, p_end). Plain loops, no library calls: a row's pieces
 // are KW values long (one for a 1x1 kernel), and a memset or memmove call for each made the 1x1
-// columns cost 4 ns a value.
-template <class T>
-void im2col_rows(const Strided& xt, const ColumnGeometry& g, T* cols) {
+// columns cost 4 ns a value. run(count, grain, body) runs body over the pixels [0, count) on the
+// threads (parallel_for, or im2col_padded's second pass).
+template <class T, class Run>
+void im2col_rows(const Strided& xt, const ColumnGeometry& g, T* cols, Run&& run) {
   const T* x = static_cast<const T*>(xt.raw_data());
   const Shape& xs = xt.strides();
   const int64_t N = xt.size(0), C = xt.size(1), H = xt.size(2), W = xt.size(3);
@@ -68,7 +72,7 @@ void im2col_rows(const Strided& xt, const ColumnGeometry& g, T* cols) {
     inside(oh * g.stride.h - g.padding.h, g.dilation.h, H, KH, rows[size_t(2 * oh)], rows[size_t(2 * oh + 1)]);
   for (int64_t ow = 0; ow < OW; ++ow)
     inside(ow * g.stride.w - g.padding.w, g.dilation.w, W, KW, cols_in[size_t(2 * ow)], cols_in[size_t(2 * ow + 1)]);
-  parallel_for(N * OH * OW, grain_for(K), [&](int64_t p_begin, int64_t p_end) {
+  run(N * OH * OW, grain_for(K), [&](int64_t p_begin, int64_t p_end) {
     int64_t n = p_begin / (OH * OW), oh = p_begin / OW % OH, ow = p_begin % OW;
     for (int64_t p = p_begin; p < p_end; ++p) {
       const int64_t ih0 = oh * g.stride.h - g.padding.h, iw0 = ow * g.stride.w - g.padding.w;
@@ -175,26 +179,30 @@ void im2col_padded(const Strided& xt, const ColumnGeometry& g, T* cols) {
   const int64_t Hp = std::max(ph + H, (g.out.h - 1) * g.stride.h + (g.kernel.h - 1) * g.dilation.h + 1);
   const int64_t Wp = std::max(pw + W, (g.out.w - 1) * g.stride.w + (g.kernel.w - 1) * g.dilation.w + 1);
   std::vector<T> padded(size_t(N * C * Hp * Wp));  // zeros
-  parallel_for(N * C, grain_for(Hp * Wp), [&](int64_t q0, int64_t q1) {
+  const auto pad = [&](int64_t q0, int64_t q1) {
     for (int64_t q = q0; q < q1; ++q) {
       const T* src = x + (q / C * xs[0] + q % C * xs[1]);
       T* d = padded.data() + q * Hp * Wp + ph * Wp + pw;
       for (int64_t h = 0; h < H; ++h)
         for (int64_t w = 0; w < W; ++w) d[h * Wp + w] = src[h * xs[2] + w * xs[3]];
     }
-  });
+  };
   ColumnGeometry inner = g;
   inner.padding = {0, 0};
+  // the images padded, then (in the same parallel region) the columns read from them
   im2col_rows<T>(Strided(padded.data(), xt.dtype(), {N, C, Hp, Wp}, {C * Hp * Wp, Hp * Wp, Wp, 1}, xt.device()), inner,
-                 cols);
+                 cols, [&](int64_t count, int64_t grain, auto&& columns) {
+                   parallel_then(N * C, grain_for(Hp * Wp), pad, count, grain, columns);
+                 });
 }
 
-template <class T>
+// X: x's type, T's or (fp32 columns) a 16-bit type: each sum rounded once to it.
+template <class T, class X = T>
 void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt) {
   using Acc = compute_t<T>;
   const T* cols = static_cast<const T*>(ct.raw_data());
   const Shape& cs = ct.strides();
-  T* x = static_cast<T*>(xt.raw_data());
+  X* x = static_cast<X*>(xt.raw_data());
   const int64_t N = xt.size(0), C = xt.size(1), H = xt.size(2), W = xt.size(3), HW = H * W;
   const int64_t KH = g.kernel.h, KW = g.kernel.w, OH = g.out.h, OW = g.out.w, KK = KH * KW, L = OH * OW;
   const int64_t sh = g.stride.h, sw = g.stride.w;
@@ -269,9 +277,10 @@ void im2col(const Strided& x, const ColumnGeometry& g, const Strided& cols) {
   if (is_8bit(cols.dtype())) {
     auto* out = static_cast<char8_t*>(cols.raw_data());
     if (g.padding.h > 0 || g.padding.w > 0) return im2col_padded<char8_t>(x, g, out);
-    return im2col_rows<char8_t>(x, g, out);
+    return im2col_rows<char8_t>(x, g, out, run_parallel);
   }
-  dispatch_floating(cols.dtype(), "im2col", [&]<class T>() { im2col_rows<T>(x, g, static_cast<T*>(cols.raw_data())); });
+  dispatch_floating(cols.dtype(), "im2col",
+                    [&]<class T>() { im2col_rows<T>(x, g, static_cast<T*>(cols.raw_data()), run_parallel); });
 }
 
 void im2col_channel_major(const Strided& x, const ColumnGeometry& g, const Strided& cols_t) {
@@ -285,6 +294,10 @@ void im2col_channel_major(const Strided& x, const ColumnGeometry& g, const Strid
 void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x) {
   MT_ASSERT(x.is_contiguous() && x.dim() == 4 && cols.dim() == 2);
   if (x.numel() == 0) return;
+  if (cols.dtype() == DType::f32 && x.dtype() != DType::f32)
+    return dispatch_floating(x.dtype(), "col2im", [&]<class X>() {
+      if constexpr (std::is_same_v<compute_t<X>, float>) col2im_planes<float, X>(cols, g, x);
+    });
   dispatch_floating(x.dtype(), "col2im", [&]<class T>() { col2im_planes<T>(cols, g, x); });
 }
 

@@ -28,7 +28,7 @@ void im2col(const Strided& x, const ColumnGeometry& g, const Strided& cols);
 // values: an 8-bit convolution reads its columns in this layout as a transposed view
 // (autograd/functions/conv.cpp).
 void im2col_channel_major(const Strided& x, const ColumnGeometry& g, const Strided& cols_t);
-// x [N, C, H, W] (contiguous, cols' dtype): each element the sum of the entries of cols that im2col
+// x [N, C, H, W] (contiguous, cols' dtype, or f16 / bf16 for f32 cols): each element the sum of the entries of cols that im2col
 // reads it into, in fp32 (f64 for f64), in (kh, kw) order, rounded once.
 void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x);
 

@@ -64,6 +64,27 @@ void parallel_two_passes(int64_t n, int64_t grain, F1&& first, B&& between, F2&&
   }
 }
 
+// Two loops in one parallel region: first(begin, end) over [0, n1), a barrier, then
+// second(begin, end) over [0, n2) (a pass that reads what the first wrote, anywhere), each split
+// into contiguous pieces as parallel_for splits it. One fork instead of two.
+template <class F1, class F2>
+void parallel_then(int64_t n1, int64_t grain1, F1&& first, int64_t n2, int64_t grain2, F2&& second) {
+  const auto pieces = [](int64_t n, int64_t grain) { return std::max<int64_t>(1, n / std::max<int64_t>(1, grain)); };
+  const int threads = int(std::min<int64_t>(omp_get_max_threads(), std::max(pieces(n1, grain1), pieces(n2, grain2))));
+  if (threads <= 1 || omp_in_parallel()) {
+    if (n1 > 0) first(int64_t(0), n1);
+    if (n2 > 0) second(int64_t(0), n2);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    if (n1 * t / nt < n1 * (t + 1) / nt) first(n1 * t / nt, n1 * (t + 1) / nt);
+#pragma omp barrier
+    if (n2 * t / nt < n2 * (t + 1) / nt) second(n2 * t / nt, n2 * (t + 1) / nt);
+  }
+}
+
 // Waiting threads: GNU OpenMP spins for a while at the end of each parallel region before it
 // sleeps, which is the fastest choice on a quiet machine and the slowest on a busy one (a spinning
 // thread takes the core from the one it waits for). The tests run two processes at a time on two

@@ -349,7 +349,7 @@ bool im2col_reads_every_pixel(const Shape& x_shape, Size2 kernel, Size2 stride, 
 }
 
 Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stride, Size2 padding, Size2 dilation,
-              std::optional<Size2> padding_end) {
+              std::optional<Size2> padding_end, std::optional<DType> out_dtype) {
   const char* op = "col2im";
   ops::check_same(op, {&cols});
   ops::check_floating(op, cols);
@@ -364,10 +364,13 @@ Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stri
   MT_CHECK(cols.shape() == want, op, ": columns ", cols.meta(), " do not match the input ", shape_str(x_shape),
            " and the geometry: expected ", shape_str(want), " = [N*OH*OW, C*KH*KW] with OH, OW ", size2_str(g.out),
            ctx);
+  const DType xt = out_dtype.value_or(cols.dtype());
+  MT_CHECK(xt == cols.dtype() || (cols.dtype() == DType::f32 && is_16bit(xt)), op, ": out_dtype ", dtype_name(xt),
+           " must be the columns' dtype, or f16 / bf16 for f32 columns ", cols.meta());
   return on_device(
       cols.device(),
       [&] {
-    Tensor x = empty(x_shape, cols.dtype(), cols.device());
+    Tensor x = empty(x_shape, xt, cols.device());
     cpu::col2im(cols, g, x);
     return x;
       },
@@ -375,7 +378,7 @@ Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stri
     Tensor x = empty(x_shape, cols.dtype(), cols.device());
     cuda::col2im(cols, kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, g.out.h,
                  g.out.w, x);
-    return x;
+    return xt == cols.dtype() ? x : x.to(xt);  // elsewhere: rounded by a cast
   });
 }
 

@@ -83,8 +83,11 @@ bool im2col_reads_every_pixel(const Shape& x_shape, Size2 kernel, Size2 stride =
 // [N*OH*OW, C*KH*KW] that im2col reads it into. The sum runs in fp32 (f64 for f64) from 0 over the
 // element's taps (kh, kw) ascending (one entry at most per tap), the same order whatever the
 // thread count, and is rounded once to cols' dtype: conv2d_backward_input's order, so
-// col2im(dy_mat W) equals it when the GEMMs agree. cols any strides; x contiguous.
+// col2im(dy_mat W) equals it when the GEMMs agree. cols any strides; x contiguous. out_dtype (f16
+// or bf16, for f32 cols): x rounded once to it instead, the bits of col2im(...).to(out_dtype)
+// without the f32 images.
 Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stride = 1, Size2 padding = 0,
-              Size2 dilation = 1, std::optional<Size2> padding_end = std::nullopt);
+              Size2 dilation = 1, std::optional<Size2> padding_end = std::nullopt,
+              std::optional<DType> out_dtype = std::nullopt);
 
 }  // namespace mixtape

@@ -210,6 +210,12 @@ TEST_CASE("col2im sums in the documented order and rounds once", "[im2col]") {
     CHECK(x32.to_vector() == naive_col2im<float>(c32, g));
     // channel-major columns (Note [Channel-major columns]), read where they lie: the same bits
     CHECK(col2im(c32.t().contiguous().t(), g.x, g.k, g.s, g.p, g.d, g.pe).to_vector() == x32.to_vector());
+    // rounded once to a 16-bit out_dtype: the f32 sums' rounding
+    for (DType out : {DType::f16, DType::bf16}) {
+      const Tensor x16 = col2im(c32, g.x, g.k, g.s, g.p, g.d, g.pe, out);
+      CHECK(x16.dtype() == out);
+      CHECK(x16.to_vector() == x32.to(out).to_vector());
+    }
     const Tensor c64 = rand_input({g.P(), g.K()}, DType::f64, 42);
     CHECK(col2im(c64, g.x, g.k, g.s, g.p, g.d, g.pe).to_vector() == naive_col2im<double>(c64, g));
     for (DType dt : {DType::f16, DType::bf16}) {
@@ -243,16 +249,20 @@ TEST_CASE("col2im of dy W is conv2d's input gradient", "[im2col]") {
 TEST_CASE("im2col and col2im give the same bits with 1 and 2 threads", "[im2col][threads]") {
   // 32 planes of 24 x 24 with a 3 x 3 kernel: col2im splits the planes, im2col the 2,304 rows.
   const Geo g{{4, 8, 24, 24}, 3, 1, 1, 1, std::nullopt, "threads"};
-  for (DType dt : {DType::f32, DType::bf16}) {
+  // 8-bit codes: padded images first, in the same region (Note [Padded codes]); and channel-major.
+  for (DType dt : {DType::f32, DType::bf16, DType::e4m3}) {
     INFO(dtype_name(dt));
-    const Tensor x = input(g.x, dt, 61, 1), c = rand_input({g.P(), g.K()}, dt, 62);
-    std::vector<std::vector<double>> cols, imgs;
+    const Tensor x = input(g.x, dt, 61, 1), c = rand_input({g.P(), g.K()}, is_8bit(dt) ? DType::f32 : dt, 62);
+    std::vector<std::vector<double>> cols, by_channel, imgs;
     for (int threads : {1, 2}) {
       ThreadsScope scope(threads);
       cols.push_back(im2col(x, g.k, g.s, g.p, g.d).to_vector());
+      by_channel.push_back(im2col(x, g.k, g.s, g.p, g.d, std::nullopt, ColumnLayout::channel_major).to_vector());
       imgs.push_back(col2im(c, g.x, g.k, g.s, g.p, g.d).to_vector());
     }
     CHECK(cols[0] == cols[1]);
+    CHECK(by_channel[0] == by_channel[1]);
+    CHECK(by_channel[0] == cols[0]);
     CHECK(imgs[0] == imgs[1]);
   }
 }
@@ -298,6 +308,8 @@ TEST_CASE("im2col and col2im reject bad arguments with clear messages", "[im2col
   REQUIRE_THROWS_WITH(col2im(cols, {1, 3, 6, 5}, 3), Contains("col2im") && Contains("[9, 27]") &&
                                                          Contains("[1, 3, 6, 5]") && Contains("expected [12, 27]"));
   REQUIRE_THROWS_WITH(col2im(cols, {1, 2, 5, 5}, 3), Contains("col2im") && Contains("expected [9, 18]"));
+  REQUIRE_THROWS_WITH(col2im(cols.to(DType::bf16), {1, 3, 5, 5}, 3, 1, 0, 1, std::nullopt, DType::f32),
+                      Contains("col2im") && Contains("out_dtype f32"));
   REQUIRE_THROWS_WITH(col2im(cols, {1, 3, 5, 5}, 3, 2),
                       Contains("col2im") && Contains("expected [4, 27]") && Contains("stride [2, 2]"));
   REQUIRE_THROWS_WITH(col2im(from_vector(std::vector<int64_t>(243, 1), {9, 27}), {1, 3, 5, 5}, 3),

@@ -39,6 +39,13 @@ namespace {
 // The operand's telemetry counts the tensor's elements, each once (the column matrix repeats
 // interior pixels KH*KW times and adds the padding's zeros). The other recipes' blocks lie along
 // a GEMM's K, so they quantize each rearranged operand.
+// The codes are laid out for the copies that make them: where the runs of a channel-major column
+// matrix (OW values one apart: stride 1, OW > KW, the cnn) are longer than a pixel-major row's
+// pieces (KW values), the columns are channel-major (Note [Channel-major columns] in
+// tensor/cpu/im2col.h), dY's codes are moved as whole channel planes, and dgrad forms dcols^T so
+// that col2im reads it where it lies; elsewhere (the dcgan's stride-2 convolutions) pixel-major,
+// from zero-bordered images when there is padding (Note [Padded codes] in tensor/cpu/im2col.cpp).
+// Only the layout changes: each product sums the same values in the same order.
 
 // The conv's geometry, for its column matrices.
 struct Columns {

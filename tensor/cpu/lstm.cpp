@@ -468,8 +468,10 @@ void lstm_layer_forward_fp8(const Strided& proj, int64_t time_dim, const Strided
           RowCounts& n = counts[size_t(t * nt + tid)];
           for (int64_t r = 0; r < m; ++r) quantize_row(q, h_rows + r * H, H, s, codes.data() + r * H, n);
           gemm_on_thread(m, GemmOperand{q.format, codes.data(), H, 1}, wt, false, lin.data(), G);
-          for (int64_t i = 0; i < m * G; ++i)
-            lin[size_t(i)] = scaled_sum(lin[size_t(i)], fa, w_inv, bias[size_t(i % G)]);
+          for (int64_t r = 0; r < m; ++r) {  // (row by row: no division an element)
+            C* row = lin.data() + r * G;
+            for (int64_t j = 0; j < G; ++j) row[j] = scaled_sum(row[j], fa, w_inv, bias[size_t(j)]);
+          }
           rows.finish(t, b0, m, lin.data());
         }
       });

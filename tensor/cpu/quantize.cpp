@@ -451,7 +451,8 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
     constexpr int64_t kCols = 16;  // columns transposed at a time (Note [Transposed tiles])
     const int64_t HW = images > 0 ? M / images : 0;
     const auto block_to_images = [&](int64_t i0, int64_t m, int64_t j0, int64_t n) {
-      float cols[kCols * kTile];
+      float cols[kCols * kTile];  // w columns of len rows, one after another
+      T rounded[kCols * kTile];   // the same, rounded (one conversion call a piece)
       for (int64_t t0 = i0; t0 < i0 + m; t0 += kTile) {
         const int64_t t1 = std::min(i0 + m, t0 + kTile);
         for (int64_t i = t0; i < t1; ++i) epilogue(i, j0, n);
@@ -459,8 +460,10 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
           const int64_t img = i / HW, hw = i % HW, len = std::min(t1 - i, HW - hw);
           for (int64_t jc = j0; jc < j0 + n; jc += kCols) {
             const int64_t w = std::min(kCols, j0 + n - jc);
-            transpose_tile(c + i * N + jc, N, cols, kTile, len, w);
-            for (int64_t j = 0; j < w; ++j) store(cols + j * kTile, out + (img * N + jc + j) * HW + hw, len);
+            transpose_tile(c + i * N + jc, N, cols, len, len, w);
+            store(cols, rounded, w * len);
+            for (int64_t j = 0; j < w; ++j)
+              std::copy(rounded + j * len, rounded + (j + 1) * len, out + (img * N + jc + j) * HW + hw);
           }
           i += len;
         }

@@ -1,11 +1,16 @@
 // 16-bit scalars (tensor/core/half.h) against references written independently of it:
-//   fp16: the F16C instruction (_cvtss_sh / _cvtsh_ss) and libgcc's soft-float _Float16
-//         conversion,
+//   fp16: the hardware's conversion (F16C's _cvtss_sh / _cvtsh_ss on x86-64, FCVT on aarch64)
+//         and GCC's _Float16 conversion (libgcc's soft-float on x86-64),
 //   bf16: a rounder that compares the distances to the two neighbours in double.
 // Plus stochastic rounding (Note [Stochastic rounding] in half.h), through the scalar functions
 // and through Tensor::to(dtype, Rounding::stochastic, &gen).
 #include "support/catch.h"
+#if defined(__x86_64__)
 #include <immintrin.h>
+#else
+#include <cfenv>
+#include <cstring>
+#endif
 
 #include <bit>
 #include <cfloat>
@@ -31,10 +36,16 @@ using bits16::float_to_half_rn;
 using bits16::half_to_float;
 
 // ---- libgcc's _Float16 conversions: the second fp16 reference --------------------------------
-// Where the compiler has _Float16 (GCC 12; clang on x86 only from 15, so not the clang 14 of the
-// asan preset). Without it the references are nullopt and the comparisons are skipped, with a
-// WARN in each test case that uses them; the default (GCC) build always runs them.
-#if defined(__FLT16_MANT_DIG__)
+// Where the compiler has _Float16 on x86-64 (GCC 12; clang only from 15, so not the clang 14 of
+// the asan preset; GCC 12 for aarch64 has it in C, not C++, and no libgcc conversion to call).
+// Without it the references are nullopt and the comparisons are skipped, with a WARN in each test
+// case that uses them; the default (GCC, x86-64) build always runs them.
+#if defined(__FLT16_MANT_DIG__) && defined(__x86_64__)
+#define MT_TEST_LIBGCC_F16 1
+#else
+#define MT_TEST_LIBGCC_F16 0
+#endif
+#if MT_TEST_LIBGCC_F16
 // libgcc's software float -> _Float16 conversion. Called by name: with -mf16c, GCC compiles a
 // plain _Float16 cast to the same F16C instruction as the first reference.
 extern "C" _Float16 __truncsfhf2(float);
@@ -42,7 +53,7 @@ extern "C" _Float16 __truncsfhf2(float);
 
 namespace {
 
-#if defined(__FLT16_MANT_DIG__)
+#if MT_TEST_LIBGCC_F16
 constexpr bool kHaveLibgccF16 = true;
 std::optional<uint16_t> gcc_f16(float x) { return std::bit_cast<uint16_t>(__truncsfhf2(x)); }
 // GCC converts double and int64 to _Float16 directly (libgcc __truncdfhf2; int64 exactly through
@@ -66,9 +77,35 @@ void warn_without_libgcc_f16() {
 
 // ---- references ------------------------------------------------------------------------------
 
+// The hardware's conversion (the names say F16C, x86-64's; aarch64 converts with FCVT).
+#if defined(__x86_64__)
 uint16_t f16c_rn(float x) { return uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
 uint16_t f16c_rz(float x) { return uint16_t(_cvtss_sh(x, _MM_FROUND_TO_ZERO)); }
 float f16c_decode(uint16_t h) { return _cvtsh_ss(h); }
+#elif defined(__aarch64__)
+uint16_t fcvt_half(float x) {  // in the FPCR's rounding mode
+  const volatile float v = x;
+  const __fp16 h = v;
+  uint16_t bits;
+  std::memcpy(&bits, &h, sizeof bits);
+  return bits;
+}
+uint16_t f16c_rn(float x) { return fcvt_half(x); }
+uint16_t f16c_rz(float x) {
+  const int mode = std::fegetround();
+  std::fesetround(FE_TOWARDZERO);
+  const volatile uint16_t bits = fcvt_half(x);  // (stored before the mode is restored)
+  std::fesetround(mode);
+  return bits;
+}
+float f16c_decode(uint16_t bits) {
+  __fp16 h;
+  std::memcpy(&h, &bits, sizeof h);
+  return float(h);
+}
+#else
+#error "test_half.cpp: a hardware fp16 conversion for this CPU is missing (x86-64 F16C, aarch64 FCVT)"
+#endif
 
 // 2^k as a double, exactly (k in the normal double range).
 double pow2(int k) { return std::bit_cast<double>(uint64_t(k + 1023) << 52); }

@@ -82,22 +82,26 @@ void block8_floats(const float* src, int64_t ss, float* dst, int64_t ds) {
   }
 }
 
-void blocks8_floats(const float* src, int64_t ss, float* dst, int64_t ds, int64_t r0, int64_t c0) {
-  for (int64_t r = 0; r < r0; r += 8)
-    for (int64_t c = 0; c < c0; c += 8) block8_floats(src + r * ss + c, ss, dst + c * ds + r, ds);
-}
 MT_TARGET_END
 #endif
+
+// The tile's whole kB x kB blocks, each by block(src, ss, dst, ds): sets r0, c0 to the rows and
+// columns they cover.
+template <int kB, class T, class Block>
+void whole_blocks(const T* src, int64_t ss, T* dst, int64_t ds, int64_t rows, int64_t cols, Block block, int64_t& r0,
+                  int64_t& c0) {
+  r0 = rows / kB * kB;
+  c0 = cols / kB * kB;
+  for (int64_t r = 0; r < r0; r += kB)
+    for (int64_t c = 0; c < c0; c += kB) block(src + r * ss + c, ss, dst + c * ds + r, ds);
+}
 
 }  // namespace
 
 void transpose_tile(const uint8_t* src, int64_t ss, uint8_t* dst, int64_t ds, int64_t rows, int64_t cols) {
   int64_t r0 = 0, c0 = 0;
 #if defined(__x86_64__)
-  r0 = rows / 16 * 16;
-  c0 = cols / 16 * 16;
-  for (int64_t r = 0; r < r0; r += 16)
-    for (int64_t c = 0; c < c0; c += 16) block16_bytes(src + r * ss + c, ss, dst + c * ds + r, ds);
+  whole_blocks<16>(src, ss, dst, ds, rows, cols, block16_bytes, r0, c0);
 #endif
   transpose_edges(src, ss, dst, ds, rows, cols, r0, c0);
 }
@@ -105,16 +109,8 @@ void transpose_tile(const uint8_t* src, int64_t ss, uint8_t* dst, int64_t ds, in
 void transpose_tile(const float* src, int64_t ss, float* dst, int64_t ds, int64_t rows, int64_t cols) {
   int64_t r0 = 0, c0 = 0;
 #if defined(__x86_64__)
-  if (avx512_path_active()) {
-    r0 = rows / 8 * 8;
-    c0 = cols / 8 * 8;
-    blocks8_floats(src, ss, dst, ds, r0, c0);
-  } else {
-    r0 = rows / 4 * 4;
-    c0 = cols / 4 * 4;
-    for (int64_t r = 0; r < r0; r += 4)
-      for (int64_t c = 0; c < c0; c += 4) block4_floats(src + r * ss + c, ss, dst + c * ds + r, ds);
-  }
+  if (avx512_path_active()) whole_blocks<8>(src, ss, dst, ds, rows, cols, block8_floats, r0, c0);
+  else whole_blocks<4>(src, ss, dst, ds, rows, cols, block4_floats, r0, c0);
 #endif
   transpose_edges(src, ss, dst, ds, rows, cols, r0, c0);
 }

@@ -24,6 +24,7 @@
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/transpose.h"
+#include "tensor/cpu/workspace.h"
 
 namespace mixtape::cpu {
 
@@ -178,22 +179,23 @@ void im2col_padded(const Strided& xt, const ColumnGeometry& g, T* cols) {
   // rows and columns of a padded image: the padding before, the image, and what the last window reads
   const int64_t Hp = std::max(ph + H, (g.out.h - 1) * g.stride.h + (g.kernel.h - 1) * g.dilation.h + 1);
   const int64_t Wp = std::max(pw + W, (g.out.w - 1) * g.stride.w + (g.kernel.w - 1) * g.dilation.w + 1);
-  std::vector<T> padded(size_t(N * C * Hp * Wp));  // zeros
+  T* const padded = workspace<T>(Workspace::padded_images, N * C * Hp * Wp);  // (Note [Workspaces])
   const auto pad = [&](int64_t q0, int64_t q1) {
     for (int64_t q = q0; q < q1; ++q) {
       const T* src = x + (q / C * xs[0] + q % C * xs[1]);
-      T* d = padded.data() + q * Hp * Wp + ph * Wp + pw;
+      T* plane = padded + q * Hp * Wp;
+      std::fill(plane, plane + Hp * Wp, T{});
       for (int64_t h = 0; h < H; ++h)
-        for (int64_t w = 0; w < W; ++w) d[h * Wp + w] = src[h * xs[2] + w * xs[3]];
+        for (int64_t w = 0; w < W; ++w) plane[(ph + h) * Wp + pw + w] = src[h * xs[2] + w * xs[3]];
     }
   };
   ColumnGeometry inner = g;
   inner.padding = {0, 0};
   // the images padded, then (in the same parallel region) the columns read from them
-  im2col_rows<T>(Strided(padded.data(), xt.dtype(), {N, C, Hp, Wp}, {C * Hp * Wp, Hp * Wp, Wp, 1}, xt.device()), inner,
-                 cols, [&](int64_t count, int64_t grain, auto&& columns) {
-                   parallel_then(N * C, grain_for(Hp * Wp), pad, count, grain, columns);
-                 });
+  im2col_rows<T>(Strided(padded, xt.dtype(), {N, C, Hp, Wp}, {C * Hp * Wp, Hp * Wp, Wp, 1}, xt.device()), inner, cols,
+                 [&](int64_t count, int64_t grain, auto&& columns) {
+    parallel_then(N * C, grain_for(Hp * Wp), pad, count, grain, columns);
+  });
 }
 
 // X: x's type, T's or (fp32 columns) a 16-bit type: each sum rounded once to it.
@@ -212,23 +214,25 @@ void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt
   // reads of a small plane (the dcgan's 8 x 8) waiting on a cache miss a row.
   constexpr int64_t kGatherValues = int64_t(1) << 16;
   const int64_t group = std::max<int64_t>(1, kGatherValues / std::max<int64_t>(KK * L, 1));
+  // Channel-major fp32 columns (cs[0] == 1: Note [Channel-major columns] in im2col.h) are the
+  // planes' tap rows already, each cs[1] values after the last: read where they lie.
+  const bool in_place = std::is_same_v<T, float> && cs[0] == 1;
   parallel_for(N * C, grain_for(KK * L), [&](int64_t q_begin, int64_t q_end) {
-    std::vector<Acc> taps(static_cast<size_t>(std::min(group, q_end - q_begin) * KK * L)), img(static_cast<size_t>(HW));
+    std::vector<Acc> taps(in_place ? 0 : static_cast<size_t>(std::min(group, q_end - q_begin) * KK * L)),
+        img(static_cast<size_t>(HW));
     for (int64_t q0 = q_begin; q0 < q_end;) {
       const int64_t n = q0 / C, c0 = q0 % C, planes = std::min({group, C - c0, q_end - q0}), E = planes * KK;
-      // taps[e, l] = cols[n L + l, c0 KK + e]: the planes' columns as rows of L, eight rows of
-      // cols at a time (each read along its row, each tap row written eight values at a time)
       const T* src = cols + n * L * cs[0] + c0 * KK * cs[1];
-      // Channel-major fp32 columns (cs[0] == 1: Note [Channel-major columns] in im2col.h) are
-      // those rows already, each cs[1] values after the last: read where they lie.
-      const Acc* rows = taps.data();
+      const Acc* rows = taps.data();  // the planes' tap rows, ld values apart
       int64_t ld = L;
       if constexpr (std::is_same_v<T, float>)
-        if (cs[0] == 1) {
+        if (in_place) {
           rows = src;
           ld = cs[1];
         }
-      for (int64_t l0 = 0; l0 < L && rows == taps.data(); l0 += 8) {
+      // Else taps[e, l] = cols[n L + l, c0 KK + e]: the planes' columns as rows of L, eight rows of
+      // cols at a time (each read along its row, each tap row written eight values at a time).
+      for (int64_t l0 = 0; l0 < L && !in_place; l0 += 8) {
         const int64_t l1 = std::min(L, l0 + 8);
         if constexpr (std::is_same_v<T, float>)
           if (cs[1] == 1) {  // Note [Transposed tiles]

@@ -21,6 +21,7 @@ enum class Workspace : int {
   conv_rows,      // conv: the GEMM's output, or the gathered output gradient
   conv_images,    // conv: images in the compute type (col2im's sums)
   conv_input,     // conv: f16 images widened to f32 for im2col
+  padded_images,  // im2col: 8-bit codes with their padding around them (Note [Padded codes])
   matmul_output,  // matmul: a 16-bit GEMM's f32 output before it is rounded
   gemm_partials,  // gemm_blocked: the partial sums of split-K blocks
   norm_values,    // batch norm: a 16-bit channel's x in the compute type (Note [Batch norm copies])

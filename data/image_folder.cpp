@@ -55,8 +55,11 @@ std::vector<fs::path> list_images(const std::string& dir, bool recursive) {
 // or the JPEG signature are handed to it.
 // Debian 12's libstb (stb_image 2.27) also trusts a JPEG's Huffman table sizes: a DHT segment
 // whose 16 code-length counts add up to more than 256 makes it write past the table's arrays
-// (nothings/stb issue 1289, fixed upstream after 2.27; found here by fuzz/image.cpp). So the
-// segments of a JPEG are walked the way stb_image reads them and such a table is refused first.
+// (nothings/stb issue 1289, fixed upstream after 2.27; found here by fuzz/image.cpp). Nor does it
+// check that a scan's Huffman tables were defined: a scan that names a table no DHT segment before
+// it defined decodes with the uninitialized memory of that table, and indexed its symbols at
+// -437,983,680 (also found by fuzz/image.cpp). So the segments of a JPEG are walked the way
+// stb_image reads them, and both are refused first.
 // The walk only reads: where stb_image would stop at a malformed segment, the walk goes on, so it
 // can refuse a file stb_image would also have refused, never pass a table stb_image would build.
 
@@ -108,14 +111,43 @@ class JpegBytes {
 std::string jpeg_huffman_error(const std::vector<unsigned char>& bytes) {
   JpegBytes in(bytes);
   if (in.marker() != 0xD8) return "";  // no SOI: stb_image refuses it
+  bool defined[2][4] = {};             // [DC, AC][table id]: built by a DHT segment so far
+  bool progressive = false;            // the frame is SOF2
   while (!in.done()) {
     const size_t start = in.at();
     const int m = in.marker();
     if (m == 0xD9 || m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) return "";  // EOI, or stb_image stops
     const int length = in.be16();
-    if (m != 0xC4) {  // every other segment: its length, then for a scan the entropy-coded data
+    if (m == 0xDA) {  // SOS, as stbi__process_scan_header reads it, then the entropy-coded data
+      const int n = in.byte();
+      if (n < 1 || n > 4 || length != 6 + 2 * n) return "";  // stb_image refuses the scan
+      int tables[4][2];
+      for (int i = 0; i < n; ++i) {
+        in.byte();  // the component
+        const int q = in.byte();
+        tables[i][0] = q >> 4;
+        tables[i][1] = q & 15;
+        if (tables[i][0] > 3 || tables[i][1] > 3) return "";  // stb_image refuses the scan
+      }
+      const int spectral_start = in.byte();
+      in.byte();  // the spectral end
+      const int successive_high = in.byte() >> 4;
+      // Which tables the scan decodes with (stbi__parse_entropy_coded_data): a baseline scan both;
+      // a progressive scan its DC tables when it starts at coefficient 0 (the first DC pass only),
+      // its AC tables otherwise.
+      const bool dc = !progressive || (spectral_start == 0 && successive_high == 0);
+      const bool ac = !progressive || spectral_start != 0;
+      for (int i = 0; i < n; ++i)
+        for (int k = 0; k < 2; ++k)
+          if ((k == 0 ? dc : ac) && !defined[k][tables[i][k]])
+            return detail::cat("corrupt JPEG: the scan at byte ", start, " decodes with the ", k == 0 ? "DC" : "AC",
+                               " Huffman table ", tables[i][k], ", which no DHT segment before it defines");
+      in.skip_entropy_coded_data();
+      continue;
+    }
+    if (m != 0xC4) {  // every other segment: its length
+      if (m >= 0xC0 && m <= 0xC2) progressive = m == 0xC2;
       in.skip(length - 2);
-      if (m == 0xDA) in.skip_entropy_coded_data();
       continue;
     }
     // DHT, as stbi__process_marker reads it: tables while the declared length lasts.
@@ -129,6 +161,7 @@ std::string jpeg_huffman_error(const std::vector<unsigned char>& bytes) {
                            " codes, more than the 256 a table can hold");
       in.skip(codes);
       left -= 17 + codes;
+      defined[q >> 4][q & 15] = true;
     }
   }
   return "";

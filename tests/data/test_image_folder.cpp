@@ -154,8 +154,8 @@ TEST_CASE("load_image_folder reports corrupt files by name, or skips them", "[da
 
 TEST_CASE("load_image_folder hands only PNG and JPEG bytes to stb_image", "[data]") {
   // Note [Bytes that reach stb_image]: stb_image would decode a BMP named .png, and a JPEG whose
-  // Huffman table declares more than 256 codes made Debian's stb_image write past the table
-  // (fuzz/regressions/image/).
+  // Huffman table declares more than 256 codes made Debian's stb_image write past the table, one
+  // whose scan names an undefined table made it read uninitialized memory (fuzz/regressions/image/).
   TempDir dir;
   const std::vector<unsigned char> px(8 * 8 * 3, 128);
   ImageFolderOptions opt;
@@ -179,6 +179,27 @@ TEST_CASE("load_image_folder hands only PNG and JPEG bytes to stb_image", "[data
   std::ofstream(dir.path / "photo.jpg", std::ios::binary | std::ios::trunc) << jpg;
   CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
              Contains("photo.jpg") && Contains("Huffman table") && Contains("more than the 256"));
+
+  // A scan that decodes with a Huffman table no DHT segment defined made Debian's stb_image read
+  // the table's uninitialized memory (fuzz/regressions/image/). The SOS segment: FF DA, its
+  // 2-byte length, the component count, then per component its id and its DC and AC table ids.
+  REQUIRE(stbi_write_jpg((dir.path / "photo.jpg").c_str(), 8, 8, 3, px.data(), 90));
+  in.open(dir.path / "photo.jpg", std::ios::binary);
+  jpg.assign(std::istreambuf_iterator<char>(in), {});
+  in.close();
+  const size_t sos = jpg.find("\xff\xda");
+  REQUIRE(sos != std::string::npos);
+  REQUIRE(jpg[sos + 4] == 3);
+  jpg[sos + 8] = char(0x32);  // the second component: DC table 3, AC table 2
+  std::ofstream(dir.path / "photo.jpg", std::ios::binary | std::ios::trunc) << jpg;
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }),
+             Contains("photo.jpg") && Contains("DC Huffman table 3") && Contains("which no DHT segment"));
+  jpg[sos + 8] = char(0x12);  // DC table 1 (defined), AC table 2 (not)
+  std::ofstream(dir.path / "photo.jpg", std::ios::binary | std::ios::trunc) << jpg;
+  CHECK_THAT(error_of([&] { load_image_folder(dir.path.string(), opt); }), Contains("AC Huffman table 2"));
+  jpg[sos + 8] = char(0x11);  // as written
+  std::ofstream(dir.path / "photo.jpg", std::ios::binary | std::ios::trunc) << jpg;
+  CHECK(load_image_folder(dir.path.string(), opt).images.size(0) == 1);
 }
 
 TEST_CASE("load_image_folder refuses images of more than max_pixels before decoding them", "[data]") {

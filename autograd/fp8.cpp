@@ -39,13 +39,16 @@ namespace mixtape {
 
 namespace {
 
-constexpr Fp8Recipe kRecipes[] = {Fp8Recipe::current, Fp8Recipe::delayed, Fp8Recipe::rowwise, Fp8Recipe::mx,
-                                  Fp8Recipe::block};
+constexpr Fp8Recipe kRecipes[] = {Fp8Recipe::current, Fp8Recipe::delayed, Fp8Recipe::rowwise,
+                                  Fp8Recipe::mx,      Fp8Recipe::block,   Fp8Recipe::nvfp4};
 
 // DeepSeek-V3's tiles: 1 x 128 for activations and gradients, 128 x 128 for weights.
 constexpr int64_t kTile = 128;
 // The MX block: 32 elements along K share one E8M0 scale.
 constexpr int64_t kMxBlock = 32;
+// NVFP4's block: 16 elements along K share one E4M3 scale (16 x 16 for weights, as NVIDIA's recipe
+// quantizes them, so that W and W^T share their blocks).
+constexpr int64_t kNvfp4Block = 16;
 
 }  // namespace
 
@@ -56,6 +59,7 @@ const char* fp8_recipe_name(Fp8Recipe r) {
     case Fp8Recipe::rowwise: return "rowwise";
     case Fp8Recipe::mx: return "mx";
     case Fp8Recipe::block: return "block";
+    case Fp8Recipe::nvfp4: return "nvfp4";
   }
   return "?";
 }
@@ -106,6 +110,7 @@ Fp8Context::Fp8Context(Fp8Options options) : options_(options) { check_fp8_optio
 
 DType Fp8Context::format(Fp8Role role) const {
   if (role == Fp8Role::grad) return options_.grad_format;
+  if (options_.recipe == Fp8Recipe::nvfp4) return DType::e2m1;
   return options_.recipe == Fp8Recipe::mx ? options_.mx_element : options_.forward_format;
 }
 
@@ -131,6 +136,10 @@ QuantSpec Fp8Context::spec(Fp8Role role, bool per_operator_scaled) const {
     case Fp8Recipe::block:
       s.layout = role == Fp8Role::weight ? ScaleLayout{kTile, kTile} : ScaleLayout{1, kTile};
       s.rule = ScaleRule::pow2_up;
+      break;
+    case Fp8Recipe::nvfp4:
+      s.layout = role == Fp8Role::weight ? ScaleLayout{kNvfp4Block, kNvfp4Block} : ScaleLayout{1, kNvfp4Block};
+      s.rule = ScaleRule::nvfp4;
       break;
   }
   return s;

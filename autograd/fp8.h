@@ -16,8 +16,12 @@
 //   rowwise   one per row of the operand            one per row             amax (torchao rowwise)
 //   mx        1 x 32 along K, E8M0                  1 x 32 along K          pow2_floor or pow2_up (OCP MX)
 //   block     1 x 128 along K                       128 x 128               pow2_up (DeepSeek-V3)
+//   nvfp4     1 x 16 along K                        16 x 16                 nvfp4 (NVIDIA's NVFP4)
 // Formats: input and weight in forward_format (E4M3), gradients in grad_format (E5M2): the field's
-// HYBRID; MX takes mx_element for the input and weight. With per-operator gradient scaling (a
+// HYBRID; MX takes mx_element for the input and weight, nvfp4 E2M1. Under nvfp4 the gradients
+// keep grad_format with the same two-level scales (NVIDIA's recipe stores them in E2M1 with
+// stochastic rounding and a random Hadamard transform before the wgrad GEMM, which mixtape does
+// not do). With per-operator gradient scaling (a
 // ScalingRule on the tape: --loss-scale gradient) the gradient operand is not scaled by its own
 // amax: the rule's cast model picks the node's power-of-two beta for the cast of dY to the 8-bit
 // format, with that format's lambda_min and lambda_max (Note [Gradient scaling in 8 bits] in
@@ -52,8 +56,8 @@
 
 namespace mixtape {
 
-enum class Fp8Recipe : uint8_t { current, delayed, rowwise, mx, block };
-const char* fp8_recipe_name(Fp8Recipe r);  // "current", "delayed", "rowwise", "mx", "block"
+enum class Fp8Recipe : uint8_t { current, delayed, rowwise, mx, block, nvfp4 };
+const char* fp8_recipe_name(Fp8Recipe r);  // "current", "delayed", "rowwise", "mx", "block", "nvfp4"
 // Throws, listing the choices, on anything else.
 Fp8Recipe fp8_recipe_from_name(const std::string& name);
 

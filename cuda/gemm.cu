@@ -63,14 +63,16 @@
 //
 // Note [8-bit operands]
 // An 8-bit operand (GemmCodes in gemm.h: codes of e4m3, e5m2, e3m2, e2m3 or e2m1, element (r, c)
-// standing for to_float(code) * the power-of-two scale of its block) runs on the bf16 Tensor Core
+// standing for to_float(code) * the scale of its block: a power of two, or an E4M3 value under the
+// nvfp4 rule, Note [Two-level scales] in scale_formulas.h) runs on the bf16 Tensor Core
 // kernel; only the step from global to shared memory differs (CodeTileLoader). A chunk is 8
 // codes, read as one 8-byte load (or two 4-byte ones), which the thread widens in registers to 8
 // bf16 values and stores as the 16-byte vector a bf16 operand's chunk is: the shared tiles, the
 // fragments, the K steps and split-K are the bf16 kernel's, and no pass writes a widened copy of
 // the operand to global memory (which would cost 2 bytes written and read per code where the
-// tiles read 1). The widening is exact: a code's value has at most 4 significant bits, and so has
-// its product with a power of two, a bf16 value taken as the top half of its fp32 bits; a product
+// tiles read 1). The widening is exact: a code's value has at most 4 significant bits, and its
+// product with a block scale (at most 4 too) at most 8, a bf16 value taken as the top half of its
+// fp32 bits; a product
 // below 2^-126 is read as a zero of its sign and one past fp32's range is inf, as the CPU's packing
 // does (Note [8-bit GEMM operands] in tensor/cpu/gemm.cpp), so both devices multiply the same bf16
 // values. Each block first writes the value of every code of both formats (bits8::to_float, 2 x

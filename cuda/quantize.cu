@@ -14,7 +14,10 @@
 //   2. quantize_kernel: s = scales::block_scale(q, format, amax), the formula the CPU calls,
 //      compiled for the device; codes = from_float_rn(x * s) (from_float_rn_checked, which also
 //      says whether x * s rounded past max, as on the CPU); the thread that meets a block's
-//      first element writes its scale_inv = 1 / s. The statistics are counted per thread, summed
+//      first element writes its scale_inv = 1 / s. Under the nvfp4 rule (Note [Two-level
+//      scales] in scale_formulas.h) the first kernel also takes the tensor's amax (one more
+//      atomicMax per block flush, into a word of its own), every thread derives S from it, a
+//      block's scale_inv is its d_b, and the first thread writes 1 / S. The statistics are counted per thread, summed
 //      per block in shared memory and added to the workspace with integer atomics (exact); the
 //      largest finite |x| by atomicMax.
 //   3. quantize_stats_kernel (one block): the i64 statistics, the range of scale_inv as the CPU's
@@ -50,10 +53,12 @@ namespace mixtape::cuda {
 namespace {
 
 constexpr int kChunk = 8;  // consecutive elements of a row per step of a thread
-// The workspace: the four counts (saturated, flushed, subnormal, nonfinite) and the bits of the
-// largest finite |x|, as u64; then the block amaxes' bits, u32 [blocks] (when the rule needs them).
-constexpr int kCounters = 5;
+// The workspace: the four counts (saturated, flushed, subnormal, nonfinite), the bits of the
+// largest finite |x| and the bits of the tensor's amax (nvfp4: NaN wins), as u64; then the block
+// amaxes' bits, u32 [blocks] (when the rule needs them).
+constexpr int kCounters = 6;
 constexpr int kAmaxCounter = 4;
+constexpr int kTensorAmaxCounter = 5;
 
 // Blocks for a pass over `chunks` chunks: a grid-stride loop, at most 1024 blocks (enough to fill
 // a GPU; fewer blocks, fewer atomics per quantization block).
@@ -63,11 +68,13 @@ __device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v
 
 // ---- 1. block amax ----------------------------------------------------------------------------------
 
-// amax[b] = max over block b of the bits of |x| (amax starts at zero). Blocks of br x bc
-// elements, nbc per row of blocks; chunk q is row q / per_row, columns 8 (q % per_row) ...
+// amax[b] = max over block b of the bits of |x| (amax starts at zero), and into *tensor (when not
+// null) the maximum over all blocks. Blocks of br x bc elements, nbc per row of blocks; chunk q
+// is row q / per_row, columns 8 (q % per_row) ...
 template <class T>
 __global__ void block_amax_kernel(const T* __restrict__ x, int64_t rs, int64_t cs, int64_t R, int64_t C, int64_t br,
-                                  int64_t bc, int64_t nbc, unsigned* __restrict__ amax) {
+                                  int64_t bc, int64_t nbc, unsigned* __restrict__ amax,
+                                  unsigned long long* __restrict__ tensor) {
   __shared__ long long lead_block[1];  // an array of one: the emulator's build rewrites array declarations
   __shared__ unsigned scratch[32];
   const int64_t per_row = (C + kChunk - 1) / kChunk, chunks = R * per_row;
@@ -80,7 +87,10 @@ __global__ void block_amax_kernel(const T* __restrict__ x, int64_t rs, int64_t c
     for (int64_t c = c0; c < c1; ++c) {
       if (c == next) ++cb, next += bc;
       if (row_blocks + cb != block) {
-        if (block >= 0) atomicMax(&amax[block], m);
+        if (block >= 0) {
+          atomicMax(&amax[block], m);
+          if (tensor) atomicMax(tensor, static_cast<unsigned long long>(m));
+        }
         block = row_blocks + cb, m = 0u;
       }
       m = max(m, abs_bits(load(x[r * rs + c * cs])));
@@ -92,9 +102,13 @@ __global__ void block_amax_kernel(const T* __restrict__ x, int64_t rs, int64_t c
   const long long lead = lead_block[0];
   if (__syncthreads_or(block >= 0 && block != lead) == 0) {  // one block for all: reduce, then one atomic
     m = block_max(m, scratch, 0u);
-    if (threadIdx.x == 0 && lead >= 0) atomicMax(&amax[lead], m);
+    if (threadIdx.x == 0 && lead >= 0) {
+      atomicMax(&amax[lead], m);
+      if (tensor) atomicMax(tensor, static_cast<unsigned long long>(m));
+    }
   } else if (block >= 0) {
     atomicMax(&amax[block], m);
+    if (tensor) atomicMax(tensor, static_cast<unsigned long long>(m));
   }
 }
 
@@ -108,17 +122,23 @@ __device__ __forceinline__ float inverse(float s) { return s != s ? s : div_rn(1
 // codes[r][c] = from_float_rn(x[r][c] * s) with s = block_scale(q, f, amax of the block); the
 // block's first element's thread writes scale_inv[b] = 1 / s. counters: as kCounters (atomic).
 // amax == nullptr: a given scale (block_scale does not read the amax). pack: C and the codes'
-// base are multiples of 8, so a chunk's codes are one 8-byte store.
+// base are multiples of 8, so a chunk's codes are one 8-byte store. Under the nvfp4 rule:
+// scale_inv[b] = d_b, and *tensor_inv = 1 / S (Note [Two-level scales]).
 template <class T>
 __global__ void quantize_kernel(const T* __restrict__ x, int64_t rs, int64_t cs, int64_t R, int64_t C,
                                 const BlockQuant q, const bits8::Format f, int64_t nbc,
                                 const unsigned* __restrict__ amax, uint8_t* __restrict__ codes, bool pack,
-                                float* __restrict__ scale_inv, unsigned long long* __restrict__ counters) {
+                                float* __restrict__ scale_inv, float* __restrict__ tensor_inv,
+                                unsigned long long* __restrict__ counters) {
   __shared__ unsigned long long block_counts[4];
   __shared__ unsigned block_amax[1];
   if (threadIdx.x < 4) block_counts[threadIdx.x] = 0ull;
   if (threadIdx.x == 0) block_amax[0] = 0u;
   __syncthreads();
+  const bool two_level = tensor_inv != nullptr;
+  const float S =
+      two_level ? scales::nvfp4_tensor_scale(__uint_as_float(unsigned(counters[kTensorAmaxCounter])), f) : 1.0f;
+  if (two_level && blockIdx.x == 0 && threadIdx.x == 0) *tensor_inv = div_rn(1.0f, S);
   const uint32_t exp_mask = ((1u << f.exp_bits) - 1u) << f.man_bits, mag_mask = bits8::magnitude_mask(f);
   const int64_t br = q.block_rows, bc = q.block_cols;
   const int64_t per_row = (C + kChunk - 1) / kChunk, chunks = R * per_row;
@@ -134,8 +154,15 @@ __global__ void quantize_kernel(const T* __restrict__ x, int64_t rs, int64_t cs,
       if (c == c0 || c == next) {  // a new block: its s (and its scale_inv, from its first element)
         if (c == next) ++cb, next += bc;
         const int64_t b = row_blocks + cb;
-        s = scales::block_scale(q, f, amax != nullptr ? __uint_as_float(amax[b]) : 0.0f);
-        if (r % br == 0 && c == cb * bc) scale_inv[b] = inverse(s);
+        const float block_amax = amax != nullptr ? __uint_as_float(amax[b]) : 0.0f;
+        if (two_level) {
+          const float d = scales::nvfp4_block_decode(block_amax, S, f);
+          s = scales::nvfp4_block_scale(d, S);
+          if (r % br == 0 && c == cb * bc) scale_inv[b] = d;
+        } else {
+          s = scales::block_scale(q, f, block_amax);
+          if (r % br == 0 && c == cb * bc) scale_inv[b] = inverse(s);
+        }
       }
       const float v = load(x[r * rs + c * cs]);
       const bits8::Rounded rounded = bits8::from_float_rn_checked(mul_rn(v, s), f, q.overflow);
@@ -196,10 +223,13 @@ __device__ __forceinline__ float apply(MaxRun run, float max) {
 }
 
 // stats (i64 [kQuantStats], QuantStat): the counters, count, and the range of inv [n] as the
-// CPU's std::minmax_element (Note [The range of the scales]). One block of kBlock threads: thread
-// t takes a contiguous range of the pairs 1 .. n/2 - 1, thread 0 combines the ranges in order.
+// CPU's std::minmax_element (Note [The range of the scales]), times *tensor_inv when given (nvfp4:
+// the range of d_b / S; an empty operand, which no quantize_kernel ran for, gets 1 / S = 1 here).
+// One block of kBlock threads: thread t takes a contiguous range of the pairs 1 .. n/2 - 1,
+// thread 0 combines the ranges in order.
 __global__ void quantize_stats_kernel(const unsigned long long* __restrict__ counters, const float* __restrict__ inv,
-                                      int64_t n, int64_t count, int64_t* __restrict__ stats) {
+                                      int64_t n, int64_t count, float* __restrict__ tensor_inv,
+                                      int64_t* __restrict__ stats) {
   __shared__ float min_of[kBlock];
   __shared__ int has_min[kBlock];
   __shared__ MaxRun max_of[kBlock];
@@ -228,6 +258,7 @@ __global__ void quantize_stats_kernel(const unsigned long long* __restrict__ cou
   stats[kStatSubnormal] = int64_t(counters[2]);
   stats[kStatNonfinite] = int64_t(counters[3]);
   stats[kStatAmaxBits] = int64_t(counters[kAmaxCounter]);
+  if (tensor_inv && count == 0) *tensor_inv = 1.0f;
   if (n == 0) return;  // no blocks: a range of 0, 0
   float mn = inv[0], mx = inv[0];
   if (n >= 2) {
@@ -248,6 +279,7 @@ __global__ void quantize_stats_kernel(const unsigned long long* __restrict__ cou
       else if (!(x < mx)) mx = x;
     }
   }
+  if (tensor_inv) mn = mul_rn(mn, *tensor_inv), mx = mul_rn(mx, *tensor_inv);
   stats[kStatScaleInvMinBits] = int64_t(__float_as_uint(mn));
   stats[kStatScaleInvMaxBits] = int64_t(__float_as_uint(mx));
 }
@@ -258,16 +290,19 @@ __global__ void quantize_stats_kernel(const unsigned long long* __restrict__ cou
 // (element (m, k) = codes[m][k]) or B (as_b: element (k, n) = codes[n][k]): scales that change
 // along K go with the codes (widened in the GEMM's tiles, Note [8-bit operands] in gemm.cu),
 // scales constant along K become `factor`, the factor of the operand's rows (A) or columns (B) of
-// y, as on the CPU (tensor/cpu/quantize.cpp, gemm_operand).
-GemmOperand code_operand(const Strided& codes, const Strided& scale_inv, int64_t br, int64_t bc, bool as_b,
-                         GemmFactor& factor) {
-  const int64_t K = codes.shape()[1], nbc = scale_inv.shape()[1];
+// y, as on the CPU (tensor/cpu/quantize.cpp, gemm_operand). A two-level operand (tensor_inv
+// defined) has its d_b go with the codes at any block size and its 1 / S as the factor.
+GemmOperand code_operand(const Strided& codes, const Strided& scale_inv, int64_t br, int64_t bc,
+                         const Strided& tensor_inv, bool as_b, GemmFactor& factor) {
+  const int64_t R = codes.shape()[0], K = codes.shape()[1], nbc = scale_inv.shape()[1];
   const int64_t rs = codes.strides()[0], cs = codes.strides()[1];
   GemmOperand op{.ptr = codes.raw_data(), .row_stride = as_b ? cs : rs, .col_stride = as_b ? rs : cs};
   op.codes.format = codes.dtype();
   if (K == 0) return op;  // no scale columns, and no sum to scale
   const float* s = static_cast<const float*>(scale_inv.raw_data());
-  if (bc >= K) factor = {.s = s, .block = br, .stride = nbc};
+  if (tensor_inv.defined())
+    factor = {.s = static_cast<const float*>(tensor_inv.raw_data()), .block = std::max<int64_t>(R, 1), .stride = 0};
+  if (bc >= K && !tensor_inv.defined()) factor = {.s = s, .block = br, .stride = nbc};
   else if (as_b) op.codes = {.format = codes.dtype(), .scale = s, .br = bc, .bc = br, .srs = 1, .scs = nbc};
   else op.codes = {.format = codes.dtype(), .scale = s, .br = br, .bc = bc, .srs = nbc, .scs = 1};
   return op;
@@ -276,7 +311,7 @@ GemmOperand code_operand(const Strided& codes, const Strided& scale_inv, int64_t
 }  // namespace
 
 void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const Strided& scale_inv,
-              const Strided& stats) {
+              const Strided& tensor_scale_inv, const Strided& stats) {
   MT_CHECK(x.dim() == 2 && q.block_rows > 0 && q.block_cols > 0, "quantize: expected a matrix and blocks >= 1, got ",
            x.meta(), " in blocks of ", q.block_rows, " x ", q.block_cols);
   DeviceGuard guard(x.device().index);
@@ -292,6 +327,8 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
   unsigned* amax = needs_amax ? reinterpret_cast<unsigned*>(counters + kCounters) : nullptr;
   auto* out = static_cast<uint8_t*>(codes.raw_data());
   auto* inv = static_cast<float*>(scale_inv.raw_data());
+  const bool two_level = q.rule == ScaleRule::nvfp4 && needs_amax;
+  float* tensor_inv = two_level ? static_cast<float*>(tensor_scale_inv.raw_data()) : nullptr;
   const int64_t chunks = R * ((C + kChunk - 1) / kChunk);
   if (chunks > 0) {
     const bool pack = C % kChunk == 0 && reinterpret_cast<uintptr_t>(out) % kChunk == 0;
@@ -300,28 +337,31 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
       const T* px = static_cast<const T*>(x.raw_data());
       if (needs_amax) {
         block_amax_kernel<T>
-            <<<chunk_blocks(chunks), kBlock, 0, st>>>(px, rs, cs, R, C, q.block_rows, q.block_cols, nbc, amax);
+            <<<chunk_blocks(chunks), kBlock, 0, st>>>(px, rs, cs, R, C, q.block_rows, q.block_cols, nbc, amax,
+                                                      two_level ? counters + kTensorAmaxCounter : nullptr);
         MT_CUDA_CHECK_LAUNCH("block_amax_kernel");
       }
-      quantize_kernel<T>
-          <<<chunk_blocks(chunks), kBlock, 0, st>>>(px, rs, cs, R, C, q, f, nbc, amax, out, pack, inv, counters);
+      quantize_kernel<T><<<chunk_blocks(chunks), kBlock, 0, st>>>(px, rs, cs, R, C, q, f, nbc, amax, out, pack, inv,
+                                                                  tensor_inv, counters);
       MT_CUDA_CHECK_LAUNCH("quantize_kernel");
     });
   }
-  quantize_stats_kernel<<<1, kBlock, 0, st>>>(counters, inv, blocks, R * C, static_cast<int64_t*>(stats.raw_data()));
+  quantize_stats_kernel<<<1, kBlock, 0, st>>>(counters, inv, blocks, R * C, tensor_inv,
+                                              static_cast<int64_t*>(stats.raw_data()));
   MT_CUDA_CHECK_LAUNCH("quantize_stats_kernel");
 }
 
 // The GEMM of Note [8-bit operands] in gemm.cu: the codes widened to bf16 in its shared-memory
 // tiles, fp32 sums, y = sum * (a's factor * b's factor) + bias, rounded once.
-void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc, const Strided& b,
-                      const Strided& b_scale_inv, int64_t b_br, int64_t b_bc, const Strided& bias, const Strided& y) {
+void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc,
+                      const Strided& a_tensor_inv, const Strided& b, const Strided& b_scale_inv, int64_t b_br,
+                      int64_t b_bc, const Strided& b_tensor_inv, const Strided& bias, const Strided& y) {
   GemmParams p;
   p.device = y.device().index;
   p.M = a.shape()[0], p.N = b.shape()[0], p.K = a.shape()[1];
   p.in_dtype = DType::bf16;  // the arithmetic the codes are widened to
-  p.a = code_operand(a, a_scale_inv, a_br, a_bc, false, p.row_factor);
-  p.b = code_operand(b, b_scale_inv, b_br, b_bc, true, p.col_factor);
+  p.a = code_operand(a, a_scale_inv, a_br, a_bc, a_tensor_inv, false, p.row_factor);
+  p.b = code_operand(b, b_scale_inv, b_br, b_bc, b_tensor_inv, true, p.col_factor);
   p.out_dtype = y.dtype();
   p.c = y.raw_data();
   p.c_row_stride = y.strides()[0], p.c_col_stride = y.strides()[1];

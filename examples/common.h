@@ -222,9 +222,9 @@ struct PrecisionFlags {
         ->capture_default_str();
     app.add_option("--fp8-recipe", fp8_recipe,
                    "fp8: how operands are scaled: current (per tensor, own amax), delayed (per tensor, amax history), "
-                   "rowwise (per row), mx (32-element blocks, E8M0 scales), block (1x128 / 128x128 tiles); default "
-                   "current")
-        ->check(CLI::IsMember({"current", "delayed", "rowwise", "mx", "block"}));
+                   "rowwise (per row), mx (32-element blocks, E8M0 scales), block (1x128 / 128x128 tiles), nvfp4 "
+                   "(E2M1 inputs and weights, an E4M3 scale per 16 under an fp32 tensor scale); default current")
+        ->check(CLI::IsMember({"current", "delayed", "rowwise", "mx", "block", "nvfp4"}));
     app.add_option("--fp8-format", fp8_format,
                    "fp8: hybrid (E4M3 inputs and weights, E5M2 gradients) or e4m3 (E4M3 everywhere); default hybrid")
         ->check(CLI::IsMember({"hybrid", "e4m3"}));

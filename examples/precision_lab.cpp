@@ -95,6 +95,7 @@ std::vector<LabConfig> lab_configs(const std::string& static_scale) {
       {"fp8-mxfp6", "fp8", "none", "", "mx", "", "e2m3"},
       {"fp8-mxfp4", "fp8", "none", "", "mx", "", "e2m1"},
       {"fp8-mxfp4-up", "fp8", "none", "", "mx", "", "e2m1", "up"},
+      {"fp8-nvfp4", "fp8", "none", "", "nvfp4"},
       {"fp8-gradient", "fp8", "gradient", "", "current"},
       {"fp8-gradient-e4m3", "fp8", "gradient", "", "current", "e4m3"},
   };
@@ -652,7 +653,9 @@ SuiteResult run_stress_suite(const Lab& lab, const std::filesystem::path& out) {
 //              history for amax_history_len steps (Transformer Engine's default 1024, the whole
 //              run here; 16; or most_recent, one step).
 //   mx         MXFP8, MXFP6, MXFP4 (E4M3, E2M3, E2M1 elements; one E8M0 scale per 32), with the
-//              OCP floor rule and, for MXFP8 and MXFP4, the round-up rule.
+//              OCP floor rule and, for MXFP8 and MXFP4, the round-up rule; and NVFP4 (E2M1 with
+//              an E4M3 scale per 16 under an fp32 tensor scale: Note [Two-level scales] in
+//              tensor/core/scale_formulas.h), the other answer to MXFP4's coarse scales.
 //   gradscale  per-operator gradient scaling (--loss-scale gradient: each node's power-of-two
 //              beta from the 8-bit format's range, Note [Gradient scaling in 8 bits]) against
 //              per-tensor current and delayed scaling of the gradients, in E5M2 and in E4M3.
@@ -691,9 +694,9 @@ std::vector<Fp8Regime> fp8_regimes() {
        .spike_every = 40,
        .spike_log2 = 8},
       {.name = "mx",
-       .what = "MX block scaling with 8-, 6- and 4-bit elements",
+       .what = "MX block scaling with 8-, 6- and 4-bit elements, and NVFP4",
        .models = {"cnn", "char_lstm"},
-       .configs = {"bf16", "fp8-mxfp8", "fp8-mxfp8-up", "fp8-mxfp6", "fp8-mxfp4", "fp8-mxfp4-up"}},
+       .configs = {"bf16", "fp8-mxfp8", "fp8-mxfp8-up", "fp8-mxfp6", "fp8-mxfp4", "fp8-mxfp4-up", "fp8-nvfp4"}},
       {.name = "gradscale",
        .what = "per-operator against per-tensor scaling of the gradients",
        .models = {"cnn", "char_lstm"},

@@ -18,10 +18,29 @@
 //   pow2_up     the round-up rule (cuBLAS's MXFP8 and DeepSeek-V3's power-of-two scales): the
 //               smallest power of two X with amax <= max_finite * X, so nothing saturates, at the
 //               price of up to one binade of precision at the top; clamped likewise.
+//   nvfp4       NVIDIA's NVFP4 (two levels, Note [Two-level scales]): an E4M3 scale per block
+//               under an fp32 scale per tensor.
 // Power-of-two scales are exact: q * X is the stored value itself, and a GEMM can apply them
 // while widening its operands (Note [8-bit GEMM operands] in tensor/cpu/gemm.cpp). A block of
 // zeros takes X = 1 under both power-of-two rules; a block holding inf or NaN takes X = NaN (E8M0's
 // 0xFF), so that every element of it reads back as NaN, as the MX spec says.
+//
+// Note [Two-level scales]
+// NVFP4 stores E2M1 codes with an E4M3 decode scale per block of 16 and an fp32 scale per tensor,
+// so a value is code x d_b x (1 / S). With A the tensor's amax and a_b the block's, in the fp32
+// operations of Transformer Engine's NVFP4 quantizer (its emulation, which the GPU kernels match):
+//   S    = min(448 * max_finite / A, FLT_MAX), or 1 when A is 0 or not finite
+//   d_b  = e4m3_rn_satfinite(a_b * (S * (1 / max_finite)))        (max_finite: 6 for E2M1)
+//   s_b  = min(1 / (d_b * (1 / S)), FLT_MAX)                      codes = rn(x * s_b)
+// so a block's largest value lands near max_finite and the scales use E4M3's whole range over the
+// tensor. Two departures, both for what a reader sees: a block whose d_b is 0 (all of it below
+// 2^-10 of A) takes s_b = 0, so its codes are zeros counted as flushed (TE's FLT_MAX saturates them
+// to +-6, which read back as zeros too); a block holding inf or NaN takes d_b = NaN and reads back
+// as NaN, as under the power-of-two rules (S then comes from A = inf or NaN: 1). The product
+// code x d_b has at most 2 + 4 significant bits (8 with any other element format), so a GEMM
+// widens it exactly like a power-of-two block scale; 1 / S multiplies the fp32 sums, once per
+// output element. The rule takes any element format (max_finite is the format's): the nvfp4 recipe
+// applies it to its E5M2 gradients too.
 #pragma once
 
 #include <bit>
@@ -33,7 +52,7 @@
 
 namespace mixtape {
 
-enum class ScaleRule : uint8_t { amax, pow2_floor, pow2_up };
+enum class ScaleRule : uint8_t { amax, pow2_floor, pow2_up, nvfp4 };
 
 // What a quantize kernel (either device) is asked to do with a matrix [rows, K]: blocks of
 // block_rows x block_cols elements (both >= 1), each with its own s from the rule, codes in
@@ -58,7 +77,7 @@ enum QuantStat : int {
   kStatNonfinite,
   kStatAmaxBits,         // the largest finite |x|
   kStatScaleInvMinBits,  // the range of 1 / s over the blocks
-  kStatScaleInvMaxBits,
+  kStatScaleInvMaxBits,  // (nvfp4: of d_b / S, Note [Two-level scales])
   kQuantStats
 };
 
@@ -116,10 +135,40 @@ MT_HOST_DEVICE constexpr int pow2_up_exp(float amax, const bits8::Format& f) {
   return clamp_exp(double(amax) <= double(fmax) * two_k ? k : k + 1);
 }
 
-// s of one block with this amax under q's rule (Note [Scaling rules]).
-MT_HOST_DEVICE constexpr float block_scale(const BlockQuant& q, const bits8::Format& f, float amax) {
+// ---- Note [Two-level scales] ---------------------------------------------------------------------
+
+inline constexpr float kE4M3Max = 448.0f;
+
+// S from the tensor's amax.
+MT_HOST_DEVICE constexpr float nvfp4_tensor_scale(float amax, const bits8::Format& f) {
+  if (!finite(amax) || amax == 0.0f) return 1.0f;
+  const float s = kE4M3Max * bits8::max_finite(f) / amax;
+  return finite(s) ? (s == 0.0f ? 1.0f : s) : 3.4028234663852886e38f;  // FLT_MAX
+}
+
+// d_b, the E4M3 decode scale of a block with amax a_b under S (NaN for a block holding inf or NaN).
+MT_HOST_DEVICE constexpr float nvfp4_block_decode(float block_amax, float tensor_scale, const bits8::Format& f) {
+  if (!finite(block_amax)) return std::bit_cast<float>(0x7FC00000u);
+  constexpr bits8::Format e4m3 = bits8::kE4M3;
+  const float d = block_amax * (tensor_scale * (1.0f / bits8::max_finite(f)));
+  return bits8::to_float(bits8::from_float_rn(d, e4m3, bits8::Overflow::saturate), e4m3);
+}
+
+// s_b, the block's encode scale (0 for d_b = 0, NaN for d_b = NaN).
+MT_HOST_DEVICE constexpr float nvfp4_block_scale(float decode, float tensor_scale) {
+  if (decode != decode) return decode;
+  if (decode == 0.0f) return 0.0f;
+  const float s = 1.0f / (decode * (1.0f / tensor_scale));
+  return finite(s) ? s : 3.4028234663852886e38f;  // FLT_MAX
+}
+
+// s of one block with this amax under q's rule (Note [Scaling rules]); for the nvfp4 rule, with
+// tensor_scale its S (Note [Two-level scales]).
+MT_HOST_DEVICE constexpr float block_scale(const BlockQuant& q, const bits8::Format& f, float amax,
+                                           float tensor_scale = 1.0f) {
   if (q.given_scale > 0.0f) return q.given_scale;
   if (q.rule == ScaleRule::amax) return amax_scale(amax, bits8::max_finite(f), q.margin, q.fallback_scale);
+  if (q.rule == ScaleRule::nvfp4) return nvfp4_block_scale(nvfp4_block_decode(amax, tensor_scale, f), tensor_scale);
   if (!finite(amax)) return std::bit_cast<float>(0x7FC00000u);  // inf or NaN: the block reads back as NaN
   if (amax == 0.0f) return 1.0f;
   const int k = q.rule == ScaleRule::pow2_floor ? pow2_floor_exp(amax, f) : pow2_up_exp(amax, f);

@@ -42,9 +42,12 @@
 //     strided codes one by one. The reference decodes element by element with to_float and the
 //     scale formula into an f32 matrix, then runs its three loops: it is the definition the
 //     vector paths are tested against.
-//   - Block scales must be powers of two (or NaN, which makes the block NaN; MT_ASSERT checks
-//     each block's scale as the packing meets it). Any other scale would round the widened value,
-//     and where it rounds (bf16 or f32, before or after the product) would change the result. A
+//   - Block scales must have at most 4 significant bits: powers of two, or the E4M3 values of
+//     two-level (NVFP4) scales (Note [Two-level scales] in scale_formulas.h, whose zero makes the
+//     block zeros), or NaN, which makes the block NaN; MT_ASSERT checks each block's scale as the packing meets it. Times a code's
+//     value (at most 4 bits) that is at most 8 bits, a bf16. Any other scale would round the
+//     widened value, and where it rounds (bf16 or f32, before or after the product) would change
+//     the result. A
 //     scale that factors out of the whole dot product (per tensor, per row of A, per column of B)
 //     need not be one: the caller applies it to the fp32 output instead (scaled_gemm_epilogue in
 //     tensor/cpu/quantize.h), once per element of C rather than once per product.
@@ -95,12 +98,15 @@ void dispatch_gemm_operand(DType dtype, F&& f) {
 
 // ---- 8-bit operands (Note [8-bit GEMM operands]) -----------------------------------------------
 
-// Whether s is a block scale the widening keeps exact: a positive power of two (normal or
-// subnormal), or a NaN.
+// Whether s is a block scale the widening keeps exact: a positive finite value of at most 4
+// significant bits (a power of two, normal or subnormal, or an E4M3 value), +0 (a two-level
+// block whose E4M3 scale rounded to zero: Note [Two-level scales]), or a NaN.
 bool exact_block_scale(float s) {
   const uint32_t b = std::bit_cast<uint32_t>(s), e = b >> 23, m = b & 0x7FFFFFu;  // e holds the sign too
-  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return true;
-  return e == 0 ? std::has_single_bit(m) : e < 255 && m == 0;
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u || b == 0) return true;
+  if (e >= 255) return false;                       // negative, or inf
+  const uint32_t sig = e == 0 ? m : m | 0x800000u;  // the significand's bits
+  return std::bit_width(sig) - std::countr_zero(sig) <= 4;
 }
 
 // The scale of X's logical element (r, c): GemmScales's formula, 1 without scales.

@@ -263,13 +263,15 @@ void quantize_row(const float* v, int64_t n, float s, bits8::Overflow o, uint8_t
 }  // namespace
 
 void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const Strided& scale_inv,
-              const Strided& stats) {
+              const Strided& tensor_scale_inv, const Strided& stats) {
   MT_ASSERT(x.dim() == 2 && q.block_rows > 0 && q.block_cols > 0);
   const int64_t R = x.shape()[0], C = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
   const int64_t nbc = scales::blocks_of(C, q.block_cols), br = q.block_rows, bc = q.block_cols;
   const int64_t blocks = scales::blocks_of(R, br) * nbc;
   const bits8::Format& f = format_of(q.format);
   const bool given = q.given_scale > 0.0f;  // delayed scaling: no amax pass
+  const bool two_level = q.rule == ScaleRule::nvfp4 && !given;
+  float tensor_inv = 1.0f;  // 1 / S of a two-level operand
   std::vector<float> s, runmax;
   float* inv = static_cast<float*>(scale_inv.raw_data());
   uint8_t* out = static_cast<uint8_t*>(codes.raw_data());
@@ -289,6 +291,17 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
       };
       const auto choose_scales = [&] {
         s = given ? std::vector<float>(size_t(blocks), q.given_scale) : block_amax(runs, runmax, R, C, br, bc);
+        if (two_level) {  // Note [Two-level scales]: S from the tensor's amax, then each block's d_b
+          float amax = 0.0f;
+          for (float v : s) amax = nan_max(amax, v);
+          const float S = scales::nvfp4_tensor_scale(amax, f);
+          for (size_t i = 0; i < s.size(); ++i) {
+            inv[i] = scales::nvfp4_block_decode(s[i], S, f);
+            s[i] = scales::nvfp4_block_scale(inv[i], S);
+          }
+          tensor_inv = 1.0f / S;
+          return;
+        }
         for (float& v : s) v = scales::block_scale(q, f, v);  // amax -> s in place
         for (size_t i = 0; i < s.size(); ++i) inv[i] = 1.0f / s[i];
       };
@@ -319,6 +332,7 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
       parallel_two_passes(runs.count, runs.grain, amax_pass, choose_scales, codes_pass);
     });
   });
+  if (two_level) *static_cast<float*>(tensor_scale_inv.raw_data()) = tensor_inv;
   Counts t;
   for (const Counts& n : per_run) t += n;
   int64_t* st = static_cast<int64_t*>(stats.raw_data());
@@ -329,17 +343,20 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
   st[kStatNonfinite] = t.nonfinite;
   st[kStatAmaxBits] = std::bit_cast<uint32_t>(t.amax);
   const auto [lo, hi] = std::minmax_element(inv, inv + s.size());
-  st[kStatScaleInvMinBits] = s.empty() ? 0 : std::bit_cast<uint32_t>(*lo);
-  st[kStatScaleInvMaxBits] = s.empty() ? 0 : std::bit_cast<uint32_t>(*hi);
+  // Two-level: the range of d_b / S (multiplying by 1 / S > 0 keeps the order and the NaNs).
+  st[kStatScaleInvMinBits] = s.empty() ? 0 : std::bit_cast<uint32_t>(*lo * tensor_inv);
+  st[kStatScaleInvMaxBits] = s.empty() ? 0 : std::bit_cast<uint32_t>(*hi * tensor_inv);
 }
 
 namespace {
 
 // One operand of the 8-bit GEMM (codes [R, K], any strides) as GEMM operand A (as_b false: element (i, k)) or
 // B = codes^T (element (k, j)): scales that change along K go into the operand's block scales,
-// scales constant along K into `outer` (one factor per row of the codes).
-GemmOperand gemm_operand(const Strided& codes, const Strided& scale_inv, int64_t br, int64_t bc, bool as_b,
-                         std::vector<float>& outer) {
+// scales constant along K into `outer` (one factor per row of the codes). A two-level operand
+// (tensor_inv defined: Note [Two-level scales] in scale_formulas.h) has its d_b go with the codes
+// at any block size and its 1 / S into `outer`.
+GemmOperand gemm_operand(const Strided& codes, const Strided& scale_inv, int64_t br, int64_t bc,
+                         const Strided& tensor_inv, bool as_b, std::vector<float>& outer) {
   const int64_t R = codes.shape()[0], K = codes.shape()[1], nbc = scale_inv.shape()[1];
   const float* inv = static_cast<const float*>(scale_inv.raw_data());
   // A: element (i, k) at codes[i][k]; B: element (k, j) at codes[j][k].
@@ -348,7 +365,8 @@ GemmOperand gemm_operand(const Strided& codes, const Strided& scale_inv, int64_t
                         : GemmOperand{codes.dtype(), codes.raw_data(), rs, cs};
   outer.clear();
   if (K == 0) return op;  // no products: y is the bias, no factor is read
-  if (bc >= K) {
+  if (tensor_inv.defined()) outer.assign(size_t(R), *static_cast<const float*>(tensor_inv.raw_data()));
+  if (bc >= K && !tensor_inv.defined()) {
     outer.resize(size_t(R));
     for (int64_t r0 = 0; r0 < R; r0 += br)  // block by block: no division a row
       std::fill(outer.begin() + r0, outer.begin() + std::min(R, r0 + br), inv[r0 / br]);
@@ -406,13 +424,14 @@ void gemm_reusing(ReusedB& r, int64_t M, int64_t N, int64_t K, const GemmOperand
 
 }  // namespace
 
-void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc, const Strided& b,
-                      const Strided& b_scale_inv, int64_t b_br, int64_t b_bc, const Strided& bias, const Strided& y,
-                      ReusedB* reuse, int64_t images) {
+void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc,
+                      const Strided& a_tensor_inv, const Strided& b, const Strided& b_scale_inv, int64_t b_br,
+                      int64_t b_bc, const Strided& b_tensor_inv, const Strided& bias, const Strided& y, ReusedB* reuse,
+                      int64_t images) {
   const int64_t M = a.shape()[0], N = b.shape()[0], K = a.shape()[1];
   std::vector<float> oa, ob;
-  const GemmOperand A = gemm_operand(a, a_scale_inv, a_br, a_bc, false, oa);
-  const GemmOperand B = gemm_operand(b, b_scale_inv, b_br, b_bc, true, ob);
+  const GemmOperand A = gemm_operand(a, a_scale_inv, a_br, a_bc, a_tensor_inv, false, oa);
+  const GemmOperand B = gemm_operand(b, b_scale_inv, b_br, b_bc, b_tensor_inv, true, ob);
   // The fp32 sums: in y itself when it is f32 in their layout (the epilogue then runs in place),
   // else in the thread's workspace (Note [Workspaces]); the GEMM writes every element before it
   // is read.

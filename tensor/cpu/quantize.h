@@ -15,10 +15,12 @@ namespace mixtape::cpu {
 // x [R, K] (floating, any strides) -> codes [R, K] (contiguous, q.format) and scale_inv
 // [ceil(R / br), ceil(K / bc)] (f32, contiguous): each block's amax (NaN wins; inf when the block
 // holds one), its s = scales::block_scale(q, amax), codes = from_float_rn(x * s), scale_inv =
-// 1 / s. stats: i64 [kQuantStats] (QuantStat). Every rounding of a tensor to an 8-bit format with
-// a scale happens here. The result is the same for any thread count.
+// 1 / s. Under the nvfp4 rule (Note [Two-level scales] in scale_formulas.h) scale_inv holds each
+// block's d_b and tensor_scale_inv (f32 [1]; undefined under the other rules) 1 / S. stats: i64
+// [kQuantStats] (QuantStat). Every rounding of a tensor to an 8-bit format with a scale happens
+// here. The result is the same for any thread count.
 void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const Strided& scale_inv,
-              const Strided& stats);
+              const Strided& tensor_scale_inv, const Strided& stats);
 
 // B's packed panels kept across the GEMMs of one operand b (Note [Reused 8-bit B operands] in
 // quantize.cpp): which codes they were packed from, and how often b has been multiplied.
@@ -30,14 +32,17 @@ struct ReusedB {
 };
 
 // y [M, N] = a [M, K] b [N, K]^T (+ bias [N]) in the values the codes stand for; each operand is its
-// codes (any strides) with scale_inv (contiguous) over blocks of *_br x *_bc. Scales that change along K (blocks
-// shorter than K: powers of two) are applied by the GEMM as it widens the codes, scales constant
-// along K multiply the fp32 sums: y = sum * (sa[i] * sb[j]) + bias[j], rounded once. `reuse`
+// codes (any strides) with scale_inv (contiguous) over blocks of *_br x *_bc, and, for a two-level
+// operand (the nvfp4 rule), its 1 / S in *_tensor_inv (f32 [1], else undefined). Scales that
+// change along K (blocks shorter than K: powers of two, or a two-level operand's d_b at any block
+// size) are applied by the GEMM as it widens the codes, scales constant along K (and 1 / S)
+// multiply the fp32 sums: y = sum * (sa[i] * sb[j]) + bias[j], rounded once. `reuse`
 // (optional): b's entry, which keeps b packed from its second GEMM on (the same bits). With
 // `images` > 0 the M rows are the pixels of that many images and y (contiguous, M N elements) is
 // laid out [images, N, M / images]: row n HW + p, column j at y[n][j][p] (Note [Image rows]).
-void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc, const Strided& b,
-                      const Strided& b_scale_inv, int64_t b_br, int64_t b_bc, const Strided& bias, const Strided& y,
+void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br, int64_t a_bc,
+                      const Strided& a_tensor_inv, const Strided& b, const Strided& b_scale_inv, int64_t b_br,
+                      int64_t b_bc, const Strided& b_tensor_inv, const Strided& bias, const Strided& y,
                       ReusedB* reuse = nullptr, int64_t images = 0);
 
 // The pieces of quantize() for a kernel that quantizes rows of its own (the 8-bit LSTM recurrence,

@@ -15,6 +15,7 @@ const char* scale_rule_name(ScaleRule r) {
     case ScaleRule::amax: return "amax";
     case ScaleRule::pow2_floor: return "pow2-floor";
     case ScaleRule::pow2_up: return "pow2-up";
+    case ScaleRule::nvfp4: return "nvfp4";
   }
   return "?";
 }
@@ -40,6 +41,13 @@ void check_operand(const char* op, const Quantized& q, const char* which) {
                q.scale_inv.device() == q.codes.device(),
            op, ": ", which, "'s scale_inv ", q.scale_inv.defined() ? q.scale_inv.meta() : std::string("(undefined)"),
            " does not match its codes ", q.codes.meta(), " in blocks of ", q.block_rows, " x ", q.block_cols);
+  MT_CHECK(q.tensor_scale_inv.defined() == (q.rule == ScaleRule::nvfp4) &&
+               (!q.tensor_scale_inv.defined() ||
+                (q.tensor_scale_inv.dtype() == DType::f32 && q.tensor_scale_inv.shape() == Shape({1}) &&
+                 q.tensor_scale_inv.device() == q.codes.device())),
+           op, ": ", which, " under rule ", scale_rule_name(q.rule),
+           q.rule == ScaleRule::nvfp4 ? " needs its tensor_scale_inv (f32 [1] beside its codes)"
+                                      : " has a tensor_scale_inv, which only the nvfp4 rule has");
 }
 
 // Whether the product of operands on a's device is computed by the CPU kernels.
@@ -75,16 +83,19 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec) {
   MT_CHECK(spec.given_scale == 0.0f || (q.block_rows >= R && q.block_cols >= C),
            "quantize: a given scale (delayed scaling) needs the per-tensor layout, got blocks of ", q.block_rows, " x ",
            q.block_cols, " over ", x.meta());
+  MT_CHECK(spec.given_scale == 0.0f || spec.rule != ScaleRule::nvfp4,
+           "quantize: the nvfp4 rule chooses its own two levels of scales; it takes no given scale");
   q.rule = spec.rule;
   q.prepared = std::make_shared<PreparedOperand>();
   const BlockQuant bq{spec.format,   q.block_rows, q.block_cols,     spec.rule,
                       spec.overflow, spec.margin,  spec.given_scale, spec.fallback_scale};
   q.codes = empty({R, C}, spec.format, x.device());
   q.scale_inv = empty({scales::blocks_of(R, q.block_rows), scales::blocks_of(C, q.block_cols)}, DType::f32, x.device());
+  if (q.rule == ScaleRule::nvfp4) q.tensor_scale_inv = empty({1}, DType::f32, x.device());
   const Tensor stats = empty({kQuantStats}, DType::i64, x.device());
   on_device(
-      x.device(), [&] { cpu::quantize(x, bq, q.codes, q.scale_inv, stats); },
-      [&] { cuda::quantize(x, bq, q.codes, q.scale_inv, stats); });
+      x.device(), [&] { cpu::quantize(x, bq, q.codes, q.scale_inv, q.tensor_scale_inv, stats); },
+      [&] { cuda::quantize(x, bq, q.codes, q.scale_inv, q.tensor_scale_inv, stats); });
   q.stats = read_stats(stats);
   return q;
 }
@@ -100,7 +111,8 @@ Tensor dequantize(const Quantized& q, DType dtype) {
                          .reshape({nbr * q.block_rows, nbc * q.block_cols})
                          .narrow(0, 0, q.rows())
                          .narrow(1, 0, q.cols());
-  return mul(q.codes.to(DType::f32), inv).to(dtype);
+  const Tensor values = mul(q.codes.to(DType::f32), inv);  // two-level: times 1 / S, a second rounding
+  return (q.tensor_scale_inv.defined() ? mul(values, q.tensor_scale_inv) : values).to(dtype);
 }
 
 namespace {
@@ -120,7 +132,8 @@ Tensor scaled_product(const char* op, const Quantized& a, const Quantized& b, co
              ": bias must be [", N, "] on ", a.codes.device(), ", got ", bias.meta());
   for (const Quantized* q : {&a, &b})  // constant along K, a scale multiplies the sums: any value
     MT_CHECK(q->block_cols >= K || q->rule != ScaleRule::amax, op,
-             ": scales that change along K must be powers of two (rules pow2-floor, pow2-up), got blocks of ",
+             ": scales that change along K must be powers of two (rules pow2-floor, pow2-up) or two-level (nvfp4), "
+             "got blocks of ",
              q->block_rows, " x ", q->block_cols, " over K = ", K, " with rule ", scale_rule_name(q->rule));
   MT_CHECK(images >= 0 && (images == 0 || M % images == 0), op, ": ", M, " rows are not the pixels of ", images,
            " images");
@@ -135,12 +148,12 @@ Tensor scaled_product(const char* op, const Quantized& a, const Quantized& b, co
       if (!slot) slot = std::make_shared<cpu::ReusedB>();
       reuse = slot.get();
     }
-    cpu::scaled_matmul_nt(a.codes, a.scale_inv, a.block_rows, a.block_cols, b.codes, b.scale_inv, b.block_rows,
-                          b.block_cols, bias, y, reuse, images);
+    cpu::scaled_matmul_nt(a.codes, a.scale_inv, a.block_rows, a.block_cols, a.tensor_scale_inv, b.codes, b.scale_inv,
+                          b.block_rows, b.block_cols, b.tensor_scale_inv, bias, y, reuse, images);
       },
       [&] {
-    cuda::scaled_matmul_nt(a.codes, a.scale_inv, a.block_rows, a.block_cols, b.codes, b.scale_inv, b.block_rows,
-                           b.block_cols, bias, y);
+    cuda::scaled_matmul_nt(a.codes, a.scale_inv, a.block_rows, a.block_cols, a.tensor_scale_inv, b.codes, b.scale_inv,
+                           b.block_rows, b.block_cols, b.tensor_scale_inv, bias, y);
   });
   if (images > 0 && !nchw) y = y.view({images, M / images, N}).permute({0, 2, 1}).contiguous();  // elsewhere: a copy
   return y;

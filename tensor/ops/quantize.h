@@ -13,10 +13,14 @@
 //   MX              1 x 32 along K                  {1, 32}     pow2_floor (OCP) or pow2_up
 //   DeepSeek-V3     1 x 128 activations/gradients   {1, 128}    pow2_up
 //                   128 x 128 weights               {128, 128}  pow2_up
+//   NVFP4           1 x 16 activations/gradients    {1, 16}     nvfp4 (E4M3 block scales under an
+//                   16 x 16 weights                 {16, 16}    fp32 tensor scale)
 // (ScaleLayout's 0 means "the whole extent".) In the GEMM, a scale that is constant along K
 // (per tensor, rowwise) factors out of every dot product and multiplies the fp32 result; a
 // scale that changes along K (MX, DeepSeek) must be a power of two, and the GEMM applies it
-// exactly while it widens the codes (Note [8-bit GEMM operands] in tensor/cpu/gemm.cpp).
+// exactly while it widens the codes (Note [8-bit GEMM operands] in tensor/cpu/gemm.cpp). NVFP4's
+// E4M3 block scales are applied the same way (exact too), and its tensor scale multiplies the fp32
+// result (Note [Two-level scales] in tensor/core/scale_formulas.h).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +32,7 @@
 namespace mixtape {
 
 // ScaleRule (tensor/core/scale_formulas.h): amax, pow2_floor, pow2_up.
-const char* scale_rule_name(ScaleRule r);  // "amax", "pow2-floor", "pow2-up"
+const char* scale_rule_name(ScaleRule r);  // "amax", "pow2-floor", "pow2-up", "nvfp4"
 
 // Blocks of block_rows x block_cols elements of the [rows, K] operand; 0: the whole extent.
 struct ScaleLayout {
@@ -71,10 +75,12 @@ struct PreparedOperand {
 };
 
 // An 8-bit operand: element (r, c) of the [rows, cols] matrix stands for
-// to_float(codes[r][c]) * scale_inv[r / block_rows][c / block_cols].
+// to_float(codes[r][c]) * scale_inv[r / block_rows][c / block_cols] (* tensor_scale_inv[0]: the
+// nvfp4 rule's second level).
 struct Quantized {
   Tensor codes;                            // [rows, cols], an 8-bit dtype (quantize: contiguous)
   Tensor scale_inv;                        // f32 [ceil(rows / block_rows), ceil(cols / block_cols)]
+  Tensor tensor_scale_inv;                 // f32 [1], 1 / S under the nvfp4 rule; else undefined
   int64_t block_rows = 1, block_cols = 1;  // the layout with 0 resolved to the extents
   ScaleRule rule = ScaleRule::amax;
   QuantStats stats;
@@ -93,7 +99,8 @@ Quantized quantize(const Tensor& x, const QuantSpec& spec);
 Tensor dequantize(const Quantized& q, DType dtype = DType::f32);
 // y [M, N] = a [M, K] b [N, K]^T (+ bias [N]), the values a and b stand for multiplied exactly and
 // summed in fp32, scaled and biased in fp32, rounded once to out_dtype (f32, f16 or bf16). A
-// scale that changes along K must be a power of two (rules pow2_floor and pow2_up).
+// scale that changes along K must be a power of two (rules pow2_floor and pow2_up) or a two-level
+// operand's E4M3 block scale (rule nvfp4).
 Tensor scaled_matmul_nt(const Quantized& a, const Quantized& b, const Tensor& bias, DType out_dtype);
 
 // Note [Image rows]

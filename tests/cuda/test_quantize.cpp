@@ -1,5 +1,5 @@
 // cuda/quantize.cu against the CPU kernels (tensor/cpu/quantize.cpp): quantize bit for bit (codes,
-// scale_inv and every statistic) for each scaling rule and layout, every 8-bit format, f32 / bf16 /
+// scale_inv, NVFP4's tensor scale and every statistic) for each scaling rule and layout, every 8-bit format, f32 / bf16 /
 // f16 inputs, ragged and transposed inputs, blocks holding inf and NaN, a given scale;
 // scaled_matmul_nt (the 8-bit operands widened in cuda/gemm.cu's tiles, Note [8-bit operands])
 // within the fp32-summation tolerance of Note [GEMM tolerance], for the per-tensor, rowwise, MX
@@ -39,6 +39,8 @@ const Recipe kRecipes[] = {
     {"mx floor", {1, 32}, ScaleRule::pow2_floor},
     {"mx up", {1, 32}, ScaleRule::pow2_up},
     {"blocks 128 x 128", {128, 128}, ScaleRule::pow2_up},
+    {"nvfp4 1 x 16", {1, 16}, ScaleRule::nvfp4},
+    {"nvfp4 16 x 16", {16, 16}, ScaleRule::nvfp4},
 };
 
 // R x C values +-2^e, e uniform in [-binades, binades], with zeros and an f32 subnormal planted;
@@ -62,6 +64,9 @@ void require_same_quantized(const Quantized& got, const Quantized& want, const s
   INFO(what);
   require_bit_identical(got.codes, want.codes, what + ": codes");
   require_bit_identical(got.scale_inv, want.scale_inv, what + ": scale_inv");
+  REQUIRE(got.tensor_scale_inv.defined() == want.tensor_scale_inv.defined());
+  if (want.tensor_scale_inv.defined())
+    require_bit_identical(got.tensor_scale_inv, want.tensor_scale_inv, what + ": tensor_scale_inv");
   CHECK(got.block_rows == want.block_rows);
   CHECK(got.block_cols == want.block_cols);
   const QuantStats &g = got.stats, &w = want.stats;
@@ -195,6 +200,7 @@ Quantized quantized_on_gpu(const Quantized& q) {
   Quantized g = q;
   g.codes = same_layout_on(q.codes, gpu());
   g.scale_inv = q.scale_inv.to(gpu());
+  if (q.tensor_scale_inv.defined()) g.tensor_scale_inv = q.tensor_scale_inv.to(gpu());
   return g;
 }
 
@@ -253,6 +259,12 @@ TEST_CASE("cuda scaled_matmul_nt matches the CPU for every recipe's layout, ragg
       {"blocks of 2 x 12 (a scale per code) x rowwise",
        {.format = DType::e4m3, .layout = {2, 12}, .rule = ScaleRule::pow2_up},
        {.format = DType::e4m3, .layout = {1, 0}}},
+      {"nvfp4 1 x 16 x 16 x 16",
+       {.format = DType::e2m1, .layout = {1, 16}, .rule = ScaleRule::nvfp4},
+       {.format = DType::e2m1, .layout = {16, 16}, .rule = ScaleRule::nvfp4}},
+      {"nvfp4 scales on e5m2 x per tensor",
+       {.format = DType::e5m2, .layout = {1, 16}, .rule = ScaleRule::nvfp4},
+       {.format = DType::e4m3}},
   };
   // K: 33 and 70 (rows off 4-byte words: staged), 64 (8-byte loads), 300 and 1000 (4- and 8-byte
   // loads, split-K over a few output tiles: 2 and 7 K ranges), 5 (no full chunk); M, N ragged

@@ -127,6 +127,78 @@ TEST_CASE("quantize: MX blocks of 32 with the OCP floor rule saturate, the round
   }
 }
 
+TEST_CASE("quantize: NVFP4's two levels, an E4M3 scale per 16 under an fp32 tensor scale", "[quantize][fp8]") {
+  // Note [Two-level scales]. Four blocks of 16 in one row, the tensor's amax 12: S = 448 * 6 / 12
+  // = 224, and each block's d_b = e4m3(a_b * (224 / 6)).
+  std::vector<float> v(64, 0.0f);
+  v[3] = -12.0f, v[7] = 3.0f;                // block 0: a_b = 12, d_b = 448, s_b = 1 / (448 / 224) = 0.5
+  v[16] = 1.0f;                              // block 1: 37.33 rounds to E4M3's 36, s_b = 224 / 36
+  v[33] = 1e-6f;                             // block 2: 3.7e-5 is below E4M3's 2^-9 / 2: d_b = 0, s_b = 0
+  const Tensor x = from_vector(v, {1, 64});  // block 3: zeros, d_b = 0
+  const Quantized q = quantize(x, {.format = DType::e2m1, .layout = {1, 16}, .rule = ScaleRule::nvfp4});
+  REQUIRE(q.tensor_scale_inv.defined());
+  CHECK(values(q.tensor_scale_inv)[0] == 1.0f / 224.0f);
+  CHECK(values(q.scale_inv) == std::vector<float>{448.0f, 36.0f, 0.0f, 0.0f});
+  const std::vector<uint8_t> c = codes(q);
+  const bits8::Format& f = bits8::kE2M1;
+  CHECK(bits8::to_float(c[3], f) == -6.0f);
+  CHECK(bits8::to_float(c[7], f) == 1.5f);
+  CHECK(bits8::to_float(c[16], f) == 6.0f);  // 1 x 224 / 36 = 6.22 rounds to 6
+  CHECK(c[33] == 0);
+  CHECK(q.stats.flushed == 1);
+  CHECK(q.stats.saturated == 0);
+  // What the codes stand for: code x d_b x (1 / S).
+  const std::vector<float> d = values(dequantize(q));
+  CHECK(d[3] == -6.0f * 448.0f * (1.0f / 224.0f));  // -12 within an ulp: 1 / S is rounded
+  CHECK(d[7] == 1.5f * 448.0f * (1.0f / 224.0f));
+  CHECK(std::fabs(d[3] + 12.0f) <= 12.0f * 0x1p-23f);
+  CHECK(d[16] == 6.0f * 36.0f * (1.0f / 224.0f));
+  CHECK(q.stats.scale_inv_min == 0.0f);
+  CHECK(q.stats.scale_inv_max == 448.0f * (1.0f / 224.0f));
+
+  // The scale formulas at their edges: S = 1 for amax 0, inf and NaN, FLT_MAX past fp32.
+  CHECK(scales::nvfp4_tensor_scale(0.0f, f) == 1.0f);
+  CHECK(scales::nvfp4_tensor_scale(INFINITY, f) == 1.0f);
+  CHECK(scales::nvfp4_tensor_scale(NAN, f) == 1.0f);
+  CHECK(scales::nvfp4_tensor_scale(1e-38f, f) == std::numeric_limits<float>::max());
+  CHECK(scales::nvfp4_tensor_scale(12.0f, bits8::kE5M2) == 448.0f * 57344.0f / 12.0f);
+  CHECK(std::isnan(scales::nvfp4_block_decode(INFINITY, 224.0f, f)));
+  CHECK(scales::nvfp4_block_decode(1e30f, 224.0f, f) == 448.0f);  // E4M3 saturates
+  CHECK(std::isnan(scales::nvfp4_block_scale(NAN, 224.0f)));
+
+  // A block holding inf or NaN reads back as NaN; S comes from amax inf: 1, so the finite block
+  // of amax 12 gets d_b = e4m3(12 / 6) = 2.
+  for (float bad : {INFINITY, NAN}) {
+    std::vector<float> w = v;
+    w[20] = bad;
+    const Quantized qb =
+        quantize(from_vector(w, {1, 64}), {.format = DType::e2m1, .layout = {1, 16}, .rule = ScaleRule::nvfp4});
+    const std::vector<float> inv = values(qb.scale_inv);
+    CHECK(values(qb.tensor_scale_inv)[0] == 1.0f);
+    CHECK(inv[0] == 2.0f);
+    CHECK(std::isnan(inv[1]));
+    CHECK(std::isnan(values(dequantize(qb))[16]));
+  }
+
+  // Close to x within E2M1's precision where the block is not flushed: 16 x 16 blocks of a
+  // random matrix, every element within a quarter of its block's amax.
+  const Tensor r = random_matrix(40, 50, 3, 4.0f);
+  const Quantized qr = quantize(r, {.format = DType::e2m1, .layout = {16, 16}, .rule = ScaleRule::nvfp4});
+  CHECK(qr.scale_inv.shape() == Shape({3, 4}));
+  const std::vector<float> rv = values(r), dv = values(dequantize(qr));
+  for (int64_t i = 0; i < 40; ++i)
+    for (int64_t k = 0; k < 50; ++k) {
+      float amax = 0.0f;
+      for (int64_t ii = i / 16 * 16; ii < std::min<int64_t>(40, i / 16 * 16 + 16); ++ii)
+        for (int64_t kk = k / 16 * 16; kk < std::min<int64_t>(50, k / 16 * 16 + 16); ++kk)
+          amax = std::max(amax, std::fabs(rv[size_t(ii * 50 + kk)]));
+      REQUIRE(std::fabs(dv[size_t(i * 50 + k)] - rv[size_t(i * 50 + k)]) <= 0.25f * amax);
+    }
+  CHECK_THAT(
+      test::error_of([&] { quantize(r, {.format = DType::e2m1, .rule = ScaleRule::nvfp4, .given_scale = 2.0f}); }),
+      Catch::Contains("takes no given scale"));
+}
+
 TEST_CASE("quantize: scale rules at the edges (zeros, tiny and huge amax, inf and NaN)", "[quantize][fp8]") {
   const bits8::Format& f = bits8::kE4M3;
   // The floor rule's exponent is clamped to E8M0's range.
@@ -221,9 +293,10 @@ std::vector<float> reference_scaled_mm(const Quantized& a, const Quantized& b, c
     const std::vector<uint8_t> c = codes(q);
     const bits8::Format& f = format_of(q.codes.dtype());
     const int64_t nbc = q.scale_inv.size(1);
-    const bool along_k = q.block_cols < K;
+    const bool two_level = q.tensor_scale_inv.defined();  // d_b with the codes, 1 / S outside
+    const bool along_k = q.block_cols < K || two_level;
     std::vector<float> w(size_t(q.rows() * K));
-    outer.assign(size_t(q.rows()), 1.0f);
+    outer.assign(size_t(q.rows()), two_level ? values(q.tensor_scale_inv)[0] : 1.0f);
     for (int64_t r = 0; r < q.rows(); ++r)
       for (int64_t k = 0; k < K; ++k) {
         const float s = inv[size_t((r / q.block_rows) * nbc + k / q.block_cols)];
@@ -272,6 +345,15 @@ TEST_CASE("scaled_matmul_nt: every recipe's layout gives the GEMM of the values 
       {"mixed: per tensor x blocks",
        {.format = DType::e4m3},
        {.format = DType::e4m3, .layout = {128, 128}, .rule = ScaleRule::pow2_up}},
+      {"nvfp4: 1 x 16 x 16 x 16",
+       {.format = DType::e2m1, .layout = {1, 16}, .rule = ScaleRule::nvfp4},
+       {.format = DType::e2m1, .layout = {16, 16}, .rule = ScaleRule::nvfp4}},
+      {"nvfp4 scales on e5m2 x e2m1",
+       {.format = DType::e5m2, .layout = {1, 16}, .rule = ScaleRule::nvfp4},
+       {.format = DType::e2m1, .layout = {1, 16}, .rule = ScaleRule::nvfp4}},
+      {"nvfp4 x per tensor",
+       {.format = DType::e2m1, .layout = {1, 16}, .rule = ScaleRule::nvfp4},
+       {.format = DType::e4m3}},
   };
   for (const Case& c : cases) {
     for (auto [M, N, K] : {std::array<int64_t, 3>{5, 7, 33}, {64, 80, 300}, {130, 257, 129}}) {

@@ -143,10 +143,12 @@ Variable conv2d_fp8(Fp8Context& fp8, const Variable& x, const Variable& w, const
       const Quantized wq = ctx->quantize(site, OpId::conv2d, Fp8Role::weight, "dgrad", sw.transpose(0, 1));
       // dY's codes channel-major: the product transposed, dcols^T = W^T dY^T, whose rows are the
       // channel-major columns col2im reads in place (the same sums: only the layout changes).
-      const Tensor dcols = dq ? scaled_matmul_nt(wq, *dq, Tensor(), DType::f32).t()
-                              : scaled_matmul_nt(ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "dgrad", dym, per_op),
-                                                 wq, Tensor(), DType::f32);
-      g[0] = {col2im(dcols, xs, geo.kernel, stride, padding, dilation, padding_end, dy.g.dtype()), dy.scale};
+      // col2im_product: Note [Scaled columns] in tensor/ops/conv.h.
+      const Tensor dx =
+          dq ? col2im_product(wq, *dq, true, xs, geo.kernel, stride, padding, dilation, padding_end, dy.g.dtype())
+             : col2im_product(ctx->quantize(site, OpId::conv2d, Fp8Role::grad, "dgrad", dym, per_op), wq, false, xs,
+                              geo.kernel, stride, padding, dilation, padding_end, dy.g.dtype());
+      g[0] = {dx, dy.scale};
     }
     if (needs[1])  // wgrad: dW = dY^T cols (OC, C*KK) = (OC, P) (C*KK, P)^T
       g[1] = param_grad(OpId::conv2d, 1, dy, [&](DType t) {

@@ -198,9 +198,10 @@ void im2col_padded(const Strided& xt, const ColumnGeometry& g, T* cols) {
   });
 }
 
-// X: x's type, T's or (fp32 columns) a 16-bit type: each sum rounded once to it.
-template <class T, class X = T>
-void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt) {
+// X: x's type, T's or (fp32 columns) a 16-bit type: each sum rounded once to it. Scaled (fp32
+// columns): each entry read as v * scale + 0.
+template <class T, class X = T, bool Scaled = false>
+void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt, float scale = 1.0f) {
   using Acc = compute_t<T>;
   const T* cols = static_cast<const T*>(ct.raw_data());
   const Shape& cs = ct.strides();
@@ -242,6 +243,11 @@ void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt
         for (int64_t e = 0; e < E; ++e)
           for (int64_t l = l0; l < l1; ++l) taps[size_t(e * L + l)] = load(src[l * cs[0] + e * cs[1]]);
       }
+      // Scaled: the product's epilogue, sum * scale + 0, on each entry as it is added below.
+      const auto entry = [scale](Acc v) {
+        if constexpr (Scaled) return v * scale + Acc(0);
+        else return v;
+      };
       for (int64_t q = q0; q < q0 + planes; ++q) {
         const Acc* plane = rows + (q - q0) * KK * ld;
         // img[ih, iw] += taps[(kh, kw), (oh, ow)] for ih = oh sh - ph + kh dh, iw = ow sw - pw + kw dw
@@ -258,9 +264,9 @@ void col2im_planes(const Strided& ct, const ColumnGeometry& g, const Strided& xt
               const Acc* t = tap + oh * OW;
               Acc* dst = img.data() + (ih0 + oh * sh) * W + iw0 + ow0 * sw;
               if (sw == 1) {  // the same additions with a unit stride the compiler can vectorize
-                for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow - ow0] += t[ow];
+                for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow - ow0] += entry(t[ow]);
               } else {
-                for (int64_t ow = ow0; ow < ow1; ++ow) dst[(ow - ow0) * sw] += t[ow];
+                for (int64_t ow = ow0; ow < ow1; ++ow) dst[(ow - ow0) * sw] += entry(t[ow]);
               }
             }
           }
@@ -295,9 +301,13 @@ void im2col_channel_major(const Strided& x, const ColumnGeometry& g, const Strid
                     [&]<class T>() { im2col_channel_rows<T>(x, g, static_cast<T*>(cols_t.raw_data())); });
 }
 
-void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x) {
-  MT_ASSERT(x.is_contiguous() && x.dim() == 4 && cols.dim() == 2);
+void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x, const float* scale) {
+  MT_ASSERT(x.is_contiguous() && x.dim() == 4 && cols.dim() == 2 && (!scale || cols.dtype() == DType::f32));
   if (x.numel() == 0) return;
+  if (scale)
+    return dispatch_floating(x.dtype(), "col2im", [&]<class X>() {
+      if constexpr (std::is_same_v<compute_t<X>, float>) col2im_planes<float, X, true>(cols, g, x, *scale);
+    });
   if (cols.dtype() == DType::f32 && x.dtype() != DType::f32)
     return dispatch_floating(x.dtype(), "col2im", [&]<class X>() {
       if constexpr (std::is_same_v<compute_t<X>, float>) col2im_planes<float, X>(cols, g, x);

@@ -29,7 +29,9 @@ void im2col(const Strided& x, const ColumnGeometry& g, const Strided& cols);
 // (autograd/functions/conv.cpp).
 void im2col_channel_major(const Strided& x, const ColumnGeometry& g, const Strided& cols_t);
 // x [N, C, H, W] (contiguous, cols' dtype, or f16 / bf16 for f32 cols): each element the sum of the entries of cols that im2col
-// reads it into, in fp32 (f64 for f64), in (kh, kw) order, rounded once.
-void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x);
+// reads it into, in fp32 (f64 for f64), in (kh, kw) order, rounded once. With `scale` (f32 cols),
+// each entry v is read as v * scale + 0: the f32 output of scaled_matmul_nt's epilogue (without a
+// bias) from its raw sums (scaled_sums_nt in quantize.h), so the product's pass is not needed.
+void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x, const float* scale = nullptr);
 
 }  // namespace mixtape::cpu

@@ -495,6 +495,17 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
   });
 }
 
+float scaled_sums_nt(const Strided& a, const Strided& a_scale_inv, const Strided& b, const Strided& b_scale_inv,
+                     const Strided& y) {
+  const int64_t M = a.shape()[0], N = b.shape()[0], K = a.shape()[1];
+  MT_ASSERT(y.dtype() == DType::f32 && y.is_contiguous() && a_scale_inv.numel() == 1 && b_scale_inv.numel() == 1);
+  std::vector<float> oa, ob;  // each operand's one factor, for every row
+  const GemmOperand A = gemm_operand(a, a_scale_inv, std::max<int64_t>(M, 1), std::max<int64_t>(K, 1), {}, false, oa);
+  const GemmOperand B = gemm_operand(b, b_scale_inv, std::max<int64_t>(N, 1), std::max<int64_t>(K, 1), {}, true, ob);
+  gemm(GemmArith::dot_bf16, M, N, K, A, B, false, static_cast<float*>(y.raw_data()), N);
+  return (oa.empty() ? 1.0f : oa[0]) * (ob.empty() ? 1.0f : ob[0]);  // the epilogue's fa * fb
+}
+
 float amax_join(float m, float a) { return nan_max(m, a); }
 
 namespace {

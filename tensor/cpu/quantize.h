@@ -45,6 +45,13 @@ void scaled_matmul_nt(const Strided& a, const Strided& a_scale_inv, int64_t a_br
                       int64_t b_bc, const Strided& b_tensor_inv, const Strided& bias, const Strided& y,
                       ReusedB* reuse = nullptr, int64_t images = 0);
 
+// The fp32 sums of scaled_matmul_nt(a, b) into y [M, N] (f32, contiguous) before its epilogue, for
+// two operands of one block each (per tensor), and the factor fa * fb of that epilogue:
+// scaled_matmul_nt's f32 output without a bias is scaled_sum(y, fa, fb, 0) = y * factor + 0,
+// element by element. For a consumer that applies the factor as it reads y (col2im's scale).
+float scaled_sums_nt(const Strided& a, const Strided& a_scale_inv, const Strided& b, const Strided& b_scale_inv,
+                     const Strided& y);
+
 // The pieces of quantize() for a kernel that quantizes rows of its own (the 8-bit LSTM recurrence,
 // tensor/cpu/lstm.cpp): the same maximum, the same codes and counts, row by row.
 struct RowCounts {

@@ -6,7 +6,9 @@
 #include "cuda/backend.h"
 #include "tensor/cpu/conv.h"
 #include "tensor/cpu/im2col.h"
+#include "tensor/cpu/quantize.h"
 #include "tensor/ops/common.h"
+#include "tensor/ops/quantize.h"
 
 namespace mixtape {
 
@@ -348,8 +350,13 @@ bool im2col_reads_every_pixel(const Shape& x_shape, Size2 kernel, Size2 stride, 
          every(x_shape[3], g.out.w, kernel.w, stride.w, padding.w, dilation.w);
 }
 
-Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stride, Size2 padding, Size2 dilation,
-              std::optional<Size2> padding_end, std::optional<DType> out_dtype) {
+namespace {
+
+// col2im, each entry read as v * (*scale) + 0 when scale is given (CPU, f32 columns: Note [Scaled
+// columns]).
+Tensor col2im_scaled(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stride, Size2 padding,
+                     Size2 dilation, std::optional<Size2> padding_end, std::optional<DType> out_dtype,
+                     const float* scale) {
   const char* op = "col2im";
   ops::check_same(op, {&cols});
   ops::check_floating(op, cols);
@@ -371,7 +378,7 @@ Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stri
       cols.device(),
       [&] {
     Tensor x = empty(x_shape, xt, cols.device());
-    cpu::col2im(cols, g, x);
+    cpu::col2im(cols, g, x, scale);
     return x;
       },
       [&] {
@@ -380,6 +387,35 @@ Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stri
                  g.out.w, x);
     return xt == cols.dtype() ? x : x.to(xt);  // elsewhere: rounded by a cast
   });
+}
+
+// One block of scales covering the operand, and no second level: a per-tensor operand.
+bool one_scale(const Quantized& q) {
+  return q.codes.defined() && q.codes.dim() == 2 && q.block_rows >= q.rows() && q.block_cols >= q.cols() &&
+         q.scale_inv.defined() && q.scale_inv.numel() == 1 && !q.tensor_scale_inv.defined();
+}
+
+}  // namespace
+
+Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stride, Size2 padding, Size2 dilation,
+              std::optional<Size2> padding_end, std::optional<DType> out_dtype) {
+  return col2im_scaled(cols, x_shape, kernel, stride, padding, dilation, padding_end, out_dtype, nullptr);
+}
+
+Tensor col2im_product(const Quantized& a, const Quantized& b, bool transposed, const Shape& x_shape, Size2 kernel,
+                      Size2 stride, Size2 padding, Size2 dilation, std::optional<Size2> padding_end, DType out_dtype) {
+  // Unit strides only: there col2im's additions are vectorized and the scaled read costs nothing
+  // next to the pass it saves; with stride 2 (the dcgan's small products) it made the step slower.
+  const bool sums = one_scale(a) && one_scale(b) && a.codes.device().is_cpu() && b.codes.device().is_cpu() &&
+                    a.cols() == b.cols() && is_8bit(a.codes.dtype()) && is_8bit(b.codes.dtype()) && stride.w == 1;
+  if (!sums) {  // the composition (which also says what is wrong with bad operands)
+    const Tensor p = scaled_matmul_nt(a, b, Tensor(), DType::f32);
+    return col2im(transposed ? p.t() : p, x_shape, kernel, stride, padding, dilation, padding_end, out_dtype);
+  }
+  Tensor p = empty({a.rows(), b.rows()}, DType::f32, a.codes.device());
+  const float factor = cpu::scaled_sums_nt(a.codes, a.scale_inv, b.codes, b.scale_inv, p);
+  return col2im_scaled(transposed ? p.t() : p, x_shape, kernel, stride, padding, dilation, padding_end, out_dtype,
+                       &factor);
 }
 
 }  // namespace mixtape

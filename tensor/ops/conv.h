@@ -90,4 +90,17 @@ Tensor col2im(const Tensor& cols, const Shape& x_shape, Size2 kernel, Size2 stri
               Size2 dilation = 1, std::optional<Size2> padding_end = std::nullopt,
               std::optional<DType> out_dtype = std::nullopt);
 
+struct Quantized;  // tensor/ops/quantize.h
+
+// Note [Scaled columns]
+// col2im of the product of two 8-bit operands, an 8-bit convolution's dgrad: the bits of
+//   col2im(transposed ? p.t() : p, x_shape, ...)   with p = scaled_matmul_nt(a, b, {}, f32).
+// On the CPU, two per-tensor operands' product stays its fp32 sums, and col2im applies the
+// product's epilogue (sum * (fa * fb) + 0, one rounding) to each entry as it reads it
+// (cpu::scaled_sums_nt, cpu::col2im's scale): the same values, without a pass that reads and
+// writes every sum (14 MB for the cnn's second convolution). Elsewhere, and for strides along
+// the width other than 1 (col2im's additions are scalar there), the composition.
+Tensor col2im_product(const Quantized& a, const Quantized& b, bool transposed, const Shape& x_shape, Size2 kernel,
+                      Size2 stride, Size2 padding, Size2 dilation, std::optional<Size2> padding_end, DType out_dtype);
+
 }  // namespace mixtape

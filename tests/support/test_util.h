@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -13,6 +14,7 @@
 #include "tensor/core/error.h"
 #include "tensor/cpu/convert.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/tensor.h"
 
 namespace mixtape::test {
 
@@ -43,6 +45,13 @@ struct TempDir {
     return out;
   }
 };
+
+// The same shape, dtype and bytes (the signs of zeros and NaN payloads count).
+inline bool same_bytes(const Tensor& x, const Tensor& y) {
+  if (x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
+  const Tensor a = x.contiguous(), b = y.contiguous();
+  return std::memcmp(a.raw_data(), b.raw_data(), size_t(a.numel()) * dtype_size(a.dtype())) == 0;
+}
 
 // The message of the mixtape::Error that f() throws, or "(no error)".
 template <class F>

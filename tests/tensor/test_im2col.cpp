@@ -5,6 +5,7 @@
 #include "support/catch.h"
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -316,4 +317,38 @@ TEST_CASE("im2col and col2im reject bad arguments with clear messages", "[im2col
                       Contains("col2im") && Contains("floating") && Contains("i64"));
   REQUIRE_THROWS_WITH(col2im(cols, {1, 3, 5, 5}, 0), Contains("col2im") && Contains("kernel"));
   REQUIRE_THROWS_WITH(col2im(cols, {1, 3, 2, 2}, 3), Contains("col2im") && Contains("larger than the padded input"));
+}
+
+TEST_CASE("col2im_product gives the bits of col2im of the scaled product", "[im2col][fp8]") {
+  // Note [Scaled columns]: on the CPU, two per-tensor operands' product is left as its sums and
+  // col2im applies the epilogue's factor as it reads them; every other case is the composition.
+  // Both must be col2im(scaled_matmul_nt(a, b, {}, f32)[.t()]) bit for bit, zeros' signs included.
+  Generator gen(21);
+  const Shape xs{3, 5, 9, 8};  // N, C, H, W; 3 x 3 kernel, padding 1
+  const int64_t C = xs[1], KK = 9, OC = 6;
+  for (int64_t stride : {1, 2}) {
+    const int64_t oh = conv_out_size(xs[2], 3, stride, 1, 1), ow = conv_out_size(xs[3], 3, stride, 1, 1);
+    const int64_t P = xs[0] * oh * ow;
+    // Row 0 all -0 and row 2 all 1e-30 (flushed by the scale): sums of zeros.
+    std::vector<double> v = normal({P, OC}, 0.0, 1.0, gen).to_vector();
+    for (int64_t j = 0; j < OC; ++j) v[size_t(j)] = -0.0, v[size_t(2 * OC + j)] = 1e-30;
+    const Tensor dy = from_vector(v, {P, OC}, DType::bf16);
+    const Tensor w = normal({OC, C * KK}, 0.0, 0.1, gen, DType::bf16);
+    for (const QuantSpec& spec : {QuantSpec{.format = DType::e5m2}, QuantSpec{.format = DType::e4m3, .margin = 2},
+                                  QuantSpec{.format = DType::e4m3, .layout = {1, 32}, .rule = ScaleRule::pow2_up}}) {
+      INFO("stride " << stride << ", blocks " << spec.layout.block_rows << " x " << spec.layout.block_cols);
+      const Quantized wq = quantize(w.t(), spec);  // [C*KK, OC]
+      const Quantized dq = quantize(dy, spec);     // [P, OC]
+      for (DType out : {DType::bf16, DType::f32}) {
+        // transposed: the product [C*KK, P], read as its transpose (channel-major columns)
+        const Tensor want_t =
+            col2im(scaled_matmul_nt(wq, dq, Tensor(), DType::f32).t(), xs, 3, stride, 1, 1, std::nullopt, out);
+        const Tensor got_t = col2im_product(wq, dq, true, xs, 3, stride, 1, 1, std::nullopt, out);
+        CHECK(test::same_bytes(got_t, want_t));
+        const Tensor want =
+            col2im(scaled_matmul_nt(dq, wq, Tensor(), DType::f32), xs, 3, stride, 1, 1, std::nullopt, out);
+        CHECK(test::same_bytes(col2im_product(dq, wq, false, xs, 3, stride, 1, 1, std::nullopt, out), want));
+      }
+    }
+  }
 }

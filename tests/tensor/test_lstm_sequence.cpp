@@ -48,13 +48,6 @@ LstmSequenceGrads step_ops_backward(const LstmSequence& s, const Tensor& w, cons
   return {stack(dgs, time_dim), need_dh0 ? dh : Tensor(), dc};
 }
 
-// The same bits (shape, dtype and every byte).
-bool same_bits(const Tensor& x, const Tensor& y) {
-  if (x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
-  const Tensor a = x.contiguous(), b = y.contiguous();
-  return std::memcmp(a.raw_data(), b.raw_data(), size_t(a.numel()) * dtype_size(a.dtype())) == 0;
-}
-
 }  // namespace
 
 TEST_CASE("lstm_sequence: the CPU kernel computes the step ops' bits, forward and backward", "[lstm]") {
@@ -100,14 +93,14 @@ TEST_CASE("lstm_sequence: the CPU kernel computes the step ops' bits, forward an
                   const test::ConversionPathScope conversion_scope(conversion);
                   omp_set_num_threads(threads);
                   const LstmSequence got = lstm_sequence(proj, time_dim, w, b, h0, c0, true);
-                  CHECK(same_bits(got.hs, want.hs));
-                  CHECK(same_bits(got.cs, want.cs));
-                  CHECK(same_bits(got.acts, want.acts));
+                  CHECK(test::same_bytes(got.hs, want.hs));
+                  CHECK(test::same_bytes(got.cs, want.cs));
+                  CHECK(test::same_bytes(got.acts, want.acts));
                   const LstmSequenceGrads g = lstm_sequence_backward(got, w, dout, time_dim, dh, dc, need_dh0);
-                  CHECK(same_bits(g.dg, want_g[need_dh0].dg));
-                  CHECK(same_bits(g.dc, want_g[need_dh0].dc));
+                  CHECK(test::same_bytes(g.dg, want_g[need_dh0].dg));
+                  CHECK(test::same_bytes(g.dc, want_g[need_dh0].dc));
                   CHECK(g.dh.defined() == need_dh0);
-                  if (need_dh0) CHECK(same_bits(g.dh, want_g[need_dh0].dh));
+                  if (need_dh0) CHECK(test::same_bytes(g.dh, want_g[need_dh0].dh));
                   ++compared;
                 }
         }
@@ -122,8 +115,8 @@ TEST_CASE("lstm_sequence: the forward without saving gives the same states", "[l
   const LstmSequence saved = lstm_sequence(proj, 0, w, Tensor(), h0, c0, true);
   const LstmSequence plain = lstm_sequence(proj, 0, w, Tensor(), h0, c0, false);
   CHECK(!plain.acts.defined());
-  CHECK(same_bits(plain.hs, saved.hs));
-  CHECK(same_bits(plain.cs, saved.cs));
+  CHECK(test::same_bytes(plain.hs, saved.hs));
+  CHECK(test::same_bytes(plain.cs, saved.cs));
   CHECK_THROWS_WITH(lstm_sequence_backward(plain, w, zeros({7, 3, 4}), 0, h0, c0, true),
                     Contains("lstm_sequence backward: the sequence was run without saving its activations"));
 }

@@ -62,9 +62,13 @@ float amax_row_bf16_avx512(const bfloat16* v, int64_t n, float m) {
     acc = _mm512_max_epu16(acc, a);
   }
   if (nan) return std::numeric_limits<float>::quiet_NaN();
-  alignas(64) uint16_t lane[32];
-  _mm512_store_si512(lane, acc);
-  const uint16_t top = *std::max_element(lane, lane + 32);
+  // The largest of the 32 lanes in registers (a block of MX's 32 or NVFP4's 16 values is one call,
+  // where a store and a scalar loop cost more than the loads): halves, then the complement's
+  // minimum position of the last eight.
+  const __m256i m256 = _mm256_max_epu16(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+  const __m128i m128 = _mm_max_epu16(_mm256_castsi256_si128(m256), _mm256_extracti128_si256(m256, 1));
+  const __m128i low = _mm_minpos_epu16(_mm_xor_si128(m128, _mm_set1_epi16(-1)));  // ~max in lane 0
+  const uint16_t top = uint16_t(~_mm_cvtsi128_si32(low));
   return nan_max(m, std::bit_cast<float>(uint32_t(top) << 16));
 }
 MT_TARGET_END
@@ -205,9 +209,9 @@ void quantize_row_avx512(const In* v, int64_t n, float s, bits8::Overflow o, uin
   const __m512i nan_code = _mm512_set1_epi32(bits8::nan_code(F)), zero = _mm512_setzero_si512();
   const __m512 sv = _mm512_set1_ps(s);
   __m512 amax = _mm512_setzero_ps();
-  // The counts per lane (a lane counts at most n / 16 elements), summed after the loop.
-  const __m512i minus_one = _mm512_set1_epi32(-1);
-  __m512i nonfinite = zero, saturated = zero, flushed = zero, subnormal = zero;
+  // The counts: the bits of each step's masks (no reduction after the loop, which would cost more
+  // than the loop itself for a block of MX's 32 or NVFP4's 16 values).
+  int64_t nonfinite = 0, saturated = 0, flushed = 0, subnormal = 0;
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 lanes = __mmask16(first_lanes(n - i, 16));
     __m512 x;
@@ -231,21 +235,20 @@ void quantize_row_avx512(const In* v, int64_t n, float s, bits8::Overflow o, uin
     // The counts over the finite x of the row.
     const __m512i xb = _mm512_and_si512(_mm512_castps_si512(x), abs_mask);
     const __mmask16 finite = _mm512_cmplt_epu32_mask(xb, inf_bits) & lanes;
-    nonfinite = _mm512_mask_sub_epi32(nonfinite, lanes & ~finite, nonfinite, minus_one);
+    nonfinite += std::popcount(unsigned(lanes & ~finite));
     amax = _mm512_mask_max_ps(amax, finite, amax, _mm512_castsi512_ps(xb));
-    saturated = _mm512_mask_sub_epi32(saturated, past & finite, saturated, minus_one);
+    saturated += std::popcount(unsigned(past & finite));
     const __m512i mag = _mm512_and_si512(code, _mm512_set1_epi32(int(mag_mask)));
     const __mmask16 mag_zero = _mm512_cmpeq_epi32_mask(mag, zero);
-    flushed =
-        _mm512_mask_sub_epi32(flushed, mag_zero & _mm512_cmpneq_epi32_mask(xb, zero) & finite, flushed, minus_one);
+    flushed += std::popcount(unsigned(mag_zero & _mm512_cmpneq_epi32_mask(xb, zero) & finite));
     const __mmask16 tiny =
         ~mag_zero & _mm512_cmpeq_epi32_mask(_mm512_and_si512(code, _mm512_set1_epi32(int(exp_mask))), zero) & finite;
-    subnormal = _mm512_mask_sub_epi32(subnormal, tiny, subnormal, minus_one);
+    subnormal += std::popcount(unsigned(tiny));
   }
-  c.nonfinite += _mm512_reduce_add_epi32(nonfinite);
-  c.saturated += _mm512_reduce_add_epi32(saturated);
-  c.flushed += _mm512_reduce_add_epi32(flushed);
-  c.subnormal += _mm512_reduce_add_epi32(subnormal);
+  c.nonfinite += nonfinite;
+  c.saturated += saturated;
+  c.flushed += flushed;
+  c.subnormal += subnormal;
   c.amax = std::max(c.amax, _mm512_reduce_max_ps(amax));
 }
 

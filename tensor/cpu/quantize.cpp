@@ -347,8 +347,9 @@ void quantize(const Strided& x, const BlockQuant& q, const Strided& codes, const
   st[kStatAmaxBits] = std::bit_cast<uint32_t>(t.amax);
   const auto [lo, hi] = std::minmax_element(inv, inv + s.size());
   // Two-level: the range of d_b / S (multiplying by 1 / S > 0 keeps the order and the NaNs).
-  st[kStatScaleInvMinBits] = s.empty() ? 0 : std::bit_cast<uint32_t>(*lo * tensor_inv);
-  st[kStatScaleInvMaxBits] = s.empty() ? 0 : std::bit_cast<uint32_t>(*hi * tensor_inv);
+  const auto range_end = [&](float v) { return std::bit_cast<uint32_t>(two_level ? v * tensor_inv : v); };
+  st[kStatScaleInvMinBits] = s.empty() ? 0 : range_end(*lo);
+  st[kStatScaleInvMaxBits] = s.empty() ? 0 : range_end(*hi);
 }
 
 namespace {

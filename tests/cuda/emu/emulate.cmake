@@ -24,6 +24,8 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
                               -mllvm -asan-stack=0 -mllvm -asan-globals=0)
 endif()
 
+option(MIXTAPE_EMU_UCONTEXT "emulated CUDA device: switch fibers with POSIX ucontext (the path of CPUs other than x86-64)" OFF)
+
 function(mixtape_add_emulated_cuda target)
   set(src ${PROJECT_SOURCE_DIR})
   set(out ${CMAKE_CURRENT_BINARY_DIR}/emulated)
@@ -60,6 +62,10 @@ function(mixtape_add_emulated_cuda target)
   endforeach()
   add_library(${target} STATIC ${compiled} ${src}/tests/cuda/emu/runtime.cpp)
   set_source_files_properties(${compiled} PROPERTIES COMPILE_OPTIONS "${MIXTAPE_EMU_CHECK_FLAGS}")
+  # The portable fiber switch (POSIX ucontext), which every CPU but x86-64 uses, on x86-64 too.
+  if(MIXTAPE_EMU_UCONTEXT)
+    set_source_files_properties(${src}/tests/cuda/emu/runtime.cpp PROPERTIES COMPILE_DEFINITIONS MIXTAPE_EMU_UCONTEXT)
+  endif()
   # The rewritten headers shadow the originals; <mma.h> is the emulator's.
   target_include_directories(${target} BEFORE PRIVATE ${out} ${src}/tests/cuda/emu/include)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${src}>)

@@ -42,14 +42,22 @@
 // that a queued copy or kernel still uses (a pointer to it among the kernel's arguments) is
 // reported too. Reported host faults make the next cudaGetLastError / synchronization return
 // cudaErrorIllegalAddress, and mt_emu::last_fault() has the message.
-#if !defined(__x86_64__)
-#error "the CUDA emulator's fiber switch is written for x86-64 (build with MIXTAPE_CUDA=AUTO or OFF)"
+// The fiber switch: x86-64 assembly (a few instructions), or anywhere else (and on x86-64 with
+// MIXTAPE_EMU_UCONTEXT defined, to test it) POSIX ucontext, which also saves and restores the
+// signal mask at every switch: correct everywhere, several times slower.
+#if defined(__x86_64__) && !defined(MIXTAPE_EMU_UCONTEXT)
+#define MT_EMU_ASM_SWITCH 1
+#else
+#define MT_EMU_ASM_SWITCH 0
 #endif
 
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
+#if defined(__aarch64__)
+#include <asm/sigcontext.h>  // the ESR record of a fault's context
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -78,6 +86,7 @@ enum class State { ready, block_barrier, warp_barrier, done };
 
 bool reverse = false;  // MIXTAPE_EMU_SCHEDULE=reverse, read at each launch
 
+#if MT_EMU_ASM_SWITCH
 // Fiber switching: a saved stack pointer per fiber. mt_emu_switch(&from, to) saves the callee-saved
 // registers and the floating-point control words on the current stack, stores the stack pointer
 // in *from, and resumes the fiber whose stack pointer is `to` (x86-64 System V). A fresh
@@ -112,8 +121,22 @@ mt_emu_switch:
   .size mt_emu_switch, .-mt_emu_switch
 )");
 
-struct Fiber {
+// Where a suspended fiber (or the scheduler) resumes.
+struct Resume {
   void* sp = nullptr;
+};
+void switch_to(Resume& from, Resume& to) { mt_emu_switch(&from.sp, to.sp); }
+#else
+struct Resume {
+  ucontext_t context;
+};
+void switch_to(Resume& from, Resume& to) {
+  if (swapcontext(&from.context, &to.context) != 0) std::abort();
+}
+#endif
+
+struct Fiber {
+  Resume at;
   std::vector<char> stack;
   ThreadContext self;
   State state = State::ready;
@@ -126,7 +149,7 @@ struct Block {
   std::vector<uint64_t> slots;  // 32 per warp
   std::vector<unsigned char> shared;
   std::vector<float> scratch;  // warp_scratch
-  void* scheduler = nullptr;   // the scheduler's saved stack pointer
+  Resume scheduler;            // where the scheduler resumes
   Fiber* running = nullptr;
   void (*body)(void*) = nullptr;
   void* closure = nullptr;
@@ -148,7 +171,7 @@ void suspend(State state) {
   Block& b = block();
   Fiber* f = b.running;
   f->state = state;
-  mt_emu_switch(&f->sp, b.scheduler);
+  switch_to(f->at, b.scheduler);
 }
 
 // A fiber's first frame: runs the thread, then hands control back for good.
@@ -156,10 +179,11 @@ void suspend(State state) {
   Block& b = block();
   b.body(b.closure);
   b.running->state = State::done;
-  mt_emu_switch(&b.running->sp, b.scheduler);
+  switch_to(b.running->at, b.scheduler);
   std::abort();  // a finished fiber is never resumed
 }
 
+#if MT_EMU_ASM_SWITCH
 // The stack of a fiber that has not run: the words mt_emu_switch pops (control words, six
 // registers) and fiber_entry as the return address, at a 16-byte boundary so that fiber_entry
 // starts with the stack alignment a call gives.
@@ -173,8 +197,19 @@ void prepare(Fiber& f) {
   for (int r = 1; r <= 6; ++r) words[r] = 0;            // r15 r14 r13 r12 rbx rbp
   words[7] = reinterpret_cast<uint64_t>(&fiber_entry);  // at top - 16; `ret` leaves rsp = top - 8
   words[8] = 0;
-  f.sp = words;
+  f.at.sp = words;
 }
+#else
+// A fiber that has not run starts in fiber_entry on its own stack, with this thread's signal mask
+// and floating-point environment (getcontext's).
+void prepare(Fiber& f) {
+  if (getcontext(&f.at.context) != 0) std::abort();
+  f.at.context.uc_stack.ss_sp = f.stack.data();
+  f.at.context.uc_stack.ss_size = f.stack.size();
+  f.at.context.uc_link = nullptr;  // fiber_entry never returns
+  makecontext(&f.at.context, fiber_entry, 0);
+}
+#endif
 
 // Releases a barrier when every live thread of `first..last` has reached it. Returns whether it did.
 bool release(size_t first, size_t last, State at) {
@@ -230,7 +265,7 @@ bool run_block(const Config& cfg, uint3 block_idx) {
       ran = true;
       b.running = &f;
       current = &f.self;
-      mt_emu_switch(&b.scheduler, f.sp);
+      switch_to(b.scheduler, f.at);
       current = nullptr;
       if (!fault.empty()) return false;
     }
@@ -486,13 +521,35 @@ void protect(Pinned& p) {
   mprotect(reinterpret_cast<void*>(p.lo), p.hi - p.lo, prot);
 }
 
+// Whether the faulting access of a SIGSEGV was a write, as the CPU reported it: "write to",
+// "read of", or "access to" where the handler cannot tell.
+const char* access_kind(void* context) {
+#if defined(__x86_64__)
+  const bool write = (static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+  return write ? "write to" : "read of";
+#elif defined(__aarch64__)
+  // The exception syndrome is one of the records after the registers; WnR (bit 6) is the write.
+  const auto* mc = &static_cast<ucontext_t*>(context)->uc_mcontext;
+  for (size_t at = 0; at + sizeof(_aarch64_ctx) <= sizeof(mc->__reserved);) {
+    const auto* head = reinterpret_cast<const _aarch64_ctx*>(mc->__reserved + at);
+    if (head->magic == 0 || head->size == 0) break;
+    if (head->magic == ESR_MAGIC)
+      return (reinterpret_cast<const esr_context*>(head)->esr & (1u << 6)) ? "write to" : "read of";
+    at += head->size;
+  }
+  return "access to";
+#else
+  (void)context;
+  return "access to";
+#endif
+}
+
 void on_segv(int sig, siginfo_t* info, void* context) {
   const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
   Pinned* p = find_pinned(a);
   if (p && (p->pending_reads > 0 || p->pending_writes > 0) && !p->tripped) {
-    const bool write = (static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
-    report_host_fault(std::string("host ") + (write ? "write to" : "read of") + " pinned host memory at " + hex(a) +
-                      " (the " + std::to_string(p->bytes) + "-byte buffer at " + hex(p->lo) + ") while " + p->pending +
+    report_host_fault(std::string("host ") + access_kind(context) + " pinned host memory at " + hex(a) + " (the " +
+                      std::to_string(p->bytes) + "-byte buffer at " + hex(p->lo) + ") while " + p->pending +
                       " is still queued: synchronize the stream (or wait for an event recorded after it) first");
     p->tripped = true;
     protect(*p);
@@ -576,7 +633,7 @@ void trap(const char* what) {
           "), block " + describe(dim3(current->block_idx.x, current->block_idx.y, current->block_idx.z)) + ", thread " +
           describe(dim3(current->thread_idx.x, current->thread_idx.y, current->thread_idx.z));
   b.running->state = State::done;
-  mt_emu_switch(&b.running->sp, b.scheduler);
+  switch_to(b.running->at, b.scheduler);
   std::abort();  // never resumed
 }
 

@@ -162,13 +162,12 @@ MT_HOST_DEVICE constexpr float nvfp4_block_scale(float decode, float tensor_scal
   return finite(s) ? s : 3.4028234663852886e38f;  // FLT_MAX
 }
 
-// s of one block with this amax under q's rule (Note [Scaling rules]); for the nvfp4 rule, with
-// tensor_scale its S (Note [Two-level scales]).
-MT_HOST_DEVICE constexpr float block_scale(const BlockQuant& q, const bits8::Format& f, float amax,
-                                           float tensor_scale = 1.0f) {
+// s of one block with this amax under q's rule (Note [Scaling rules]). Not the nvfp4 rule, whose
+// kernels first take S from the whole tensor, then each block's d_b and s_b from the functions
+// above (Note [Two-level scales]).
+MT_HOST_DEVICE constexpr float block_scale(const BlockQuant& q, const bits8::Format& f, float amax) {
   if (q.given_scale > 0.0f) return q.given_scale;
   if (q.rule == ScaleRule::amax) return amax_scale(amax, bits8::max_finite(f), q.margin, q.fallback_scale);
-  if (q.rule == ScaleRule::nvfp4) return nvfp4_block_scale(nvfp4_block_decode(amax, tensor_scale, f), tensor_scale);
   if (!finite(amax)) return std::bit_cast<float>(0x7FC00000u);  // inf or NaN: the block reads back as NaN
   if (amax == 0.0f) return 1.0f;
   const int k = q.rule == ScaleRule::pow2_floor ? pow2_floor_exp(amax, f) : pow2_up_exp(amax, f);

@@ -302,15 +302,15 @@ void im2col_channel_major(const Strided& x, const ColumnGeometry& g, const Strid
 }
 
 void col2im(const Strided& cols, const ColumnGeometry& g, const Strided& x, const float* scale) {
-  MT_ASSERT(x.is_contiguous() && x.dim() == 4 && cols.dim() == 2 && (!scale || cols.dtype() == DType::f32));
+  MT_ASSERT(x.is_contiguous() && x.dim() == 4 && cols.dim() == 2 &&
+            (!scale || (cols.dtype() == DType::f32 && x.dtype() != DType::f64)));
   if (x.numel() == 0) return;
-  if (scale)
+  if (scale || (cols.dtype() == DType::f32 && x.dtype() != DType::f32))  // fp32 sums, x of its own dtype
     return dispatch_floating(x.dtype(), "col2im", [&]<class X>() {
-      if constexpr (std::is_same_v<compute_t<X>, float>) col2im_planes<float, X, true>(cols, g, x, *scale);
-    });
-  if (cols.dtype() == DType::f32 && x.dtype() != DType::f32)
-    return dispatch_floating(x.dtype(), "col2im", [&]<class X>() {
-      if constexpr (std::is_same_v<compute_t<X>, float>) col2im_planes<float, X>(cols, g, x);
+      if constexpr (std::is_same_v<compute_t<X>, float>) {
+        if (scale) col2im_planes<float, X, true>(cols, g, x, *scale);
+        else col2im_planes<float, X>(cols, g, x);
+      }
     });
   dispatch_floating(x.dtype(), "col2im", [&]<class T>() { col2im_planes<T>(cols, g, x); });
 }
